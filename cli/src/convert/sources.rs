@@ -1,0 +1,178 @@
+//! Where each colibri tensor comes from in a HuggingFace checkpoint: one source tensor, one per
+//! expert (hub layout `experts.{e}.w1` / `experts.{e}.gate_proj`), or slices of the fused 3-D
+//! expert tensors of transformers 5 (`experts.gate_up_proj` [E, 2F, H], `experts.down_proj`
+//! [E, H, F]). Every piece is shape-checked here.
+
+use super::safetensors::{Checkpoint, SrcTensor};
+use colibri::model::{suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD};
+use colibri::Error;
+
+type Result<T> = std::result::Result<T, Error>;
+
+fn fail(reason: impl Into<String>) -> Error {
+    Error::Convert { reason: reason.into() }
+}
+
+/// A contiguous byte range of one source tensor, holding `elements` values.
+#[derive(Clone, Debug)]
+pub struct Piece {
+    pub source: String,
+    pub tensor: SrcTensor,
+    pub byte_offset: u64,
+    pub elements: u64,
+}
+
+/// The pieces that, concatenated, give one colibri tensor's payload.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub spec: TensorSpec,
+    pub pieces: Vec<Piece>,
+}
+
+fn whole(ck: &Checkpoint, name: &str, want: &[u64]) -> Result<Option<Piece>> {
+    let Some(t) = ck.tensors.get(name) else { return Ok(None) };
+    if t.shape != want {
+        return Err(fail(format!("tensor {name} has shape {:?}, the config implies {:?}", t.shape, want)));
+    }
+    Ok(Some(Piece { source: name.to_string(), tensor: t.clone(), byte_offset: 0, elements: want.iter().product() }))
+}
+
+fn first_of(ck: &Checkpoint, names: &[String], want: &[u64]) -> Result<Option<Piece>> {
+    for n in names {
+        if let Some(p) = whole(ck, n, want)? {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+fn required(ck: &Checkpoint, names: &[String], want: &[u64], what: &str) -> Result<Piece> {
+    first_of(ck, names, want)?.ok_or_else(|| fail(format!("missing tensor for {what}: looked for {}", names.join(" or "))))
+}
+
+/// The MoE sub-module prefixes a family's checkpoints use for layer `l`.
+fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
+    let base = format!("model.layers.{l}");
+    match fam {
+        Family::Mixtral => vec![format!("{base}.block_sparse_moe"), format!("{base}.mlp")],
+        _ => vec![format!("{base}.mlp")],
+    }
+}
+
+/// Which projection of an expert stack.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Proj {
+    Gate,
+    Up,
+    Down,
+}
+
+fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &TensorSpec) -> Result<Vec<Piece>> {
+    let (e_count, rows, cols) = (spec.shape[0], spec.shape[1], spec.shape[2]);
+    let per_expert_names: &[&str] = match proj {
+        Proj::Gate => &["w1", "gate_proj"],
+        Proj::Up => &["w3", "up_proj"],
+        Proj::Down => &["w2", "down_proj"],
+    };
+    for prefix in moe_prefixes(fam, l) {
+        // Hub layout: one tensor per expert.
+        for leaf in per_expert_names {
+            let name = |e: u64| format!("{prefix}.experts.{e}.{leaf}.weight");
+            if ck.tensors.contains_key(&name(0)) {
+                return (0..e_count)
+                    .map(|e| required(ck, &[name(e)], &[rows, cols], &spec.name))
+                    .collect();
+            }
+        }
+        // transformers-5 fused layout.
+        let fused = match proj {
+            Proj::Gate | Proj::Up => format!("{prefix}.experts.gate_up_proj"),
+            Proj::Down => format!("{prefix}.experts.down_proj"),
+        };
+        if let Some(t) = ck.tensors.get(&fused) {
+            let fused_rows = if proj == Proj::Down { rows } else { 2 * rows };
+            let want = [e_count, fused_rows, cols];
+            if t.shape != want {
+                return Err(fail(format!("tensor {fused} has shape {:?}, the config implies {:?}", t.shape, want)));
+            }
+            let row_bytes = cols * t.dtype.size() as u64;
+            let skip = if proj == Proj::Up { rows } else { 0 };
+            return Ok((0..e_count)
+                .map(|e| Piece {
+                    source: fused.clone(),
+                    tensor: t.clone(),
+                    byte_offset: (e * fused_rows + skip) * row_bytes,
+                    elements: rows * cols,
+                })
+                .collect());
+        }
+    }
+    Err(fail(format!(
+        "missing expert weights for {} (neither experts.{{e}}.{} nor fused experts tensors found in layer {l})",
+        spec.name, per_expert_names[0]
+    )))
+}
+
+/// Resolve every tensor the config implies; errors name the missing or mis-shaped tensor.
+pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<Resolved>> {
+    use suffix::*;
+    let mut out = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let shape = spec.shape.clone();
+        let one = |names: Vec<String>| -> Result<Vec<Piece>> { Ok(vec![required(ck, &names, &shape, &spec.name)?]) };
+        let pieces = if spec.name == EMBEDDING {
+            one(vec!["model.embed_tokens.weight".into()])?
+        } else if spec.name == FINAL_NORM {
+            one(vec!["model.norm.weight".into()])?
+        } else if spec.name == LM_HEAD {
+            one(vec!["lm_head.weight".into()])?
+        } else {
+            let rest = spec.name.strip_prefix("layers.").ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
+            let (l, sfx) = rest.split_once('.').ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
+            let l: usize = l.parse().map_err(|_| fail(format!("internal: {}", spec.name)))?;
+            let base = format!("model.layers.{l}");
+            let attn = |leaf: &str| vec![format!("{base}.self_attn.{leaf}")];
+            let moe = |leaf: &str| moe_prefixes(c.family, l).into_iter().map(|p| format!("{p}.{leaf}")).collect();
+            match sfx {
+                ATTN_NORM => one(vec![format!("{base}.input_layernorm.weight")])?,
+                FFN_NORM => one(vec![format!("{base}.post_attention_layernorm.weight")])?,
+                Q => one(attn("q_proj.weight"))?,
+                K => one(attn("k_proj.weight"))?,
+                V => one(attn("v_proj.weight"))?,
+                O => one(attn("o_proj.weight"))?,
+                Q_BIAS => one(attn("q_proj.bias"))?,
+                K_BIAS => one(attn("k_proj.bias"))?,
+                V_BIAS => one(attn("v_proj.bias"))?,
+                Q_NORM => one(attn("q_norm.weight"))?,
+                K_NORM => one(attn("k_norm.weight"))?,
+                ROUTER => one(moe("gate.weight"))?,
+                EXPERTS_GATE => expert_stack(ck, c.family, l, Proj::Gate, spec)?,
+                EXPERTS_UP => expert_stack(ck, c.family, l, Proj::Up, spec)?,
+                EXPERTS_DOWN => expert_stack(ck, c.family, l, Proj::Down, spec)?,
+                SHARED_GATE_PROJ => one(moe("shared_expert.gate_proj.weight"))?,
+                SHARED_UP => one(moe("shared_expert.up_proj.weight"))?,
+                SHARED_DOWN => one(moe("shared_expert.down_proj.weight"))?,
+                SHARED_EXPERT_GATE => one(moe("shared_expert_gate.weight"))?,
+                MLP_GATE => one(vec![format!("{base}.mlp.gate_proj.weight")])?,
+                MLP_UP => one(vec![format!("{base}.mlp.up_proj.weight")])?,
+                MLP_DOWN => one(vec![format!("{base}.mlp.down_proj.weight")])?,
+                other => return Err(fail(format!("internal: no source rule for '{other}'"))),
+            }
+        };
+        out.push(Resolved { spec: spec.clone(), pieces });
+    }
+    Ok(out)
+}
+
+/// Source tensors that no colibri tensor uses (reported as a warning).
+pub fn unused(ck: &Checkpoint, resolved: &[Resolved], c: &Config) -> Vec<String> {
+    let used: std::collections::HashSet<&str> =
+        resolved.iter().flat_map(|r| r.pieces.iter().map(|p| p.source.as_str())).collect();
+    ck.tensors
+        .keys()
+        .filter(|k| !used.contains(k.as_str()))
+        .filter(|k| !(c.tie_embeddings && k.as_str() == "lm_head.weight"))
+        .filter(|k| !k.ends_with("rotary_emb.inv_freq"))
+        .cloned()
+        .collect()
+}

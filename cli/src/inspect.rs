@@ -1,0 +1,202 @@
+//! `colibri inspect`: header, config, tokenizer summary, parameters, KV-cache size, expert
+//! layout and the tensor table — as text, or as one JSON object with `--json`.
+
+use colibri::format::TensorKind;
+use colibri::{Error, LoadOptions, Model};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+
+/// 1234567 → "1.23 M".
+pub fn human_count(n: u64) -> String {
+    let f = n as f64;
+    if f >= 1e9 {
+        format!("{:.2} B", f / 1e9)
+    } else if f >= 1e6 {
+        format!("{:.2} M", f / 1e6)
+    } else if f >= 1e3 {
+        format!("{:.1} K", f / 1e3)
+    } else {
+        n.to_string()
+    }
+}
+
+fn tokenizer_summary(model: &Model) -> Value {
+    let Some(text) = model.tokenizer_json() else { return Value::Null };
+    let Ok(t) = serde_json::from_str::<Value>(text) else { return json!({"error": "unparseable"}) };
+    let m = t.get("model");
+    let kind = m.and_then(|m| m.get("type")).and_then(|x| x.as_str()).unwrap_or("?");
+    let vocab = m.and_then(|m| m.get("vocab")).map(|v| match v {
+        Value::Object(o) => o.len(),
+        Value::Array(a) => a.len(),
+        _ => 0,
+    });
+    let added = t.get("added_tokens").and_then(|a| a.as_array()).map(|a| a.len()).unwrap_or(0);
+    let pre = t.get("pre_tokenizer").and_then(|p| p.get("type")).and_then(|x| x.as_str());
+    let byte_fallback = m.and_then(|m| m.get("byte_fallback")).and_then(|b| b.as_bool()).unwrap_or(false);
+    json!({
+        "model": kind,
+        "vocab": vocab,
+        "added_tokens": added,
+        "pre_tokenizer": pre,
+        "byte_fallback": byte_fallback,
+        "bytes": text.len(),
+    })
+}
+
+fn report(model: &Model, file: &Path) -> Value {
+    let c = model.config();
+    let p = model.parsed();
+    let h = &p.header;
+    let params = model.params();
+    let tensors: Vec<Value> = p
+        .tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "dtype": t.dtype.name(),
+                "shape": t.shape,
+                "bytes": t.byte_length,
+                "offset": t.data_offset,
+                "kind": match t.kind { TensorKind::Plain => "plain", TensorKind::Router => "router", TensorKind::Experts => "experts" },
+                "expert_stride": t.expert_stride,
+            })
+        })
+        .collect();
+    let expert_layout: Vec<Value> = p
+        .tensors
+        .iter()
+        .filter(|t| t.kind == TensorKind::Experts)
+        .map(|t| {
+            json!({
+                "tensor": t.name,
+                "experts": t.shape[0],
+                "expert_shape": &t.shape[1..],
+                "expert_bytes": t.unit_bytes(),
+                "stride": t.expert_stride,
+                "first_offset": t.data_offset,
+            })
+        })
+        .collect();
+    let dense: Vec<usize> = c.layers.iter().enumerate().filter(|(_, l)| !l.moe).map(|(i, _)| i).collect();
+    let provenance: Value = model.provenance().and_then(|s| serde_json::from_str(s).ok()).unwrap_or(Value::Null);
+    let user = model.user_metadata().map(|u| {
+        json!({
+            "bytes": u.len(),
+            "text": std::str::from_utf8(u).ok(),
+        })
+    });
+    json!({
+        "file": file.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "file_size": h.file_size,
+        "header": {
+            "version": h.version,
+            "num_experts": h.num_experts,
+            "num_layers": h.num_layers,
+            "header_size": h.header_size,
+            "tensor_count": h.tensor_count,
+            "routing_offset": h.routing_offset,
+            "data_offset": h.data_offset,
+            "metadata_offset": h.metadata_offset,
+            "metadata_size": h.metadata_size,
+            "table_offset": h.table_offset,
+            "strings_offset": h.strings_offset,
+            "top_k": h.top_k,
+            "num_moe_layers": h.num_moe_layers,
+        },
+        "config": c,
+        "dense_layers": dense,
+        "params": params.total,
+        "active_params_per_token": params.active,
+        "kv_cache_bytes_per_token": { "f32": c.kv_bytes_per_token(4), "f16": c.kv_bytes_per_token(2), "bf16": c.kv_bytes_per_token(2) },
+        "tokenizer": tokenizer_summary(model),
+        "chat_template_bytes": model.chat_template().map(|t| t.len()),
+        "metadata_keys": p.metadata.iter().map(|e| e.key.clone()).collect::<Vec<_>>(),
+        "provenance": provenance,
+        "user_metadata": user,
+        "expert_layout": expert_layout,
+        "tensors": tensors,
+    })
+}
+
+fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<()> {
+    let c = model.config();
+    let h = &r["header"];
+    writeln!(o, "file         {} ({} bytes, format v{})", r["file"].as_str().unwrap_or("?"), r["file_size"], h["version"])?;
+    writeln!(o, "family       {} ({})", c.family.name(), c.family.hf_architecture())?;
+    writeln!(o, 
+        "shape        {} layers, hidden {}, {} heads ({} kv, head_dim {}), vocab {}, context {}",
+        c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings
+    )?;
+    let shared = if c.moe.shared_expert_ffn > 0 {
+        format!(", shared expert {}{}", c.moe.shared_expert_ffn, if c.moe.shared_expert_gate { " (gated)" } else { "" })
+    } else {
+        String::new()
+    };
+    writeln!(o, 
+        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}{}",
+        c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, shared
+    )?;
+    writeln!(o, "dense layers {} (FFN {})", r["dense_layers"], c.dense_ffn)?;
+    writeln!(o, "attention    bias {}, qk_norm {:?}, sliding windows {:?}", c.attention_bias, c.qk_norm, c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>())?;
+    writeln!(o, "rope         theta {}, scaling {:?}", c.rope.theta, c.rope.scaling)?;
+    writeln!(o, 
+        "params       {} total, {} active per token",
+        human_count(r["params"].as_u64().unwrap_or(0)),
+        human_count(r["active_params_per_token"].as_u64().unwrap_or(0))
+    )?;
+    writeln!(o, 
+        "kv cache     {} bytes per token (f32), {} (f16/bf16)",
+        r["kv_cache_bytes_per_token"]["f32"], r["kv_cache_bytes_per_token"]["f16"]
+    )?;
+    writeln!(o, "tokens       bos {:?}, eos {:?}, pad {:?}", c.bos_token_id, c.eos_token_ids, c.pad_token_id)?;
+    writeln!(o, "tokenizer    {}", r["tokenizer"])?;
+    writeln!(o, "chat tmpl    {}", r["chat_template_bytes"].as_u64().map(|b| format!("{b} bytes")).unwrap_or("none".into()))?;
+    writeln!(o, "provenance   {}", r["provenance"])?;
+    match &r["user_metadata"] {
+        Value::Null => writeln!(o, "user meta    none")?,
+        u => writeln!(o, "user meta    {} bytes{}", u["bytes"], u["text"].as_str().map(|t| format!(": {t:?}")).unwrap_or_default())?,
+    }
+    writeln!(o, 
+        "header       {} tensors, routing_offset {}, data_offset {}, metadata {} bytes",
+        h["tensor_count"], h["routing_offset"], h["data_offset"], h["metadata_size"]
+    )?;
+    writeln!(o, "expert layout")?;
+    for e in r["expert_layout"].as_array().into_iter().flatten() {
+        writeln!(o, 
+            "  {:<28} {} experts × {} ({} bytes each, stride {}) from offset {}",
+            e["tensor"].as_str().unwrap_or(""),
+            e["experts"],
+            e["expert_shape"],
+            e["expert_bytes"],
+            e["stride"],
+            e["first_offset"]
+        )?;
+    }
+    writeln!(o, "tensors")?;
+    writeln!(o, "  {:<32} {:<5} {:<18} {:>12} {:>12}", "name", "dtype", "shape", "bytes", "offset")?;
+    for t in r["tensors"].as_array().into_iter().flatten() {
+        writeln!(o, 
+            "  {:<32} {:<5} {:<18} {:>12} {:>12}",
+            t["name"].as_str().unwrap_or(""),
+            t["dtype"].as_str().unwrap_or(""),
+            t["shape"].to_string(),
+            t["bytes"].as_u64().unwrap_or(0),
+            t["offset"].as_u64().unwrap_or(0)
+        )?;
+    }
+    Ok(())
+}
+
+pub fn run(file: &Path, as_json: bool) -> Result<(), Error> {
+    let model = Model::open(file, &LoadOptions::default())?;
+    let r = report(&model, file);
+    let mut out = std::io::stdout().lock();
+    let written = if as_json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&r).unwrap_or_default())
+    } else {
+        print_text(&mut out, &r, &model)
+    };
+    written.map_err(|e| Error::io("write to stdout", e))
+}

@@ -1,0 +1,126 @@
+//! The `colibri` command-line tool. Each subcommand lives in its own module; every command that
+//! fails prints one line `error: <reason>` to stderr and exits with status 1 (2 for usage errors).
+
+mod convert;
+mod dump;
+mod inspect;
+mod validate;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "colibri", version, about = "Mixture-of-Experts LLM inference on CPU from one .colibri file")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert a HuggingFace checkpoint directory (safetensors + config + tokenizer) to .colibri.
+    Convert {
+        /// Checkpoint directory (config.json, *.safetensors, tokenizer.json, ...).
+        input: PathBuf,
+        /// Output .colibri file (written via a temp file and renamed on success).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Output dtype: f32, f16 or bf16 (default: keep each tensor's source dtype).
+        #[arg(long, value_parser = parse_dtype)]
+        dtype: Option<colibri::format::DType>,
+        /// Attach this file's bytes as user metadata (read back with `inspect` and the API).
+        #[arg(long)]
+        user_metadata: Option<PathBuf>,
+        /// Do not draw a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Show the header, config, tokenizer, parameters and tensor table of a .colibri file.
+    Inspect {
+        file: PathBuf,
+        /// Machine-readable JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a .colibri file completely: structure, config, checksums, NaN/Inf scan.
+    Validate {
+        file: PathBuf,
+        /// Read the file into memory instead of mapping it.
+        #[arg(long)]
+        no_mmap: bool,
+    },
+    /// Print the values of one tensor (or of a layer's router with --gate).
+    Dump {
+        file: PathBuf,
+        /// Tensor name (full, or a layer suffix such as `attn.q` together with --layer).
+        #[arg(long, required_unless_present = "gate")]
+        tensor: Option<String>,
+        /// Print the router weights of --layer.
+        #[arg(long, requires = "layer")]
+        gate: bool,
+        /// Layer index.
+        #[arg(long)]
+        layer: Option<usize>,
+        /// Expert index (for expert stacks).
+        #[arg(long)]
+        expert: Option<usize>,
+        /// Rows to print.
+        #[arg(long, default_value_t = 4)]
+        rows: usize,
+        /// Values per row to print.
+        #[arg(long, default_value_t = 8)]
+        cols: usize,
+    },
+}
+
+fn parse_dtype(s: &str) -> Result<colibri::format::DType, String> {
+    colibri::format::DType::from_name(s).ok_or_else(|| format!("unknown dtype '{s}' (use f32, f16 or bf16)"))
+}
+
+fn run(cli: Cli) -> Result<(), colibri::Error> {
+    match cli.command {
+        Command::Convert { input, output, dtype, user_metadata, no_progress } => {
+            let args = convert::ConvertArgs {
+                input,
+                output,
+                dtype,
+                user_metadata,
+                progress: !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            let r = convert::convert(&args)?;
+            for w in &r.warnings {
+                eprintln!("warning: {w}");
+            }
+            eprintln!(
+                "converted {}: {} params ({} active per token), {} layers, {} experts top-{} -> {} ({} bytes) in {:.2} s",
+                r.family,
+                inspect::human_count(r.params),
+                inspect::human_count(r.active),
+                r.n_layers,
+                r.n_experts,
+                r.top_k,
+                r.output.display(),
+                r.bytes,
+                r.seconds
+            );
+            Ok(())
+        }
+        Command::Inspect { file, json } => inspect::run(&file, json),
+        Command::Validate { file, no_mmap } => validate::run(&file, no_mmap),
+        Command::Dump { file, tensor, gate, layer, expert, rows, cols } => {
+            dump::run(&file, tensor.as_deref(), gate, layer, expert, rows, cols)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The fixed 256-byte header: decoding with bounds and sanity checks, and encoding.
+
+use crate::error::{Error, Result};
+
+/// "COLI".
+pub const MAGIC: [u8; 4] = *b"COLI";
+/// The format version this build reads and writes.
+pub const VERSION: u32 = 1;
+/// Bytes of the fixed header.
+pub const HEADER_SIZE: u64 = 256;
+/// Offset where the zero-filled reserved bytes start.
+pub const RESERVED_OFFSET: usize = 0x70;
+
+/// The decoded fixed header (see the module doc of `format` for the byte layout).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub version: u32,
+    pub num_experts: u32,
+    pub num_layers: u32,
+    pub header_size: u32,
+    pub tensor_count: u32,
+    pub routing_offset: u64,
+    pub data_offset: u64,
+    pub metadata_offset: u64,
+    pub metadata_size: u64,
+    pub table_offset: u64,
+    pub table_size: u64,
+    pub strings_offset: u64,
+    pub strings_size: u64,
+    pub file_size: u64,
+    pub record_size: u32,
+    pub flags: u32,
+    pub top_k: u32,
+    pub num_moe_layers: u32,
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl Header {
+    /// Decode the first `HEADER_SIZE` bytes. `bytes` may be shorter (then the file is too small).
+    /// Checks magic, version, header_size, record_size, flags and the reserved bytes; the
+    /// section layout is checked by `parse` against the real file size.
+    pub fn decode(bytes: &[u8], file_size: u64) -> Result<Header> {
+        if file_size < HEADER_SIZE || (bytes.len() as u64) < HEADER_SIZE {
+            return Err(Error::FileTooSmall { size: file_size, need: HEADER_SIZE });
+        }
+        let b = &bytes[..HEADER_SIZE as usize];
+        let magic = [b[0], b[1], b[2], b[3]];
+        if magic != MAGIC {
+            return Err(Error::BadMagic { found: magic });
+        }
+        let h = Header {
+            version: u32_at(b, 0x04),
+            num_experts: u32_at(b, 0x08),
+            num_layers: u32_at(b, 0x0C),
+            header_size: u32_at(b, 0x10),
+            tensor_count: u32_at(b, 0x14),
+            routing_offset: u64_at(b, 0x18),
+            data_offset: u64_at(b, 0x20),
+            metadata_offset: u64_at(b, 0x28),
+            metadata_size: u64_at(b, 0x30),
+            table_offset: u64_at(b, 0x38),
+            table_size: u64_at(b, 0x40),
+            strings_offset: u64_at(b, 0x48),
+            strings_size: u64_at(b, 0x50),
+            file_size: u64_at(b, 0x58),
+            record_size: u32_at(b, 0x60),
+            flags: u32_at(b, 0x64),
+            top_k: u32_at(b, 0x68),
+            num_moe_layers: u32_at(b, 0x6C),
+        };
+        if h.version == 0 || h.version > VERSION {
+            return Err(Error::UnsupportedVersion { found: h.version, supported: VERSION });
+        }
+        if u64::from(h.header_size) != HEADER_SIZE {
+            return Err(Error::BadHeader {
+                field: "header_size",
+                value: h.header_size.into(),
+                reason: "version 1 headers are 256 bytes",
+            });
+        }
+        if u64::from(h.record_size) != super::RECORD_SIZE {
+            return Err(Error::BadHeader {
+                field: "record_size",
+                value: h.record_size.into(),
+                reason: "version 1 tensor records are 96 bytes",
+            });
+        }
+        if h.flags != 0 {
+            return Err(Error::BadHeader {
+                field: "flags",
+                value: h.flags.into(),
+                reason: "no flags are defined in version 1",
+            });
+        }
+        if let Some(pos) = b[RESERVED_OFFSET..].iter().position(|&x| x != 0) {
+            return Err(Error::NonZeroPadding {
+                what: "reserved header byte".into(),
+                offset: (RESERVED_OFFSET + pos) as u64,
+            });
+        }
+        if file_size < h.file_size {
+            return Err(Error::Truncated { expected: h.file_size, actual: file_size });
+        }
+        if file_size > h.file_size {
+            return Err(Error::TrailingBytes { end_of_data: h.file_size, file_size });
+        }
+        Ok(h)
+    }
+
+    /// Encode into exactly `HEADER_SIZE` bytes (reserved bytes zero).
+    pub fn encode(&self) -> [u8; HEADER_SIZE as usize] {
+        let mut b = [0u8; HEADER_SIZE as usize];
+        b[0..4].copy_from_slice(&MAGIC);
+        let put32 = |b: &mut [u8], off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        let put64 = |b: &mut [u8], off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        put32(&mut b, 0x04, self.version);
+        put32(&mut b, 0x08, self.num_experts);
+        put32(&mut b, 0x0C, self.num_layers);
+        put32(&mut b, 0x10, self.header_size);
+        put32(&mut b, 0x14, self.tensor_count);
+        put64(&mut b, 0x18, self.routing_offset);
+        put64(&mut b, 0x20, self.data_offset);
+        put64(&mut b, 0x28, self.metadata_offset);
+        put64(&mut b, 0x30, self.metadata_size);
+        put64(&mut b, 0x38, self.table_offset);
+        put64(&mut b, 0x40, self.table_size);
+        put64(&mut b, 0x48, self.strings_offset);
+        put64(&mut b, 0x50, self.strings_size);
+        put64(&mut b, 0x58, self.file_size);
+        put32(&mut b, 0x60, self.record_size);
+        put32(&mut b, 0x64, self.flags);
+        put32(&mut b, 0x68, self.top_k);
+        put32(&mut b, 0x6C, self.num_moe_layers);
+        b
+    }
+}

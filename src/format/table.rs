@@ -1,0 +1,220 @@
+//! Tensor records: the fixed 96-byte entries of the tensor table, decoded with every field
+//! checked on its own (shape, dtype, byte length, alignment). Cross-record rules (order, gaps,
+//! overlaps) are checked in `parse`.
+
+use super::{DType, EXPERT_ALIGN, TENSOR_ALIGN};
+use crate::error::{Error, Result};
+
+/// Bytes of one record.
+pub const RECORD_SIZE: u64 = 96;
+/// Most dimensions a tensor may have.
+pub const MAX_NDIM: usize = 4;
+/// Longest tensor name, in bytes.
+pub const MAX_NAME_LEN: u32 = 256;
+/// Largest single dimension accepted (2^40).
+const MAX_DIM: u64 = 1 << 40;
+
+/// The role of a tensor in the layout rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorKind {
+    /// Any tensor: 64-byte aligned.
+    Plain,
+    /// A router ([n_experts, hidden]); routers come first, contiguously.
+    Router,
+    /// An expert stack [n_experts, rows, cols], each expert 4096-byte aligned.
+    Experts,
+}
+
+impl TensorKind {
+    fn from_id(id: u32) -> Option<TensorKind> {
+        match id {
+            0 => Some(TensorKind::Plain),
+            1 => Some(TensorKind::Router),
+            2 => Some(TensorKind::Experts),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn id(self) -> u32 {
+        match self {
+            TensorKind::Plain => 0,
+            TensorKind::Router => 1,
+            TensorKind::Experts => 2,
+        }
+    }
+
+    /// Required alignment of the tensor's first byte.
+    pub fn align(self) -> u64 {
+        match self {
+            TensorKind::Experts => EXPERT_ALIGN,
+            _ => TENSOR_ALIGN,
+        }
+    }
+}
+
+/// One decoded and individually validated tensor record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorRecord {
+    pub name: String,
+    pub dtype: DType,
+    /// Dimensions, outermost first (1..=4 of them).
+    pub shape: Vec<u64>,
+    pub data_offset: u64,
+    pub byte_length: u64,
+    /// Bytes between consecutive experts (expert stacks only, else 0).
+    pub expert_stride: u64,
+    pub checksum: u64,
+    pub group_size: u32,
+    pub kind: TensorKind,
+}
+
+impl TensorRecord {
+    /// Number of elements.
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of one expert's matrix (expert stacks), or of the whole tensor.
+    pub fn unit_bytes(&self) -> u64 {
+        let per_unit: u64 = match self.kind {
+            TensorKind::Experts => self.shape[1..].iter().product(),
+            _ => self.elements(),
+        };
+        per_unit * self.dtype.size()
+    }
+
+    /// End offset (exclusive) of the data.
+    pub fn end(&self) -> u64 {
+        self.data_offset + self.byte_length
+    }
+
+    /// Expected byte length and stride of a tensor with this shape/dtype/kind; `None` on overflow.
+    pub fn layout_for(dtype: DType, shape: &[u64], kind: TensorKind) -> Option<(u64, u64)> {
+        match kind {
+            TensorKind::Experts => {
+                let unit = dtype.bytes_for(shape.get(1..)?.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?)?;
+                let stride = super::align_up(unit, EXPERT_ALIGN)?;
+                let n = shape[0];
+                let len = stride.checked_mul(n.checked_sub(1)?)?.checked_add(unit)?;
+                Some((len, stride))
+            }
+            _ => {
+                let elems = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+                Some((dtype.bytes_for(elems)?, 0))
+            }
+        }
+    }
+
+    /// Decode record `index` from its 96 bytes, resolving the name in `strings`.
+    pub fn decode(index: usize, rec: &[u8], strings: &[u8]) -> Result<TensorRecord> {
+        let u32_at = |o: usize| u32::from_le_bytes([rec[o], rec[o + 1], rec[o + 2], rec[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&rec[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let name_off = u64::from(u32_at(0));
+        let name_len = u32_at(4);
+        if name_len == 0 {
+            return Err(Error::BadTensorName { index, reason: "empty name" });
+        }
+        if name_len > MAX_NAME_LEN {
+            return Err(Error::BadTensorName { index, reason: "name longer than 256 bytes" });
+        }
+        let end = name_off + u64::from(name_len);
+        let raw = strings
+            .get(name_off as usize..end as usize)
+            .ok_or(Error::BadTensorName { index, reason: "name runs past the string table" })?;
+        let name = std::str::from_utf8(raw).map_err(|_| Error::BadTensorName { index, reason: "name is not UTF-8" })?;
+        if name.contains('\0') {
+            return Err(Error::BadTensorName { index, reason: "name contains NUL" });
+        }
+        let name = name.to_string();
+        let dtype_id = u32_at(8);
+        let dtype =
+            DType::from_id(dtype_id).ok_or_else(|| Error::UnknownDtype { tensor: name.clone(), id: dtype_id })?;
+        let ndim = u32_at(12) as usize;
+        if ndim == 0 || ndim > MAX_NDIM {
+            return Err(Error::shape(&name, format!("ndim {ndim} outside 1..={MAX_NDIM}")));
+        }
+        let dims: Vec<u64> = (0..MAX_NDIM).map(|i| u64_at(16 + 8 * i)).collect();
+        if let Some(d) = dims[ndim..].iter().find(|&&d| d != 0) {
+            return Err(Error::shape(&name, format!("unused dimension holds {d}, must be 0")));
+        }
+        let shape = dims[..ndim].to_vec();
+        if shape.contains(&0) {
+            return Err(Error::shape(&name, "a dimension is 0"));
+        }
+        if let Some(&d) = shape.iter().find(|&&d| d > MAX_DIM) {
+            return Err(Error::shape(&name, format!("dimension {d} is absurd (> 2^40)")));
+        }
+        if shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).and_then(|n| dtype.bytes_for(n)).is_none() {
+            return Err(Error::shape(&name, "element count overflows"));
+        }
+        let kind_id = u32_at(84);
+        let kind = TensorKind::from_id(kind_id)
+            .ok_or_else(|| Error::shape(&name, format!("unknown tensor kind {kind_id}")))?;
+        if kind == TensorKind::Experts && ndim != 3 {
+            return Err(Error::shape(&name, "an expert stack must have 3 dimensions"));
+        }
+        if kind == TensorKind::Router && ndim != 2 {
+            return Err(Error::shape(&name, "a router must have 2 dimensions"));
+        }
+        let group_size = u32_at(80);
+        if group_size != 0 {
+            return Err(Error::shape(&name, format!("group size {group_size} given for float dtype {dtype}")));
+        }
+        if u64_at(88) != 0 {
+            return Err(Error::NonZeroPadding { what: format!("reserved field of tensor '{name}'"), offset: 88 });
+        }
+        let r = TensorRecord {
+            name,
+            dtype,
+            shape,
+            data_offset: u64_at(48),
+            byte_length: u64_at(56),
+            expert_stride: u64_at(64),
+            checksum: u64_at(72),
+            group_size,
+            kind,
+        };
+        let (want_len, want_stride) = Self::layout_for(r.dtype, &r.shape, r.kind)
+            .ok_or_else(|| Error::shape(&r.name, "byte length overflows"))?;
+        if r.expert_stride != want_stride {
+            if r.kind == TensorKind::Experts && r.expert_stride % EXPERT_ALIGN != 0 {
+                return Err(Error::Misaligned { tensor: r.name, offset: r.expert_stride, align: EXPERT_ALIGN });
+            }
+            return Err(Error::Layout {
+                what: format!("expert stride of '{}'", r.name),
+                expected: want_stride,
+                found: r.expert_stride,
+            });
+        }
+        if r.byte_length != want_len {
+            return Err(Error::ByteLength { tensor: r.name, expected: want_len, found: r.byte_length });
+        }
+        if r.data_offset % r.kind.align() != 0 {
+            return Err(Error::Misaligned { tensor: r.name, offset: r.data_offset, align: r.kind.align() });
+        }
+        Ok(r)
+    }
+
+    /// Encode into 96 bytes with `name_offset` into the string table.
+    pub fn encode(&self, name_offset: u32) -> [u8; RECORD_SIZE as usize] {
+        let mut b = [0u8; RECORD_SIZE as usize];
+        b[0..4].copy_from_slice(&name_offset.to_le_bytes());
+        b[4..8].copy_from_slice(&(self.name.len() as u32).to_le_bytes());
+        b[8..12].copy_from_slice(&self.dtype.id().to_le_bytes());
+        b[12..16].copy_from_slice(&(self.shape.len() as u32).to_le_bytes());
+        for (i, d) in self.shape.iter().enumerate() {
+            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&d.to_le_bytes());
+        }
+        b[48..56].copy_from_slice(&self.data_offset.to_le_bytes());
+        b[56..64].copy_from_slice(&self.byte_length.to_le_bytes());
+        b[64..72].copy_from_slice(&self.expert_stride.to_le_bytes());
+        b[72..80].copy_from_slice(&self.checksum.to_le_bytes());
+        b[80..84].copy_from_slice(&self.group_size.to_le_bytes());
+        b[84..88].copy_from_slice(&self.kind.id().to_le_bytes());
+        b
+    }
+}

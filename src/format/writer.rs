@@ -1,0 +1,332 @@
+//! Streaming writer of .colibri files: the layout is planned up front from the tensor list,
+//! data is streamed tensor by tensor (checksummed on the way), the table is rewritten with the
+//! checksums at the end, and the file appears under its final name only after fsync + rename.
+
+use super::header::{Header, HEADER_SIZE, VERSION};
+use super::metadata::{self, MetaKind};
+use super::table::{TensorKind, TensorRecord, RECORD_SIZE};
+use super::{align_up, DType, EXPERT_ALIGN};
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh64::Xxh64;
+
+/// A tensor to be written: its place in the file follows from the order of the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedTensor {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub kind: TensorKind,
+}
+
+/// What a finished write produced.
+#[derive(Clone, Debug)]
+pub struct WriteSummary {
+    pub path: PathBuf,
+    pub file_size: u64,
+    pub tensor_count: usize,
+}
+
+/// Writes one .colibri file through a temporary file next to the destination.
+pub struct FileWriter {
+    final_path: PathBuf,
+    tmp_path: PathBuf,
+    out: Option<BufWriter<File>>,
+    header: Header,
+    records: Vec<TensorRecord>,
+    strings: Vec<u8>,
+    name_offsets: Vec<u32>,
+    /// Index of the tensor being written, if any.
+    current: Option<usize>,
+    /// Tensors completed so far.
+    done: usize,
+    /// Bytes of the current tensor's payload written (expert gaps excluded).
+    payload: u64,
+    hasher: Xxh64,
+    pos: u64,
+}
+
+fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(op, e)
+}
+
+fn overflow() -> Error {
+    Error::InvalidArgument { reason: "tensor sizes overflow the file layout".into() }
+}
+
+impl FileWriter {
+    /// Plan the layout and start the temporary file. `num_experts` / `top_k` go to the header;
+    /// every router and expert stack must have `num_experts` as its first dimension.
+    pub fn create(
+        path: &Path,
+        num_layers: u32,
+        num_experts: u32,
+        top_k: u32,
+        meta: &[(String, MetaKind, Vec<u8>)],
+        tensors: Vec<PlannedTensor>,
+    ) -> Result<FileWriter> {
+        if tensors.is_empty() {
+            return Err(Error::InvalidArgument { reason: "a .colibri file needs at least one tensor".into() });
+        }
+        let meta_bytes = metadata::encode(meta)?;
+        let mut strings = Vec::new();
+        let mut name_offsets = Vec::with_capacity(tensors.len());
+        for t in &tensors {
+            name_offsets.push(u32::try_from(strings.len()).map_err(|_| overflow())?);
+            strings.extend_from_slice(t.name.as_bytes());
+        }
+        let metadata_offset = HEADER_SIZE;
+        let metadata_size = meta_bytes.len() as u64;
+        let table_offset = align_up(metadata_offset + metadata_size, 8).ok_or_else(overflow)?;
+        let table_size = tensors.len() as u64 * RECORD_SIZE;
+        let strings_offset = table_offset + table_size;
+        let data_offset = align_up(strings_offset + strings.len() as u64, EXPERT_ALIGN).ok_or_else(overflow)?;
+
+        let mut records = Vec::with_capacity(tensors.len());
+        let mut cursor = data_offset;
+        for t in tensors {
+            let (byte_length, expert_stride) =
+                TensorRecord::layout_for(t.dtype, &t.shape, t.kind).ok_or_else(overflow)?;
+            if t.kind != TensorKind::Plain && t.shape.first() != Some(&u64::from(num_experts)) {
+                return Err(Error::InvalidArgument {
+                    reason: format!("'{}' does not have {num_experts} experts", t.name),
+                });
+            }
+            let data_offset = align_up(cursor, t.kind.align()).ok_or_else(overflow)?;
+            cursor = data_offset.checked_add(byte_length).ok_or_else(overflow)?;
+            records.push(TensorRecord {
+                name: t.name,
+                dtype: t.dtype,
+                shape: t.shape,
+                data_offset,
+                byte_length,
+                expert_stride,
+                checksum: 0,
+                group_size: 0,
+                kind: t.kind,
+            });
+        }
+        let routers: Vec<&TensorRecord> = records.iter().filter(|r| r.kind == TensorKind::Router).collect();
+        let header = Header {
+            version: VERSION,
+            num_experts,
+            num_layers,
+            header_size: HEADER_SIZE as u32,
+            tensor_count: u32::try_from(records.len()).map_err(|_| overflow())?,
+            routing_offset: routers.first().map(|r| r.data_offset).unwrap_or(0),
+            data_offset,
+            metadata_offset,
+            metadata_size,
+            table_offset,
+            table_size,
+            strings_offset,
+            strings_size: strings.len() as u64,
+            file_size: cursor,
+            record_size: RECORD_SIZE as u32,
+            flags: 0,
+            top_k,
+            num_moe_layers: routers.len() as u32,
+        };
+
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let file_name = path.file_name().ok_or_else(|| Error::InvalidArgument {
+            reason: format!("output path {} has no file name", path.display()),
+        })?;
+        let tmp_path = dir.join(format!(".{}.{}.tmp", file_name.to_string_lossy(), std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp_path)
+            .map_err(io("create temporary output file"))?;
+        let mut w = FileWriter {
+            final_path: path.to_path_buf(),
+            tmp_path,
+            out: Some(BufWriter::with_capacity(1 << 20, file)),
+            header,
+            records,
+            strings,
+            name_offsets,
+            current: None,
+            done: 0,
+            payload: 0,
+            hasher: Xxh64::new(0),
+            pos: 0,
+        };
+        w.write_prefix(&meta_bytes)?;
+        Ok(w)
+    }
+
+    /// The planned records (offsets are final; checksums are filled as tensors complete).
+    pub fn records(&self) -> &[TensorRecord] {
+        &self.records
+    }
+
+    /// The planned header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> Result<()> {
+        let out =
+            self.out.as_mut().ok_or_else(|| Error::InvalidArgument { reason: "writer already finished".into() })?;
+        out.write_all(bytes).map_err(io("write output file"))?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn zeros_to(&mut self, target: u64) -> Result<()> {
+        const Z: [u8; 4096] = [0; 4096];
+        while self.pos < target {
+            let n = (target - self.pos).min(Z.len() as u64) as usize;
+            self.raw(&Z[..n])?;
+        }
+        Ok(())
+    }
+
+    fn table_bytes(&self) -> Vec<u8> {
+        let mut t = Vec::with_capacity(self.records.len() * RECORD_SIZE as usize);
+        for (r, &off) in self.records.iter().zip(&self.name_offsets) {
+            t.extend_from_slice(&r.encode(off));
+        }
+        t
+    }
+
+    fn write_prefix(&mut self, meta: &[u8]) -> Result<()> {
+        let header = self.header.encode();
+        self.raw(&header)?;
+        self.raw(meta)?;
+        self.zeros_to(self.header.table_offset)?;
+        let table = self.table_bytes();
+        self.raw(&table)?;
+        let strings = std::mem::take(&mut self.strings);
+        self.raw(&strings)?;
+        self.strings = strings;
+        self.zeros_to(self.header.data_offset)
+    }
+
+    /// Start the next tensor; `name` must be the next one in the plan.
+    pub fn begin(&mut self, name: &str) -> Result<()> {
+        if self.current.is_some() {
+            return Err(Error::InvalidArgument { reason: format!("begin('{name}') while another tensor is open") });
+        }
+        let rec = self.records.get(self.done).ok_or_else(|| Error::InvalidArgument {
+            reason: format!("begin('{name}'): all planned tensors are written"),
+        })?;
+        if rec.name != name {
+            return Err(Error::InvalidArgument {
+                reason: format!("begin('{name}'): the plan expects '{}' next", rec.name),
+            });
+        }
+        let start = rec.data_offset;
+        self.zeros_to(start)?;
+        self.current = Some(self.done);
+        self.payload = 0;
+        self.hasher = Xxh64::new(0);
+        Ok(())
+    }
+
+    /// Append payload bytes (the row-major elements, experts one after another) to the open
+    /// tensor; the zero gaps between experts are inserted automatically.
+    pub fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
+        let i = self.current.ok_or_else(|| Error::InvalidArgument { reason: "write() with no open tensor".into() })?;
+        let (unit, stride, total_units) = {
+            let r = &self.records[i];
+            let units = if r.kind == TensorKind::Experts { r.shape[0] } else { 1 };
+            (r.unit_bytes(), r.expert_stride.max(r.unit_bytes()), units)
+        };
+        let total = unit * total_units;
+        if self.payload + bytes.len() as u64 > total {
+            return Err(Error::InvalidArgument {
+                reason: format!("tensor '{}' receives more than its {total} bytes", self.records[i].name),
+            });
+        }
+        while !bytes.is_empty() {
+            let in_unit = self.payload % unit;
+            let take = ((unit - in_unit) as usize).min(bytes.len());
+            let (head, rest) = bytes.split_at(take);
+            self.hasher.update(head);
+            self.raw(head)?;
+            self.payload += take as u64;
+            bytes = rest;
+            if self.payload % unit == 0 && self.payload < total {
+                let gap = (stride - unit) as usize;
+                let zeros = vec![0u8; gap];
+                self.hasher.update(&zeros);
+                self.raw(&zeros)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Close the open tensor; its payload must be complete.
+    pub fn end(&mut self) -> Result<()> {
+        let i =
+            self.current.take().ok_or_else(|| Error::InvalidArgument { reason: "end() with no open tensor".into() })?;
+        let r = &self.records[i];
+        let units = if r.kind == TensorKind::Experts { r.shape[0] } else { 1 };
+        let total = r.unit_bytes() * units;
+        if self.payload != total {
+            return Err(Error::InvalidArgument {
+                reason: format!("tensor '{}' got {} of its {total} bytes", r.name, self.payload),
+            });
+        }
+        self.records[i].checksum = self.hasher.digest();
+        self.done += 1;
+        Ok(())
+    }
+
+    /// Write a whole tensor at once.
+    pub fn tensor(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.begin(name)?;
+        self.write(bytes)?;
+        self.end()
+    }
+
+    /// Finish: rewrite the table with checksums, fsync, rename over the destination, fsync the
+    /// directory. Until this returns Ok, the destination path is untouched.
+    pub fn finish(mut self) -> Result<WriteSummary> {
+        if self.current.is_some() || self.done != self.records.len() {
+            return Err(Error::InvalidArgument {
+                reason: format!("finish() after {} of {} tensors", self.done, self.records.len()),
+            });
+        }
+        let table = self.table_bytes();
+        let table_offset = self.header.table_offset;
+        let out = self.out.take().ok_or_else(|| Error::InvalidArgument { reason: "writer already finished".into() })?;
+        let tmp = self.tmp_path.clone();
+        let publish = || -> Result<()> {
+            let mut file = out.into_inner().map_err(|e| Error::io("flush output file", e.into_error()))?;
+            file.seek(SeekFrom::Start(table_offset)).map_err(io("seek output file"))?;
+            file.write_all(&table).map_err(io("write tensor table"))?;
+            file.sync_all().map_err(io("fsync output file"))?;
+            drop(file);
+            std::fs::rename(&tmp, &self.final_path).map_err(io("rename output file"))
+        };
+        if let Err(e) = publish() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if let Some(dir) = self.final_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(WriteSummary {
+            path: self.final_path.clone(),
+            file_size: self.header.file_size,
+            tensor_count: self.records.len(),
+        })
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        // An unfinished write leaves nothing behind.
+        if self.out.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp_path);
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! The model configuration: plain numbers describing one model of any supported family. Family
+//! differences are fields here, never separate model code. Stored as JSON in the file's
+//! "config" metadata entry; `validate` rejects nonsense before anything is sized from it.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// The HuggingFace architecture a model came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// MixtralForCausalLM
+    Mixtral,
+    /// Qwen2MoeForCausalLM
+    Qwen2Moe,
+    /// Qwen3MoeForCausalLM
+    Qwen3Moe,
+    /// OlmoeForCausalLM
+    Olmoe,
+}
+
+impl Family {
+    /// The HuggingFace class name.
+    pub fn hf_architecture(self) -> &'static str {
+        match self {
+            Family::Mixtral => "MixtralForCausalLM",
+            Family::Qwen2Moe => "Qwen2MoeForCausalLM",
+            Family::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Family::Olmoe => "OlmoeForCausalLM",
+        }
+    }
+
+    /// Short name ("mixtral", "qwen2_moe", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Mixtral => "mixtral",
+            Family::Qwen2Moe => "qwen2_moe",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Olmoe => "olmoe",
+        }
+    }
+}
+
+/// Where RMSNorm is applied to queries and keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    /// No q/k normalisation (Mixtral, Qwen2-MoE).
+    None,
+    /// RMSNorm over each head's head_dim values, weight [head_dim] (Qwen3-MoE).
+    PerHead,
+    /// RMSNorm over the whole projection, weights [n_heads·head_dim] and [n_kv_heads·head_dim] (OLMoE).
+    Full,
+}
+
+/// Rotary position embedding: base frequency and optional scaling, with every default resolved
+/// by the converter (the engine applies exactly these numbers).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rope {
+    /// Base θ.
+    pub theta: f64,
+    /// Fraction of head_dim that is rotated (1.0 for all supported families).
+    #[serde(default = "one")]
+    pub partial_rotary_factor: f64,
+    /// Context-extension scheme.
+    #[serde(default)]
+    pub scaling: RopeScaling,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// RoPE scaling schemes used by these families' configs (transformers `rope_type`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    #[default]
+    None,
+    /// Positions divided by `factor`.
+    Linear { factor: f64 },
+    /// NTK-aware dynamic scaling beyond `original_max_position_embeddings`.
+    Dynamic { factor: f64, original_max_position_embeddings: u64 },
+    /// YaRN, with attention_factor resolved (transformers `_compute_yarn_parameters`).
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: u64,
+        beta_fast: f64,
+        beta_slow: f64,
+        attention_factor: f64,
+        truncate: bool,
+    },
+    /// Llama-3 frequency-band scaling.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: u64 },
+}
+
+/// The routed-experts part of a MoE layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeConfig {
+    /// Routed experts per MoE layer.
+    pub n_experts: usize,
+    /// Experts chosen per token.
+    pub top_k: usize,
+    /// Inner size of each routed expert (SwiGLU).
+    pub expert_ffn: usize,
+    /// Renormalise the chosen top-k probabilities to sum to 1 (Mixtral always; others per config).
+    pub norm_topk_prob: bool,
+    /// Inner size of the shared expert (Qwen2-MoE); 0 when there is none.
+    #[serde(default)]
+    pub shared_expert_ffn: usize,
+    /// Shared expert output scaled by sigmoid(shared_expert_gate · x) (Qwen2-MoE).
+    #[serde(default)]
+    pub shared_expert_gate: bool,
+}
+
+/// Per-layer choices.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerSpec {
+    /// MoE block (true) or dense SwiGLU MLP of size `dense_ffn` (false).
+    pub moe: bool,
+    /// Sliding attention window for this layer, if any.
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+}
+
+/// Everything the forward pass needs to know about a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    pub family: Family,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope: Rope,
+    /// Trained context length.
+    pub max_position_embeddings: usize,
+    /// q/k/v projections carry a bias (Qwen2-MoE).
+    pub attention_bias: bool,
+    pub qk_norm: QkNorm,
+    /// Clamp q, k and v to [-clip, clip] after projection (OLMoE `clip_qkv`).
+    #[serde(default)]
+    pub clip_qkv: Option<f64>,
+    pub moe: MoeConfig,
+    /// Inner size of dense-layer MLPs (0 when no layer is dense).
+    pub dense_ffn: usize,
+    /// One entry per layer.
+    pub layers: Vec<LayerSpec>,
+    /// lm_head shares the embedding matrix.
+    pub tie_embeddings: bool,
+    /// Activation of the gated MLPs ("silu").
+    pub hidden_act: String,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    pub pad_token_id: Option<u32>,
+}
+
+/// Caps that keep a hostile config from sizing absurd buffers.
+const MAX_VOCAB: usize = 1 << 22;
+const MAX_HIDDEN: usize = 1 << 16;
+const MAX_LAYERS: usize = 1024;
+const MAX_HEADS: usize = 1024;
+const MAX_EXPERTS: usize = 4096;
+const MAX_FFN: usize = 1 << 20;
+const MAX_CONTEXT: usize = 1 << 24;
+
+fn within(what: &str, v: usize, lo: usize, hi: usize) -> Result<()> {
+    if v < lo || v > hi {
+        return Err(Error::config(format!("{what} = {v} outside {lo}..={hi}")));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Check every field for consistency. Called on every open.
+    pub fn validate(&self) -> Result<()> {
+        within("vocab_size", self.vocab_size, 1, MAX_VOCAB)?;
+        within("hidden_size", self.hidden_size, 1, MAX_HIDDEN)?;
+        within("n_layers", self.n_layers, 1, MAX_LAYERS)?;
+        within("n_heads", self.n_heads, 1, MAX_HEADS)?;
+        within("n_kv_heads", self.n_kv_heads, 1, self.n_heads)?;
+        within("head_dim", self.head_dim, 2, MAX_HIDDEN)?;
+        within("max_position_embeddings", self.max_position_embeddings, 1, MAX_CONTEXT)?;
+        if self.n_heads % self.n_kv_heads != 0 {
+            return Err(Error::config(format!(
+                "n_heads {} is not a multiple of n_kv_heads {}",
+                self.n_heads, self.n_kv_heads
+            )));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(Error::config(format!("head_dim {} must be even for RoPE", self.head_dim)));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
+            return Err(Error::config(format!("rms_norm_eps {} must be in (0, 1)", self.rms_norm_eps)));
+        }
+        if !(self.rope.theta.is_finite() && self.rope.theta > 1.0) {
+            return Err(Error::config(format!("rope theta {} must be finite and > 1", self.rope.theta)));
+        }
+        if !(self.rope.partial_rotary_factor > 0.0 && self.rope.partial_rotary_factor <= 1.0) {
+            return Err(Error::config("partial_rotary_factor must be in (0, 1]"));
+        }
+        self.validate_rope_scaling()?;
+        if let Some(c) = self.clip_qkv {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(Error::config(format!("clip_qkv {c} must be finite and > 0")));
+            }
+        }
+        let m = &self.moe;
+        within("moe.n_experts", m.n_experts, 1, MAX_EXPERTS)?;
+        within("moe.top_k", m.top_k, 1, m.n_experts)?;
+        within("moe.expert_ffn", m.expert_ffn, 1, MAX_FFN)?;
+        within("moe.shared_expert_ffn", m.shared_expert_ffn, 0, MAX_FFN)?;
+        if m.shared_expert_gate && m.shared_expert_ffn == 0 {
+            return Err(Error::config("shared_expert_gate without a shared expert"));
+        }
+        if self.layers.len() != self.n_layers {
+            return Err(Error::config(format!("{} layer specs for {} layers", self.layers.len(), self.n_layers)));
+        }
+        if !self.layers.iter().any(|l| l.moe) {
+            return Err(Error::config("no MoE layer: colibri runs Mixture-of-Experts models"));
+        }
+        if self.layers.iter().any(|l| !l.moe) {
+            within("dense_ffn", self.dense_ffn, 1, MAX_FFN)?;
+        }
+        for (i, l) in self.layers.iter().enumerate() {
+            if l.sliding_window == Some(0) {
+                return Err(Error::config(format!("layer {i}: sliding window of 0")));
+            }
+        }
+        if self.hidden_act != "silu" {
+            return Err(Error::config(format!("hidden_act '{}' is not supported (only silu)", self.hidden_act)));
+        }
+        let ids = self.bos_token_id.iter().chain(&self.eos_token_ids).chain(&self.pad_token_id);
+        for &id in ids {
+            if id as usize >= self.vocab_size {
+                return Err(Error::config(format!("special token id {id} ≥ vocab_size {}", self.vocab_size)));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_rope_scaling(&self) -> Result<()> {
+        let factor_ok = |f: f64| f.is_finite() && f >= 1.0;
+        let ok = match &self.rope.scaling {
+            RopeScaling::None => true,
+            RopeScaling::Linear { factor } => factor_ok(*factor),
+            RopeScaling::Dynamic { factor, original_max_position_embeddings } => {
+                factor_ok(*factor) && *original_max_position_embeddings > 0
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                ..
+            } => {
+                factor_ok(*factor)
+                    && *original_max_position_embeddings > 0
+                    && beta_fast.is_finite()
+                    && beta_slow.is_finite()
+                    && attention_factor.is_finite()
+                    && *attention_factor > 0.0
+            }
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                factor_ok(*factor)
+                    && low_freq_factor.is_finite()
+                    && high_freq_factor.is_finite()
+                    && high_freq_factor > low_freq_factor
+                    && *original_max_position_embeddings > 0
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::config(format!("rope scaling {:?} has invalid parameters", self.rope.scaling)))
+        }
+    }
+
+    /// Number of layers with a MoE block.
+    pub fn n_moe_layers(&self) -> usize {
+        self.layers.iter().filter(|l| l.moe).count()
+    }
+
+    /// Bytes of K and V cached per token (all layers) for a cache element of `elem_bytes`.
+    pub fn kv_bytes_per_token(&self, elem_bytes: usize) -> usize {
+        2 * self.n_layers * self.n_kv_heads * self.head_dim * elem_bytes
+    }
+
+    /// Parse and validate the JSON stored in a file.
+    pub fn from_json(bytes: &[u8]) -> Result<Config> {
+        let c: Config = serde_json::from_slice(bytes)
+            .map_err(|e| Error::Metadata { key: "config".into(), reason: format!("not a valid model config: {e}") })?;
+        c.validate()?;
+        Ok(c)
+    }
+}

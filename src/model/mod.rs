@@ -1,0 +1,187 @@
+//! A loaded model: Config (plain numbers) + Weights (views into the mapping) + the metadata
+//! blobs (tokenizer, chat template, provenance, user bytes). `Model::open` maps and validates
+//! the file; it reads the header, metadata, table and the norm weights — never the big matrices.
+
+mod config;
+mod names;
+mod weights;
+
+pub use config::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling};
+pub use names::{
+    layer_name, param_count, suffix, tensor_specs, ParamCount, Role, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD,
+};
+pub use weights::{FfnWeights, LayerWeights, MlpWeights, MoeWeights, Weights};
+
+use crate::error::{Error, Result};
+use crate::format::{self, ParsedFile};
+use crate::mmap::{LoadOptions, Mapping};
+use crate::tensor::TensorView;
+use std::path::Path;
+
+/// Metadata keys written by the converter.
+pub mod meta_keys {
+    pub const CONFIG: &str = "config";
+    pub const TOKENIZER: &str = "tokenizer";
+    pub const CHAT_TEMPLATE: &str = "chat_template";
+    pub const PROVENANCE: &str = "provenance";
+    pub const USER: &str = "user";
+}
+
+/// An opened, validated model. Immutable; share it across threads with `Arc<Model>`.
+pub struct Model {
+    // Field order matters: `weights` borrows from `parsed` and `mapping` and is dropped first.
+    weights: Weights<'static>,
+    parsed: ParsedFile,
+    config: Config,
+    mapping: Mapping,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("config", &self.config).field("tensors", &self.parsed.tensors.len()).finish()
+    }
+}
+
+/// Check the tensor table against the tensors the config implies.
+pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
+    let specs = tensor_specs(config);
+    for s in &specs {
+        let t = parsed.tensor(&s.name).ok_or_else(|| Error::MissingTensor { name: s.name.clone() })?;
+        if t.shape != s.shape {
+            return Err(Error::TensorMismatch {
+                name: s.name.clone(),
+                reason: format!("shape {:?}, the config implies {:?}", t.shape, s.shape),
+            });
+        }
+        if t.kind != s.kind {
+            return Err(Error::TensorMismatch {
+                name: s.name.clone(),
+                reason: format!("stored as {:?}, expected {:?}", t.kind, s.kind),
+            });
+        }
+    }
+    if let Some(extra) = parsed.tensors.iter().find(|t| !specs.iter().any(|s| s.name == t.name)) {
+        return Err(Error::UnexpectedTensor { name: extra.name.clone() });
+    }
+    Ok(())
+}
+
+/// Cross-check the fixed header against the config.
+fn check_header(config: &Config, parsed: &ParsedFile) -> Result<()> {
+    let h = &parsed.header;
+    let pairs: [(&'static str, u64, u64); 4] = [
+        ("num_layers", h.num_layers.into(), config.n_layers as u64),
+        ("num_experts", h.num_experts.into(), config.moe.n_experts as u64),
+        ("top_k", h.top_k.into(), config.moe.top_k as u64),
+        ("num_moe_layers", h.num_moe_layers.into(), config.n_moe_layers() as u64),
+    ];
+    for (field, header, actual) in pairs {
+        if header != actual {
+            return Err(Error::HeaderMismatch { field, header, actual });
+        }
+    }
+    Ok(())
+}
+
+impl Model {
+    /// Map (or read) and validate the model at `path`: structure against the real file size,
+    /// config, tensors against the config, header against both, norm weights finite.
+    pub fn open(path: &Path, opts: &LoadOptions) -> Result<Model> {
+        let mapping = Mapping::open(path, opts)?;
+        Self::from_mapping(mapping)
+    }
+
+    fn from_mapping(mapping: Mapping) -> Result<Model> {
+        let file = mapping.bytes();
+        let parsed = format::parse(file)?;
+        let config_json = parsed.meta(file, meta_keys::CONFIG).ok_or_else(|| Error::Metadata {
+            key: meta_keys::CONFIG.into(),
+            reason: "missing (every .colibri file carries its model config)".into(),
+        })?;
+        let config = Config::from_json(config_json)?;
+        check_header(&config, &parsed)?;
+        check_tensors(&config, &parsed)?;
+        for s in tensor_specs(&config).iter().filter(|s| s.role == Role::Norm) {
+            if let Some(t) = parsed.tensor(&s.name) {
+                let view = TensorView::new(t, file);
+                if let Some(i) = format::find_nonfinite_in(view.dtype, view.bytes) {
+                    return Err(Error::NonFinite { tensor: s.name.clone(), index: i });
+                }
+            }
+        }
+        let weights = Weights::bind(&config, &parsed, file)?;
+        // SAFETY: `weights` borrows the heap buffers of `parsed` (records never mutated or
+        // moved after this point) and the bytes of `mapping` (a mapping or heap allocation
+        // whose address does not change when `Model` moves). Both live exactly as long as the
+        // Model, `weights` is dropped first (field order), and it is only handed out with the
+        // lifetime of `&self`.
+        let weights: Weights<'static> = unsafe { std::mem::transmute::<Weights<'_>, Weights<'static>>(weights) };
+        Ok(Model { weights, parsed, config, mapping })
+    }
+
+    /// The model configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The weights, borrowed for as long as the model.
+    pub fn weights(&self) -> &Weights<'_> {
+        &self.weights
+    }
+
+    /// The parsed structure (header, metadata directory, tensor table).
+    pub fn parsed(&self) -> &ParsedFile {
+        &self.parsed
+    }
+
+    /// The whole file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.mapping.bytes()
+    }
+
+    /// The mapping (for prefetch hints).
+    pub fn mapping(&self) -> &Mapping {
+        &self.mapping
+    }
+
+    /// View of a tensor by name.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        self.parsed.tensor(name).map(|r| TensorView::new(r, self.mapping.bytes()))
+    }
+
+    /// Raw metadata value by key.
+    pub fn meta(&self, key: &str) -> Option<&[u8]> {
+        self.parsed.meta(self.mapping.bytes(), key)
+    }
+
+    /// The HuggingFace tokenizer.json, if stored.
+    pub fn tokenizer_json(&self) -> Option<&str> {
+        self.meta(meta_keys::TOKENIZER).and_then(|b| std::str::from_utf8(b).ok())
+    }
+
+    /// The chat template, if stored.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.meta(meta_keys::CHAT_TEMPLATE).and_then(|b| std::str::from_utf8(b).ok())
+    }
+
+    /// The provenance JSON, if stored.
+    pub fn provenance(&self) -> Option<&str> {
+        self.meta(meta_keys::PROVENANCE).and_then(|b| std::str::from_utf8(b).ok())
+    }
+
+    /// The user metadata blob, if any.
+    pub fn user_metadata(&self) -> Option<&[u8]> {
+        self.meta(meta_keys::USER)
+    }
+
+    /// Total and active parameter counts.
+    pub fn params(&self) -> ParamCount {
+        param_count(&self.config)
+    }
+
+    /// Full validation: every checksum, every padding byte, every element finite. Reads the
+    /// whole file.
+    pub fn verify(&self) -> Result<()> {
+        format::verify_data(self.mapping.bytes(), &self.parsed)
+    }
+}

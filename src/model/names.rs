@@ -1,0 +1,166 @@
+//! The tensors a config implies: canonical names, shapes, kinds and file order. The converter
+//! plans files from this list and the loader checks files against it, so the two cannot drift.
+
+use super::config::{Config, QkNorm};
+use crate::format::TensorKind;
+
+/// What a tensor is for (used for parameter accounting and open-time checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Token embedding table [vocab, hidden].
+    Embedding,
+    /// RMSNorm weight (checked finite at open).
+    Norm,
+    /// Attention projection or bias.
+    Attention,
+    /// MoE router [n_experts, hidden].
+    Router,
+    /// A routed expert stack [n_experts, rows, cols].
+    Experts,
+    /// Shared expert, its gate, or a dense-layer MLP matrix.
+    Mlp,
+    /// Output projection [vocab, hidden].
+    LmHead,
+}
+
+/// One expected tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub kind: TensorKind,
+    pub role: Role,
+}
+
+/// Name of a per-layer tensor: `layers.{l}.{suffix}`.
+pub fn layer_name(l: usize, suffix: &str) -> String {
+    format!("layers.{l}.{suffix}")
+}
+
+/// Canonical tensor names not tied to a layer.
+pub const EMBEDDING: &str = "tok_embeddings";
+pub const FINAL_NORM: &str = "norm";
+pub const LM_HEAD: &str = "lm_head";
+
+/// Per-layer suffixes.
+pub mod suffix {
+    pub const ATTN_NORM: &str = "attn_norm";
+    pub const Q: &str = "attn.q";
+    pub const K: &str = "attn.k";
+    pub const V: &str = "attn.v";
+    pub const O: &str = "attn.o";
+    pub const Q_BIAS: &str = "attn.q_bias";
+    pub const K_BIAS: &str = "attn.k_bias";
+    pub const V_BIAS: &str = "attn.v_bias";
+    pub const Q_NORM: &str = "attn.q_norm";
+    pub const K_NORM: &str = "attn.k_norm";
+    pub const FFN_NORM: &str = "ffn_norm";
+    pub const ROUTER: &str = "moe.router";
+    pub const EXPERTS_GATE: &str = "moe.experts.gate";
+    pub const EXPERTS_UP: &str = "moe.experts.up";
+    pub const EXPERTS_DOWN: &str = "moe.experts.down";
+    pub const SHARED_GATE_PROJ: &str = "moe.shared.gate";
+    pub const SHARED_UP: &str = "moe.shared.up";
+    pub const SHARED_DOWN: &str = "moe.shared.down";
+    pub const SHARED_EXPERT_GATE: &str = "moe.shared_expert_gate";
+    pub const MLP_GATE: &str = "mlp.gate";
+    pub const MLP_UP: &str = "mlp.up";
+    pub const MLP_DOWN: &str = "mlp.down";
+}
+
+fn spec(name: String, shape: &[usize], kind: TensorKind, role: Role) -> TensorSpec {
+    TensorSpec { name, shape: shape.iter().map(|&d| d as u64).collect(), kind, role }
+}
+
+/// Every tensor of a model with config `c`, in file order: all routers first (layer order),
+/// then the embedding, then each layer, then the final norm and (unless tied) the lm_head.
+pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
+    use suffix::*;
+    use Role::*;
+    use TensorKind::{Experts as Stack, Plain, Router as RouterKind};
+    let (h, hd, e) = (c.hidden_size, c.head_dim, c.moe.n_experts);
+    let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
+    let mut v = Vec::new();
+    for (l, spec_l) in c.layers.iter().enumerate() {
+        if spec_l.moe {
+            v.push(spec(layer_name(l, ROUTER), &[e, h], RouterKind, Router));
+        }
+    }
+    v.push(spec(EMBEDDING.into(), &[c.vocab_size, h], Plain, Embedding));
+    for (l, spec_l) in c.layers.iter().enumerate() {
+        let n = |s: &str| layer_name(l, s);
+        v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
+        v.push(spec(n(Q), &[q_out, h], Plain, Attention));
+        v.push(spec(n(K), &[kv_out, h], Plain, Attention));
+        v.push(spec(n(V), &[kv_out, h], Plain, Attention));
+        if c.attention_bias {
+            v.push(spec(n(Q_BIAS), &[q_out], Plain, Attention));
+            v.push(spec(n(K_BIAS), &[kv_out], Plain, Attention));
+            v.push(spec(n(V_BIAS), &[kv_out], Plain, Attention));
+        }
+        match c.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead => {
+                v.push(spec(n(Q_NORM), &[hd], Plain, Norm));
+                v.push(spec(n(K_NORM), &[hd], Plain, Norm));
+            }
+            QkNorm::Full => {
+                v.push(spec(n(Q_NORM), &[q_out], Plain, Norm));
+                v.push(spec(n(K_NORM), &[kv_out], Plain, Norm));
+            }
+        }
+        v.push(spec(n(O), &[h, q_out], Plain, Attention));
+        v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
+        if spec_l.moe {
+            let f = c.moe.expert_ffn;
+            v.push(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts));
+            v.push(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts));
+            v.push(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts));
+            let fs = c.moe.shared_expert_ffn;
+            if fs > 0 {
+                v.push(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp));
+                v.push(spec(n(SHARED_UP), &[fs, h], Plain, Mlp));
+                v.push(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp));
+                if c.moe.shared_expert_gate {
+                    v.push(spec(n(SHARED_EXPERT_GATE), &[1, h], Plain, Mlp));
+                }
+            }
+        } else {
+            let f = c.dense_ffn;
+            v.push(spec(n(MLP_GATE), &[f, h], Plain, Mlp));
+            v.push(spec(n(MLP_UP), &[f, h], Plain, Mlp));
+            v.push(spec(n(MLP_DOWN), &[h, f], Plain, Mlp));
+        }
+    }
+    v.push(spec(FINAL_NORM.into(), &[h], Plain, Norm));
+    if !c.tie_embeddings {
+        v.push(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead));
+    }
+    v
+}
+
+/// Parameter counts of a config.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParamCount {
+    /// Every weight stored (a tied embedding counted once).
+    pub total: u64,
+    /// Weights read to produce one token: attention, routers, top_k of the routed experts,
+    /// shared experts, dense MLPs, norms and the lm_head — not the embedding table, of which one
+    /// row is read (unless it is tied, when it is the lm_head).
+    pub active: u64,
+}
+
+/// Count total and active parameters.
+pub fn param_count(c: &Config) -> ParamCount {
+    let mut p = ParamCount::default();
+    for s in tensor_specs(c) {
+        let n: u64 = s.shape.iter().product();
+        p.total += n;
+        p.active += match s.role {
+            Role::Experts => n / c.moe.n_experts as u64 * c.moe.top_k as u64,
+            Role::Embedding if !c.tie_embeddings => 0,
+            _ => n,
+        };
+    }
+    p
+}

@@ -1,0 +1,143 @@
+//! Typed, zero-copy views of tensors borrowed from a mapping. A view is a record (dtype, shape,
+//! expert stride) plus the bytes it covers; it never copies weights.
+
+use crate::format::{DType, TensorKind, TensorRecord};
+use half::{bf16, f16};
+
+/// A borrowed tensor.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: &'a [u64],
+    pub kind: TensorKind,
+    /// Bytes between experts of a stack (0 otherwise).
+    pub expert_stride: usize,
+    /// All bytes of the tensor (for stacks: including the zero gaps between experts).
+    pub bytes: &'a [u8],
+}
+
+/// Element data of a float view, typed.
+#[derive(Clone, Copy, Debug)]
+pub enum Elements<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+}
+
+impl<'a> TensorView<'a> {
+    /// View `rec` inside `file` (already validated by `format::parse`).
+    pub fn new(rec: &'a TensorRecord, file: &'a [u8]) -> TensorView<'a> {
+        let start = rec.data_offset as usize;
+        let end = start + rec.byte_length as usize;
+        TensorView {
+            name: &rec.name,
+            dtype: rec.dtype,
+            shape: &rec.shape,
+            kind: rec.kind,
+            expert_stride: rec.expert_stride as usize,
+            bytes: &file[start..end],
+        }
+    }
+
+    /// Number of experts of a stack (1 for any other tensor).
+    pub fn n_experts(&self) -> usize {
+        if self.kind == TensorKind::Experts {
+            self.shape[0] as usize
+        } else {
+            1
+        }
+    }
+
+    /// Expert `e` of a stack as a 2-D view [rows, cols] (None when out of range or not a stack).
+    pub fn expert(&self, e: usize) -> Option<TensorView<'a>> {
+        if self.kind != TensorKind::Experts || e >= self.n_experts() {
+            return None;
+        }
+        let unit = (self.shape[1] * self.shape[2] * self.dtype.size()) as usize;
+        let start = e * self.expert_stride;
+        Some(TensorView {
+            name: self.name,
+            dtype: self.dtype,
+            shape: &self.shape[1..],
+            kind: TensorKind::Plain,
+            expert_stride: 0,
+            bytes: self.bytes.get(start..start + unit)?,
+        })
+    }
+
+    /// Number of rows (first dimension of a 2-D view; 1 for vectors).
+    pub fn rows(&self) -> usize {
+        if self.shape.len() >= 2 {
+            self.shape[self.shape.len() - 2] as usize
+        } else {
+            1
+        }
+    }
+
+    /// Length of a row (last dimension).
+    pub fn cols(&self) -> usize {
+        *self.shape.last().unwrap_or(&1) as usize
+    }
+
+    /// The elements, typed (plain tensors and single experts; stacks include their gaps).
+    pub fn elements(&self) -> Elements<'a> {
+        // Data offsets are multiples of 64 and mappings are page-aligned, so these casts are
+        // aligned; `align_to` keeps this safe even if that ever stopped holding (empty prefix).
+        match self.dtype {
+            DType::F32 => Elements::F32(cast(self.bytes)),
+            DType::F16 => Elements::F16(cast(self.bytes)),
+            DType::BF16 => Elements::BF16(cast(self.bytes)),
+        }
+    }
+
+    /// The f32 elements if the dtype is F32.
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
+        match self.elements() {
+            Elements::F32(x) => Some(x),
+            _ => None,
+        }
+    }
+
+    /// Row `r` of a 2-D view converted to f32 (for tools and tests; not a hot path).
+    pub fn row_f32(&self, r: usize) -> Option<Vec<f32>> {
+        let cols = self.cols();
+        let start = r.checked_mul(cols)?;
+        let end = start.checked_add(cols)?;
+        Some(match self.elements() {
+            Elements::F32(x) => x.get(start..end)?.to_vec(),
+            Elements::F16(x) => x.get(start..end)?.iter().map(|v| v.to_f32()).collect(),
+            Elements::BF16(x) => x.get(start..end)?.iter().map(|v| v.to_f32()).collect(),
+        })
+    }
+
+    /// All elements converted to f32, experts of a stack concatenated without their gaps.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        if self.kind == TensorKind::Experts {
+            return (0..self.n_experts()).filter_map(|e| self.expert(e)).flat_map(|v| v.to_f32_vec()).collect();
+        }
+        match self.elements() {
+            Elements::F32(x) => x.to_vec(),
+            Elements::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
+            Elements::BF16(x) => x.iter().map(|v| v.to_f32()).collect(),
+        }
+    }
+}
+
+/// Reinterpret bytes as a slice of plain-old-data numbers (2- or 4-byte float types).
+fn cast<T: Pod>(bytes: &[u8]) -> &[T] {
+    // SAFETY: T is a plain number type valid for any bit pattern; align_to only returns an
+    // aligned middle part.
+    let (pre, mid, _) = unsafe { bytes.align_to::<T>() };
+    if pre.is_empty() {
+        mid
+    } else {
+        &[]
+    }
+}
+
+/// Types valid for any bit pattern.
+trait Pod: Copy {}
+impl Pod for f32 {}
+impl Pod for f16 {}
+impl Pod for bf16 {}
