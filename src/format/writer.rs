@@ -330,3 +330,60 @@ impl Drop for FileWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Vec<PlannedTensor> {
+        vec![
+            PlannedTensor { name: "r".into(), dtype: DType::F32, shape: vec![2, 3], kind: TensorKind::Router },
+            PlannedTensor { name: "x".into(), dtype: DType::F16, shape: vec![2, 3, 5], kind: TensorKind::Experts },
+        ]
+    }
+
+    #[test]
+    fn an_unfinished_write_leaves_no_file_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.colibri");
+        {
+            let mut w = FileWriter::create(&path, 1, 2, 1, &[], plan()).unwrap();
+            w.tensor("r", &[0u8; 24]).unwrap();
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn tensors_must_follow_the_plan_and_have_exact_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.colibri");
+        let mut w = FileWriter::create(&path, 1, 2, 1, &[], plan()).unwrap();
+        assert!(w.begin("x").is_err(), "out of order");
+        w.begin("r").unwrap();
+        assert!(w.write(&[0u8; 25]).is_err(), "too many bytes");
+        w.write(&[0u8; 20]).unwrap();
+        assert!(w.end().is_err(), "too few bytes");
+    }
+
+    #[test]
+    fn experts_are_page_aligned_with_zero_gaps_and_the_file_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.colibri");
+        let mut w = FileWriter::create(&path, 1, 2, 1, &[], plan()).unwrap();
+        w.tensor("r", &[1u8; 24]).unwrap();
+        w.tensor("x", &[7u8; 60]).unwrap();
+        let s = w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, s.file_size);
+        let p = crate::format::parse(&bytes).unwrap();
+        let x = p.tensor("x").unwrap();
+        assert_eq!(x.data_offset % 4096, 0);
+        assert_eq!(x.expert_stride, 4096);
+        let at = x.data_offset as usize;
+        assert!(bytes[at..at + 30].iter().all(|&b| b == 7));
+        assert!(bytes[at + 30..at + 4096].iter().all(|&b| b == 0));
+        assert!(bytes[at + 4096..at + 4126].iter().all(|&b| b == 7));
+        assert_eq!(p.header.routing_offset, p.tensor("r").unwrap().data_offset);
+        crate::format::verify_data(&bytes, &p).unwrap();
+    }
+}

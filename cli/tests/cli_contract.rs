@@ -1,0 +1,208 @@
+//! Contract of the `colibri` commands around the format: exit 0 only on success, otherwise one
+//! line `error: ...` on stderr and exit status 1 (never a signal); conversion errors name what is
+//! wrong; output files appear atomically; inspect/dump/validate report what the file holds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn colibri(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_colibri")).args(args).output().expect("run colibri")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Assert a failure: status 1 (not a signal), one stderr line starting with "error:" that
+/// contains `needle`.
+fn assert_fails(o: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "expected exit 1, got {:?}; stderr: {err}", o.status);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
+    assert_eq!(lines.len(), 1, "expected one error line, got: {err}");
+    assert!(lines[0].starts_with("error: "), "error line: {}", lines[0]);
+    assert!(lines[0].contains(needle), "error line {:?} should mention {needle:?}", lines[0]);
+}
+
+/// Copy a fixture directory so a test can damage it.
+fn copy_fixture(name: &str, to: &Path) -> PathBuf {
+    let dst = to.join(name);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    dst
+}
+
+fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let p = dir.join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+fn convert_ok(dir: &Path, out: &Path, extra: &[&str]) {
+    let mut args = vec!["convert", s(dir), "-o", s(out)];
+    args.extend_from_slice(extra);
+    let o = colibri(&args);
+    assert!(o.status.success(), "convert failed: {}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("converted") && err.contains("params") && err.contains("active"), "summary line: {err}");
+}
+
+#[test]
+fn version_flag_prints_the_crate_version() {
+    let o = colibri(&["--version"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn convert_rejects_bad_checkpoints_with_a_named_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.colibri");
+
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("a"));
+    std::fs::remove_file(d.join("tokenizer.json")).unwrap();
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "tokenizer.json");
+
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("b"));
+    edit_config(&d, |v| v["quantization_config"] = serde_json::json!({"quant_method": "gptq", "bits": 4}));
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "already quantised");
+
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("c"));
+    edit_config(&d, |v| {
+        v["architectures"] = serde_json::json!(["LlamaForCausalLM"]);
+        v["model_type"] = serde_json::json!("llama");
+    });
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "unsupported model family");
+
+    // A config that disagrees with the stored shapes names the mis-shaped tensor.
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("d"));
+    edit_config(&d, |v| v["intermediate_size"] = serde_json::json!(v["intermediate_size"].as_u64().unwrap() + 8));
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "experts");
+
+    // A missing tensor is named.
+    let d = copy_fixture("olmoe", &tmp.path().join("e"));
+    let st_path = d.join("model.safetensors");
+    let data = std::fs::read(&st_path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&data).unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().filter(|(n, _)| n != "model.layers.1.self_attn.k_norm.weight").collect();
+    safetensors::serialize_to_file(kept, None, &st_path).unwrap();
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "layers.1.self_attn.k_norm.weight");
+
+    // Not a directory.
+    assert_fails(&colibri(&["convert", s(&st_path), "-o", s(&out)]), "not a checkpoint directory");
+    assert!(!out.exists(), "no output may appear after failures");
+}
+
+#[test]
+fn a_failed_conversion_leaves_an_existing_output_untouched_and_no_temp_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outdir = tmp.path().join("out");
+    std::fs::create_dir(&outdir).unwrap();
+    let out = outdir.join("model.colibri");
+    std::fs::write(&out, b"precious").unwrap();
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("src"));
+    // Truncate a shard so the conversion fails after the output was started.
+    let st = d.join("model.safetensors");
+    let len = std::fs::metadata(&st).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&st).unwrap().set_len(len - 100).unwrap();
+    let o = colibri(&["convert", s(&d), "-o", s(&out)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    let names: Vec<String> =
+        std::fs::read_dir(&outdir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, vec!["model.colibri".to_string()], "temp files left behind");
+    // A good conversion then replaces it.
+    convert_ok(&fixture("mixtral_gqa"), &out, &[]);
+    assert!(std::fs::metadata(&out).unwrap().len() > 1000);
+    let names: Vec<_> = std::fs::read_dir(&outdir).unwrap().collect();
+    assert_eq!(names.len(), 1);
+}
+
+#[test]
+fn inspect_reports_shapes_params_and_user_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("q.colibri");
+    let meta = tmp.path().join("meta.txt");
+    std::fs::write(&meta, "trained on the unit-test corpus").unwrap();
+    convert_ok(&fixture("qwen2_moe_shared"), &out, &["--user-metadata", s(&meta), "--dtype", "bf16"]);
+    let o = colibri(&["inspect", s(&out), "--json"]);
+    assert!(o.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("qwen2_moe_shared").join("config.json")).unwrap()).unwrap();
+    let h = hf["hidden_size"].as_u64().unwrap();
+    let e = hf["num_experts"].as_u64().or(hf["num_local_experts"].as_u64()).unwrap();
+    let f = hf["moe_intermediate_size"].as_u64().unwrap();
+    assert_eq!(r["config"]["hidden_size"], h);
+    assert_eq!(r["config"]["moe"]["n_experts"], e);
+    assert_eq!(r["header"]["num_experts"], e);
+    assert_eq!(r["user_metadata"]["text"], "trained on the unit-test corpus");
+    let tensors = r["tensors"].as_array().unwrap();
+    let gate = tensors.iter().find(|t| t["name"] == "layers.1.moe.experts.gate").expect("layer 1 is a MoE layer");
+    assert_eq!(gate["shape"], serde_json::json!([e, f, h]));
+    assert_eq!(gate["dtype"], "bf16");
+    assert_eq!(gate["offset"].as_u64().unwrap() % 4096, 0);
+    assert_eq!(gate["expert_stride"].as_u64().unwrap() % 4096, 0);
+    assert!(r["params"].as_u64().unwrap() > r["active_params_per_token"].as_u64().unwrap());
+    assert!(r["kv_cache_bytes_per_token"]["f32"].as_u64().unwrap() > 0);
+    assert_eq!(r["tokenizer"]["model"], "BPE");
+    // Text output carries the same facts.
+    let text = String::from_utf8(colibri(&["inspect", s(&out)]).stdout).unwrap();
+    assert!(text.contains("layers.1.moe.experts.gate") && text.contains("active per token"));
+}
+
+#[test]
+fn validate_and_dump_succeed_on_good_files_and_fail_cleanly_on_bad_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.colibri");
+    convert_ok(&fixture("mixtral_gqa"), &out, &[]);
+    let o = colibri(&["validate", s(&out)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok:"));
+
+    let o = colibri(&["dump", s(&out), "--gate", "--layer", "1", "--rows", "3"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("layers.1.moe.router"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with('[')).count(), 3);
+    let o = colibri(&["dump", s(&out), "--tensor", "attn.q", "--layer", "0", "--rows", "2", "--cols", "3"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("[1] ["));
+    assert_fails(&colibri(&["dump", s(&out), "--tensor", "nope"]), "no tensor named 'nope'");
+
+    // Flip one byte inside the last tensor's data: open still works (no weights are read), the
+    // full validation catches the checksum mismatch.
+    let mut bytes = std::fs::read(&out).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 0x40;
+    let bad = tmp.path().join("bad.colibri");
+    std::fs::write(&bad, &bytes).unwrap();
+    assert!(colibri(&["inspect", s(&bad)]).status.success());
+    assert_fails(&colibri(&["validate", s(&bad)]), "checksum");
+    assert_fails(&colibri(&["validate", s(&bad), "--no-mmap"]), "checksum");
+
+    // Not a model file at all, a directory, a missing path, a truncated file.
+    for (path, needle) in [
+        (fixture("mixtral_gqa").join("config.json"), "magic"),
+        (tmp.path().to_path_buf(), "directory"),
+        (tmp.path().join("missing.colibri"), "No such file"),
+    ] {
+        for cmd in ["inspect", "validate"] {
+            assert_fails(&colibri(&[cmd, s(&path)]), needle);
+        }
+    }
+    let trunc = tmp.path().join("trunc.colibri");
+    std::fs::write(&trunc, &bytes[..n / 2]).unwrap();
+    assert_fails(&colibri(&["inspect", s(&trunc)]), "truncated");
+}
