@@ -6,11 +6,22 @@
 //! - [`mmap`]: the OS mapping (or aligned read) of a file.
 //! - [`format`]: the on-disk contract: byte layout, parser, validator, streaming writer.
 //! - [`error`]: the crate's one error type.
+//! - [`ffi`]: the C ABI (`include/colibri.h`).
 
+/// cbindgen:ignore
 pub mod error;
+pub mod ffi;
+/// cbindgen:ignore
 pub mod format;
+/// cbindgen:ignore
 pub mod mmap;
+/// cbindgen:ignore
 pub mod model;
+/// cbindgen:ignore
+pub mod rng;
+/// cbindgen:ignore
+pub mod sampler;
+/// cbindgen:ignore
 pub mod tensor;
 
 pub use error::{Error, Result};

@@ -123,9 +123,16 @@ fn report(model: &Model, file: &Path) -> Value {
 fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<()> {
     let c = model.config();
     let h = &r["header"];
-    writeln!(o, "file         {} ({} bytes, format v{})", r["file"].as_str().unwrap_or("?"), r["file_size"], h["version"])?;
+    writeln!(
+        o,
+        "file         {} ({} bytes, format v{})",
+        r["file"].as_str().unwrap_or("?"),
+        r["file_size"],
+        h["version"]
+    )?;
     writeln!(o, "family       {} ({})", c.family.name(), c.family.hf_architecture())?;
-    writeln!(o, 
+    writeln!(
+        o,
         "shape        {} layers, hidden {}, {} heads ({} kv, head_dim {}), vocab {}, context {}",
         c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings
     )?;
@@ -134,37 +141,57 @@ fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<(
     } else {
         String::new()
     };
-    writeln!(o, 
+    writeln!(
+        o,
         "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}{}",
         c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, shared
     )?;
     writeln!(o, "dense layers {} (FFN {})", r["dense_layers"], c.dense_ffn)?;
-    writeln!(o, "attention    bias {}, qk_norm {:?}, sliding windows {:?}", c.attention_bias, c.qk_norm, c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>())?;
+    writeln!(
+        o,
+        "attention    bias {}, qk_norm {:?}, sliding windows {:?}",
+        c.attention_bias,
+        c.qk_norm,
+        c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>()
+    )?;
     writeln!(o, "rope         theta {}, scaling {:?}", c.rope.theta, c.rope.scaling)?;
-    writeln!(o, 
+    writeln!(
+        o,
         "params       {} total, {} active per token",
         human_count(r["params"].as_u64().unwrap_or(0)),
         human_count(r["active_params_per_token"].as_u64().unwrap_or(0))
     )?;
-    writeln!(o, 
+    writeln!(
+        o,
         "kv cache     {} bytes per token (f32), {} (f16/bf16)",
         r["kv_cache_bytes_per_token"]["f32"], r["kv_cache_bytes_per_token"]["f16"]
     )?;
     writeln!(o, "tokens       bos {:?}, eos {:?}, pad {:?}", c.bos_token_id, c.eos_token_ids, c.pad_token_id)?;
     writeln!(o, "tokenizer    {}", r["tokenizer"])?;
-    writeln!(o, "chat tmpl    {}", r["chat_template_bytes"].as_u64().map(|b| format!("{b} bytes")).unwrap_or("none".into()))?;
+    writeln!(
+        o,
+        "chat tmpl    {}",
+        r["chat_template_bytes"].as_u64().map(|b| format!("{b} bytes")).unwrap_or("none".into())
+    )?;
     writeln!(o, "provenance   {}", r["provenance"])?;
     match &r["user_metadata"] {
         Value::Null => writeln!(o, "user meta    none")?,
-        u => writeln!(o, "user meta    {} bytes{}", u["bytes"], u["text"].as_str().map(|t| format!(": {t:?}")).unwrap_or_default())?,
+        u => writeln!(
+            o,
+            "user meta    {} bytes{}",
+            u["bytes"],
+            u["text"].as_str().map(|t| format!(": {t:?}")).unwrap_or_default()
+        )?,
     }
-    writeln!(o, 
+    writeln!(
+        o,
         "header       {} tensors, routing_offset {}, data_offset {}, metadata {} bytes",
         h["tensor_count"], h["routing_offset"], h["data_offset"], h["metadata_size"]
     )?;
     writeln!(o, "expert layout")?;
     for e in r["expert_layout"].as_array().into_iter().flatten() {
-        writeln!(o, 
+        writeln!(
+            o,
             "  {:<28} {} experts × {} ({} bytes each, stride {}) from offset {}",
             e["tensor"].as_str().unwrap_or(""),
             e["experts"],
@@ -177,7 +204,8 @@ fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<(
     writeln!(o, "tensors")?;
     writeln!(o, "  {:<32} {:<5} {:<18} {:>12} {:>12}", "name", "dtype", "shape", "bytes", "offset")?;
     for t in r["tensors"].as_array().into_iter().flatten() {
-        writeln!(o, 
+        writeln!(
+            o,
             "  {:<32} {:<5} {:<18} {:>12} {:>12}",
             t["name"].as_str().unwrap_or(""),
             t["dtype"].as_str().unwrap_or(""),

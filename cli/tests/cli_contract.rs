@@ -140,7 +140,8 @@ fn inspect_reports_shapes_params_and_user_metadata() {
     assert!(o.status.success());
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let hf: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("qwen2_moe_shared").join("config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture("qwen2_moe_shared").join("config.json")).unwrap())
+            .unwrap();
     let h = hf["hidden_size"].as_u64().unwrap();
     let e = hf["num_experts"].as_u64().or(hf["num_local_experts"].as_u64()).unwrap();
     let f = hf["moe_intermediate_size"].as_u64().unwrap();

@@ -38,7 +38,10 @@ fn load_sources(dir: &Path) -> HashMap<String, Src> {
             let data = std::fs::read(&p).unwrap();
             let st = SafeTensors::deserialize(&data).unwrap();
             for (name, view) in st.tensors() {
-                out.insert(name, Src { dtype: view.dtype(), shape: view.shape().to_vec(), bytes: view.data().to_vec() });
+                out.insert(
+                    name,
+                    Src { dtype: view.dtype(), shape: view.shape().to_vec(), bytes: view.data().to_vec() },
+                );
             }
         }
     }
@@ -97,7 +100,9 @@ fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usize>,
             }
         }
         "mlp.gate" | "mlp.up" | "mlp.down" => format!("mlp.{}_proj.weight", &sfx[4..]),
-        "moe.shared.gate" | "moe.shared.up" | "moe.shared.down" => format!("mlp.shared_expert.{}_proj.weight", &sfx[11..]),
+        "moe.shared.gate" | "moe.shared.up" | "moe.shared.down" => {
+            format!("mlp.shared_expert.{}_proj.weight", &sfx[11..])
+        }
         "moe.shared_expert_gate" => "mlp.shared_expert_gate.weight".to_string(),
         "moe.router" => {
             let a = format!("{base}.mlp.gate.weight");
@@ -141,7 +146,10 @@ fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usize>,
 }
 
 fn check_tensor(name: &str, src_dtype: Dtype, src: &[u8], out_dtype: DType, out: &[u8]) {
-    let same = matches!((src_dtype, out_dtype), (Dtype::F32, DType::F32) | (Dtype::F16, DType::F16) | (Dtype::BF16, DType::BF16));
+    let same = matches!(
+        (src_dtype, out_dtype),
+        (Dtype::F32, DType::F32) | (Dtype::F16, DType::F16) | (Dtype::BF16, DType::BF16)
+    );
     if same {
         assert!(src == out, "{name}: bytes differ although the dtype was kept");
         return;

@@ -40,7 +40,9 @@ fn opt_f64(v: &Value, key: &str) -> Result<Option<f64>> {
 fn opt_bool(v: &Value, key: &str) -> Result<Option<bool>> {
     match get(v, key) {
         None => Ok(None),
-        Some(x) => x.as_bool().map(Some).ok_or_else(|| fail(format!("config.json '{key}' must be true/false, got {x}"))),
+        Some(x) => {
+            x.as_bool().map(Some).ok_or_else(|| fail(format!("config.json '{key}' must be true/false, got {x}")))
+        }
     }
 }
 
@@ -92,9 +94,8 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
     let partial = pf("partial_rotary_factor")?.or(opt_f64(hf, "partial_rotary_factor")?).unwrap_or(1.0);
     let kind = p("rope_type").or_else(|| p("type")).and_then(|t| t.as_str()).unwrap_or("default");
-    let original = pf("original_max_position_embeddings")?
-        .or(opt_f64(hf, "original_max_position_embeddings")?)
-        .map(|x| x as u64);
+    let original =
+        pf("original_max_position_embeddings")?.or(opt_f64(hf, "original_max_position_embeddings")?).map(|x| x as u64);
     let factor = pf("factor")?;
     let need_factor = || factor.ok_or_else(|| fail(format!("rope type '{kind}' needs 'factor'")));
     let scaling = match kind {
@@ -203,7 +204,9 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
             opt_usize(hf, "intermediate_size")?.unwrap_or(0),
             opt_usize(hf, "shared_expert_intermediate_size")?.unwrap_or(0),
         ),
-        Family::Qwen3Moe => (usize_key(hf, "moe_intermediate_size")?, opt_usize(hf, "intermediate_size")?.unwrap_or(0), 0),
+        Family::Qwen3Moe => {
+            (usize_key(hf, "moe_intermediate_size")?, opt_usize(hf, "intermediate_size")?.unwrap_or(0), 0)
+        }
     };
     // modeling_qwen2_moe / qwen3_moe: sparse iff not in mlp_only_layers and (i+1) % step == 0.
     let moe_layer = |i: usize| -> Result<bool> {

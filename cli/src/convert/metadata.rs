@@ -100,10 +100,7 @@ pub fn gather(
     warnings: &mut Vec<String>,
 ) -> Result<Vec<(String, MetaKind, Vec<u8>)>> {
     let (tok_text, tok) = read_json(&dir.join("tokenizer.json"))?.ok_or_else(|| {
-        fail(format!(
-            "missing tokenizer.json in {} (colibri needs the HuggingFace fast-tokenizer file)",
-            dir.display()
-        ))
+        fail(format!("missing tokenizer.json in {} (colibri needs the HuggingFace fast-tokenizer file)", dir.display()))
     })?;
     let tc = read_json(&dir.join("tokenizer_config.json"))?;
     let gen = read_json(&dir.join("generation_config.json"))?;

@@ -75,7 +75,8 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|e| fail(format!("reading {}: {e}", index.display())))?;
-        let idx: IndexFile = serde_json::from_str(&text).map_err(|e| fail(format!("model.safetensors.index.json: {e}")))?;
+        let idx: IndexFile =
+            serde_json::from_str(&text).map_err(|e| fail(format!("model.safetensors.index.json: {e}")))?;
         let mut names: Vec<String> = idx.weight_map.into_values().collect();
         names.sort();
         names.dedup();
@@ -130,7 +131,8 @@ impl Checkpoint {
             let size = file.metadata().map_err(|e| fail(format!("stat {}: {e}", path.display())))?.len();
             let shown = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut len8 = [0u8; 8];
-            file.read_exact_at(&mut len8, 0).map_err(|_| fail(format!("{shown}: too short for a safetensors header")))?;
+            file.read_exact_at(&mut len8, 0)
+                .map_err(|_| fail(format!("{shown}: too short for a safetensors header")))?;
             let hlen = u64::from_le_bytes(len8);
             if hlen > MAX_HEADER || hlen.checked_add(8).is_none_or(|end| end > size) {
                 return Err(fail(format!("{shown}: header length {hlen} is invalid for a {size}-byte file")));

@@ -47,7 +47,8 @@ fn first_of(ck: &Checkpoint, names: &[String], want: &[u64]) -> Result<Option<Pi
 }
 
 fn required(ck: &Checkpoint, names: &[String], want: &[u64], what: &str) -> Result<Piece> {
-    first_of(ck, names, want)?.ok_or_else(|| fail(format!("missing tensor for {what}: looked for {}", names.join(" or "))))
+    first_of(ck, names, want)?
+        .ok_or_else(|| fail(format!("missing tensor for {what}: looked for {}", names.join(" or "))))
 }
 
 /// The MoE sub-module prefixes a family's checkpoints use for layer `l`.
@@ -79,9 +80,7 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
         for leaf in per_expert_names {
             let name = |e: u64| format!("{prefix}.experts.{e}.{leaf}.weight");
             if ck.tensors.contains_key(&name(0)) {
-                return (0..e_count)
-                    .map(|e| required(ck, &[name(e)], &[rows, cols], &spec.name))
-                    .collect();
+                return (0..e_count).map(|e| required(ck, &[name(e)], &[rows, cols], &spec.name)).collect();
             }
         }
         // transformers-5 fused layout.
