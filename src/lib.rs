@@ -14,6 +14,10 @@ pub mod ffi;
 /// cbindgen:ignore
 pub mod format;
 /// cbindgen:ignore
+pub mod forward;
+/// cbindgen:ignore
+pub mod kernels;
+/// cbindgen:ignore
 pub mod mmap;
 /// cbindgen:ignore
 pub mod model;
@@ -22,7 +26,10 @@ pub mod rng;
 /// cbindgen:ignore
 pub mod sampler;
 /// cbindgen:ignore
+pub mod state;
+/// cbindgen:ignore
 pub mod tensor;
+pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use mmap::LoadOptions;

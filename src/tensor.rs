@@ -91,6 +91,15 @@ impl<'a> TensorView<'a> {
         }
     }
 
+    /// The elements as a kernel matrix operand (plain tensors and single experts).
+    pub fn mat(&self) -> crate::kernels::Mat<'a> {
+        match self.dtype {
+            DType::F32 => crate::kernels::Mat::F32(cast(self.bytes)),
+            DType::F16 => crate::kernels::Mat::F16(cast(self.bytes)),
+            DType::BF16 => crate::kernels::Mat::BF16(cast(self.bytes)),
+        }
+    }
+
     /// The f32 elements if the dtype is F32.
     pub fn as_f32(&self) -> Option<&'a [f32]> {
         match self.elements() {
@@ -141,3 +150,4 @@ trait Pod: Copy {}
 impl Pod for f32 {}
 impl Pod for f16 {}
 impl Pod for bf16 {}
+impl Pod for u16 {}

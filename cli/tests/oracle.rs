@@ -1,0 +1,161 @@
+//! Contract: colibri reproduces HuggingFace transformers on every fixture family.
+//! f32 files: max |Δlogit| ≤ 1e-4 · max|logit|; bf16/f16 files (against transformers in f32 on
+//! the same rounded weights): ≤ 2e-2 · max|logit|; greedy tokens identical; routed expert ids
+//! identical on every token and MoE layer. Also: decoding token by token through the KV cache
+//! gives the same logits as one batched prefill.
+
+use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::state::{Session, SessionOptions};
+use colibri::{LoadOptions, Model};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture_dirs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("oracle/meta.json").is_file())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 4);
+    v
+}
+
+/// Minimal reader of a 2-D little-endian float32 .npy file (independent of the CLI's writer).
+fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+    assert!(header.contains("'<f4'") && header.contains("'fortran_order': False"), "{header}");
+    let shape_txt = &header[header.find('(').unwrap() + 1..header.find(')').unwrap()];
+    let shape: Vec<usize> = shape_txt.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let data: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn convert(dir: &Path, out: &Path, dtype: &str) {
+    let o = Command::new(env!("CARGO_BIN_EXE_colibri"))
+        .arg("convert")
+        .arg(dir)
+        .arg("-o")
+        .arg(out)
+        .args(["--dtype", dtype])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn session(model: &Model) -> Session {
+    Session::new(model.config(), &SessionOptions { n_ctx: 256, ..Default::default() }).unwrap()
+}
+
+struct Report {
+    worst: f64,
+}
+
+fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Report) {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("oracle/meta.json")).unwrap()).unwrap();
+    let file = tmp.join(format!("{name}-{dtype}.colibri"));
+    convert(dir, &file, dtype);
+    let model = Model::open(&file, &LoadOptions::default()).unwrap();
+    let vocab = model.config().vocab_size;
+
+    // Teacher-forced logits and routing over input_ids.
+    let input = ids(&meta["input_ids"]);
+    let mut s = session(&model);
+    s.set_trace(true);
+    let opts = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
+    forward(&model, &mut s, Input::Tokens(&input), &opts).unwrap();
+    let (shape, want) = read_npy_f32(&dir.join(format!("oracle/logits_{dtype}.npy")));
+    assert_eq!(shape, vec![input.len(), vocab], "{name}: oracle shape");
+    let got = s.logits().to_vec();
+    let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+    let max_diff = got.iter().zip(&want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+    let rel = max_diff / max_abs;
+    eprintln!("{name:<22} {dtype:<5} max|Δlogit| = {max_diff:.3e} = {rel:.3e} × max|logit|");
+    report.worst = report.worst.max(rel);
+    assert!(rel <= tol, "{name} {dtype}: max|Δ| {max_diff} is {rel:.2e} of max|logit| (tolerance {tol:.0e})");
+
+    let trace = s.take_trace();
+    let routing = &meta[format!("routing_{dtype}")];
+    for (layer, per_token) in routing.as_array().unwrap().iter().enumerate() {
+        let Some(per_token) = per_token.as_array() else {
+            assert!(trace.iter().all(|r| r.layer != layer), "{name}: dense layer {layer} was routed");
+            continue;
+        };
+        for (t, want_ids) in per_token.iter().enumerate() {
+            let rec = trace.iter().find(|r| r.layer == layer && r.position == t).expect("trace record");
+            assert_eq!(rec.experts, ids(want_ids), "{name} {dtype}: experts of token {t} in layer {layer}");
+        }
+    }
+
+    // The same logits when decoding one token at a time through the KV cache.
+    let mut s1 = session(&model);
+    let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
+    for (t, &id) in input.iter().enumerate() {
+        forward(&model, &mut s1, Input::Tokens(&[id]), &last).unwrap();
+        let row = &got[t * vocab..(t + 1) * vocab];
+        let d = s1.logits().iter().zip(row).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+        assert!(d <= 1e-4 * max_abs, "{name} {dtype}: incremental decode differs at {t}: {d}");
+    }
+
+    // Greedy generation: prefill the prompt, then 32 argmax steps through the KV cache.
+    let mut g = session(&model);
+    forward(&model, &mut g, Input::Tokens(&ids(&meta["greedy_prompt"])), &last).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..32 {
+        let next = argmax(g.logits());
+        out.push(next);
+        forward(&model, &mut g, Input::Tokens(&[next]), &last).unwrap();
+    }
+    assert_eq!(out, ids(&meta[format!("greedy_{dtype}")]), "{name} {dtype}: greedy tokens");
+}
+
+#[test]
+fn f32_files_match_transformers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = Report { worst: 0.0 };
+    for d in fixture_dirs() {
+        check_fixture(&d, "f32", 1e-4, tmp.path(), &mut r);
+    }
+    eprintln!("worst f32 relative error: {:.3e}", r.worst);
+}
+
+#[test]
+fn bf16_files_match_transformers_on_rounded_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = Report { worst: 0.0 };
+    for d in fixture_dirs() {
+        check_fixture(&d, "bf16", 2e-2, tmp.path(), &mut r);
+    }
+    eprintln!("worst bf16 relative error: {:.3e}", r.worst);
+}
+
+#[test]
+fn f16_files_match_transformers_on_rounded_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = Report { worst: 0.0 };
+    for d in fixture_dirs() {
+        check_fixture(&d, "f16", 2e-2, tmp.path(), &mut r);
+    }
+    eprintln!("worst f16 relative error: {:.3e}", r.worst);
+}

@@ -1,0 +1,130 @@
+//! Rotary position embeddings: inverse frequencies for each scaling scheme (mirroring
+//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3) and the
+//! rotate-half application to one head (`apply_rotary_pos_emb`).
+
+use crate::model::{Config, RopeScaling};
+
+/// Inverse frequencies and the cos/sin scale of one model.
+pub struct Rope {
+    /// [rot_dim / 2]
+    inv_freq: Vec<f32>,
+    /// Multiplies cos and sin (YaRN's attention factor; 1 otherwise).
+    attention_factor: f32,
+    /// Leading dimensions of a head that rotate.
+    rot_dim: usize,
+    /// Dynamic NTK: (factor, original context) to recompute for long sequences.
+    dynamic: Option<(f64, u64)>,
+    theta: f64,
+}
+
+fn base_inv_freq(theta: f64, dim: usize) -> Vec<f64> {
+    (0..dim / 2).map(|i| 1.0 / theta.powf((2 * i) as f64 / dim as f64)).collect()
+}
+
+impl Rope {
+    /// Frequencies for config `c`.
+    pub fn new(c: &Config) -> Rope {
+        let rot_dim = ((c.head_dim as f64 * c.rope.partial_rotary_factor) as usize) & !1;
+        let theta = c.rope.theta;
+        let base = base_inv_freq(theta, rot_dim);
+        let mut attention_factor = 1.0f64;
+        let mut dynamic = None;
+        let inv: Vec<f64> = match &c.rope.scaling {
+            RopeScaling::None => base,
+            RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+            RopeScaling::Dynamic { factor, original_max_position_embeddings } => {
+                dynamic = Some((*factor, *original_max_position_embeddings));
+                base
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor: af,
+                truncate,
+            } => {
+                attention_factor = *af;
+                let d = rot_dim as f64;
+                let orig = *original_max_position_embeddings as f64;
+                let corr = |rot: f64| d * (orig / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+                let (mut low, mut high) = (corr(*beta_fast), corr(*beta_slow));
+                if *truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let (low, high) = (low.max(0.0), high.min(d - 1.0));
+                let high = if low == high { high + 0.001 } else { high };
+                base.iter()
+                    .enumerate()
+                    .map(|(i, &extra)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        let inter = extra / factor;
+                        inter * (1.0 - extrapolation) + extra * extrapolation
+                    })
+                    .collect()
+            }
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                let orig = *original_max_position_embeddings as f64;
+                let low_wl = orig / low_freq_factor;
+                let high_wl = orig / high_freq_factor;
+                base.iter()
+                    .map(|&f| {
+                        let wl = 2.0 * std::f64::consts::PI / f;
+                        if wl < high_wl {
+                            f
+                        } else if wl > low_wl {
+                            f / factor
+                        } else {
+                            let smooth = (orig / wl - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        };
+        Rope { inv_freq: inv.iter().map(|&f| f as f32).collect(), attention_factor: attention_factor as f32, rot_dim, dynamic, theta }
+    }
+
+    /// cos and sin tables for positions `pos0 .. pos0 + n`: [n, rot_dim/2] each, already scaled
+    /// by the attention factor. Angles are computed as f32 products like transformers does.
+    pub fn table(&self, pos0: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let half = self.rot_dim / 2;
+        let inv: std::borrow::Cow<'_, [f32]> = match self.dynamic {
+            Some((factor, orig)) if (pos0 + n) as u64 > orig => {
+                let seq = (pos0 + n) as f64;
+                let d = self.rot_dim as f64;
+                let base = self.theta * ((factor * seq / orig as f64) - (factor - 1.0)).powf(d / (d - 2.0));
+                base_inv_freq(base, self.rot_dim).iter().map(|&f| f as f32).collect::<Vec<_>>().into()
+            }
+            _ => (&self.inv_freq[..]).into(),
+        };
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for p in pos0..pos0 + n {
+            for &f in inv.iter() {
+                let angle = (p as f32) * f;
+                cos.push((f64::from(angle).cos() as f32) * self.attention_factor);
+                sin.push((f64::from(angle).sin() as f32) * self.attention_factor);
+            }
+        }
+        (cos, sin)
+    }
+
+    /// Rotate one head's vector `x` ([head_dim]) in place with one row of the tables
+    /// (rotate-half convention: pairs (i, i + rot_dim/2)).
+    pub fn apply(&self, x: &mut [f32], cos: &[f32], sin: &[f32]) {
+        let half = self.rot_dim / 2;
+        for i in 0..half {
+            let (a, b) = (x[i], x[i + half]);
+            x[i] = a * cos[i] - b * sin[i];
+            x[i + half] = b * cos[i] + a * sin[i];
+        }
+    }
+
+    /// Half of the rotated dimensions (the width of one table row).
+    pub fn half(&self) -> usize {
+        self.rot_dim / 2
+    }
+}

@@ -1,0 +1,157 @@
+//! Math on slices, nothing else: matrix products against stored weights, RMSNorm, softmax,
+//! SwiGLU, RoPE. No imports from the rest of the crate. Every kernel has a scalar reference in
+//! `reference.rs`; the SIMD paths chosen at run time (see `simd`) must agree with it within the
+//! tolerances their tests name.
+
+pub mod reference;
+mod simd;
+
+pub use simd::{active_path, CpuPath};
+
+/// A row-major weight matrix as stored: [rows, cols] elements of one dtype.
+#[derive(Clone, Copy, Debug)]
+pub enum Mat<'a> {
+    F32(&'a [f32]),
+    /// IEEE binary16 bits.
+    F16(&'a [u16]),
+    /// bfloat16 bits.
+    BF16(&'a [u16]),
+}
+
+impl Mat<'_> {
+    /// Number of stored elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Mat::F32(w) => w.len(),
+            Mat::F16(w) | Mat::BF16(w) => w.len(),
+        }
+    }
+
+    /// True when the matrix holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Dot product of row `r` (length `cols`) of `w` with `x`.
+#[inline]
+pub fn dot_row(w: Mat<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
+    let s = r * cols;
+    match w {
+        Mat::F32(w) => (simd::table().dot_f32)(&w[s..s + cols], x),
+        Mat::F16(w) => (simd::table().dot_f16)(&w[s..s + cols], x),
+        Mat::BF16(w) => (simd::table().dot_bf16)(&w[s..s + cols], x),
+    }
+}
+
+/// Row `r` of `w` widened to f32 into `out` (length `cols`): embedding lookup.
+pub fn row_to_f32(w: Mat<'_>, r: usize, cols: usize, out: &mut [f32]) {
+    let s = r * cols;
+    match w {
+        Mat::F32(w) => out.copy_from_slice(&w[s..s + cols]),
+        Mat::F16(w) => out.iter_mut().zip(&w[s..s + cols]).for_each(|(o, &b)| *o = reference::f16_to_f32(b)),
+        Mat::BF16(w) => out.iter_mut().zip(&w[s..s + cols]).for_each(|(o, &b)| *o = reference::bf16_to_f32(b)),
+    }
+}
+
+/// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: used only to write disjoint indices from different tasks (see `matmul`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Write `v` at index `i`. SAFETY: the caller guarantees `i` is in bounds and that no other
+    /// task writes index `i`.
+    #[inline]
+    unsafe fn write(&self, i: usize, v: f32) {
+        unsafe { *self.0.add(i) = v };
+    }
+}
+
+/// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < rows.
+/// Shapes: w [rows, cols], x [n, cols], y [n, rows]. Output rows are split across the rayon
+/// pool in fixed contiguous ranges; every y element is one dot product in a fixed order, so the
+/// result does not depend on the number of threads.
+pub fn matmul(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    assert!(w.len() == rows * cols && x.len() >= n * cols && y.len() >= n * rows, "matmul shape mismatch");
+    const BLOCK: usize = 16;
+    let out = OutPtr(y.as_mut_ptr());
+    let work = rows * cols * n;
+    let body = |block: usize| {
+        let o_end = ((block + 1) * BLOCK).min(rows);
+        for o in block * BLOCK..o_end {
+            for t in 0..n {
+                let v = dot_row(w, o, cols, &x[t * cols..(t + 1) * cols]);
+                // SAFETY: (t, o) pairs are disjoint across blocks and inside y's bounds (asserted).
+                unsafe { out.write(t * rows + o, v) };
+            }
+        }
+    };
+    let blocks = rows.div_ceil(BLOCK);
+    if work < 1 << 15 || rayon::current_num_threads() == 1 {
+        (0..blocks).for_each(body);
+    } else {
+        use rayon::prelude::*;
+        (0..blocks).into_par_iter().for_each(body);
+    }
+}
+
+/// Element `i` of a stored vector, widened to f32.
+#[inline]
+pub fn get(w: Mat<'_>, i: usize) -> f32 {
+    match w {
+        Mat::F32(w) => w[i],
+        Mat::F16(w) => reference::f16_to_f32(w[i]),
+        Mat::BF16(w) => reference::bf16_to_f32(w[i]),
+    }
+}
+
+/// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.
+pub fn rmsnorm(x: &[f32], w: Mat<'_>, eps: f32, y: &mut [f32]) {
+    let dim = w.len();
+    let mut wf = [0f32; 256];
+    if dim <= wf.len() {
+        (0..dim).for_each(|i| wf[i] = get(w, i));
+        for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
+            reference::rmsnorm_row(xr, &wf[..dim], eps, yr);
+        }
+    } else {
+        let wf: Vec<f32> = (0..dim).map(|i| get(w, i)).collect();
+        for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
+            reference::rmsnorm_row(xr, &wf, eps, yr);
+        }
+    }
+}
+
+/// In-place RMSNorm of each row of x ([n, dim]).
+pub fn rmsnorm_inplace(x: &mut [f32], w: Mat<'_>, eps: f32) {
+    let dim = w.len();
+    let wf: Vec<f32> = (0..dim).map(|i| get(w, i)).collect();
+    let mut tmp = vec![0f32; dim];
+    for xr in x.chunks_exact_mut(dim) {
+        reference::rmsnorm_row(xr, &wf, eps, &mut tmp);
+        xr.copy_from_slice(&tmp);
+    }
+}
+
+/// x[t, :] += b for every row t of x ([n, b.len()]).
+pub fn add_bias(x: &mut [f32], b: Mat<'_>) {
+    let dim = b.len();
+    for row in x.chunks_exact_mut(dim) {
+        row.iter_mut().enumerate().for_each(|(i, v)| *v += get(b, i));
+    }
+}
+
+/// In-place softmax of one row.
+pub fn softmax(x: &mut [f32]) {
+    reference::softmax(x);
+}
+
+/// a[i] = silu(g[i]) · u[i] (SwiGLU), in place on `g`.
+pub fn swiglu(g: &mut [f32], u: &[f32]) {
+    for (gi, &ui) in g.iter_mut().zip(u) {
+        *gi = reference::silu(*gi) * ui;
+    }
+}

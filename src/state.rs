@@ -1,0 +1,264 @@
+//! Per-session state: the KV cache and every activation buffer, sized once from the config and
+//! the context length (buffers for prefill grow to the largest batch seen, then stay), the
+//! routing RNG and the optional routing trace. One session is used by one thread at a time; many
+//! sessions share one `Model`.
+
+use crate::error::{Error, Result};
+use crate::kernels::reference::{bf16_to_f32, f16_to_f32};
+use crate::model::Config;
+use crate::rng::Rng;
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    F16,
+    BF16,
+}
+
+impl KvDtype {
+    /// Bytes per cached element.
+    pub fn size(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 | KvDtype::BF16 => 2,
+        }
+    }
+
+    /// Parse "f32" / "f16" / "bf16".
+    pub fn from_name(s: &str) -> Option<KvDtype> {
+        match s {
+            "f32" => Some(KvDtype::F32),
+            "f16" => Some(KvDtype::F16),
+            "bf16" => Some(KvDtype::BF16),
+            _ => None,
+        }
+    }
+}
+
+/// Options of a new session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Context length in tokens; 0 = the model's trained context capped at `DEFAULT_CTX_CAP`.
+    pub n_ctx: usize,
+    pub kv_dtype: KvDtype,
+    /// Seed of the routing RNG (Gumbel routing).
+    pub seed: u64,
+}
+
+/// Default context cap when the caller does not choose one (keeps the KV cache predictable).
+pub const DEFAULT_CTX_CAP: usize = 4096;
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { n_ctx: 0, kv_dtype: KvDtype::F32, seed: 0 }
+    }
+}
+
+enum Store {
+    F32(Vec<f32>),
+    Half { bits: Vec<u16>, bf16: bool },
+}
+
+/// K and V of every layer: [n_layers][n_ctx][n_kv_heads·head_dim] each.
+pub struct KvCache {
+    store_k: Store,
+    store_v: Store,
+    n_ctx: usize,
+    /// n_kv_heads · head_dim
+    row: usize,
+}
+
+impl KvCache {
+    fn new(c: &Config, n_ctx: usize, dtype: KvDtype) -> Result<KvCache> {
+        let row = c.n_kv_heads * c.head_dim;
+        let len = c
+            .n_layers
+            .checked_mul(n_ctx)
+            .and_then(|x| x.checked_mul(row))
+            .ok_or_else(|| Error::InvalidArgument { reason: format!("context {n_ctx} is too large") })?;
+        let make = || match dtype {
+            KvDtype::F32 => Store::F32(vec![0.0; len]),
+            KvDtype::F16 => Store::Half { bits: vec![0; len], bf16: false },
+            KvDtype::BF16 => Store::Half { bits: vec![0; len], bf16: true },
+        };
+        Ok(KvCache { store_k: make(), store_v: make(), n_ctx, row })
+    }
+
+    fn at(&self, layer: usize, pos: usize) -> usize {
+        (layer * self.n_ctx + pos) * self.row
+    }
+
+    /// Store K and V rows ([n_kv_heads·head_dim] each) of `layer` at `pos`.
+    pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let at = self.at(layer, pos);
+        let row = self.row;
+        for (store, src) in [(&mut self.store_k, k), (&mut self.store_v, v)] {
+            match store {
+                Store::F32(d) => d[at..at + row].copy_from_slice(src),
+                Store::Half { bits, bf16 } => {
+                    for (b, &x) in bits[at..at + row].iter_mut().zip(src) {
+                        *b = if *bf16 { half::bf16::from_f32(x).to_bits() } else { half::f16::from_f32(x).to_bits() };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Dot product of `q` (length head_dim) with cached K of (layer, pos, kv_head).
+    #[inline]
+    pub fn k_dot(&self, layer: usize, pos: usize, kv_head: usize, q: &[f32]) -> f32 {
+        let at = self.at(layer, pos) + kv_head * q.len();
+        match &self.store_k {
+            Store::F32(d) => crate::kernels::reference::dot_f32(&d[at..at + q.len()], q),
+            Store::Half { bits, bf16: true } => crate::kernels::reference::dot_bf16(&bits[at..at + q.len()], q),
+            Store::Half { bits, bf16: false } => crate::kernels::reference::dot_f16(&bits[at..at + q.len()], q),
+        }
+    }
+
+    /// out += p · V(layer, pos, kv_head).
+    #[inline]
+    pub fn v_axpy(&self, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
+        let at = self.at(layer, pos) + kv_head * out.len();
+        match &self.store_v {
+            Store::F32(d) => out.iter_mut().zip(&d[at..]).for_each(|(o, &v)| *o = p.mul_add(v, *o)),
+            Store::Half { bits, bf16: true } => {
+                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o = p.mul_add(bf16_to_f32(v), *o))
+            }
+            Store::Half { bits, bf16: false } => {
+                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o = p.mul_add(f16_to_f32(v), *o))
+            }
+        }
+    }
+
+    /// Capacity in tokens.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+}
+
+/// One routing decision: token position, layer, chosen experts and their combination weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteRecord {
+    pub position: usize,
+    pub layer: usize,
+    pub experts: Vec<u32>,
+    pub weights: Vec<f32>,
+}
+
+/// Activation buffers for a batch of up to `cap` tokens. Shapes are per token.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub cap: usize,
+    /// [n, hidden] residual stream
+    pub x: Vec<f32>,
+    /// [n, hidden] normed input of a block
+    pub xn: Vec<f32>,
+    /// [n, n_heads·head_dim]
+    pub q: Vec<f32>,
+    /// [n, n_kv_heads·head_dim]
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    /// [n, n_heads·head_dim] attention output before o-proj
+    pub att: Vec<f32>,
+    /// [n, hidden] block output
+    pub out: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn ensure(&mut self, c: &Config, n: usize) {
+        if n <= self.cap {
+            return;
+        }
+        let (h, q, kv) = (c.hidden_size, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+        self.x = vec![0.0; n * h];
+        self.xn = vec![0.0; n * h];
+        self.q = vec![0.0; n * q];
+        self.k = vec![0.0; n * kv];
+        self.v = vec![0.0; n * kv];
+        self.att = vec![0.0; n * q];
+        self.out = vec![0.0; n * h];
+        self.cap = n;
+    }
+}
+
+/// A sequence being processed: KV cache, position, buffers, routing RNG and trace.
+pub struct Session {
+    pub(crate) kv: KvCache,
+    /// Tokens already in the cache.
+    pub(crate) pos: usize,
+    pub(crate) scratch: Scratch,
+    pub(crate) rng: Rng,
+    pub(crate) trace: Option<Vec<RouteRecord>>,
+    /// Logits of the last call: [n_out, vocab].
+    pub(crate) logits: Vec<f32>,
+    kv_dtype: KvDtype,
+}
+
+impl Session {
+    /// A fresh session for a model with config `c`.
+    pub fn new(c: &Config, opts: &SessionOptions) -> Result<Session> {
+        let n_ctx = if opts.n_ctx == 0 { c.max_position_embeddings.min(DEFAULT_CTX_CAP) } else { opts.n_ctx };
+        if n_ctx == 0 || n_ctx > (1 << 24) {
+            return Err(Error::InvalidArgument { reason: format!("context length {n_ctx} outside 1..=16777216") });
+        }
+        Ok(Session {
+            kv: KvCache::new(c, n_ctx, opts.kv_dtype)?,
+            pos: 0,
+            scratch: Scratch::default(),
+            rng: Rng::new(opts.seed),
+            trace: None,
+            logits: Vec::new(),
+            kv_dtype: opts.kv_dtype,
+        })
+    }
+
+    /// Tokens currently in the KV cache.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Context capacity in tokens.
+    pub fn n_ctx(&self) -> usize {
+        self.kv.n_ctx()
+    }
+
+    /// Element type of the KV cache.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype
+    }
+
+    /// Forget every cached token (the buffers stay allocated).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Keep only the first `n` cached tokens.
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.pos {
+            return Err(Error::InvalidArgument { reason: format!("cannot truncate to {n}: only {} cached", self.pos) });
+        }
+        self.pos = n;
+        Ok(())
+    }
+
+    /// Re-seed the routing RNG.
+    pub fn set_routing_seed(&mut self, seed: u64) {
+        self.rng = Rng::new(seed);
+    }
+
+    /// Start (true) or stop (false) recording routing decisions.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = if on { Some(self.trace.take().unwrap_or_default()) } else { None };
+    }
+
+    /// Take the routing decisions recorded so far (tracing stays on).
+    pub fn take_trace(&mut self) -> Vec<RouteRecord> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Logits of the last forward call ([n_out, vocab], row-major).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+}
