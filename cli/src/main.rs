@@ -4,6 +4,10 @@
 mod convert;
 mod dump;
 mod inspect;
+mod logits;
+mod model_path;
+mod npy;
+mod run;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +53,25 @@ enum Command {
         /// Read the file into memory instead of mapping it.
         #[arg(long)]
         no_mmap: bool,
+    },
+    /// Generate text from a prompt (stdout: the generated text only; stderr: statistics).
+    Run(run::RunArgs),
+    /// Interactive chat with the model's chat template (keeps the KV cache between turns).
+    Chat(run::RunArgs),
+    /// Teacher-forced logits of every position as a float32 .npy [n_tokens, vocab].
+    Logits {
+        /// Model file (default: $COLIBRI_MODEL, then the shipped default model).
+        #[arg(short = 'm', long)]
+        model: Option<PathBuf>,
+        /// Comma-separated token ids, fed as given (no BOS added).
+        #[arg(long)]
+        tokens: String,
+        /// Output .npy file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Worker threads.
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
     },
     /// Print the values of one tensor (or of a layer's router with --gate).
     Dump {
@@ -107,6 +130,12 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
             Ok(())
         }
         Command::Inspect { file, json } => inspect::run(&file, json),
+        Command::Run(a) => run::run(&a),
+        Command::Chat(mut a) => {
+            a.chat = true;
+            run::run(&a)
+        }
+        Command::Logits { model, tokens, output, threads } => logits::run(model.as_deref(), &tokens, &output, threads),
         Command::Validate { file, no_mmap } => validate::run(&file, no_mmap),
         Command::Dump { file, tensor, gate, layer, expert, rows, cols } => {
             dump::run(&file, tensor.as_deref(), gate, layer, expert, rows, cols)
