@@ -31,7 +31,8 @@ fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
     let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
     assert!(header.contains("'<f4'") && header.contains("'fortran_order': False"), "{header}");
     let shape_txt = &header[header.find('(').unwrap() + 1..header.find(')').unwrap()];
-    let shape: Vec<usize> = shape_txt.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let shape: Vec<usize> =
+        shape_txt.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
     let data: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert_eq!(data.len(), shape.iter().product::<usize>());
     (shape, data)
@@ -158,4 +159,37 @@ fn f16_files_match_transformers_on_rounded_weights() {
         check_fixture(&d, "f16", 2e-2, tmp.path(), &mut r);
     }
     eprintln!("worst f16 relative error: {:.3e}", r.worst);
+}
+
+#[test]
+fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_dirs().into_iter().find(|d| d.ends_with("qwen3_moe_fused")).unwrap();
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("oracle/meta.json")).unwrap()).unwrap();
+    let file = tmp.path().join("m.colibri");
+    convert(&dir, &file, "f32");
+    let model = Model::open(&file, &LoadOptions::default()).unwrap();
+    let input = ids(&meta["input_ids"]);
+    let (_, want) = read_npy_f32(&dir.join("oracle/logits_f32.npy"));
+    let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+    let all = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
+    for kv_dtype in [colibri::state::KvDtype::F16, colibri::state::KvDtype::BF16] {
+        let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 64, kv_dtype, seed: 0 }).unwrap();
+        forward(&model, &mut s, Input::Tokens(&input), &all).unwrap();
+        let d = s.logits().iter().zip(&want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+        assert!(d <= 2e-2 * max_abs, "{kv_dtype:?} KV cache: {d}");
+    }
+    // A rejected call (bad id, context overflow) leaves the session as it was.
+    let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
+    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 32, ..Default::default() }).unwrap();
+    forward(&model, &mut s, Input::Tokens(&input[..4]), &last).unwrap();
+    let vocab = model.config().vocab_size as u32;
+    assert!(forward(&model, &mut s, Input::Tokens(&[1, vocab]), &last).is_err());
+    assert!(forward(&model, &mut s, Input::Tokens(&vec![1; 40]), &last).is_err());
+    assert!(forward(&model, &mut s, Input::Tokens(&[]), &last).is_err());
+    assert_eq!(s.position(), 4);
+    forward(&model, &mut s, Input::Tokens(&input[4..]), &all).unwrap();
+    let tail = &want[4 * vocab as usize..];
+    let d = s.logits().iter().zip(tail).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+    assert!(d <= 1e-4 * max_abs, "logits after rejected calls differ: {d}");
 }
