@@ -99,6 +99,25 @@ fn convert_rejects_bad_checkpoints_with_a_named_reason() {
     safetensors::serialize_to_file(kept, None, &st_path).unwrap();
     assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "layers.1.self_attn.k_norm.weight");
 
+    // A finite weight that overflows f16 is an error naming the tensor, not a silent Inf.
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("f"));
+    let st_path = d.join("model.safetensors");
+    let data = std::fs::read(&st_path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&data).unwrap();
+    let q = st.tensor("model.layers.0.self_attn.q_proj.weight").unwrap();
+    let mut big = q.data().to_vec();
+    big[..4].copy_from_slice(&1.0e6f32.to_le_bytes());
+    let mut views: Vec<(String, safetensors::tensor::TensorView)> = st.tensors();
+    for (n, v) in views.iter_mut() {
+        if n == "model.layers.0.self_attn.q_proj.weight" {
+            *v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, q.shape().to_vec(), &big).unwrap();
+        }
+    }
+    safetensors::serialize_to_file(views, None, &st_path).unwrap();
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out), "--dtype", "f16"]), "layers.0.attn.q");
+    convert_ok(&d, &out, &["--dtype", "bf16"]);
+    std::fs::remove_file(&out).unwrap();
+
     // Not a directory.
     assert_fails(&colibri(&["convert", s(&st_path), "-o", s(&out)]), "not a checkpoint directory");
     assert!(!out.exists(), "no output may appear after failures");

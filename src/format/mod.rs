@@ -81,7 +81,7 @@ mod writer;
 pub use dtype::DType;
 pub use header::{Header, HEADER_SIZE, MAGIC, RESERVED_OFFSET, VERSION};
 pub use metadata::{MetaEntry, MetaKind, MAX_META_ENTRIES, MAX_META_KEY};
-pub use parse::{find_nonfinite as find_nonfinite_in, parse, verify_data, ParsedFile};
+pub use parse::{find_nonfinite as find_nonfinite_in, parse, verify_data, verify_data_with, ParsedFile};
 pub use table::{TensorKind, TensorRecord, MAX_NAME_LEN, MAX_NDIM, RECORD_SIZE};
 pub use writer::{FileWriter, PlannedTensor, WriteSummary};
 

@@ -204,9 +204,18 @@ pub fn find_nonfinite(dtype: DType, bytes: &[u8]) -> Option<u64> {
 /// Full data check: per-tensor checksum, zero padding (between tensors and between experts),
 /// and a NaN/Inf scan of every element. Reads every byte of the file.
 pub fn verify_data(file: &[u8], parsed: &ParsedFile) -> Result<()> {
+    verify_data_with(file, parsed, &|_, _| {})
+}
+
+/// `verify_data` that calls `prefetch(offset, len)` for a tensor and the one after it before
+/// reading it (read-ahead hints for mapped files on a cold page cache).
+pub fn verify_data_with(file: &[u8], parsed: &ParsedFile, prefetch: &(dyn Fn(usize, usize) + Sync)) -> Result<()> {
     let n = parsed.tensors.len();
     (0..n).into_par_iter().try_for_each(|i| {
         let t = &parsed.tensors[i];
+        for next in &parsed.tensors[i..(i + 2).min(n)] {
+            prefetch(next.data_offset as usize, next.byte_length as usize);
+        }
         let data = &file[t.data_offset as usize..t.end() as usize];
         let sum = xxhash_rust::xxh64::xxh64(data, 0);
         if sum != t.checksum {

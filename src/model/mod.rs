@@ -182,6 +182,7 @@ impl Model {
     /// Full validation: every checksum, every padding byte, every element finite. Reads the
     /// whole file.
     pub fn verify(&self) -> Result<()> {
-        format::verify_data(self.mapping.bytes(), &self.parsed)
+        let m = &self.mapping;
+        format::verify_data_with(m.bytes(), &self.parsed, &|offset, len| m.prefetch(offset, len))
     }
 }

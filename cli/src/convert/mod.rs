@@ -110,7 +110,16 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
                 let n = (total - done).min(CHUNK as u64) as usize;
                 src_buf.resize(n, 0);
                 ck.read(&piece.tensor, piece.byte_offset + done, &mut src_buf)?;
-                cast::convert(piece.tensor.dtype, p.dtype, &src_buf, &mut out_buf);
+                cast::convert(piece.tensor.dtype, p.dtype, &src_buf, &mut out_buf).map_err(|o| {
+                    fail(format!(
+                        "{} (from {}): value {} at element {} does not fit {}; convert with --dtype bf16 or f32",
+                        p.name,
+                        piece.source,
+                        o.value,
+                        done / esize + o.index as u64,
+                        p.dtype
+                    ))
+                })?;
                 writer.write(&out_buf)?;
                 bar.inc(out_buf.len() as u64);
                 done += n as u64;
