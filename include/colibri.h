@@ -15,6 +15,288 @@
 #define COLIBRI_VERSION_PATCH 0
 #define COLIBRI_ABI_VERSION 0
 
+/**
+ * Most template steps (minijinja fuel: instructions plus allocation) one render may take.
+ */
+#define MAX_RENDER_FUEL 1000000
+
+/**
+ * Most bytes one render may produce.
+ */
+#define MAX_RENDER_OUTPUT (1 << 20)
+
+/**
+ * An opened model (opaque to C).
+ */
+typedef struct colibri_model colibri_model;
+
+/**
+ * A MoE layer (opaque to C).
+ */
+typedef struct colibri_moe colibri_moe;
+
+/**
+ * A session (opaque to C).
+ */
+typedef struct colibri_session colibri_session;
+
+/**
+ * Sampling and stopping options. Fill with `colibri_sampler_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_sampler_params).
+   */
+  uint32_t struct_size;
+  /**
+   * 0 = greedy (default 0.8).
+   */
+  float temperature;
+  /**
+   * 0 = off (default 40).
+   */
+  int32_t top_k;
+  /**
+   * 1 = off (default 0.95).
+   */
+  float top_p;
+  /**
+   * 0 = off (default 0.05).
+   */
+  float min_p;
+  /**
+   * 1 = off (default).
+   */
+  float repetition_penalty;
+  float presence_penalty;
+  float frequency_penalty;
+  /**
+   * Last tokens the penalties look at (default 64).
+   */
+  int32_t penalty_last_n;
+  /**
+   * Most tokens to generate (default 128).
+   */
+  int32_t max_tokens;
+  /**
+   * 1: keep going past end-of-sequence tokens.
+   */
+  int32_t ignore_eos;
+  uint64_t seed;
+} colibri_sampler_params;
+
+/**
+ * Result of every fallible C entry point: `COLIBRI_STATUS_OK` (0) or an error (non-zero).
+ */
+typedef int32_t colibri_status;
+
+/**
+ * Per-token callback: the sampled id and the text it completes (`text_len` bytes, not
+ * NUL-terminated; may be 0). A last call with token -1 may flush held-back text at the end.
+ * Return non-zero to stop generating.
+ */
+typedef int32_t (*colibri_token_callback)(void *userdata,
+                                          int32_t token,
+                                          const char *text,
+                                          size_t text_len);
+
+/**
+ * Options of `colibri_model_open`. Fill with `colibri_model_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_model_params), set by colibri_model_params_init.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 (default): map the file; 0: read it into memory.
+   */
+  int32_t use_mmap;
+  /**
+   * 1: lock the model's pages in RAM.
+   */
+  int32_t use_mlock;
+} colibri_model_params;
+
+/**
+ * Facts about a model, filled by `colibri_model_get_info`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_model_info): set it before the call (colibri_model_info_init does).
+   */
+  uint32_t struct_size;
+  /**
+   * 0 Mixtral, 1 Qwen2-MoE, 2 Qwen3-MoE, 3 OLMoE.
+   */
+  int32_t family;
+  uint32_t vocab_size;
+  /**
+   * Trained context length (max_position_embeddings).
+   */
+  uint32_t n_ctx_train;
+  uint32_t hidden_size;
+  uint32_t n_layers;
+  uint32_t n_experts;
+  uint32_t top_k;
+  uint64_t n_params;
+  /**
+   * Parameters read per token.
+   */
+  uint64_t n_active_params;
+  /**
+   * -1 when the model has none.
+   */
+  int32_t bos_token;
+  /**
+   * First end-of-sequence id, -1 when none.
+   */
+  int32_t eos_token;
+} colibri_model_info;
+
+/**
+ * Options of a session. Fill with `colibri_session_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_session_params).
+   */
+  uint32_t struct_size;
+  /**
+   * Context length in tokens; 0 = the model's trained context capped at 4096.
+   */
+  uint32_t n_ctx;
+  /**
+   * KV cache element type: 0 f32 (default), 1 f16, 2 bf16.
+   */
+  int32_t kv_type;
+  /**
+   * 0: colibri_infer returns the last position's logits; 1: every new position's.
+   */
+  int32_t all_logits;
+  /**
+   * 0 deterministic top-k (default), 1 Gumbel top-k.
+   */
+  int32_t routing_mode;
+  /**
+   * Experts per token; 0 = the model's top_k.
+   */
+  int32_t moe_top_k;
+  /**
+   * Seed of the routing RNG (Gumbel).
+   */
+  uint64_t seed;
+} colibri_session_params;
+
+/**
+ * Options of `colibri_init`: the model's and the session's. Fill with `colibri_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_params).
+   */
+  uint32_t struct_size;
+  /**
+   * 1 (default): map the file; 0: read it into memory.
+   */
+  int32_t use_mmap;
+  /**
+   * 1: lock the model's pages in RAM.
+   */
+  int32_t use_mlock;
+  /**
+   * As in colibri_session_params.
+   */
+  uint32_t n_ctx;
+  int32_t kv_type;
+  int32_t all_logits;
+  int32_t routing_mode;
+  int32_t moe_top_k;
+  uint64_t seed;
+} colibri_params;
+
+/**
+ * The design-card name of a session.
+ */
+typedef colibri_session colibri_ctx;
+
+/**
+ * Routing-trace callback: called after a forward call for every (token position, MoE layer)
+ * with the chosen expert ids and their weights (k of each; valid during the call only).
+ * Return non-zero to skip the remaining records of this call.
+ */
+typedef int32_t (*colibri_route_callback)(void *userdata,
+                                          int32_t layer,
+                                          int32_t position,
+                                          const int32_t *experts,
+                                          const float *weights,
+                                          size_t k);
+
+/**
+ * One chat message for colibri_chat_render.
+ */
+typedef struct {
+  /**
+   * "system", "user", "assistant", … (NUL-terminated UTF-8)
+   */
+  const char *role;
+  /**
+   * NUL-terminated UTF-8.
+   */
+  const char *content;
+} colibri_chat_message;
+
+/**
+ * Success.
+ */
+#define COLIBRI_STATUS_OK 0
+
+/**
+ * An argument has an invalid value (a token id out of range, a bad parameter, …).
+ */
+#define COLIBRI_STATUS_INVALID_ARGUMENT 1
+
+/**
+ * A required pointer argument is NULL.
+ */
+#define COLIBRI_STATUS_NULL_ARGUMENT 2
+
+/**
+ * An operating-system call failed (file missing, unreadable, …).
+ */
+#define COLIBRI_STATUS_IO 3
+
+/**
+ * The model file is malformed, truncated or inconsistent.
+ */
+#define COLIBRI_STATUS_INVALID_MODEL 4
+
+/**
+ * The feature is not in this build (tokenizer, chat templates) or not supported by the model.
+ */
+#define COLIBRI_STATUS_UNSUPPORTED 5
+
+/**
+ * An output buffer is too small; the required size was written where the function says.
+ */
+#define COLIBRI_STATUS_BUFFER_TOO_SMALL 6
+
+/**
+ * The tokens do not fit the session's context.
+ */
+#define COLIBRI_STATUS_CONTEXT_FULL 7
+
+/**
+ * A bug inside the library was caught at the boundary; the process keeps running. The
+ * object the call was working on should be freed.
+ */
+#define COLIBRI_STATUS_PANIC 8
+
+/**
+ * A params struct has a struct_size this library does not know.
+ */
+#define COLIBRI_STATUS_BAD_STRUCT_SIZE 9
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -30,6 +312,335 @@ const char *colibri_version(void);
  * Thread-safe.
  */
 uint32_t colibri_abi_version(void);
+
+/**
+ * Fill `params` with the defaults. Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or writable.
+ */
+void colibri_sampler_params_init(colibri_sampler_params *params);
+
+/**
+ * Feed `n_prompt` ids (as given: no BOS or template is added) and generate. Each token goes to
+ * `callback` (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation
+ * then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number
+ * generated. Not thread-safe per session.
+ *
+ * # Safety
+ * `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints.
+ */
+colibri_status colibri_generate(colibri_session *session,
+                                const int32_t *prompt,
+                                size_t n_prompt,
+                                const colibri_sampler_params *params,
+                                colibri_token_callback callback,
+                                void *userdata,
+                                int32_t *tokens_out,
+                                size_t tokens_cap,
+                                size_t *n_tokens_out);
+
+/**
+ * Fill `params` with the defaults (mmap on, mlock off). Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or point to a writable colibri_model_params.
+ */
+void colibri_model_params_init(colibri_model_params *params);
+
+/**
+ * Fill `info` with struct_size set (call before colibri_model_get_info). Thread-safe.
+ *
+ * # Safety
+ * `info` must be NULL or point to a writable colibri_model_info.
+ */
+void colibri_model_info_init(colibri_model_info *info);
+
+/**
+ * Map and validate the .colibri file at `path` (UTF-8). `params` may be NULL for defaults.
+ * On success `*model_out` owns the model; free it with colibri_model_free. Thread-safe.
+ *
+ * # Safety
+ * `path` must be a NUL-terminated string; `model_out` a writable pointer.
+ */
+colibri_status colibri_model_open(const char *path,
+                                  const colibri_model_params *params,
+                                  colibri_model **model_out);
+
+/**
+ * Release a model. Sessions made from it keep their own reference and stay valid. NULL is a
+ * no-op.
+ *
+ * # Safety
+ * `model` must be NULL or a pointer from colibri_model_open, freed once.
+ */
+void colibri_model_free(colibri_model *model);
+
+/**
+ * Fill `info` (whose struct_size the caller set, e.g. with colibri_model_info_init).
+ * Safe to call concurrently.
+ *
+ * # Safety
+ * `model` must be a live model; `info` a writable colibri_model_info.
+ */
+colibri_status colibri_model_get_info(const colibri_model *model, colibri_model_info *info);
+
+/**
+ * The user metadata blob attached at conversion (`convert --user-metadata`): `*data_out`
+ * points into the model (valid while the model lives), `*len_out` is its length; both are
+ * NULL/0 when the file has none. Safe to call concurrently.
+ *
+ * # Safety
+ * `model` must be a live model; `data_out` and `len_out` writable.
+ */
+colibri_status colibri_model_user_metadata(const colibri_model *model,
+                                           const uint8_t **data_out,
+                                           size_t *len_out);
+
+/**
+ * Copy `n_experts` expert matrices (expert e: expert_sizes[e] × hidden_size floats, one after
+ * another in `expert_weights`) into a new layer choosing `top_k` experts per input.
+ *
+ * # Safety
+ * `expert_weights` readable for Σ expert_sizes[e]·hidden_size floats; `expert_sizes` for
+ * n_experts ints; `moe_out` writable.
+ */
+colibri_status colibri_moe_init(colibri_moe **moe_out,
+                                const float *expert_weights,
+                                const int32_t *expert_sizes,
+                                int32_t n_experts,
+                                int32_t hidden_size,
+                                int32_t top_k);
+
+/**
+ * output (max(expert_sizes) floats) = Σ over the top_k largest `gates` (n_experts logits) of
+ * softmax-over-chosen(gate) · (W_e · input (hidden_size floats)); an expert shorter than the
+ * output contributes zeros past its size. Safe to call concurrently on one layer.
+ *
+ * # Safety
+ * `input` readable for hidden_size floats, `gates` for n_experts, `output` writable for
+ * max(expert_sizes) floats.
+ */
+colibri_status colibri_moe_infer(const colibri_moe *moe,
+                                 const float *input,
+                                 float *output,
+                                 const float *gates);
+
+/**
+ * Release a layer. NULL is a no-op.
+ *
+ * # Safety
+ * `moe` must be NULL or from colibri_moe_init, freed once.
+ */
+void colibri_moe_free(colibri_moe *moe);
+
+/**
+ * The message of the calling thread's last failed call (empty if none). Valid until the next
+ * failing call on the same thread; do not free. A Go caller must read it on the same OS thread
+ * (runtime.LockOSThread) or use `colibri_last_error_message_copy`.
+ */
+const char *colibri_last_error_message(void);
+
+/**
+ * Copy the calling thread's last error message into `buf` (capacity `len` bytes, always
+ * NUL-terminated when len > 0, truncated if needed). Returns the bytes needed including the
+ * NUL, so a caller can retry with a larger buffer. `buf` may be NULL when `len` is 0.
+ *
+ * # Safety
+ * `buf` must point to `len` writable bytes.
+ */
+size_t colibri_last_error_message_copy(char *buf, size_t len);
+
+/**
+ * Always panics inside the library and returns COLIBRI_STATUS_PANIC: lets tests and bindings
+ * check that the boundary holds. Thread-safe.
+ */
+colibri_status colibri_debug_panic(void);
+
+/**
+ * Fill `params` with the defaults. Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or writable.
+ */
+void colibri_session_params_init(colibri_session_params *params);
+
+/**
+ * Fill `params` with the defaults. Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or writable.
+ */
+void colibri_params_init(colibri_params *params);
+
+/**
+ * A new session on `model` (which may be freed afterwards: the session keeps it alive).
+ * `params` may be NULL. Safe to call concurrently on one model.
+ *
+ * # Safety
+ * `model` must be a live model; `session_out` writable.
+ */
+colibri_status colibri_session_new(const colibri_model *model,
+                                   const colibri_session_params *params,
+                                   colibri_session **session_out);
+
+/**
+ * Release a session. NULL is a no-op.
+ *
+ * # Safety
+ * `session` must be NULL or from colibri_session_new / colibri_init, freed once.
+ */
+void colibri_session_free(colibri_session *session);
+
+/**
+ * Open the model at `model_path` and make one session on it (`params` may be NULL).
+ *
+ * # Safety
+ * `model_path` NUL-terminated; `ctx_out` writable.
+ */
+colibri_status colibri_init(const char *model_path,
+                            const colibri_params *params,
+                            colibri_ctx **ctx_out);
+
+/**
+ * Run the forward pass over `n_tokens` new tokens, appending them to the KV cache, and write
+ * the last position's vocab_size logits (all positions' with all_logits) to `logits_out`
+ * (`logits_len` floats). Nothing is added to the tokens. A failed call leaves the KV cache as
+ * it was. Not thread-safe per session.
+ *
+ * # Safety
+ * `tokens` readable for n_tokens ints; `logits_out` writable for logits_len floats.
+ */
+colibri_status colibri_infer(colibri_ctx *ctx,
+                             const int32_t *tokens,
+                             size_t n_tokens,
+                             float *logits_out,
+                             size_t logits_len);
+
+/**
+ * Like colibri_infer with hidden states instead of tokens: `embeddings` holds n_tokens rows of
+ * `hidden_size` floats (must equal the model's hidden size).
+ *
+ * # Safety
+ * `embeddings` readable for n_tokens·hidden_size floats; `logits_out` writable for logits_len.
+ */
+colibri_status colibri_infer_embeddings(colibri_ctx *ctx,
+                                        const float *embeddings,
+                                        size_t n_tokens,
+                                        size_t hidden_size,
+                                        float *logits_out,
+                                        size_t logits_len);
+
+/**
+ * Release a context from colibri_init (its model goes with it). NULL is a no-op.
+ *
+ * # Safety
+ * `ctx` must be NULL or from colibri_init / colibri_session_new, freed once.
+ */
+void colibri_free(colibri_ctx *ctx);
+
+/**
+ * Forget every cached token.
+ *
+ * # Safety
+ * `session` must be a live session.
+ */
+colibri_status colibri_session_reset(colibri_session *session);
+
+/**
+ * Keep only the first `n_tokens` cached tokens (INVALID_ARGUMENT if fewer are cached).
+ *
+ * # Safety
+ * `session` must be a live session.
+ */
+colibri_status colibri_session_truncate(colibri_session *session, size_t n_tokens);
+
+/**
+ * Tokens in the KV cache, and the context capacity.
+ *
+ * # Safety
+ * `session` must be a live session; the out-pointers writable.
+ */
+colibri_status colibri_session_position(const colibri_session *session,
+                                        size_t *position_out,
+                                        size_t *n_ctx_out);
+
+/**
+ * Routing of later calls: mode 0 top-k / 1 Gumbel, the Gumbel RNG seed, experts per token
+ * (0 = the model's top_k, else 1..n_experts).
+ *
+ * # Safety
+ * `session` must be a live session.
+ */
+colibri_status colibri_session_set_routing(colibri_session *session,
+                                           int32_t mode,
+                                           uint64_t seed,
+                                           int32_t moe_top_k);
+
+/**
+ * Register (or with NULL, remove) the routing-trace callback of this session.
+ *
+ * # Safety
+ * `session` must be a live session; `callback` valid with `userdata` while registered.
+ */
+colibri_status colibri_session_set_route_callback(colibri_session *session,
+                                                  colibri_route_callback callback,
+                                                  void *userdata);
+
+/**
+ * A static, NUL-terminated description of any status value, known or not. Never NULL.
+ * Thread-safe.
+ */
+const char *colibri_status_str(colibri_status status);
+
+/**
+ * Tokenize `text_len` bytes of UTF-8 `text` (add_special: add BOS etc. as the tokenizer's
+ * post-processor says). Writes up to `tokens_cap` ids and the count needed to `*n_tokens_out`;
+ * COLIBRI_STATUS_BUFFER_TOO_SMALL when they do not fit (call again with a larger buffer).
+ * Safe to call concurrently.
+ *
+ * # Safety
+ * `text` readable for text_len bytes; `tokens_out` writable for tokens_cap ints.
+ */
+colibri_status colibri_tokenize(const colibri_model *model,
+                                const char *text,
+                                size_t text_len,
+                                int32_t add_special,
+                                int32_t *tokens_out,
+                                size_t tokens_cap,
+                                size_t *n_tokens_out);
+
+/**
+ * Decode `n_tokens` ids to UTF-8 text in `buf` (capacity `buf_cap` bytes, NUL-terminated);
+ * `*len_out` gets the text length without the NUL (also on BUFFER_TOO_SMALL).
+ * Safe to call concurrently.
+ *
+ * # Safety
+ * `tokens` readable for n_tokens ints; `buf` writable for buf_cap bytes.
+ */
+colibri_status colibri_detokenize(const colibri_model *model,
+                                  const int32_t *tokens,
+                                  size_t n_tokens,
+                                  int32_t skip_special,
+                                  char *buf,
+                                  size_t buf_cap,
+                                  size_t *len_out);
+
+/**
+ * Render `n_messages` messages with the model's chat template (add_generation_prompt: end with
+ * the assistant header) into `buf` like colibri_detokenize. UNSUPPORTED when the model has no
+ * template or the build has no chat-template support. Safe to call concurrently.
+ *
+ * # Safety
+ * `messages` readable for n_messages entries with valid strings; `buf` writable for buf_cap.
+ */
+colibri_status colibri_chat_render(const colibri_model *model,
+                                   const colibri_chat_message *messages,
+                                   size_t n_messages,
+                                   int32_t add_generation_prompt,
+                                   char *buf,
+                                   size_t buf_cap,
+                                   size_t *len_out);
 
 #ifdef __cplusplus
 }  // extern "C"

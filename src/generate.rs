@@ -54,8 +54,8 @@ pub enum StopReason {
 /// One step reported to the callback.
 #[derive(Clone, Debug)]
 pub struct Step<'a> {
-    /// The sampled token.
-    pub token: u32,
+    /// The sampled token; None for the final text-only step that flushes held-back text.
+    pub token: Option<u32>,
     /// Newly completed text (may be empty: an incomplete UTF-8 character or held-back text).
     pub text: &'a str,
 }
@@ -164,7 +164,7 @@ pub fn generate(
         };
         let (safe, hit) = matcher.push(&piece);
         out_text.push_str(&safe);
-        let keep_going = on_step(&Step { token: id, text: &safe });
+        let keep_going = on_step(&Step { token: Some(id), text: &safe });
         if hit {
             reason = StopReason::StopString;
             break;
@@ -192,7 +192,7 @@ pub fn generate(
         }
         if !tail.is_empty() {
             out_text.push_str(&tail);
-            on_step(&Step { token: *tokens.last().unwrap_or(&0), text: &tail });
+            on_step(&Step { token: None, text: &tail });
         }
     }
     Ok(GenerateOutput {

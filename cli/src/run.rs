@@ -243,8 +243,8 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     let mut write_err = None;
     let result = generate(&model, &mut s, Some(&tokenizer), input, &p, |step| {
-        if a.debug_routing {
-            all_ids.borrow_mut().push(step.token);
+        if let (true, Some(t)) = (a.debug_routing, step.token) {
+            all_ids.borrow_mut().push(t);
         }
         if let Err(e) = out.write_all(step.text.as_bytes()).and_then(|_| out.flush()) {
             write_err = Some(e);

@@ -11,7 +11,7 @@ mod ffn;
 mod rope;
 mod router;
 
-pub use router::{RoutingMode, RoutingOptions, Routes};
+pub use router::{Routes, RoutingMode, RoutingOptions};
 
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -55,6 +55,11 @@ pub enum LogitsMode {
 pub struct ForwardOptions {
     pub logits: LogitsMode,
     pub routing: RoutingOptions,
+}
+
+/// Check routing options against a model (top-k override within 1..=n_experts).
+pub fn check_routing(c: &crate::model::Config, r: &RoutingOptions) -> Result<()> {
+    router::effective_top_k(r, c.moe.n_experts, c.moe.top_k).map(|_| ())
 }
 
 /// Check the input before any state changes, so a failed call leaves the session as it was.

@@ -84,7 +84,13 @@ impl Rope {
                     .collect()
             }
         };
-        Rope { inv_freq: inv.iter().map(|&f| f as f32).collect(), attention_factor: attention_factor as f32, rot_dim, dynamic, theta }
+        Rope {
+            inv_freq: inv.iter().map(|&f| f as f32).collect(),
+            attention_factor: attention_factor as f32,
+            rot_dim,
+            dynamic,
+            theta,
+        }
     }
 
     /// cos and sin tables for positions `pos0 .. pos0 + n`: [n, rot_dim/2] each, already scaled

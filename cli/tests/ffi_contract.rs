@@ -1,0 +1,495 @@
+//! Contract of the C ABI, exercised from Rust through the exported functions: the trio gives
+//! transformers' logits; every pointer argument is NULL-checked; buffers that are too small are
+//! reported with the size needed and change nothing; panics become COLIBRI_STATUS_PANIC; params
+//! structs are versioned by struct_size; the layer-level MoE primitive matches a scalar reference.
+
+use colibri::ffi::*;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::ptr::{null, null_mut};
+use std::sync::OnceLock;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+}
+
+fn model_file() -> &'static CString {
+    static FILE: OnceLock<(tempfile::TempDir, CString)> = OnceLock::new();
+    &FILE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("m.colibri");
+            let o = Command::new(env!("CARGO_BIN_EXE_colibri"))
+                .arg("convert")
+                .arg(fixture("qwen2_moe_shared"))
+                .arg("-o")
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(o.status.success());
+            let c = CString::new(out.to_str().unwrap()).unwrap();
+            (dir, c)
+        })
+        .1
+}
+
+fn meta() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("qwen2_moe_shared").join("oracle/meta.json")).unwrap())
+        .unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<i32> {
+    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
+}
+
+fn oracle_logits() -> Vec<f32> {
+    let b = std::fs::read(fixture("qwen2_moe_shared").join("oracle/logits_f32.npy")).unwrap();
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn last_error() -> String {
+    // SAFETY: the library returns a valid NUL-terminated string.
+    unsafe { CStr::from_ptr(colibri_last_error_message()) }.to_string_lossy().into_owned()
+}
+
+fn open_model() -> *mut colibri_model {
+    let mut m = null_mut();
+    assert_eq!(unsafe { colibri_model_open(model_file().as_ptr(), null(), &mut m) }, COLIBRI_STATUS_OK);
+    m
+}
+
+const VOCAB: usize = 400;
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn trio_returns_transformers_logits_and_failed_calls_change_nothing() {
+    let input = ids(&meta()["input_ids"]);
+    let want = oracle_logits();
+    let tol = 1e-4 * want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    unsafe {
+        let mut ctx = null_mut();
+        assert_eq!(colibri_init(model_file().as_ptr(), null(), &mut ctx), COLIBRI_STATUS_OK);
+        let mut logits = vec![0f32; VOCAB];
+        assert_eq!(colibri_infer(ctx, input.as_ptr(), 5, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+        assert!(max_diff(&logits, &want[4 * VOCAB..5 * VOCAB]) <= tol);
+        let (mut pos, mut n_ctx) = (0usize, 0usize);
+        // Failures: too small a buffer, bad ids, NULLs — the cache stays at 5 tokens.
+        assert_eq!(
+            colibri_infer(ctx, input[5..].as_ptr(), 1, logits.as_mut_ptr(), VOCAB - 1),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        assert!(last_error().contains("needs 400"), "{}", last_error());
+        let bad = [1, VOCAB as i32];
+        assert_eq!(colibri_infer(ctx, bad.as_ptr(), 2, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_INVALID_ARGUMENT);
+        assert!(last_error().contains("outside the vocabulary"));
+        let neg = [-1];
+        assert_eq!(colibri_infer(ctx, neg.as_ptr(), 1, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_INVALID_ARGUMENT);
+        assert_eq!(colibri_infer(ctx, null(), 1, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_infer(ctx, input.as_ptr(), 1, null_mut(), VOCAB), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_infer(ctx, input.as_ptr(), 0, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_INVALID_ARGUMENT);
+        assert_eq!(
+            colibri_infer(null_mut(), input.as_ptr(), 1, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(colibri_session_position(ctx, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+        assert_eq!(pos, 5);
+        // The rest of the sequence continues as if nothing had happened.
+        let rest = &input[5..];
+        assert_eq!(colibri_infer(ctx, rest.as_ptr(), rest.len(), logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+        let n = input.len();
+        assert!(max_diff(&logits, &want[(n - 1) * VOCAB..n * VOCAB]) <= tol);
+        // Context overflow is its own status.
+        let long = vec![1i32; n_ctx];
+        assert_eq!(
+            colibri_infer(ctx, long.as_ptr(), long.len(), logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_CONTEXT_FULL
+        );
+        colibri_free(ctx);
+        colibri_free(null_mut());
+
+        // all_logits returns every position.
+        let mut p = std::mem::zeroed::<colibri_params>();
+        colibri_params_init(&mut p);
+        p.all_logits = 1;
+        p.n_ctx = 64;
+        let mut ctx = null_mut();
+        assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_OK);
+        let mut all = vec![0f32; n * VOCAB];
+        assert_eq!(
+            colibri_infer(ctx, input.as_ptr(), n, all.as_mut_ptr(), n * VOCAB - 1),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        assert_eq!(colibri_infer(ctx, input.as_ptr(), n, all.as_mut_ptr(), n * VOCAB), COLIBRI_STATUS_OK);
+        assert!(max_diff(&all, &want) <= tol);
+        colibri_free(ctx);
+
+        // Bad paths and params.
+        let mut ctx = null_mut();
+        let missing = CString::new("/nonexistent/x.colibri").unwrap();
+        assert_eq!(colibri_init(missing.as_ptr(), null(), &mut ctx), COLIBRI_STATUS_IO);
+        assert!(ctx.is_null());
+        let not_model = CString::new(fixture("olmoe").join("config.json").to_str().unwrap()).unwrap();
+        assert_eq!(colibri_init(not_model.as_ptr(), null(), &mut ctx), COLIBRI_STATUS_INVALID_MODEL);
+        assert!(last_error().contains("magic"));
+        assert_eq!(colibri_init(null(), null(), &mut ctx), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_init(model_file().as_ptr(), null(), null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        p.struct_size = 0;
+        assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_BAD_STRUCT_SIZE);
+        p.struct_size = 4096;
+        assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_BAD_STRUCT_SIZE);
+        // An older, shorter struct (only struct_size + use_mmap + use_mlock) gets defaults for the rest.
+        colibri_params_init(&mut p);
+        p.struct_size = 12;
+        p.n_ctx = 7; // beyond the old size: ignored
+        assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_OK);
+        assert_eq!(colibri_session_position(ctx, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+        assert_eq!(n_ctx, 4096);
+        colibri_free(ctx);
+    }
+}
+
+#[test]
+fn model_and_sessions_share_one_mapping_across_threads() {
+    let input = ids(&meta()["input_ids"]);
+    let want = oracle_logits();
+    let n = input.len();
+    unsafe {
+        let m = open_model();
+        let mut info = std::mem::zeroed::<colibri_model_info>();
+        colibri_model_info_init(&mut info);
+        assert_eq!(colibri_model_get_info(m, &mut info), COLIBRI_STATUS_OK);
+        assert_eq!((info.family, info.vocab_size, info.hidden_size, info.n_layers), (1, 400, 64, 4));
+        assert_eq!((info.n_experts, info.top_k), (8, 4));
+        assert!(info.n_params > info.n_active_params && info.n_active_params > 0);
+        assert_eq!(colibri_model_get_info(null(), &mut info), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_model_get_info(m, null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        let (mut data, mut len) = (null(), 7usize);
+        assert_eq!(colibri_model_user_metadata(m, &mut data, &mut len), COLIBRI_STATUS_OK);
+        assert!(data.is_null() && len == 0);
+        assert_eq!(colibri_model_user_metadata(m, null_mut(), &mut len), COLIBRI_STATUS_NULL_ARGUMENT);
+
+        let mut sessions = Vec::new();
+        for _ in 0..2 {
+            let mut s = null_mut();
+            assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
+            sessions.push(s as usize);
+        }
+        // The sessions keep the model alive after the model handle is freed.
+        colibri_model_free(m);
+        colibri_model_free(null_mut());
+        let handles: Vec<_> = sessions
+            .iter()
+            .map(|&s| {
+                let input = input.clone();
+                std::thread::spawn(move || {
+                    let mut logits = vec![0f32; VOCAB];
+                    let st = colibri_infer(
+                        s as *mut colibri_session,
+                        input.as_ptr(),
+                        input.len(),
+                        logits.as_mut_ptr(),
+                        VOCAB,
+                    );
+                    (st, logits)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (st, logits) = h.join().unwrap();
+            assert_eq!(st, COLIBRI_STATUS_OK);
+            assert!(max_diff(&logits, &want[(n - 1) * VOCAB..]) <= 1e-4 * 10.0);
+        }
+        for s in sessions {
+            let s = s as *mut colibri_session;
+            assert_eq!(colibri_session_reset(s), COLIBRI_STATUS_OK);
+            assert_eq!(colibri_session_truncate(s, 1), COLIBRI_STATUS_INVALID_ARGUMENT);
+            colibri_session_free(s);
+        }
+        assert_eq!(colibri_session_reset(null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_session_truncate(null_mut(), 0), COLIBRI_STATUS_NULL_ARGUMENT);
+        let mut s = null_mut();
+        assert_eq!(colibri_session_new(null(), null(), &mut s), COLIBRI_STATUS_NULL_ARGUMENT);
+    }
+}
+
+#[test]
+fn tokenize_detokenize_and_chat_report_needed_sizes() {
+    unsafe {
+        let m = open_model();
+        let text = "Hello world, the licence.";
+        let mut n = 0usize;
+        assert_eq!(
+            colibri_tokenize(m, text.as_ptr().cast(), text.len(), 0, null_mut(), 0, &mut n),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        assert!(n > 0);
+        let mut toks = vec![0i32; n];
+        assert_eq!(
+            colibri_tokenize(m, text.as_ptr().cast(), text.len(), 0, toks.as_mut_ptr(), n, &mut n),
+            COLIBRI_STATUS_OK
+        );
+        assert_eq!(
+            colibri_tokenize(m, text.as_ptr().cast(), text.len(), 0, toks.as_mut_ptr(), n, null_mut()),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(colibri_tokenize(m, null(), 3, 0, toks.as_mut_ptr(), n, &mut n), COLIBRI_STATUS_NULL_ARGUMENT);
+        let bad = [0xffu8, 0xfe];
+        assert_eq!(
+            colibri_tokenize(m, bad.as_ptr().cast(), 2, 0, toks.as_mut_ptr(), n, &mut n),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        let mut len = 0usize;
+        let mut small = [0 as c_char; 4];
+        assert_eq!(
+            colibri_detokenize(m, toks.as_ptr(), toks.len(), 1, small.as_mut_ptr(), small.len(), &mut len),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        assert_eq!(len, text.len());
+        let mut buf = vec![0 as c_char; len + 1];
+        assert_eq!(
+            colibri_detokenize(m, toks.as_ptr(), toks.len(), 1, buf.as_mut_ptr(), buf.len(), &mut len),
+            COLIBRI_STATUS_OK
+        );
+        assert_eq!(CStr::from_ptr(buf.as_ptr()).to_str().unwrap(), text);
+        assert_eq!(
+            colibri_detokenize(m, toks.as_ptr(), toks.len(), 1, buf.as_mut_ptr(), buf.len(), null_mut()),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+
+        let (role, content) = (CString::new("user").unwrap(), CString::new("Hi there").unwrap());
+        let msgs = [colibri_chat_message { role: role.as_ptr(), content: content.as_ptr() }];
+        assert_eq!(
+            colibri_chat_render(m, msgs.as_ptr(), 1, 1, null_mut(), 0, &mut len),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        let mut out = vec![0 as c_char; len + 1];
+        assert_eq!(
+            colibri_chat_render(m, msgs.as_ptr(), 1, 1, out.as_mut_ptr(), out.len(), &mut len),
+            COLIBRI_STATUS_OK
+        );
+        let rendered = CStr::from_ptr(out.as_ptr()).to_str().unwrap();
+        assert!(rendered.contains("Hi there") && rendered.contains("<|im_start|>assistant"), "{rendered}");
+        let bad_msg = [colibri_chat_message { role: null(), content: content.as_ptr() }];
+        assert_eq!(
+            colibri_chat_render(m, bad_msg.as_ptr(), 1, 1, out.as_mut_ptr(), out.len(), &mut len),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        colibri_model_free(m);
+    }
+}
+
+unsafe extern "C" fn collect(userdata: *mut c_void, token: i32, text: *const c_char, len: usize) -> i32 {
+    let v = &mut *(userdata as *mut (Vec<i32>, String, usize));
+    if token >= 0 {
+        v.0.push(token);
+    }
+    v.1.push_str(std::str::from_utf8(std::slice::from_raw_parts(text.cast::<u8>(), len)).unwrap());
+    i32::from(v.0.len() >= v.2)
+}
+
+unsafe extern "C" fn count_routes(
+    userdata: *mut c_void,
+    layer: i32,
+    _pos: i32,
+    experts: *const i32,
+    w: *const f32,
+    k: usize,
+) -> i32 {
+    let v = &mut *(userdata as *mut Vec<(i32, Vec<i32>, f32)>);
+    let e = std::slice::from_raw_parts(experts, k).to_vec();
+    let ws: f32 = std::slice::from_raw_parts(w, k).iter().sum();
+    v.push((layer, e, ws));
+    0
+}
+
+#[test]
+fn generate_streams_greedy_tokens_and_routing_trace() {
+    let meta = meta();
+    let prompt = ids(&meta["greedy_prompt"]);
+    let want = ids(&meta["greedy_f32"]);
+    unsafe {
+        let m = open_model();
+        let mut s = null_mut();
+        assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
+        let mut p = std::mem::zeroed::<colibri_sampler_params>();
+        colibri_sampler_params_init(&mut p);
+        p.temperature = 0.0;
+        p.max_tokens = 32;
+        p.ignore_eos = 1;
+        let mut out = vec![0i32; 32];
+        let mut n = 0usize;
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), prompt.len(), &p, None, null_mut(), out.as_mut_ptr(), 32, &mut n),
+            COLIBRI_STATUS_OK
+        );
+        assert_eq!((n, &out), (32, &want), "greedy tokens");
+        // A callback that stops after 5 tokens; its text equals the decode of its tokens.
+        colibri_session_reset(s);
+        let mut state: (Vec<i32>, String, usize) = (Vec::new(), String::new(), 5);
+        assert_eq!(
+            colibri_generate(
+                s,
+                prompt.as_ptr(),
+                prompt.len(),
+                &p,
+                Some(collect),
+                &mut state as *mut _ as *mut c_void,
+                null_mut(),
+                0,
+                &mut n
+            ),
+            COLIBRI_STATUS_OK
+        );
+        assert_eq!(state.0, want[..5].to_vec());
+        assert_eq!(n, 5);
+        assert_eq!(
+            colibri_generate(s, null(), 2, &p, None, null_mut(), null_mut(), 0, &mut n),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(
+            colibri_generate(null_mut(), prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut n),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        p.top_p = 2.0;
+        p.temperature = 1.0;
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut n),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+
+        // Routing trace and options.
+        let mut routes: Vec<(i32, Vec<i32>, f32)> = Vec::new();
+        assert_eq!(
+            colibri_session_set_route_callback(s, Some(count_routes), &mut routes as *mut _ as *mut c_void),
+            COLIBRI_STATUS_OK
+        );
+        assert_eq!(colibri_session_set_routing(s, 0, 0, 2), COLIBRI_STATUS_OK);
+        colibri_session_reset(s);
+        let mut logits = vec![0f32; VOCAB];
+        assert_eq!(colibri_infer(s, prompt.as_ptr(), prompt.len(), logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+        assert_eq!(routes.len(), prompt.len() * 2, "two MoE layers per token");
+        assert!(routes.iter().all(|(l, e, w)| (*l == 1 || *l == 3) && e.len() == 2 && *w > 0.0));
+        assert_eq!(colibri_session_set_routing(s, 0, 0, 9), COLIBRI_STATUS_INVALID_ARGUMENT);
+        assert_eq!(colibri_session_set_routing(s, 7, 0, 0), COLIBRI_STATUS_INVALID_ARGUMENT);
+        assert_eq!(colibri_session_set_routing(null_mut(), 0, 0, 0), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_session_set_route_callback(null_mut(), None, null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        colibri_session_free(s);
+        colibri_model_free(m);
+    }
+}
+
+#[test]
+fn panics_errors_and_statuses_are_reported_not_fatal() {
+    assert_eq!(colibri_debug_panic(), COLIBRI_STATUS_PANIC);
+    assert!(last_error().contains("panic"), "{}", last_error());
+    for st in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1, i32::MAX] {
+        let s = unsafe { CStr::from_ptr(colibri_status_str(st)) }.to_str().unwrap().to_string();
+        assert!(!s.is_empty());
+        if st >= 10 || st < 0 {
+            assert_eq!(s, "unknown status");
+        }
+    }
+    unsafe {
+        let need = colibri_last_error_message_copy(null_mut(), 0);
+        assert_eq!(need, last_error().len() + 1);
+        let mut small = [1 as c_char; 5];
+        assert_eq!(colibri_last_error_message_copy(small.as_mut_ptr(), small.len()), need);
+        assert_eq!(small[4], 0);
+        assert_eq!(CStr::from_ptr(small.as_ptr()).to_str().unwrap(), &last_error()[..4]);
+    }
+    // The last error is per thread.
+    let other = std::thread::spawn(last_error).join().unwrap();
+    assert_eq!(other, "");
+}
+
+#[test]
+fn moe_primitive_matches_a_scalar_reference() {
+    let hidden = 5usize;
+    let sizes = [3i32, 6, 4, 6];
+    let total: usize = sizes.iter().map(|&s| s as usize * hidden).sum();
+    let weights: Vec<f32> = (0..total).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+    let input: Vec<f32> = (0..hidden).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let gates = [0.3f32, 2.0, 0.3, -1.0];
+    let reference = |k: usize| {
+        let mut order: Vec<usize> = (0..4).collect();
+        order.sort_by(|&a, &b| gates[b].partial_cmp(&gates[a]).unwrap());
+        let chosen = &order[..k];
+        let m = chosen.iter().map(|&e| gates[e]).fold(f32::MIN, f32::max);
+        let z: f32 = chosen.iter().map(|&e| (gates[e] - m).exp()).sum();
+        let mut out = vec![0f32; 6];
+        for &e in chosen {
+            let w = (gates[e] - m).exp() / z;
+            let start: usize = sizes[..e].iter().map(|&s| s as usize * hidden).sum();
+            for r in 0..sizes[e] as usize {
+                let dot: f32 = (0..hidden).map(|c| weights[start + r * hidden + c] * input[c]).sum();
+                out[r] += w * dot;
+            }
+        }
+        (chosen.to_vec(), out)
+    };
+    unsafe {
+        for k in 1..=4 {
+            let mut moe = null_mut();
+            assert_eq!(
+                colibri_moe_init(&mut moe, weights.as_ptr(), sizes.as_ptr(), 4, hidden as i32, k),
+                COLIBRI_STATUS_OK
+            );
+            let mut out = vec![f32::NAN; 6];
+            assert_eq!(colibri_moe_infer(moe, input.as_ptr(), out.as_mut_ptr(), gates.as_ptr()), COLIBRI_STATUS_OK);
+            let (chosen, want) = reference(k as usize);
+            if k == 2 {
+                assert_eq!(chosen, vec![1, 0], "ties go to the lowest index");
+            }
+            assert!(max_diff(&out, &want) <= 1e-5, "k={k}: {out:?} vs {want:?}");
+            assert_eq!(colibri_moe_infer(moe, null(), out.as_mut_ptr(), gates.as_ptr()), COLIBRI_STATUS_NULL_ARGUMENT);
+            assert_eq!(
+                colibri_moe_infer(moe, input.as_ptr(), null_mut(), gates.as_ptr()),
+                COLIBRI_STATUS_NULL_ARGUMENT
+            );
+            assert_eq!(colibri_moe_infer(moe, input.as_ptr(), out.as_mut_ptr(), null()), COLIBRI_STATUS_NULL_ARGUMENT);
+            let nan_gates = [0.0f32, f32::NAN, 0.0, 0.0];
+            assert_eq!(
+                colibri_moe_infer(moe, input.as_ptr(), out.as_mut_ptr(), nan_gates.as_ptr()),
+                COLIBRI_STATUS_INVALID_ARGUMENT
+            );
+            colibri_moe_free(moe);
+        }
+        colibri_moe_free(null_mut());
+        let mut moe = null_mut();
+        assert_eq!(
+            colibri_moe_init(&mut moe, weights.as_ptr(), sizes.as_ptr(), 4, hidden as i32, 5),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            colibri_moe_init(&mut moe, weights.as_ptr(), sizes.as_ptr(), 4, hidden as i32, 0),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            colibri_moe_init(&mut moe, weights.as_ptr(), sizes.as_ptr(), 0, hidden as i32, 1),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            colibri_moe_init(&mut moe, null(), sizes.as_ptr(), 4, hidden as i32, 1),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(
+            colibri_moe_init(&mut moe, weights.as_ptr(), null(), 4, hidden as i32, 1),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(
+            colibri_moe_init(null_mut(), weights.as_ptr(), sizes.as_ptr(), 4, hidden as i32, 1),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        let bad_sizes = [3i32, 0, 4, 6];
+        assert_eq!(
+            colibri_moe_init(&mut moe, weights.as_ptr(), bad_sizes.as_ptr(), 4, hidden as i32, 1),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert!(moe.is_null());
+    }
+}

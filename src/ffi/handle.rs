@@ -1,0 +1,107 @@
+//! Converting C arguments safely: NULL checks, C strings, (pointer, length) slices, params
+//! structs with a struct_size prefix, boxed handles.
+
+use super::panic::Failure;
+use super::status::*;
+use std::ffi::{c_char, CStr};
+
+/// `&T` from a pointer, or a NULL_ARGUMENT failure naming the argument.
+pub(crate) fn borrow<'a, T>(p: *const T, arg: &str) -> Result<&'a T, Failure> {
+    // SAFETY: non-NULL pointers handed in by C point to live objects of this type (the ABI
+    // contract); NULL is rejected.
+    unsafe { p.as_ref() }.ok_or_else(|| Failure::null(arg))
+}
+
+/// `&mut T` from a pointer, or a NULL_ARGUMENT failure.
+pub(crate) fn borrow_mut<'a, T>(p: *mut T, arg: &str) -> Result<&'a mut T, Failure> {
+    // SAFETY: as in `borrow`; the caller owns the object exclusively for the call.
+    unsafe { p.as_mut() }.ok_or_else(|| Failure::null(arg))
+}
+
+/// A UTF-8 C string.
+pub(crate) fn c_str<'a>(p: *const c_char, arg: &str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(Failure::null(arg));
+    }
+    // SAFETY: non-NULL and NUL-terminated by contract.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("argument '{arg}' is not valid UTF-8")))
+}
+
+/// A slice from (pointer, length); NULL is allowed only when the length is 0.
+pub(crate) fn slice<'a, T>(p: *const T, len: usize, arg: &str) -> Result<&'a [T], Failure> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Failure::null(arg));
+    }
+    if len > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
+        return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("length of '{arg}' is absurd")));
+    }
+    // SAFETY: the caller guarantees `len` readable elements at p.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A mutable slice from (pointer, length); NULL allowed only when the length is 0.
+pub(crate) fn slice_mut<'a, T>(p: *mut T, len: usize, arg: &str) -> Result<&'a mut [T], Failure> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Failure::null(arg));
+    }
+    if len > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
+        return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("length of '{arg}' is absurd")));
+    }
+    // SAFETY: the caller guarantees `len` writable elements at p.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// Read a params struct whose first field is `struct_size`: older (shorter) structs are
+/// completed with defaults, larger unknown ones are rejected. NULL gives the defaults.
+pub(crate) fn params<T: Copy>(p: *const T, defaults: T, arg: &str) -> Result<T, Failure> {
+    if p.is_null() {
+        return Ok(defaults);
+    }
+    // SAFETY: every params struct starts with a u32 struct_size.
+    let size = unsafe { *(p as *const u32) } as usize;
+    let full = std::mem::size_of::<T>();
+    if size < 4 || size > full {
+        return Err(Failure::new(
+            COLIBRI_STATUS_BAD_STRUCT_SIZE,
+            format!("{arg}.struct_size is {size}; this library knows sizes 4..={full} (initialise it with the *_params_init function)"),
+        ));
+    }
+    let mut out = defaults;
+    // SAFETY: copy the caller's `size` bytes over the defaults; both are at least `size` long.
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, size) };
+    Ok(out)
+}
+
+/// Write `value` to an out-pointer (checked non-NULL before any work by the caller).
+pub(crate) fn put<T>(out: *mut T, value: T) {
+    // SAFETY: out was checked non-NULL by the entry point and points to writable storage.
+    unsafe { out.write(value) };
+}
+
+/// Copy `text` into a caller buffer of `cap` bytes with a NUL; report the length (without NUL)
+/// through `len_out`; BUFFER_TOO_SMALL when it does not fit (len_out still says what is needed).
+pub(crate) fn write_text(text: &str, buf: *mut c_char, cap: usize, len_out: *mut usize) -> Result<(), Failure> {
+    if !len_out.is_null() {
+        put(len_out, text.len());
+    }
+    if text.len() + 1 > cap {
+        return Err(Failure::new(
+            COLIBRI_STATUS_BUFFER_TOO_SMALL,
+            format!("the text needs {} bytes including the NUL; the buffer has {cap}", text.len() + 1),
+        ));
+    }
+    let out = slice_mut(buf, cap, "buf")?;
+    for (o, &b) in out.iter_mut().zip(text.as_bytes()) {
+        *o = b as c_char;
+    }
+    out[text.len()] = 0;
+    Ok(())
+}

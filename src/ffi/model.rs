@@ -1,0 +1,231 @@
+//! `colibri_model`: an opened, validated model file shared by any number of sessions and
+//! threads (immutable; an Arc inside). Also its tokenizer, when the file has one.
+
+use super::handle::*;
+use super::panic::{guard, guard_or, Failure};
+use super::status::*;
+use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+use crate::LoadOptions;
+use std::ffi::c_char;
+use std::sync::Arc;
+
+/// Options of `colibri_model_open`. Fill with `colibri_model_params_init`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct colibri_model_params {
+    /// sizeof(colibri_model_params), set by colibri_model_params_init.
+    pub struct_size: u32,
+    /// 1 (default): map the file; 0: read it into memory.
+    pub use_mmap: i32,
+    /// 1: lock the model's pages in RAM.
+    pub use_mlock: i32,
+}
+
+impl Default for colibri_model_params {
+    fn default() -> Self {
+        colibri_model_params { struct_size: std::mem::size_of::<Self>() as u32, use_mmap: 1, use_mlock: 0 }
+    }
+}
+
+/// Facts about a model, filled by `colibri_model_get_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct colibri_model_info {
+    /// sizeof(colibri_model_info): set it before the call (colibri_model_info_init does).
+    pub struct_size: u32,
+    /// 0 Mixtral, 1 Qwen2-MoE, 2 Qwen3-MoE, 3 OLMoE.
+    pub family: i32,
+    pub vocab_size: u32,
+    /// Trained context length (max_position_embeddings).
+    pub n_ctx_train: u32,
+    pub hidden_size: u32,
+    pub n_layers: u32,
+    pub n_experts: u32,
+    pub top_k: u32,
+    pub n_params: u64,
+    /// Parameters read per token.
+    pub n_active_params: u64,
+    /// -1 when the model has none.
+    pub bos_token: i32,
+    /// First end-of-sequence id, -1 when none.
+    pub eos_token: i32,
+}
+
+impl Default for colibri_model_info {
+    fn default() -> Self {
+        colibri_model_info {
+            struct_size: std::mem::size_of::<Self>() as u32,
+            family: -1,
+            vocab_size: 0,
+            n_ctx_train: 0,
+            hidden_size: 0,
+            n_layers: 0,
+            n_experts: 0,
+            top_k: 0,
+            n_params: 0,
+            n_active_params: 0,
+            bos_token: -1,
+            eos_token: -1,
+        }
+    }
+}
+
+/// An opened model (opaque to C).
+pub struct colibri_model {
+    pub(crate) model: Arc<Model>,
+    pub(crate) tokenizer: Option<Arc<Tokenizer>>,
+    /// Why the tokenizer is unavailable (for UNSUPPORTED messages).
+    pub(crate) tokenizer_error: String,
+}
+
+impl colibri_model {
+    pub(crate) fn open(path: &str, p: &colibri_model_params) -> Result<colibri_model, Failure> {
+        let opts = LoadOptions { mmap: p.use_mmap != 0, mlock: p.use_mlock != 0, ..LoadOptions::default() };
+        let model = Model::open(std::path::Path::new(path), &opts)?;
+        let (tokenizer, tokenizer_error) = match Tokenizer::from_model(&model) {
+            Ok(t) => (Some(Arc::new(t)), String::new()),
+            Err(e) => (None, e.to_string()),
+        };
+        Ok(colibri_model { model: Arc::new(model), tokenizer, tokenizer_error })
+    }
+
+    pub(crate) fn tokenizer(&self) -> Result<&Tokenizer, Failure> {
+        self.tokenizer.as_deref().ok_or_else(|| Failure::new(COLIBRI_STATUS_UNSUPPORTED, self.tokenizer_error.clone()))
+    }
+}
+
+/// Fill `params` with the defaults (mmap on, mlock off). Thread-safe.
+///
+/// # Safety
+/// `params` must be NULL or point to a writable colibri_model_params.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_params_init(params: *mut colibri_model_params) {
+    guard_or((), || {
+        if !params.is_null() {
+            put(params, colibri_model_params::default());
+        }
+    })
+}
+
+/// Fill `info` with struct_size set (call before colibri_model_get_info). Thread-safe.
+///
+/// # Safety
+/// `info` must be NULL or point to a writable colibri_model_info.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_info_init(info: *mut colibri_model_info) {
+    guard_or((), || {
+        if !info.is_null() {
+            put(info, colibri_model_info::default());
+        }
+    })
+}
+
+/// Map and validate the .colibri file at `path` (UTF-8). `params` may be NULL for defaults.
+/// On success `*model_out` owns the model; free it with colibri_model_free. Thread-safe.
+///
+/// # Safety
+/// `path` must be a NUL-terminated string; `model_out` a writable pointer.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_open(
+    path: *const c_char,
+    params: *const colibri_model_params,
+    model_out: *mut *mut colibri_model,
+) -> colibri_status {
+    guard(|| {
+        if model_out.is_null() {
+            return Err(Failure::null("model_out"));
+        }
+        let path = c_str(path, "path")?;
+        let p = super::handle::params(params, colibri_model_params::default(), "params")?;
+        let m = colibri_model::open(path, &p)?;
+        put(model_out, Box::into_raw(Box::new(m)));
+        Ok(())
+    })
+}
+
+/// Release a model. Sessions made from it keep their own reference and stay valid. NULL is a
+/// no-op.
+///
+/// # Safety
+/// `model` must be NULL or a pointer from colibri_model_open, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_free(model: *mut colibri_model) {
+    guard_or((), || {
+        if !model.is_null() {
+            // SAFETY: the pointer came from Box::into_raw in colibri_model_open.
+            drop(unsafe { Box::from_raw(model) });
+        }
+    })
+}
+
+/// Fill `info` (whose struct_size the caller set, e.g. with colibri_model_info_init).
+/// Safe to call concurrently.
+///
+/// # Safety
+/// `model` must be a live model; `info` a writable colibri_model_info.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_get_info(
+    model: *const colibri_model,
+    info: *mut colibri_model_info,
+) -> colibri_status {
+    guard(|| {
+        let m = borrow(model, "model")?;
+        let size = borrow(info as *const colibri_model_info, "info")?.struct_size as usize;
+        if size < 4 || size > std::mem::size_of::<colibri_model_info>() {
+            return Err(Failure::new(COLIBRI_STATUS_BAD_STRUCT_SIZE, format!("info.struct_size {size} is unknown")));
+        }
+        let c = m.model.config();
+        let pc = m.model.params();
+        let full = colibri_model_info {
+            struct_size: size as u32,
+            family: match c.family {
+                crate::Family::Mixtral => 0,
+                crate::Family::Qwen2Moe => 1,
+                crate::Family::Qwen3Moe => 2,
+                crate::Family::Olmoe => 3,
+            },
+            vocab_size: c.vocab_size as u32,
+            n_ctx_train: c.max_position_embeddings as u32,
+            hidden_size: c.hidden_size as u32,
+            n_layers: c.n_layers as u32,
+            n_experts: c.moe.n_experts as u32,
+            top_k: c.moe.top_k as u32,
+            n_params: pc.total,
+            n_active_params: pc.active,
+            bos_token: c.bos_token_id.map(|b| b as i32).unwrap_or(-1),
+            eos_token: c.eos_token_ids.first().map(|&e| e as i32).unwrap_or(-1),
+        };
+        // Copy only the fields the caller's struct has.
+        // SAFETY: info is writable for `size` bytes (checked above), full has at least that many.
+        unsafe { std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, info as *mut u8, size) };
+        Ok(())
+    })
+}
+
+/// The user metadata blob attached at conversion (`convert --user-metadata`): `*data_out`
+/// points into the model (valid while the model lives), `*len_out` is its length; both are
+/// NULL/0 when the file has none. Safe to call concurrently.
+///
+/// # Safety
+/// `model` must be a live model; `data_out` and `len_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_user_metadata(
+    model: *const colibri_model,
+    data_out: *mut *const u8,
+    len_out: *mut usize,
+) -> colibri_status {
+    guard(|| {
+        let m = borrow(model, "model")?;
+        if data_out.is_null() {
+            return Err(Failure::null("data_out"));
+        }
+        if len_out.is_null() {
+            return Err(Failure::null("len_out"));
+        }
+        let blob = m.model.user_metadata();
+        put(data_out, blob.map(|b| b.as_ptr()).unwrap_or(std::ptr::null()));
+        put(len_out, blob.map(|b| b.len()).unwrap_or(0));
+        Ok(())
+    })
+}

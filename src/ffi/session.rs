@@ -1,0 +1,459 @@
+//! `colibri_session` (alias `colibri_ctx`): one sequence's KV cache and buffers, holding a
+//! shared reference to its model. Used by one thread at a time; many sessions share a model.
+//! Also the design-card trio colibri_init / colibri_infer / colibri_free.
+
+use super::handle::*;
+use super::model::{colibri_model, colibri_model_params};
+use super::panic::{guard, guard_or, Failure};
+use super::status::*;
+use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingMode, RoutingOptions};
+use crate::model::Model;
+use crate::state::{KvDtype, Session, SessionOptions};
+use crate::tokenizer::Tokenizer;
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+
+/// Routing-trace callback: called after a forward call for every (token position, MoE layer)
+/// with the chosen expert ids and their weights (k of each; valid during the call only).
+/// Return non-zero to skip the remaining records of this call.
+#[allow(non_camel_case_types)]
+pub type colibri_route_callback = Option<
+    unsafe extern "C" fn(
+        userdata: *mut c_void,
+        layer: i32,
+        position: i32,
+        experts: *const i32,
+        weights: *const f32,
+        k: usize,
+    ) -> i32,
+>;
+
+/// Options of a session. Fill with `colibri_session_params_init`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct colibri_session_params {
+    /// sizeof(colibri_session_params).
+    pub struct_size: u32,
+    /// Context length in tokens; 0 = the model's trained context capped at 4096.
+    pub n_ctx: u32,
+    /// KV cache element type: 0 f32 (default), 1 f16, 2 bf16.
+    pub kv_type: i32,
+    /// 0: colibri_infer returns the last position's logits; 1: every new position's.
+    pub all_logits: i32,
+    /// 0 deterministic top-k (default), 1 Gumbel top-k.
+    pub routing_mode: i32,
+    /// Experts per token; 0 = the model's top_k.
+    pub moe_top_k: i32,
+    /// Seed of the routing RNG (Gumbel).
+    pub seed: u64,
+}
+
+impl Default for colibri_session_params {
+    fn default() -> Self {
+        colibri_session_params {
+            struct_size: std::mem::size_of::<Self>() as u32,
+            n_ctx: 0,
+            kv_type: 0,
+            all_logits: 0,
+            routing_mode: 0,
+            moe_top_k: 0,
+            seed: 0,
+        }
+    }
+}
+
+/// Options of `colibri_init`: the model's and the session's. Fill with `colibri_params_init`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct colibri_params {
+    /// sizeof(colibri_params).
+    pub struct_size: u32,
+    /// 1 (default): map the file; 0: read it into memory.
+    pub use_mmap: i32,
+    /// 1: lock the model's pages in RAM.
+    pub use_mlock: i32,
+    /// As in colibri_session_params.
+    pub n_ctx: u32,
+    pub kv_type: i32,
+    pub all_logits: i32,
+    pub routing_mode: i32,
+    pub moe_top_k: i32,
+    pub seed: u64,
+}
+
+impl Default for colibri_params {
+    fn default() -> Self {
+        let s = colibri_session_params::default();
+        colibri_params {
+            struct_size: std::mem::size_of::<Self>() as u32,
+            use_mmap: 1,
+            use_mlock: 0,
+            n_ctx: s.n_ctx,
+            kv_type: s.kv_type,
+            all_logits: s.all_logits,
+            routing_mode: s.routing_mode,
+            moe_top_k: s.moe_top_k,
+            seed: s.seed,
+        }
+    }
+}
+
+/// A session (opaque to C).
+pub struct colibri_session {
+    pub(crate) model: Arc<Model>,
+    pub(crate) tokenizer: Option<Arc<Tokenizer>>,
+    pub(crate) session: Session,
+    pub(crate) routing: RoutingOptions,
+    all_logits: bool,
+    route_cb: colibri_route_callback,
+    route_userdata: *mut c_void,
+}
+
+/// The design-card name of a session.
+#[allow(non_camel_case_types)]
+pub type colibri_ctx = colibri_session;
+
+fn routing_of(mode: i32, top_k: i32) -> Result<RoutingOptions, Failure> {
+    let mode = match mode {
+        0 => RoutingMode::TopK,
+        1 => RoutingMode::Gumbel,
+        m => {
+            return Err(Failure::new(
+                COLIBRI_STATUS_INVALID_ARGUMENT,
+                format!("routing mode {m} (use 0 top-k, 1 Gumbel)"),
+            ))
+        }
+    };
+    let top_k = match top_k {
+        0 => None,
+        k if k > 0 => Some(k as usize),
+        k => return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("moe_top_k {k} is negative"))),
+    };
+    Ok(RoutingOptions { mode, top_k })
+}
+
+impl colibri_session {
+    pub(crate) fn new(m: &colibri_model, p: &colibri_session_params) -> Result<colibri_session, Failure> {
+        let kv_dtype = match p.kv_type {
+            0 => KvDtype::F32,
+            1 => KvDtype::F16,
+            2 => KvDtype::BF16,
+            t => {
+                return Err(Failure::new(
+                    COLIBRI_STATUS_INVALID_ARGUMENT,
+                    format!("kv_type {t} (use 0 f32, 1 f16, 2 bf16)"),
+                ))
+            }
+        };
+        let routing = routing_of(p.routing_mode, p.moe_top_k)?;
+        let c = m.model.config();
+        crate::forward::check_routing(c, &routing)?;
+        let session = Session::new(c, &SessionOptions { n_ctx: p.n_ctx as usize, kv_dtype, seed: p.seed })?;
+        Ok(colibri_session {
+            model: m.model.clone(),
+            tokenizer: m.tokenizer.clone(),
+            session,
+            routing,
+            all_logits: p.all_logits != 0,
+            route_cb: None,
+            route_userdata: std::ptr::null_mut(),
+        })
+    }
+
+    /// Run the forward pass and copy logits out; nothing changes when a check fails.
+    fn infer(&mut self, input: Input<'_>, n: usize, logits: &mut [f32]) -> Result<(), Failure> {
+        let vocab = self.model.config().vocab_size;
+        let need = if self.all_logits { n * vocab } else { vocab };
+        if logits.len() < need {
+            return Err(Failure::new(
+                COLIBRI_STATUS_BUFFER_TOO_SMALL,
+                format!("logits_len is {} floats; this call needs {need}", logits.len()),
+            ));
+        }
+        let mode = if self.all_logits { LogitsMode::All } else { LogitsMode::Last };
+        self.session.set_trace(self.route_cb.is_some());
+        forward(&self.model, &mut self.session, input, &ForwardOptions { logits: mode, routing: self.routing })?;
+        logits[..need].copy_from_slice(&self.session.logits()[..need]);
+        self.report_routes();
+        Ok(())
+    }
+
+    fn report_routes(&mut self) {
+        let Some(cb) = self.route_cb else { return };
+        let mut records = self.session.take_trace();
+        records.sort_by_key(|r| (r.position, r.layer));
+        for r in records {
+            let ids: Vec<i32> = r.experts.iter().map(|&e| e as i32).collect();
+            // SAFETY: the caller registered this callback and vouches for userdata.
+            let stop = unsafe {
+                cb(self.route_userdata, r.layer as i32, r.position as i32, ids.as_ptr(), r.weights.as_ptr(), ids.len())
+            };
+            if stop != 0 {
+                break;
+            }
+        }
+    }
+}
+
+fn tokens_of(tokens: *const i32, n: usize) -> Result<Vec<u32>, Failure> {
+    let t = slice(tokens, n, "tokens")?;
+    if n == 0 {
+        return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "n_tokens is 0"));
+    }
+    t.iter()
+        .map(|&id| {
+            u32::try_from(id)
+                .map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("token id {id} is negative")))
+        })
+        .collect()
+}
+
+/// Fill `params` with the defaults. Thread-safe.
+///
+/// # Safety
+/// `params` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_params_init(params: *mut colibri_session_params) {
+    guard_or((), || {
+        if !params.is_null() {
+            put(params, colibri_session_params::default());
+        }
+    })
+}
+
+/// Fill `params` with the defaults. Thread-safe.
+///
+/// # Safety
+/// `params` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_params_init(params: *mut colibri_params) {
+    guard_or((), || {
+        if !params.is_null() {
+            put(params, colibri_params::default());
+        }
+    })
+}
+
+/// A new session on `model` (which may be freed afterwards: the session keeps it alive).
+/// `params` may be NULL. Safe to call concurrently on one model.
+///
+/// # Safety
+/// `model` must be a live model; `session_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_new(
+    model: *const colibri_model,
+    params: *const colibri_session_params,
+    session_out: *mut *mut colibri_session,
+) -> colibri_status {
+    guard(|| {
+        if session_out.is_null() {
+            return Err(Failure::null("session_out"));
+        }
+        let m = borrow(model, "model")?;
+        let p = super::handle::params(params, colibri_session_params::default(), "params")?;
+        put(session_out, Box::into_raw(Box::new(colibri_session::new(m, &p)?)));
+        Ok(())
+    })
+}
+
+/// Release a session. NULL is a no-op.
+///
+/// # Safety
+/// `session` must be NULL or from colibri_session_new / colibri_init, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_free(session: *mut colibri_session) {
+    guard_or((), || {
+        if !session.is_null() {
+            // SAFETY: from Box::into_raw.
+            drop(unsafe { Box::from_raw(session) });
+        }
+    })
+}
+
+/// Open the model at `model_path` and make one session on it (`params` may be NULL).
+///
+/// # Safety
+/// `model_path` NUL-terminated; `ctx_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_init(
+    model_path: *const c_char,
+    params: *const colibri_params,
+    ctx_out: *mut *mut colibri_ctx,
+) -> colibri_status {
+    guard(|| {
+        if ctx_out.is_null() {
+            return Err(Failure::null("ctx_out"));
+        }
+        let path = c_str(model_path, "model_path")?;
+        let p = super::handle::params(params, colibri_params::default(), "params")?;
+        let mp = colibri_model_params { use_mmap: p.use_mmap, use_mlock: p.use_mlock, ..Default::default() };
+        let sp = colibri_session_params {
+            n_ctx: p.n_ctx,
+            kv_type: p.kv_type,
+            all_logits: p.all_logits,
+            routing_mode: p.routing_mode,
+            moe_top_k: p.moe_top_k,
+            seed: p.seed,
+            ..Default::default()
+        };
+        let model = colibri_model::open(path, &mp)?;
+        put(ctx_out, Box::into_raw(Box::new(colibri_session::new(&model, &sp)?)));
+        Ok(())
+    })
+}
+
+/// Run the forward pass over `n_tokens` new tokens, appending them to the KV cache, and write
+/// the last position's vocab_size logits (all positions' with all_logits) to `logits_out`
+/// (`logits_len` floats). Nothing is added to the tokens. A failed call leaves the KV cache as
+/// it was. Not thread-safe per session.
+///
+/// # Safety
+/// `tokens` readable for n_tokens ints; `logits_out` writable for logits_len floats.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_infer(
+    ctx: *mut colibri_ctx,
+    tokens: *const i32,
+    n_tokens: usize,
+    logits_out: *mut f32,
+    logits_len: usize,
+) -> colibri_status {
+    guard(|| {
+        let s = borrow_mut(ctx, "ctx")?;
+        let ids = tokens_of(tokens, n_tokens)?;
+        let logits = slice_mut(logits_out, logits_len, "logits_out")?;
+        s.infer(Input::Tokens(&ids), ids.len(), logits)
+    })
+}
+
+/// Like colibri_infer with hidden states instead of tokens: `embeddings` holds n_tokens rows of
+/// `hidden_size` floats (must equal the model's hidden size).
+///
+/// # Safety
+/// `embeddings` readable for n_tokens·hidden_size floats; `logits_out` writable for logits_len.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_infer_embeddings(
+    ctx: *mut colibri_ctx,
+    embeddings: *const f32,
+    n_tokens: usize,
+    hidden_size: usize,
+    logits_out: *mut f32,
+    logits_len: usize,
+) -> colibri_status {
+    guard(|| {
+        let s = borrow_mut(ctx, "ctx")?;
+        let h = s.model.config().hidden_size;
+        if hidden_size != h {
+            return Err(Failure::new(
+                COLIBRI_STATUS_INVALID_ARGUMENT,
+                format!("hidden_size {hidden_size}, the model's is {h}"),
+            ));
+        }
+        if n_tokens == 0 {
+            return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "n_tokens is 0"));
+        }
+        let len = n_tokens
+            .checked_mul(h)
+            .ok_or_else(|| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "n_tokens is absurd"))?;
+        let e = slice(embeddings, len, "embeddings")?;
+        let logits = slice_mut(logits_out, logits_len, "logits_out")?;
+        s.infer(Input::Embeddings(e), n_tokens, logits)
+    })
+}
+
+/// Release a context from colibri_init (its model goes with it). NULL is a no-op.
+///
+/// # Safety
+/// `ctx` must be NULL or from colibri_init / colibri_session_new, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_free(ctx: *mut colibri_ctx) {
+    // SAFETY: same contract as colibri_session_free.
+    unsafe { colibri_session_free(ctx) }
+}
+
+/// Forget every cached token.
+///
+/// # Safety
+/// `session` must be a live session.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_reset(session: *mut colibri_session) -> colibri_status {
+    guard(|| {
+        borrow_mut(session, "session")?.session.reset();
+        Ok(())
+    })
+}
+
+/// Keep only the first `n_tokens` cached tokens (INVALID_ARGUMENT if fewer are cached).
+///
+/// # Safety
+/// `session` must be a live session.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_truncate(session: *mut colibri_session, n_tokens: usize) -> colibri_status {
+    guard(|| {
+        borrow_mut(session, "session")?.session.truncate(n_tokens)?;
+        Ok(())
+    })
+}
+
+/// Tokens in the KV cache, and the context capacity.
+///
+/// # Safety
+/// `session` must be a live session; the out-pointers writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_position(
+    session: *const colibri_session,
+    position_out: *mut usize,
+    n_ctx_out: *mut usize,
+) -> colibri_status {
+    guard(|| {
+        let s = borrow(session, "session")?;
+        if position_out.is_null() {
+            return Err(Failure::null("position_out"));
+        }
+        if n_ctx_out.is_null() {
+            return Err(Failure::null("n_ctx_out"));
+        }
+        put(position_out, s.session.position());
+        put(n_ctx_out, s.session.n_ctx());
+        Ok(())
+    })
+}
+
+/// Routing of later calls: mode 0 top-k / 1 Gumbel, the Gumbel RNG seed, experts per token
+/// (0 = the model's top_k, else 1..n_experts).
+///
+/// # Safety
+/// `session` must be a live session.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_set_routing(
+    session: *mut colibri_session,
+    mode: i32,
+    seed: u64,
+    moe_top_k: i32,
+) -> colibri_status {
+    guard(|| {
+        let s = borrow_mut(session, "session")?;
+        let r = routing_of(mode, moe_top_k)?;
+        crate::forward::check_routing(s.model.config(), &r)?;
+        s.routing = r;
+        s.session.set_routing_seed(seed);
+        Ok(())
+    })
+}
+
+/// Register (or with NULL, remove) the routing-trace callback of this session.
+///
+/// # Safety
+/// `session` must be a live session; `callback` valid with `userdata` while registered.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_set_route_callback(
+    session: *mut colibri_session,
+    callback: colibri_route_callback,
+    userdata: *mut c_void,
+) -> colibri_status {
+    guard(|| {
+        let s = borrow_mut(session, "session")?;
+        s.route_cb = callback;
+        s.route_userdata = userdata;
+        Ok(())
+    })
+}

@@ -1,0 +1,62 @@
+//! Status codes of the C ABI. The numbers are frozen: a retired value stays as a comment and is
+//! never reused. `colibri_status` is a plain int32_t so C callers may hand back any value.
+
+use crate::error::Error;
+use std::ffi::c_char;
+
+/// Result of every fallible C entry point: `COLIBRI_STATUS_OK` (0) or an error (non-zero).
+#[allow(non_camel_case_types)]
+pub type colibri_status = i32;
+
+/// Success.
+pub const COLIBRI_STATUS_OK: colibri_status = 0;
+/// An argument has an invalid value (a token id out of range, a bad parameter, …).
+pub const COLIBRI_STATUS_INVALID_ARGUMENT: colibri_status = 1;
+/// A required pointer argument is NULL.
+pub const COLIBRI_STATUS_NULL_ARGUMENT: colibri_status = 2;
+/// An operating-system call failed (file missing, unreadable, …).
+pub const COLIBRI_STATUS_IO: colibri_status = 3;
+/// The model file is malformed, truncated or inconsistent.
+pub const COLIBRI_STATUS_INVALID_MODEL: colibri_status = 4;
+/// The feature is not in this build (tokenizer, chat templates) or not supported by the model.
+pub const COLIBRI_STATUS_UNSUPPORTED: colibri_status = 5;
+/// An output buffer is too small; the required size was written where the function says.
+pub const COLIBRI_STATUS_BUFFER_TOO_SMALL: colibri_status = 6;
+/// The tokens do not fit the session's context.
+pub const COLIBRI_STATUS_CONTEXT_FULL: colibri_status = 7;
+/// A bug inside the library was caught at the boundary; the process keeps running. The
+/// object the call was working on should be freed.
+pub const COLIBRI_STATUS_PANIC: colibri_status = 8;
+/// A params struct has a struct_size this library does not know.
+pub const COLIBRI_STATUS_BAD_STRUCT_SIZE: colibri_status = 9;
+
+/// Map a library error to its status.
+pub(crate) fn status_of(e: &Error) -> colibri_status {
+    match e {
+        Error::Io { .. } | Error::NotAFile { .. } => COLIBRI_STATUS_IO,
+        Error::InvalidArgument { reason } if reason.starts_with("context full") => COLIBRI_STATUS_CONTEXT_FULL,
+        Error::InvalidArgument { .. } => COLIBRI_STATUS_INVALID_ARGUMENT,
+        Error::Unsupported { .. } => COLIBRI_STATUS_UNSUPPORTED,
+        _ => COLIBRI_STATUS_INVALID_MODEL,
+    }
+}
+
+/// A static, NUL-terminated description of any status value, known or not. Never NULL.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn colibri_status_str(status: colibri_status) -> *const c_char {
+    let s: &'static str = match status {
+        COLIBRI_STATUS_OK => "ok\0",
+        COLIBRI_STATUS_INVALID_ARGUMENT => "invalid argument\0",
+        COLIBRI_STATUS_NULL_ARGUMENT => "NULL argument\0",
+        COLIBRI_STATUS_IO => "I/O error\0",
+        COLIBRI_STATUS_INVALID_MODEL => "invalid model file\0",
+        COLIBRI_STATUS_UNSUPPORTED => "unsupported\0",
+        COLIBRI_STATUS_BUFFER_TOO_SMALL => "buffer too small\0",
+        COLIBRI_STATUS_CONTEXT_FULL => "context full\0",
+        COLIBRI_STATUS_PANIC => "internal error (panic caught)\0",
+        COLIBRI_STATUS_BAD_STRUCT_SIZE => "unknown struct_size\0",
+        _ => "unknown status\0",
+    };
+    s.as_ptr().cast()
+}
