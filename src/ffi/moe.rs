@@ -59,13 +59,13 @@ pub unsafe extern "C" fn colibri_moe_init(
         if moe_out.is_null() {
             return Err(Failure::null("moe_out"));
         }
-        if n_experts < 1 || n_experts > 65536 {
+        if !(1..=65536).contains(&n_experts) {
             return Err(invalid(format!("n_experts {n_experts} outside 1..=65536")));
         }
         if hidden_size < 1 {
             return Err(invalid(format!("hidden_size {hidden_size} must be ≥ 1")));
         }
-        if top_k < 1 || top_k > n_experts {
+        if !(1..=n_experts).contains(&top_k) {
             return Err(invalid(format!("top_k {top_k} outside 1..={n_experts}")));
         }
         let (ne, hidden) = (n_experts as usize, hidden_size as usize);
