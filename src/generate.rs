@@ -148,9 +148,15 @@ pub fn generate(
     let mut tokens = Vec::new();
     let mut reason = StopReason::Length;
     let mut logits = Vec::new();
+    // Ids the tokenizer cannot decode (a model vocabulary padded past the tokenizer's) are
+    // never sampled.
+    let decodable = tokenizer.map(|t| t.vocab_size()).unwrap_or(usize::MAX);
     while tokens.len() < params.max_tokens {
         logits.clear();
         logits.extend_from_slice(session.logits());
+        if decodable < logits.len() {
+            logits[decodable..].fill(f32::NEG_INFINITY);
+        }
         let id = sampler.sample(&mut logits, &history)?;
         tokens.push(id);
         history.push(id);

@@ -1,12 +1,17 @@
 //! colibri: Mixture-of-Experts LLM inference on CPU from one memory-mapped `.colibri` file.
 //!
 //! Module map (imports go one way, top to bottom):
+//! - [`ffi`]: the C ABI (`include/colibri.h`).
+//! - [`generate`]: prompt → tokens loop with sampling and stop conditions.
+//! - [`tokenizer`], [`sampler`]: text ↔ ids, logits → next id.
+//! - [`forward`]: the forward pass (layer loop; attention, router, experts, ffn helpers).
+//! - [`state`]: per-session KV cache and buffers.
+//! - [`kernels`]: math on slices (scalar reference + run-time chosen SIMD).
 //! - [`model`]: Config + Weights + metadata of an opened file (`Model::open`).
 //! - [`tensor`]: zero-copy typed views of tensors.
 //! - [`mmap`]: the OS mapping (or aligned read) of a file.
 //! - [`format`]: the on-disk contract: byte layout, parser, validator, streaming writer.
-//! - [`error`]: the crate's one error type.
-//! - [`ffi`]: the C ABI (`include/colibri.h`).
+//! - [`error`]: the crate's one error type; [`rng`]: the seeded PRNG.
 
 /// cbindgen:ignore
 pub mod error;
@@ -15,6 +20,8 @@ pub mod ffi;
 pub mod format;
 /// cbindgen:ignore
 pub mod forward;
+/// cbindgen:ignore
+pub mod generate;
 /// cbindgen:ignore
 pub mod kernels;
 /// cbindgen:ignore

@@ -63,9 +63,9 @@ fn bad(key: &str, reason: impl Into<String>) -> Error {
     Error::Metadata { key: key.to_string(), reason: reason.into() }
 }
 
-/// Decode the entries of a metadata section (`section` is exactly metadata_size bytes).
-/// JSON and text values are checked to be UTF-8 (and JSON to parse) here.
-pub fn decode(section: &[u8]) -> Result<Vec<MetaEntry>> {
+/// Decode the entries of a metadata section (`section` is exactly metadata_size bytes, found at
+/// file offset `section_offset`). JSON and text values are checked to be UTF-8 (and JSON to parse).
+pub fn decode(section: &[u8], section_offset: u64) -> Result<Vec<MetaEntry>> {
     let count = u32_at(section, 0).ok_or_else(|| bad("<directory>", "section shorter than 8 bytes"))?;
     if count > MAX_META_ENTRIES {
         return Err(Error::TooLarge {
@@ -75,7 +75,7 @@ pub fn decode(section: &[u8]) -> Result<Vec<MetaEntry>> {
         });
     }
     if u32_at(section, 4) != Some(0) {
-        return Err(Error::NonZeroPadding { what: "metadata reserved field".into(), offset: 4 });
+        return Err(Error::NonZeroPadding { what: "metadata reserved field".into(), offset: section_offset + 4 });
     }
     let len = section.len() as u64;
     let dir_end = DIR_OFFSET + u64::from(count) * ENTRY_SIZE;
@@ -104,11 +104,8 @@ pub fn decode(section: &[u8]) -> Result<Vec<MetaEntry>> {
             return Err(bad(&entry_name, "key contains NUL"));
         }
         let kind = MetaKind::from_id(kind_id).ok_or_else(|| bad(&key, format!("unknown value kind {kind_id}")))?;
-        let value = checked_range(val_off, val_len, len).ok_or_else(|| Error::OutOfBounds {
-            what: format!("metadata value '{key}'"),
-            offset: val_off,
-            len: val_len,
-            file_size: len,
+        let value = checked_range(val_off, val_len, len).ok_or_else(|| {
+            bad(&key, format!("value at offset {val_off} with length {val_len} runs past the section ({len} bytes)"))
         })?;
         if out.iter().any(|o| o.key == key) {
             return Err(bad(&key, "duplicate key"));
@@ -116,7 +113,9 @@ pub fn decode(section: &[u8]) -> Result<Vec<MetaEntry>> {
         let bytes = &section[value.clone()];
         match kind {
             MetaKind::Json => {
-                serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+                // from_str, not from_slice: IgnoredAny skips string contents without UTF-8 checks.
+                let text = std::str::from_utf8(bytes).map_err(|_| bad(&key, "JSON is not UTF-8"))?;
+                serde_json::from_str::<serde::de::IgnoredAny>(text)
                     .map_err(|e| bad(&key, format!("invalid JSON: {e}")))?;
             }
             MetaKind::Text => {

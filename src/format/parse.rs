@@ -78,12 +78,11 @@ pub fn parse(file: &[u8]) -> Result<ParsedFile> {
     if h.strings_size > MAX_STRINGS_SIZE {
         return Err(Error::TooLarge { what: "string table", value: h.strings_size, cap: MAX_STRINGS_SIZE });
     }
-    if u64::from(h.tensor_count) == 0 || u64::from(h.tensor_count) > MAX_TENSORS {
-        return Err(Error::TooLarge {
-            what: "tensor count (must be 1..)",
-            value: h.tensor_count.into(),
-            cap: MAX_TENSORS,
-        });
+    if h.tensor_count == 0 {
+        return Err(Error::BadHeader { field: "tensor_count", value: 0, reason: "a file holds at least one tensor" });
+    }
+    if u64::from(h.tensor_count) > MAX_TENSORS {
+        return Err(Error::TooLarge { what: "tensor count", value: h.tensor_count.into(), cap: MAX_TENSORS });
     }
     expect_at("metadata section", Some(HEADER_SIZE), h.metadata_offset)?;
     let meta = section("metadata section", h.metadata_offset, h.metadata_size, file_size)?;
@@ -99,7 +98,7 @@ pub fn parse(file: &[u8]) -> Result<ParsedFile> {
     zeros(file, meta.end..table.start, "padding after the metadata section")?;
     zeros(file, strings.end..h.data_offset as usize, "padding before the data section")?;
 
-    let metadata = metadata::decode(&file[meta.clone()])?;
+    let metadata = metadata::decode(&file[meta.clone()], meta.start as u64)?;
 
     // Tensor records, each on its own, then names.
     let string_bytes = &file[strings];
@@ -107,11 +106,19 @@ pub fn parse(file: &[u8]) -> Result<ParsedFile> {
     let mut index = HashMap::with_capacity(h.tensor_count as usize);
     for i in 0..h.tensor_count as usize {
         let at = table.start + i * RECORD_SIZE as usize;
-        let rec = TensorRecord::decode(i, &file[at..at + RECORD_SIZE as usize], string_bytes)?;
+        let rec = TensorRecord::decode(i, &file[at..at + RECORD_SIZE as usize], at as u64, string_bytes)?;
         if index.insert(rec.name.clone(), i).is_some() {
             return Err(Error::DuplicateTensor { name: rec.name });
         }
         tensors.push(rec);
+    }
+    // Names hold no NUL (checked above): a NUL in the table means strings_size runs into padding.
+    if string_bytes.contains(&0) {
+        return Err(Error::BadHeader {
+            field: "strings_size",
+            value: h.strings_size,
+            reason: "the string table holds NUL bytes (names never do): it runs into padding",
+        });
     }
 
     check_data_layout(&h, &tensors, file_size)?;
@@ -158,6 +165,13 @@ fn check_routers(h: &Header, tensors: &[TensorRecord]) -> Result<()> {
         });
     }
     if let (Some(&first), Some(&last)) = (routers.first(), routers.last()) {
+        if first != 0 {
+            return Err(Error::Layout {
+                what: format!("router tensors (must come first; '{}' is table entry {first})", tensors[first].name),
+                expected: h.data_offset,
+                found: tensors[first].data_offset,
+            });
+        }
         if last - first + 1 != routers.len() {
             return Err(Error::Layout {
                 what: "router tensors (must be contiguous)".into(),

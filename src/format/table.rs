@@ -105,8 +105,8 @@ impl TensorRecord {
         }
     }
 
-    /// Decode record `index` from its 96 bytes, resolving the name in `strings`.
-    pub fn decode(index: usize, rec: &[u8], strings: &[u8]) -> Result<TensorRecord> {
+    /// Decode record `index` (its 96 bytes, at file offset `rec_offset`), resolving the name in `strings`.
+    pub fn decode(index: usize, rec: &[u8], rec_offset: u64, strings: &[u8]) -> Result<TensorRecord> {
         let u32_at = |o: usize| u32::from_le_bytes([rec[o], rec[o + 1], rec[o + 2], rec[o + 3]]);
         let u64_at = |o: usize| {
             let mut a = [0u8; 8];
@@ -165,7 +165,10 @@ impl TensorRecord {
             return Err(Error::shape(&name, format!("group size {group_size} given for float dtype {dtype}")));
         }
         if u64_at(88) != 0 {
-            return Err(Error::NonZeroPadding { what: format!("reserved field of tensor '{name}'"), offset: 88 });
+            return Err(Error::NonZeroPadding {
+                what: format!("reserved field of tensor '{name}'"),
+                offset: rec_offset + 88,
+            });
         }
         let r = TensorRecord {
             name,
@@ -181,9 +184,6 @@ impl TensorRecord {
         let (want_len, want_stride) = Self::layout_for(r.dtype, &r.shape, r.kind)
             .ok_or_else(|| Error::shape(&r.name, "byte length overflows"))?;
         if r.expert_stride != want_stride {
-            if r.kind == TensorKind::Experts && r.expert_stride % EXPERT_ALIGN != 0 {
-                return Err(Error::Misaligned { tensor: r.name, offset: r.expert_stride, align: EXPERT_ALIGN });
-            }
             return Err(Error::Layout {
                 what: format!("expert stride of '{}'", r.name),
                 expected: want_stride,

@@ -63,6 +63,22 @@ pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
     if let Some(extra) = parsed.tensors.iter().find(|t| !specs.iter().any(|s| s.name == t.name)) {
         return Err(Error::UnexpectedTensor { name: extra.name.clone() });
     }
+    // Routers sit from routing_offset in layer order.
+    let stored = parsed.tensors.iter().filter(|t| t.kind == format::TensorKind::Router);
+    let wanted = specs.iter().filter(|s| s.kind == format::TensorKind::Router);
+    for (i, (t, s)) in stored.zip(wanted).enumerate() {
+        if t.name != s.name {
+            let expected = parsed.tensor(&s.name).map(|r| r.data_offset).unwrap_or(0);
+            return Err(Error::Layout {
+                what: format!(
+                    "router '{}' (routers must be in layer order; position {i} belongs to '{}')",
+                    t.name, s.name
+                ),
+                expected,
+                found: t.data_offset,
+            });
+        }
+    }
     Ok(())
 }
 
@@ -94,6 +110,19 @@ impl Model {
     fn from_mapping(mapping: Mapping) -> Result<Model> {
         let file = mapping.bytes();
         let parsed = format::parse(file)?;
+        for e in &parsed.metadata {
+            let want = match e.key.as_str() {
+                meta_keys::CONFIG | meta_keys::TOKENIZER | meta_keys::PROVENANCE => format::MetaKind::Json,
+                meta_keys::CHAT_TEMPLATE => format::MetaKind::Text,
+                _ => continue,
+            };
+            if e.kind != want {
+                return Err(Error::Metadata {
+                    key: e.key.clone(),
+                    reason: format!("stored as {:?}, expected {want:?}", e.kind),
+                });
+            }
+        }
         let config_json = parsed.meta(file, meta_keys::CONFIG).ok_or_else(|| Error::Metadata {
             key: meta_keys::CONFIG.into(),
             reason: "missing (every .colibri file carries its model config)".into(),

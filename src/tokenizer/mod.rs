@@ -1,0 +1,260 @@
+//! Text ⇄ token ids for a model. Owns the HuggingFace `tokenizer.json` pipeline (through the
+//! `tokenizers` crate, feature `tokenizer`), the model's special tokens, incremental decoding of
+//! generated ids ([`StreamDecoder`]) and chat templates ([`ChatTemplate`], feature
+//! `chat-template`). It converts; choosing tokens is the engine's job.
+//!
+//! Without the feature the types still exist and every constructor returns
+//! [`Error::Unsupported`], so the rest of the crate compiles either way.
+
+mod chat;
+mod stream;
+
+pub use chat::{ChatMessage, ChatTemplate, RenderArgs, MAX_RENDER_FUEL, MAX_RENDER_OUTPUT};
+pub use stream::StreamDecoder;
+
+use crate::error::{Error, Result};
+use crate::model::{Config, Model};
+use serde_json::Value;
+
+/// Metadata key under which the converter stores tokenizer_config.json.
+const TOKENIZER_CONFIG_KEY: &str = "tokenizer_config";
+
+/// A loaded tokenizer with the model's special tokens. Immutable; `Send + Sync`.
+pub struct Tokenizer {
+    backend: backend::Backend,
+    /// One past the largest id of the vocabulary including added tokens.
+    vocab_size: usize,
+    /// Ids of added tokens flagged `special`, sorted.
+    special: Vec<u32>,
+    bos: Option<u32>,
+    eos: Vec<u32>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size)
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// From the file's tokenizer.json text, optional tokenizer_config.json text, and the model
+    /// config. bos/eos ids come from the config, else from tokenizer_config's `bos_token` /
+    /// `eos_token`. What `encode(.., add_special_tokens = true)` adds is tokenizer.json's
+    /// post-processor alone: transformers 5 ignores tokenizer_config's `add_bos_token` /
+    /// `add_eos_token` whenever a tokenizer.json exists.
+    pub fn from_json(tokenizer_json: &str, tokenizer_config: Option<&str>, config: &Config) -> Result<Tokenizer> {
+        let tc: Option<Value> = tokenizer_config
+            .map(|text| {
+                serde_json::from_str(text).map_err(|e| Error::Metadata {
+                    key: TOKENIZER_CONFIG_KEY.into(),
+                    reason: format!("not valid JSON: {e}"),
+                })
+            })
+            .transpose()?;
+        let backend = backend::Backend::load(tokenizer_json)?;
+        let lookup = |key: &str| tc.as_ref().and_then(|tc| special_token(tc, key)).and_then(|t| backend.token_id(&t));
+        let bos = config.bos_token_id.or_else(|| lookup("bos_token"));
+        let mut eos = config.eos_token_ids.clone();
+        if eos.is_empty() {
+            eos.extend(lookup("eos_token"));
+        }
+        let vocab_size = backend.vocab_size();
+        let special = backend.special_ids();
+        Ok(Tokenizer { backend, vocab_size, special, bos, eos })
+    }
+
+    /// The tokenizer stored in an opened model file ([`Error::Unsupported`] when it has none).
+    pub fn from_model(model: &Model) -> Result<Tokenizer> {
+        let json = model.tokenizer_json().ok_or_else(|| Error::Unsupported {
+            what: "this model file carries no tokenizer (tokenizer.json)".into(),
+        })?;
+        let tc = model
+            .meta(TOKENIZER_CONFIG_KEY)
+            .map(|b| {
+                std::str::from_utf8(b)
+                    .map_err(|_| Error::Metadata { key: TOKENIZER_CONFIG_KEY.into(), reason: "not UTF-8".into() })
+            })
+            .transpose()?;
+        Self::from_json(json, tc, model.config())
+    }
+
+    /// Token ids of `text`. `add_special_tokens` applies the post-processor (e.g. Llama's `<s>`);
+    /// special-token strings inside `text` always map to their ids.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        self.backend.encode(text, add_special_tokens)
+    }
+
+    /// Text of `ids`; an id outside the vocabulary is an error.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(self.unknown_id(id));
+        }
+        self.backend.decode(ids, skip_special_tokens)
+    }
+
+    /// The raw vocabulary string of `id` ('▁Hello', 'Ġworld', '<0xE2>'), for traces.
+    pub fn token_piece(&self, id: u32) -> Option<String> {
+        self.backend.token_piece(id)
+    }
+
+    /// Human-readable text of one token as it reads inside a sequence (with its leading space,
+    /// which a sentencepiece decoder strips from the first token; lossy for partial UTF-8). Empty
+    /// for unknown ids. For --debug-routing and traces.
+    pub fn token_text(&self, id: u32) -> String {
+        // The second of two copies decodes as it would mid-sequence.
+        let (Ok(one), Ok(two)) = (self.decode(&[id], false), self.decode(&[id, id], false)) else {
+            return String::new();
+        };
+        match two.strip_prefix(one.as_str()) {
+            Some(second) if !second.is_empty() => second.to_string(),
+            _ => one,
+        }
+    }
+
+    /// Size of the tokenizer's id space including added tokens (may be below the model's
+    /// padded `vocab_size`).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Beginning-of-sequence id, if the model has one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// Ids that end generation.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Whether `id` is an added token flagged special (skipped by `decode(.., true)`).
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.binary_search(&id).is_ok()
+    }
+
+    /// Id of a token string (added tokens first, then the vocabulary).
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.backend.token_id(token)
+    }
+
+    /// An incremental decoder for generated ids.
+    pub fn stream(&self, skip_special_tokens: bool) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, skip_special_tokens)
+    }
+
+    fn unknown_id(&self, id: u32) -> Error {
+        Error::InvalidArgument {
+            reason: format!("token id {id} is outside the tokenizer's vocabulary of {} ids", self.vocab_size),
+        }
+    }
+}
+
+/// A special token entry of tokenizer_config.json: a string or `{"content": "..."}`.
+fn special_token(tc: &Value, key: &str) -> Option<String> {
+    match tc.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content").and_then(Value::as_str).map(String::from),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "tokenizer")]
+mod backend {
+    //! The `tokenizers` crate behind a small surface; its errors and panics become [`Error`]s.
+
+    use crate::error::{Error, Result};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::str::FromStr;
+
+    pub(super) struct Backend(tokenizers::Tokenizer);
+
+    /// Run a `tokenizers` call, turning its error or panic (hostile tokenizer.json) into an Error.
+    fn guarded<T>(what: &str, f: impl FnOnce() -> tokenizers::Result<T>) -> Result<T> {
+        let reason = match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => format!("{what}: {e}"),
+            Err(_) => format!("{what}: the tokenizers crate panicked"),
+        };
+        Err(Error::Metadata { key: "tokenizer".into(), reason })
+    }
+
+    impl Backend {
+        pub(super) fn load(json: &str) -> Result<Backend> {
+            guarded("cannot load tokenizer.json", || tokenizers::Tokenizer::from_str(json)).map(Backend)
+        }
+
+        pub(super) fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+            guarded("encode", || self.0.encode_fast(text, add_special_tokens)).map(|e| e.get_ids().to_vec())
+        }
+
+        pub(super) fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+            guarded("decode", || self.0.decode(ids, skip_special_tokens))
+        }
+
+        pub(super) fn token_piece(&self, id: u32) -> Option<String> {
+            self.0.id_to_token(id)
+        }
+
+        pub(super) fn token_id(&self, token: &str) -> Option<u32> {
+            self.0.token_to_id(token)
+        }
+
+        /// One past the largest id (vocabulary and added tokens).
+        pub(super) fn vocab_size(&self) -> usize {
+            let added = self.0.get_added_tokens_decoder().keys().copied().max();
+            let vocab = self.0.get_vocab(false).values().copied().max();
+            added.max(vocab).map_or(0, |m| m as usize + 1)
+        }
+
+        /// Sorted ids of the added tokens flagged special.
+        pub(super) fn special_ids(&self) -> Vec<u32> {
+            let mut ids: Vec<u32> =
+                self.0.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+            ids.sort_unstable();
+            ids
+        }
+    }
+}
+
+#[cfg(not(feature = "tokenizer"))]
+mod backend {
+    //! Stand-in without the `tokenizer` feature: `load` fails, so no value ever exists.
+
+    use crate::error::{Error, Result};
+
+    pub(super) enum Backend {}
+
+    impl Backend {
+        pub(super) fn load(_json: &str) -> Result<Backend> {
+            Err(Error::Unsupported { what: "tokenizers (this build lacks the `tokenizer` feature)".into() })
+        }
+
+        pub(super) fn encode(&self, _text: &str, _add_special_tokens: bool) -> Result<Vec<u32>> {
+            match *self {}
+        }
+
+        pub(super) fn decode(&self, _ids: &[u32], _skip_special_tokens: bool) -> Result<String> {
+            match *self {}
+        }
+
+        pub(super) fn token_piece(&self, _id: u32) -> Option<String> {
+            match *self {}
+        }
+
+        pub(super) fn token_id(&self, _token: &str) -> Option<u32> {
+            match *self {}
+        }
+
+        pub(super) fn vocab_size(&self) -> usize {
+            match *self {}
+        }
+
+        pub(super) fn special_ids(&self) -> Vec<u32> {
+            match *self {}
+        }
+    }
+}
