@@ -42,7 +42,7 @@ struct Sample {
     hwm: f64,
 }
 
-fn open_once(path: &PathBuf, opts: &LoadOptions) -> Result<Sample, colibri::Error> {
+fn open_once(path: &std::path::Path, opts: &LoadOptions) -> Result<Sample, colibri::Error> {
     // Reset the peak-RSS watermark (Linux >= 4.0); ignored where not permitted.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let before = status(&["VmRSS"])[0];

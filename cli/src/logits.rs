@@ -5,7 +5,7 @@ use crate::{model_path, npy, run::init_threads};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::state::{Session, SessionOptions};
 use colibri::{Error, LoadOptions, Model};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Parse "1,2,3" into ids.
 pub fn parse_ids(s: &str) -> Result<Vec<u32>, Error> {
@@ -16,7 +16,7 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>, Error> {
         .collect()
 }
 
-pub fn run(model: Option<&Path>, tokens: &str, out: &PathBuf, threads: Option<usize>) -> Result<(), Error> {
+pub fn run(model: Option<&Path>, tokens: &str, out: &Path, threads: Option<usize>) -> Result<(), Error> {
     init_threads(threads)?;
     let ids = parse_ids(tokens)?;
     if ids.is_empty() {

@@ -185,7 +185,7 @@ fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
     forward(&model, &mut s, Input::Tokens(&input[..4]), &last).unwrap();
     let vocab = model.config().vocab_size as u32;
     assert!(forward(&model, &mut s, Input::Tokens(&[1, vocab]), &last).is_err());
-    assert!(forward(&model, &mut s, Input::Tokens(&vec![1; 40]), &last).is_err());
+    assert!(forward(&model, &mut s, Input::Tokens(&[1; 40]), &last).is_err());
     assert!(forward(&model, &mut s, Input::Tokens(&[]), &last).is_err());
     assert_eq!(s.position(), 4);
     forward(&model, &mut s, Input::Tokens(&input[4..]), &all).unwrap();
