@@ -121,12 +121,12 @@ impl KvCache {
     pub fn v_axpy(&self, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
         let at = self.at(layer, pos) + kv_head * out.len();
         match &self.store_v {
-            Store::F32(d) => out.iter_mut().zip(&d[at..]).for_each(|(o, &v)| *o = p.mul_add(v, *o)),
+            Store::F32(d) => out.iter_mut().zip(&d[at..]).for_each(|(o, &v)| *o += p * v),
             Store::Half { bits, bf16: true } => {
-                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o = p.mul_add(bf16_to_f32(v), *o))
+                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o += p * bf16_to_f32(v))
             }
             Store::Half { bits, bf16: false } => {
-                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o = p.mul_add(f16_to_f32(v), *o))
+                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o += p * f16_to_f32(v))
             }
         }
     }

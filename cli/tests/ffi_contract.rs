@@ -374,6 +374,20 @@ fn generate_streams_greedy_tokens_and_routing_trace() {
         assert_eq!(colibri_infer(s, prompt.as_ptr(), prompt.len(), logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
         assert_eq!(routes.len(), prompt.len() * 2, "two MoE layers per token");
         assert!(routes.iter().all(|(l, e, w)| (*l == 1 || *l == 3) && e.len() == 2 && *w > 0.0));
+        // Generation reports its routing too, and leaves no stale records for the next call.
+        routes.clear();
+        p.top_p = 1.0;
+        p.temperature = 0.0;
+        p.max_tokens = 3;
+        let mut n = 0usize;
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut n),
+            COLIBRI_STATUS_OK
+        );
+        assert!(!routes.is_empty(), "generate must report routing");
+        routes.clear();
+        assert_eq!(colibri_infer(s, prompt.as_ptr(), 1, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+        assert_eq!(routes.len(), 2, "one token, two MoE layers: no stale records");
         assert_eq!(colibri_session_set_routing(s, 0, 0, 9), COLIBRI_STATUS_INVALID_ARGUMENT);
         assert_eq!(colibri_session_set_routing(s, 7, 0, 0), COLIBRI_STATUS_INVALID_ARGUMENT);
         assert_eq!(colibri_session_set_routing(null_mut(), 0, 0, 0), COLIBRI_STATUS_NULL_ARGUMENT);

@@ -83,8 +83,10 @@ pub unsafe extern "C" fn colibri_sampler_params_init(params: *mut colibri_sample
 
 /// Feed `n_prompt` ids (as given: no BOS or template is added) and generate. Each token goes to
 /// `callback` (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation
-/// then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number
-/// generated. Not thread-safe per session.
+/// then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number of
+/// tokens delivered (an end-of-sequence token that stopped generation is not delivered). A
+/// registered routing-trace callback is called after the generation. Not thread-safe per
+/// session.
 ///
 /// # Safety
 /// `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints.
@@ -138,9 +140,12 @@ pub unsafe extern "C" fn colibri_generate(
         };
         let tokenizer = s.tokenizer.clone();
         let model = s.model.clone();
+        s.begin_trace();
         let mut n = 0usize;
+        let mut delivered = 0usize;
         let result = generate(&model, &mut s.session, tokenizer.as_deref(), Input::Tokens(&ids), &gp, |step| {
             let token = step.token.map(|t| t as i32).unwrap_or(-1);
+            delivered += usize::from(step.token.is_some());
             if let (Some(o), Some(t)) = (out.as_deref_mut(), step.token) {
                 if let Some(slot) = o.get_mut(n) {
                     *slot = t as i32;
@@ -153,8 +158,10 @@ pub unsafe extern "C" fn colibri_generate(
                 None => true,
             }
         });
-        let r = result?;
-        put(n_tokens_out, r.tokens.len());
+        s.report_routes();
+        result?;
+        // An end-of-sequence token that stopped the generation is neither stored nor counted.
+        put(n_tokens_out, delivered);
         Ok(())
     })
 }

@@ -171,14 +171,20 @@ impl colibri_session {
             ));
         }
         let mode = if self.all_logits { LogitsMode::All } else { LogitsMode::Last };
-        self.session.set_trace(self.route_cb.is_some());
+        self.begin_trace();
         forward(&self.model, &mut self.session, input, &ForwardOptions { logits: mode, routing: self.routing })?;
         logits[..need].copy_from_slice(&self.session.logits()[..need]);
         self.report_routes();
         Ok(())
     }
 
-    fn report_routes(&mut self) {
+    /// Record routing only while a callback is registered, starting from an empty trace.
+    pub(crate) fn begin_trace(&mut self) {
+        self.session.set_trace(self.route_cb.is_some());
+        self.session.take_trace();
+    }
+
+    pub(crate) fn report_routes(&mut self) {
         let Some(cb) = self.route_cb else { return };
         let mut records = self.session.take_trace();
         records.sort_by_key(|r| (r.position, r.layer));

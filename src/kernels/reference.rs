@@ -13,6 +13,8 @@ pub fn f16_to_f32(b: u16) -> f32 {
 }
 
 /// Σ w[i]·x[i] with 8 partial sums in a fixed order (the order every path reproduces).
+/// Multiply then add (no fused multiply-add: without the `fma` target feature `mul_add` is a
+/// libm call, and the baseline build must not assume FMA).
 pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
     dot_by(w.len(), x, |i| w[i])
 }
@@ -34,13 +36,13 @@ fn dot_by(n: usize, x: &[f32], w: impl Fn(usize) -> f32) -> f32 {
     let mut i = 0;
     while i < full {
         for (l, a) in acc.iter_mut().enumerate() {
-            *a = w(i + l).mul_add(x[i + l], *a);
+            *a += w(i + l) * x[i + l];
         }
         i += 8;
     }
     let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
     for (j, &xj) in x.iter().enumerate().take(n).skip(full) {
-        s = w(j).mul_add(xj, s);
+        s += w(j) * xj;
     }
     s
 }

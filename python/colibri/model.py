@@ -1,0 +1,242 @@
+"""``Model``: an opened ``.colibri`` file (``colibri_model``), its facts, tokenizer and chat
+template. A model is immutable and may be shared by many threads and sessions."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import POINTER, byref, c_char, c_int32, c_size_t, c_uint8, c_void_p
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._handle import OwnedHandle
+from ._lib import (
+    ChatMessage,
+    Library,
+    Status,
+    check_bool,
+    encode_path,
+    encode_text,
+    get_library,
+    int32_array,
+)
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["FAMILIES", "Model", "ModelInfo"]
+
+#: ``colibri_model_info.family`` values.
+FAMILIES = {0: "mixtral", 1: "qwen2_moe", 2: "qwen3_moe", 3: "olmoe"}
+
+#: Chat messages: ``{"role": ..., "content": ...}`` mappings or ``(role, content)`` pairs.
+Message = Union[Mapping[str, str], Tuple[str, str], Sequence[str]]
+
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about a model (``colibri_model_info``)."""
+
+    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe" or "olmoe"
+    family_id: int  #: the C value (0..3)
+    vocab_size: int
+    n_ctx_train: int  #: trained context length (max_position_embeddings)
+    hidden_size: int
+    n_layers: int
+    n_experts: int
+    top_k: int  #: experts per token
+    n_params: int
+    n_active_params: int  #: parameters read per token
+    bos_token: Optional[int]  #: None when the model has none
+    eos_token: Optional[int]  #: the first end-of-sequence id, None when none
+
+
+class Model(OwnedHandle):
+    """An opened model file.
+
+    ``Model(path, mmap=True, mlock=False)`` maps (or with ``mmap=False`` reads) and validates the
+    file; a bad path raises ``ColibriError`` with status ``IO``, a malformed file ``INVALID_MODEL``.
+    Close it with ``close()`` or a ``with`` block; sessions made from it stay valid after that
+    (the C session holds its own reference), but tokenising text through a session needs the
+    model open.
+
+    All methods are safe to call from several threads at once.
+    """
+
+    _kind = "Model"
+    path: Union[str, bytes]
+
+    def __init__(
+        self, path: PathLike, mmap: bool = True, mlock: bool = False, *, lib: Optional[Library] = None
+    ) -> None:
+        raw = encode_path(path)
+        use_mmap = check_bool("mmap", mmap)
+        use_mlock = check_bool("mlock", mlock)
+        lib = lib if lib is not None else get_library()
+        p = lib.model_params()
+        p.use_mmap = int(use_mmap)
+        p.use_mlock = int(use_mlock)
+        h = c_void_p()
+        st = lib.colibri_model_open(raw, byref(p), byref(h))
+        if st != Status.OK:
+            raise lib.error(st)
+        super().__init__(lib, h.value, lib.colibri_model_free)  # type: ignore[arg-type]
+        self.path = os.fspath(path)
+        self._info = self._read_info()
+
+    @property
+    def lib(self) -> Library:
+        """The Library this model was opened with."""
+        return self._lib
+
+    # -- facts -------------------------------------------------------------------------------
+
+    def _read_info(self) -> ModelInfo:
+        lib = self._lib
+        s = lib.model_info_struct()
+        with self._shared() as h:
+            lib.check(lib.colibri_model_get_info(h, byref(s)))
+        return ModelInfo(
+            family=FAMILIES.get(s.family, f"unknown({s.family})"),
+            family_id=s.family,
+            vocab_size=s.vocab_size,
+            n_ctx_train=s.n_ctx_train,
+            hidden_size=s.hidden_size,
+            n_layers=s.n_layers,
+            n_experts=s.n_experts,
+            top_k=s.top_k,
+            n_params=s.n_params,
+            n_active_params=s.n_active_params,
+            bos_token=None if s.bos_token < 0 else s.bos_token,
+            eos_token=None if s.eos_token < 0 else s.eos_token,
+        )
+
+    @property
+    def info(self) -> ModelInfo:
+        """The model's facts (read once at open; raises ColibriError once the model is closed)."""
+        if self.closed:
+            raise self._closed_error()
+        return self._info
+
+    @property
+    def user_metadata(self) -> bytes:
+        """The blob attached at conversion (``colibri convert --user-metadata FILE``), copied;
+        ``b""`` when the file has none."""
+        lib = self._lib
+        data = POINTER(c_uint8)()
+        n = c_size_t()
+        with self._shared() as h:
+            lib.check(lib.colibri_model_user_metadata(h, byref(data), byref(n)))
+            if not data or n.value == 0:
+                return b""
+            return ctypes.string_at(data, n.value)
+
+    # -- text --------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True) -> List[int]:
+        """Token ids of `text`. ``add_special`` adds BOS etc. as the tokenizer's post-processor
+        says (nothing for Qwen-style tokenizers)."""
+        raw = encode_text("text", text)
+        special = int(check_bool("add_special", add_special))
+        lib = self._lib
+        cap = len(raw) + 8
+        n = c_size_t()
+        with self._shared() as h:
+            for _ in range(3):
+                buf = (c_int32 * cap)()
+                st = lib.colibri_tokenize(h, raw, len(raw), special, buf, cap, byref(n))
+                if st == Status.BUFFER_TOO_SMALL and n.value > cap:
+                    cap = n.value
+                    continue
+                lib.check(st)
+                return buf[: n.value]
+        raise AssertionError("colibri_tokenize kept asking for a larger buffer")  # pragma: no cover
+
+    def detokenize(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        """The text of token ids (an id outside the vocabulary raises ColibriError
+        INVALID_ARGUMENT)."""
+        arr, count = int32_array("ids", ids)
+        skip = int(check_bool("skip_special", skip_special))
+        return self._text_call(
+            lambda h, buf, cap, n: self._lib.colibri_detokenize(h, arr, count, skip, buf, cap, n),
+            16 * count + 16,
+        )
+
+    def chat(self, messages: Iterable[Message], add_generation_prompt: bool = True) -> str:
+        """Render messages with the model's chat template (``add_generation_prompt``: end with
+        the assistant header). ``messages``: ``{"role", "content"}`` mappings or ``(role,
+        content)`` pairs. Raises ColibriError UNSUPPORTED when the model has no template.
+        Tokenise the result with ``add_special=False``."""
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise TypeError("messages must be a list of {'role', 'content'} mappings or (role, content) pairs")
+        keep: List[bytes] = []
+        structs: List[Tuple[bytes, bytes]] = []
+        for i, m in enumerate(messages):
+            if isinstance(m, Mapping):
+                if "role" not in m or "content" not in m:
+                    raise ValueError(f"messages[{i}] needs 'role' and 'content'")
+                role, content = m["role"], m["content"]
+            elif isinstance(m, (tuple, list)) and len(m) == 2:
+                role, content = m[0], m[1]
+            else:
+                raise TypeError(f"messages[{i}] must be a mapping or a (role, content) pair, not {type(m).__name__}")
+            r = encode_text(f"messages[{i}].role", role, allow_nul=False)
+            c = encode_text(f"messages[{i}].content", content, allow_nul=False)
+            keep += [r, c]
+            structs.append((r, c))
+        n = len(structs)
+        arr = (ChatMessage * max(n, 1))()
+        for i, (r, c) in enumerate(structs):
+            arr[i].role = r
+            arr[i].content = c
+        gen = int(check_bool("add_generation_prompt", add_generation_prompt))
+        guess = 256 + 2 * sum(len(b) for b in keep)
+        return self._text_call(
+            lambda h, buf, cap, out: self._lib.colibri_chat_render(h, arr, n, gen, buf, cap, out),
+            guess,
+        )
+
+    def _text_call(self, call: Any, cap: int) -> str:
+        """Run a (buf, cap, len_out) text call, growing the buffer once if needed."""
+        lib = self._lib
+        n = c_size_t()
+        with self._shared() as h:
+            for _ in range(3):
+                buf = (c_char * cap)()
+                st = call(h, buf, cap, byref(n))
+                if st == Status.BUFFER_TOO_SMALL and n.value + 1 > cap:
+                    cap = n.value + 1
+                    continue
+                lib.check(st)
+                return ctypes.string_at(buf, n.value).decode("utf-8")
+        raise AssertionError("the library kept asking for a larger buffer")  # pragma: no cover
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def session(
+        self,
+        n_ctx: int = 0,
+        kv_type: str = "f32",
+        all_logits: bool = False,
+        routing: str = "topk",
+        moe_top_k: int = 0,
+        seed: int = 0,
+    ) -> "Session":
+        """A new :class:`Session` (KV cache) on this model. ``n_ctx`` 0 = the trained context
+        capped at 4096; ``kv_type`` "f32" | "f16" | "bf16"; ``all_logits``: infer returns every
+        new position's logits; ``routing`` "topk" | "gumbel" with ``seed`` for the Gumbel RNG;
+        ``moe_top_k`` experts per token (0 = the model's)."""
+        from .session import Session
+
+        return Session(self, n_ctx=n_ctx, kv_type=kv_type, all_logits=all_logits, routing=routing,
+                       moe_top_k=moe_top_k, seed=seed)
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<colibri.Model {self.path!r} (closed)>"
+        i = self._info
+        return (f"<colibri.Model {self.path!r} {i.family} {i.n_layers} layers, "
+                f"{i.n_experts} experts top-{i.top_k}, vocab {i.vocab_size}>")
+

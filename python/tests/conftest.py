@@ -1,0 +1,70 @@
+"""Shared fixtures: the repository paths, libcolibri from target/release, and the Qwen2-MoE
+fixture converted once per test session with target/release/colibri."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+import pytest
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+REPO = PYTHON_DIR.parent
+RELEASE = REPO / "target" / "release"
+CLI = RELEASE / ("colibri.exe" if sys.platform == "win32" else "colibri")
+FIXTURE = REPO / "tests" / "fixtures" / "models" / "qwen2_moe_shared"
+
+# The library under test: target/release unless the caller chose one. Set before colibri is
+# imported anywhere, and make the package importable without installing it.
+os.environ.setdefault("COLIBRI_LIB_PATH", str(RELEASE))
+sys.path.insert(0, str(PYTHON_DIR))
+
+import colibri  # noqa: E402
+
+
+def _need_build() -> None:
+    if not CLI.is_file():
+        pytest.exit(f"{CLI} is missing: run `cargo build --release` in {REPO} first", returncode=2)
+
+
+@pytest.fixture(scope="session")
+def cli() -> Path:
+    _need_build()
+    return CLI
+
+
+@pytest.fixture(scope="session")
+def model_path(tmp_path_factory: pytest.TempPathFactory, cli: Path) -> Path:
+    """The fixture converted to .colibri (once per session)."""
+    out = tmp_path_factory.mktemp("models") / "qwen2_moe_shared.colibri"
+    subprocess.run([str(cli), "convert", str(FIXTURE), "-o", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def oracle() -> Dict[str, Any]:
+    with open(FIXTURE / "oracle" / "meta.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def chat_oracle() -> Dict[str, Any]:
+    with open(FIXTURE / "oracle" / "chat.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def model(model_path: Path) -> Iterator[colibri.Model]:
+    m = colibri.Model(model_path)
+    yield m
+    m.close()
+
+
+@pytest.fixture()
+def session(model: colibri.Model) -> Iterator[colibri.Session]:
+    with model.session() as s:
+        yield s

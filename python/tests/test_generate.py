@@ -1,0 +1,242 @@
+"""Generation: greedy ids against the oracle and the CLI, streaming, sampling options, finish
+reasons, callbacks (stop / exceptions), iterator lifetime."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+import colibri
+
+PROMPTS = ["Hello", "In the beginning", "café-style? 🙂", "The quick brown fox jumps over the lazy dog."]
+
+
+def test_greedy_ids_equal_the_oracle(session: colibri.Session, oracle: Dict[str, Any]) -> None:
+    ids = session.generate_ids(oracle["greedy_prompt"], max_tokens=32, temperature=0, ignore_eos=True)
+    assert ids == oracle["greedy_f32"]
+    assert session.position == len(oracle["greedy_prompt"]) + 32 - 1  # the last id is not fed
+    r = session.last_result
+    assert r is not None and r.finish_reason == "length" and r.prompt_tokens == 5 and r.completion_tokens == 32
+
+
+def test_greedy_ids_from_numpy_prompt(model: colibri.Model, oracle: Dict[str, Any]) -> None:
+    np = pytest.importorskip("numpy")
+    with model.session() as s:
+        prompt = np.array(oracle["greedy_prompt"], dtype=np.int64)
+        assert s.generate_ids(prompt, max_tokens=32, temperature=0, ignore_eos=True) == oracle["greedy_f32"]
+
+
+def test_oracle_greedy_text_equals_the_cli(
+    model: colibri.Model, model_path: Path, cli: Path, oracle: Dict[str, Any], tmp_path: Path
+) -> None:
+    """The oracle's greedy prompt is ids that do not round-trip through text, so the CLI gets it as
+    embedding rows (`run --embedding`): its greedy text must decode the oracle's greedy ids, which
+    the binding reproduces."""
+    np = pytest.importorskip("numpy")
+    from test_infer import _embedding_table
+
+    emb = tmp_path / "prompt.npy"
+    np.save(emb, _embedding_table()[oracle["greedy_prompt"]].astype(np.float32))
+    out = subprocess.run(
+        [str(cli), "run", "-m", str(model_path), "--embedding", str(emb), "-n", "32", "--temp", "0",
+         "--ignore-eos"],
+        capture_output=True, check=True,
+    )
+    cli_text = out.stdout.decode("utf-8")[:-1]
+    with model.session() as s:
+        r = s.complete(oracle["greedy_prompt"], max_tokens=32, temperature=0, ignore_eos=True)
+    assert r.tokens == oracle["greedy_f32"]
+    assert r.text == cli_text == model.detokenize(oracle["greedy_f32"])
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_text_equals_the_cli(model: colibri.Model, model_path: Path, cli: Path, prompt: str) -> None:
+    n = 24
+    out = subprocess.run(
+        [str(cli), "run", "-m", str(model_path), "-p", prompt, "-n", str(n), "--temp", "0", "--ignore-eos"],
+        capture_output=True, check=True,
+    )
+    cli_text = out.stdout.decode("utf-8")
+    assert cli_text.endswith("\n")  # run ends its output with one newline
+    cli_text = cli_text[:-1]
+    with model.session() as s:
+        r = s.complete(prompt, max_tokens=n, temperature=0, ignore_eos=True)
+        assert r.text == cli_text
+        assert len(r.tokens) == n
+        s.reset()
+        pieces = list(s.generate(prompt, max_tokens=n, temperature=0, ignore_eos=True))
+        assert "".join(pieces) == cli_text
+        assert all(isinstance(p, str) and p for p in pieces)
+        s.reset()
+        assert s.generate_ids(prompt, max_tokens=n, temperature=0, ignore_eos=True) == r.tokens
+    assert model.detokenize(r.tokens) == cli_text
+
+
+def test_streaming_pieces_concatenate_to_the_full_text(session: colibri.Session, model: colibri.Model) -> None:
+    pieces = list(session.generate("Once upon a time", max_tokens=40, temperature=0.9, seed=7, ignore_eos=True))
+    r = session.last_result
+    assert r is not None
+    assert "".join(pieces) == r.text == "".join(r.pieces)
+    assert r.text == model.detokenize(r.tokens)
+    assert len(r.tokens) == 40 and r.finish_reason == "length"
+
+
+def test_callback_sees_every_piece(session: colibri.Session) -> None:
+    seen: List[Any] = []
+    r = session.complete("Hello", max_tokens=10, temperature=0, ignore_eos=True,
+                         callback=lambda tok, text: seen.append((tok, text)))
+    assert [t for t, _ in seen if t >= 0] == r.tokens
+    assert "".join(text for _, text in seen) == r.text
+
+
+def test_sampling_is_seeded(model: colibri.Model) -> None:
+    def run(seed: int, **kw: Any) -> List[int]:
+        with model.session() as s:
+            return s.generate_ids("Hello", max_tokens=24, temperature=1.0, seed=seed, ignore_eos=True, **kw)
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+    assert run(3, top_k=1) == run(4, top_k=1)  # top_k 1 is greedy whatever the seed
+    with model.session() as s:
+        greedy = s.generate_ids("Hello", max_tokens=24, temperature=0, ignore_eos=True)
+    assert run(5, top_k=1) == greedy
+    assert run(6, repetition_penalty=1.3, penalty_last_n=16, presence_penalty=0.5,
+               frequency_penalty=0.5, top_p=0.9, min_p=0.01) == run(6, repetition_penalty=1.3, penalty_last_n=16,
+                                                                    presence_penalty=0.5, frequency_penalty=0.5,
+                                                                    top_p=0.9, min_p=0.01)
+
+
+def test_generation_continues_from_the_cache(model: colibri.Model, oracle: Dict[str, Any]) -> None:
+    g = oracle["greedy_f32"]
+    with model.session() as s:
+        first = s.generate_ids(oracle["greedy_prompt"], max_tokens=10, temperature=0, ignore_eos=True)
+        assert first == g[:10]
+        # The last generated id is not in the cache yet: feed it and continue.
+        rest = s.generate_ids(first[-1:], max_tokens=22, temperature=0, ignore_eos=True)
+        assert first + rest == g
+
+
+def test_finish_reason_context(model: colibri.Model) -> None:
+    with model.session(n_ctx=12) as s:
+        r = s.complete([1, 2, 3, 4, 5], max_tokens=100, temperature=0, ignore_eos=True)
+        assert r.finish_reason == "context"
+        assert s.position == s.n_ctx == 12
+        assert 0 < len(r.tokens) <= 12 - 5 + 1
+        with pytest.raises(colibri.ColibriError) as e:  # nothing more fits
+            s.complete([1], max_tokens=1)
+        assert e.value.status == colibri.Status.CONTEXT_FULL
+
+
+def test_finish_reason_stop_at_end_of_sequence(model: colibri.Model) -> None:
+    eos = {395, 397}
+    with model.session() as s:
+        for seed in range(64):
+            s.reset()
+            r = s.complete("Hello", max_tokens=64, temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+            if r.finish_reason == "stop":
+                break
+        else:
+            pytest.skip("no seed sampled an end-of-sequence token")
+        assert len(r.tokens) < 64
+        assert not eos & set(r.tokens)  # the EOS that stopped it is not reported
+        assert s.position == r.prompt_tokens + len(r.tokens)
+        # With ignore_eos the same seed runs to the end, through the EOS.
+        s.reset()
+        r2 = s.complete("Hello", max_tokens=64, temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed,
+                        ignore_eos=True)
+        assert r2.finish_reason == "length" and r2.tokens[: len(r.tokens)] == r.tokens
+        assert r2.tokens[len(r.tokens)] in eos
+
+
+def test_max_tokens_zero(session: colibri.Session) -> None:
+    r = session.complete("Hello", max_tokens=0)
+    assert r.tokens == [] and r.text == "" and r.finish_reason == "length"
+    assert session.position == r.prompt_tokens  # the prompt was still fed
+
+
+def test_callback_can_stop(session: colibri.Session) -> None:
+    n = 0
+
+    def cb(tok: int, text: str) -> bool:
+        nonlocal n
+        n += 1
+        return n == 3
+
+    r = session.complete("Hello", max_tokens=50, temperature=0, ignore_eos=True, callback=cb)
+    assert len(r.tokens) == 3 and r.finish_reason == "cancelled"
+
+
+def test_callback_exception_is_reraised_after_the_call(session: colibri.Session) -> None:
+    class Boom(Exception):
+        pass
+
+    calls = 0
+
+    def cb(tok: int, text: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise Boom("raised in the callback")
+
+    with pytest.raises(Boom, match="raised in the callback"):
+        session.complete("Hello", max_tokens=50, temperature=0, ignore_eos=True, callback=cb)
+    assert calls == 2  # generation stopped at the exception
+    # The session is fine afterwards.
+    session.reset()
+    assert len(session.generate_ids("Hello", max_tokens=4, temperature=0, ignore_eos=True)) == 4
+
+
+def test_breaking_out_of_the_stream_stops_generation(session: colibri.Session) -> None:
+    it = session.generate("Hello", max_tokens=1000, temperature=0, ignore_eos=True)
+    got = []
+    for piece in it:
+        got.append(piece)
+        if len(got) == 3:
+            break
+    it.close()  # type: ignore[attr-defined]
+    r = session.last_result
+    assert r is not None and r.finish_reason == "cancelled" and len(r.tokens) < 1000
+    assert session.position < 100
+    session.infer([1])  # free again
+
+
+def test_session_is_busy_while_a_stream_runs(session: colibri.Session) -> None:
+    it = session.generate("Hello", max_tokens=20, temperature=0, ignore_eos=True)
+    next(it)
+    with pytest.raises(colibri.ColibriError, match="busy"):
+        session.infer([1])
+    with pytest.raises(colibri.ColibriError, match="busy"):
+        session.complete([1], max_tokens=1)
+    rest = list(it)
+    assert len(rest) >= 1
+    session.infer([1])
+
+
+def test_closing_the_session_stops_a_running_stream(model: colibri.Model) -> None:
+    s = model.session()
+    it = s.generate("Hello", max_tokens=2000, temperature=0, ignore_eos=True)
+    next(it)
+    s.close()  # stops the worker at its next token, then frees
+    assert s.closed
+    list(it)  # drains what was produced; no crash
+    with pytest.raises(colibri.ColibriError, match="closed"):
+        s.generate_ids([1], max_tokens=1)
+
+
+def test_unstarted_stream_on_a_closed_session(model: colibri.Model) -> None:
+    s = model.session()
+    it = s.generate("Hello", max_tokens=5)
+    s.close()
+    with pytest.raises(colibri.ColibriError, match="closed"):
+        next(it)
+
+
+def test_chat_prompt_generation(model: colibri.Model) -> None:
+    text = model.chat([{"role": "user", "content": "Hi!"}])
+    ids = model.tokenize(text, add_special=False)
+    with model.session() as s:
+        r = s.complete(ids, max_tokens=8, temperature=0, ignore_eos=True)
+    assert len(r.tokens) == 8 and r.prompt_tokens == len(ids)
