@@ -324,8 +324,10 @@ void colibri_sampler_params_init(colibri_sampler_params *params);
 /**
  * Feed `n_prompt` ids (as given: no BOS or template is added) and generate. Each token goes to
  * `callback` (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation
- * then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number
- * generated. Not thread-safe per session.
+ * then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number of
+ * tokens delivered (an end-of-sequence token that stopped generation is not delivered). A
+ * registered routing-trace callback is called after the generation. Not thread-safe per
+ * session.
  *
  * # Safety
  * `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints.
