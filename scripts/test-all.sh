@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project: formatting, lints, the Rust unit and integration tests
-# (library + CLI). C, Python and Go suites join here as their bindings land.
+# (library, CLI, C ABI), then the C examples (plain, ASan/UBSan, valgrind, CMake/pkg-config
+# install), the Python binding and the Go binding — all against one release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,5 +11,21 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== cargo test (release build, reused by every suite)"
+echo "== cargo build --release (reused by every suite below)"
+cargo build --release
+
+echo "== cargo test (release)"
 cargo test --workspace --release
+
+if [ -x scripts/test-c.sh ]; then
+    echo "== C examples"
+    scripts/test-c.sh
+fi
+
+echo "== Python binding"
+(cd python && COLIBRI_LIB_PATH="$PWD/../target/release" python3 -m pytest -q)
+
+if [ -x scripts/test-go.sh ]; then
+    echo "== Go binding"
+    scripts/test-go.sh
+fi

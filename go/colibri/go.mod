@@ -1,0 +1,3 @@
+module github.com/colibri-llm/colibri/go/colibri
+
+go 1.19

@@ -1,0 +1,294 @@
+package colibri
+
+/*
+#include <stdlib.h>
+#include <colibri.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Family is the model architecture.
+type Family int32
+
+// The families of colibri_model_info.family.
+const (
+	FamilyMixtral  Family = 0
+	FamilyQwen2MoE Family = 1
+	FamilyQwen3MoE Family = 2
+	FamilyOLMoE    Family = 3
+)
+
+func (f Family) String() string {
+	switch f {
+	case FamilyMixtral:
+		return "mixtral"
+	case FamilyQwen2MoE:
+		return "qwen2_moe"
+	case FamilyQwen3MoE:
+		return "qwen3_moe"
+	case FamilyOLMoE:
+		return "olmoe"
+	}
+	return fmt.Sprintf("Family(%d)", int32(f))
+}
+
+// ModelInfo holds facts about a model (colibri_model_info).
+type ModelInfo struct {
+	Family        Family
+	VocabSize     int
+	NCtxTrain     int // trained context length (max_position_embeddings)
+	HiddenSize    int
+	NLayers       int
+	NExperts      int
+	TopK          int    // experts per token
+	NParams       uint64 // all parameters
+	NActiveParams uint64 // parameters read per token
+	BOS           int32  // -1 when the model has none
+	EOS           int32  // first end-of-sequence id, -1 when none
+}
+
+// Message is one chat message for ChatRender.
+type Message struct {
+	Role    string // "system", "user", "assistant", …
+	Content string
+}
+
+// Option configures Open.
+type Option func(*openConfig)
+
+type openConfig struct {
+	mmap, mlock bool
+}
+
+// WithMmap maps the file (true, the default) or reads it into memory (false, for filesystems
+// where mmap is unsafe).
+func WithMmap(on bool) Option { return func(c *openConfig) { c.mmap = on } }
+
+// WithMlock locks the model's pages in RAM (default false).
+func WithMlock(on bool) Option { return func(c *openConfig) { c.mlock = on } }
+
+// Model is an opened .colibri file; see the package documentation for ownership rules.
+type Model struct {
+	mu     sync.Mutex
+	ptr    *C.colibri_model
+	users  int // calls in flight
+	closed bool
+	info   ModelInfo
+}
+
+// Open maps and validates the .colibri file at path.
+func Open(path string, opts ...Option) (*Model, error) {
+	var p C.colibri_model_params
+	C.colibri_model_params_init(&p)
+	cfg := openConfig{mmap: p.use_mmap != 0, mlock: p.use_mlock != 0}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p.use_mmap, p.use_mlock = boolInt(cfg.mmap), boolInt(cfg.mlock)
+	if strings.IndexByte(path, 0) >= 0 {
+		return nil, invalid("Open", "path contains a NUL byte")
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var ptr *C.colibri_model
+	if err := ccall("Open", func() C.colibri_status { return C.colibri_model_open(cpath, &p, &ptr) }); err != nil {
+		return nil, err
+	}
+	var ci C.colibri_model_info
+	C.colibri_model_info_init(&ci)
+	if err := ccall("Open", func() C.colibri_status { return C.colibri_model_get_info(ptr, &ci) }); err != nil {
+		C.colibri_model_free(ptr)
+		return nil, err
+	}
+	m := &Model{ptr: ptr, info: ModelInfo{
+		Family:        Family(ci.family),
+		VocabSize:     int(ci.vocab_size),
+		NCtxTrain:     int(ci.n_ctx_train),
+		HiddenSize:    int(ci.hidden_size),
+		NLayers:       int(ci.n_layers),
+		NExperts:      int(ci.n_experts),
+		TopK:          int(ci.top_k),
+		NParams:       uint64(ci.n_params),
+		NActiveParams: uint64(ci.n_active_params),
+		BOS:           int32(ci.bos_token),
+		EOS:           int32(ci.eos_token),
+	}}
+	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
+	return m, nil
+}
+
+// Info returns facts about the model (read once at Open; still available after Close).
+func (m *Model) Info() ModelInfo { return m.info }
+
+// acquire marks a call in flight and returns the handle, or ErrClosed.
+func (m *Model) acquire() (*C.colibri_model, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	m.users++
+	return m.ptr, nil
+}
+
+// release ends a call; the last call after Close frees the handle.
+func (m *Model) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.users--
+	if m.closed && m.users == 0 && m.ptr != nil {
+		C.colibri_model_free(m.ptr)
+		m.ptr = nil
+	}
+}
+
+// Close releases the model. It is idempotent and never blocks: calls in flight finish first
+// (the handle is freed when the last one returns). Sessions made from the model stay valid.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	runtime.SetFinalizer(m, nil)
+	if m.users == 0 && m.ptr != nil {
+		C.colibri_model_free(m.ptr)
+		m.ptr = nil
+	}
+	return nil
+}
+
+// Tokenize encodes UTF-8 text to token ids. addSpecial adds BOS etc. as the tokenizer's
+// post-processor says. Safe for concurrent use.
+func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
+	ptr, err := m.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer m.release()
+	ctext := C.CString(text) // copies: C must not see Go string memory
+	defer C.free(unsafe.Pointer(ctext))
+	toks := make([]int32, len(text)/2+16)
+	for {
+		var n C.size_t
+		err := ccall("Tokenize", func() C.colibri_status {
+			return C.colibri_tokenize(ptr, ctext, C.size_t(len(text)), boolInt(addSpecial),
+				cInt32s(toks), C.size_t(len(toks)), &n)
+		})
+		if err == nil {
+			return toks[:n], nil
+		}
+		if !isBufferTooSmall(err) || int(n) <= len(toks) {
+			return nil, err
+		}
+		toks = make([]int32, n)
+	}
+}
+
+// Detokenize decodes token ids to text, special tokens included. Safe for concurrent use.
+func (m *Model) Detokenize(ids []int32) (string, error) {
+	return m.detokenize("Detokenize", ids, false)
+}
+
+// DetokenizeSkipSpecial decodes token ids to text without special tokens (BOS, EOS, …).
+func (m *Model) DetokenizeSkipSpecial(ids []int32) (string, error) {
+	return m.detokenize("DetokenizeSkipSpecial", ids, true)
+}
+
+func (m *Model) detokenize(op string, ids []int32, skipSpecial bool) (string, error) {
+	ptr, err := m.acquire()
+	if err != nil {
+		return "", err
+	}
+	defer m.release()
+	return readText(op, 8*len(ids)+16, func(buf []byte, n *C.size_t) C.colibri_status {
+		return C.colibri_detokenize(ptr, cInt32s(ids), C.size_t(len(ids)), boolInt(skipSpecial),
+			cBytes(buf), C.size_t(len(buf)), n)
+	})
+}
+
+// ChatRender renders messages with the model's chat template; addGenerationPrompt ends the
+// text with the assistant header. ErrUnsupported when the model has no template. The result
+// is text: tokenize it with addSpecial=false (the template writes its own special tokens).
+func (m *Model) ChatRender(msgs []Message, addGenerationPrompt bool) (string, error) {
+	ptr, err := m.acquire()
+	if err != nil {
+		return "", err
+	}
+	defer m.release()
+	// The array lives in C memory: it holds C pointers only, and C never sees Go pointers.
+	var arr *C.colibri_chat_message
+	if len(msgs) > 0 {
+		arr = (*C.colibri_chat_message)(C.calloc(C.size_t(len(msgs)), C.size_t(unsafe.Sizeof(C.colibri_chat_message{}))))
+		if arr == nil {
+			panic("colibri: out of memory")
+		}
+		defer C.free(unsafe.Pointer(arr))
+	}
+	cm := unsafe.Slice(arr, len(msgs))
+	for i, msg := range msgs {
+		if strings.IndexByte(msg.Role, 0) >= 0 || strings.IndexByte(msg.Content, 0) >= 0 {
+			return "", invalid("ChatRender", fmt.Sprintf("message %d contains a NUL byte", i))
+		}
+		cm[i].role = C.CString(msg.Role)
+		defer C.free(unsafe.Pointer(cm[i].role))
+		cm[i].content = C.CString(msg.Content)
+		defer C.free(unsafe.Pointer(cm[i].content))
+	}
+	return readText("ChatRender", 256, func(buf []byte, n *C.size_t) C.colibri_status {
+		return C.colibri_chat_render(ptr, arr, C.size_t(len(msgs)), boolInt(addGenerationPrompt),
+			cBytes(buf), C.size_t(len(buf)), n)
+	})
+}
+
+// UserMetadata returns a copy of the blob attached at conversion (`colibri convert
+// --user-metadata`), or nil when the file has none.
+func (m *Model) UserMetadata() ([]byte, error) {
+	ptr, err := m.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer m.release()
+	var data *C.uint8_t
+	var n C.size_t
+	if err := ccall("UserMetadata", func() C.colibri_status { return C.colibri_model_user_metadata(ptr, &data, &n) }); err != nil {
+		return nil, err
+	}
+	if data == nil || n == 0 {
+		return nil, nil
+	}
+	// The blob points into the model's mapping: copy it out while the model is held.
+	out := make([]byte, int(n))
+	copy(out, unsafe.Slice((*byte)(unsafe.Pointer(data)), int(n)))
+	return out, nil
+}
+
+// readText runs a C function that writes NUL-terminated text to a caller buffer and reports
+// the length through n (also on BUFFER_TOO_SMALL), growing the buffer once if needed.
+func readText(op string, guess int, f func(buf []byte, n *C.size_t) C.colibri_status) (string, error) {
+	buf := make([]byte, guess)
+	for {
+		var n C.size_t
+		err := ccall(op, func() C.colibri_status { return f(buf, &n) })
+		if err == nil {
+			return string(buf[:n]), nil
+		}
+		if !isBufferTooSmall(err) || int(n)+1 <= len(buf) {
+			return "", err
+		}
+		buf = make([]byte, int(n)+1)
+	}
+}
+
+func isBufferTooSmall(err error) bool {
+	e, ok := err.(*Error)
+	return ok && e.Status == StatusBufferTooSmall
+}
