@@ -60,7 +60,8 @@ pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
             });
         }
     }
-    if let Some(extra) = parsed.tensors.iter().find(|t| !specs.iter().any(|s| s.name == t.name)) {
+    let expected: std::collections::HashSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if let Some(extra) = parsed.tensors.iter().find(|t| !expected.contains(t.name.as_str())) {
         return Err(Error::UnexpectedTensor { name: extra.name.clone() });
     }
     // Routers sit from routing_offset in layer order.
