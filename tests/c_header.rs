@@ -13,7 +13,14 @@ fn root() -> PathBuf {
 /// target/<profile>, where cargo put libcolibri.{so,a} for this test run.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    assert!(
+        dir.join("libcolibri.so").is_file() && dir.join("libcolibri.a").is_file(),
+        "{} lacks libcolibri.so/.a: `cargo test` does not build the cdylib/staticlib — run `cargo build` \
+         (with the same profile) first, as scripts/test-all.sh does",
+        dir.display()
+    );
+    dir
 }
 
 fn run(cmd: &mut Command) -> String {
