@@ -154,7 +154,11 @@ pub unsafe extern "C" fn colibri_generate(
             }
             match callback {
                 // SAFETY: the caller vouches for the callback and userdata.
-                Some(cb) => unsafe { cb(userdata, token, step.text.as_ptr().cast(), step.text.len()) == 0 },
+                Some(cb) => {
+                    // An empty piece still gets a valid pointer (not Rust's dangling one).
+                    let text = if step.text.is_empty() { "\0" } else { step.text };
+                    unsafe { cb(userdata, token, text.as_ptr().cast(), step.text.len()) == 0 }
+                }
                 None => true,
             }
         });
