@@ -190,3 +190,19 @@ fn bad_input_gets_a_clear_error() {
     let (_, err) = ok(&colibri(&["run", "-m", m, "--embedding", good.to_str().unwrap(), "-n", "3", "--temp", "0"]));
     assert!(err.contains("prompt: 3 tokens"), "{err}");
 }
+
+#[test]
+fn run_without_a_model_uses_the_shipped_default_model() {
+    let o = Command::new(env!("CARGO_BIN_EXE_colibri"))
+        .args(["run", "-p", "And God said", "-n", "40", "--temp", "0", "--repeat-penalty", "1.1"])
+        .env_remove("COLIBRI_MODEL")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let (text, err) = ok(&o);
+    assert!(err.contains("tokens/s"), "{err}");
+    // English-like: mostly letters, spaces and punctuation, several words.
+    let plain = text.chars().filter(|c| c.is_ascii_alphabetic() || " ,.;:'\n".contains(*c)).count();
+    assert!(text.len() > 40 && plain * 10 >= text.chars().count() * 9, "not English-like: {text:?}");
+    assert!(text.split_whitespace().filter(|w| w.len() >= 3).count() >= 5, "too few words: {text:?}");
+}
