@@ -507,3 +507,126 @@ fn moe_primitive_matches_a_scalar_reference() {
         assert!(moe.is_null());
     }
 }
+
+#[test]
+fn remaining_entry_points_check_null_and_lengths() {
+    unsafe {
+        // *_params_init / info_init accept NULL as a no-op and fill struct_size otherwise.
+        colibri_model_params_init(null_mut());
+        colibri_session_params_init(null_mut());
+        colibri_params_init(null_mut());
+        colibri_sampler_params_init(null_mut());
+        colibri_model_info_init(null_mut());
+        let mut sp = std::mem::zeroed::<colibri_session_params>();
+        colibri_session_params_init(&mut sp);
+        assert_eq!(sp.struct_size as usize, std::mem::size_of::<colibri_session_params>());
+        let mut mp = std::mem::zeroed::<colibri_model_params>();
+        colibri_model_params_init(&mut mp);
+        assert_eq!((mp.struct_size as usize, mp.use_mmap), (std::mem::size_of::<colibri_model_params>(), 1));
+
+        // colibri_model_open
+        let mut m = null_mut();
+        assert_eq!(colibri_model_open(null(), null(), &mut m), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_model_open(model_file().as_ptr(), null(), null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        mp.use_mmap = 0;
+        assert_eq!(colibri_model_open(model_file().as_ptr(), &mp, &mut m), COLIBRI_STATUS_OK);
+
+        // colibri_session_new with params, colibri_session_position NULLs
+        sp.n_ctx = 16;
+        sp.kv_type = 3;
+        let mut s = null_mut();
+        assert_eq!(colibri_session_new(m, &sp, &mut s), COLIBRI_STATUS_INVALID_ARGUMENT);
+        sp.kv_type = 1;
+        assert_eq!(colibri_session_new(m, &sp, null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_session_new(m, &sp, &mut s), COLIBRI_STATUS_OK);
+        let (mut pos, mut n_ctx) = (0usize, 0usize);
+        assert_eq!(colibri_session_position(null(), &mut pos, &mut n_ctx), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_session_position(s, null_mut(), &mut n_ctx), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_session_position(s, &mut pos, null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_session_position(s, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+        assert_eq!((pos, n_ctx), (0, 16));
+
+        // colibri_infer_embeddings: NULLs, wrong hidden size, wrong lengths, then a good call.
+        let hidden = 64usize;
+        let emb = vec![0.01f32; 3 * hidden];
+        let mut logits = vec![0f32; VOCAB];
+        assert_eq!(
+            colibri_infer_embeddings(null_mut(), emb.as_ptr(), 3, hidden, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(
+            colibri_infer_embeddings(s, null(), 3, hidden, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(
+            colibri_infer_embeddings(s, emb.as_ptr(), 3, hidden, null_mut(), VOCAB),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(
+            colibri_infer_embeddings(s, emb.as_ptr(), 3, hidden + 1, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            colibri_infer_embeddings(s, emb.as_ptr(), 0, hidden, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            colibri_infer_embeddings(s, emb.as_ptr(), 3, hidden, logits.as_mut_ptr(), VOCAB - 1),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        let nan = vec![f32::NAN; hidden];
+        assert_eq!(
+            colibri_infer_embeddings(s, nan.as_ptr(), 1, hidden, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(colibri_session_position(s, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+        assert_eq!(pos, 0, "failed calls leave the cache empty");
+        assert_eq!(colibri_infer_embeddings(s, emb.as_ptr(), 3, hidden, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+        assert!(logits.iter().all(|v| v.is_finite()));
+        let long = vec![0.01f32; 20 * hidden];
+        assert_eq!(
+            colibri_infer_embeddings(s, long.as_ptr(), 20, hidden, logits.as_mut_ptr(), VOCAB),
+            COLIBRI_STATUS_CONTEXT_FULL
+        );
+
+        // Text entry points with a NULL model or out-pointer.
+        let mut n = 0usize;
+        let text = "hi";
+        assert_eq!(
+            colibri_tokenize(null(), text.as_ptr().cast(), 2, 0, null_mut(), 0, &mut n),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        let ids = [1i32, 2];
+        let mut buf = [0 as c_char; 8];
+        assert_eq!(
+            colibri_detokenize(null(), ids.as_ptr(), 2, 1, buf.as_mut_ptr(), 8, &mut n),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(colibri_detokenize(m, null(), 2, 1, buf.as_mut_ptr(), 8, &mut n), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_detokenize(m, ids.as_ptr(), 2, 1, null_mut(), 8, &mut n), COLIBRI_STATUS_NULL_ARGUMENT);
+        let neg = [-5i32];
+        assert_eq!(
+            colibri_detokenize(m, neg.as_ptr(), 1, 1, buf.as_mut_ptr(), 8, &mut n),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            colibri_chat_render(null(), null(), 0, 1, buf.as_mut_ptr(), 8, &mut n),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        assert_eq!(colibri_chat_render(m, null(), 1, 1, buf.as_mut_ptr(), 8, &mut n), COLIBRI_STATUS_NULL_ARGUMENT);
+        assert_eq!(colibri_chat_render(m, null(), 0, 1, buf.as_mut_ptr(), 8, null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        let mut small_tokens = [0i32; 1];
+        let long_text = "many words here";
+        assert_eq!(
+            colibri_tokenize(m, long_text.as_ptr().cast(), long_text.len(), 0, small_tokens.as_mut_ptr(), 1, &mut n),
+            COLIBRI_STATUS_BUFFER_TOO_SMALL
+        );
+        assert!(n > 1);
+        assert_eq!(
+            colibri_tokenize(m, long_text.as_ptr().cast(), long_text.len(), 0, null_mut(), 5, &mut n),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        colibri_session_free(s);
+        colibri_model_free(m);
+    }
+}

@@ -89,6 +89,9 @@ pub(crate) fn put<T>(out: *mut T, value: T) {
 /// Copy `text` into a caller buffer of `cap` bytes with a NUL; report the length (without NUL)
 /// through `len_out`; BUFFER_TOO_SMALL when it does not fit (len_out still says what is needed).
 pub(crate) fn write_text(text: &str, buf: *mut c_char, cap: usize, len_out: *mut usize) -> Result<(), Failure> {
+    if buf.is_null() && cap > 0 {
+        return Err(Failure::null("buf"));
+    }
     if !len_out.is_null() {
         put(len_out, text.len());
     }

@@ -40,6 +40,9 @@ pub unsafe extern "C" fn colibri_tokenize(
         if n_tokens_out.is_null() {
             return Err(Failure::null("n_tokens_out"));
         }
+        if tokens_out.is_null() && tokens_cap > 0 {
+            return Err(Failure::null("tokens_out"));
+        }
         let bytes = slice(text as *const u8, text_len, "text")?;
         let text = std::str::from_utf8(bytes)
             .map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "text is not valid UTF-8"))?;
