@@ -108,12 +108,7 @@ pub unsafe extern "C" fn colibri_generate(
         if n_tokens_out.is_null() {
             return Err(Failure::null("n_tokens_out"));
         }
-        let ids: Vec<u32> = slice(prompt, n_prompt, "prompt")?
-            .iter()
-            .map(|&t| {
-                u32::try_from(t).map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("token id {t}")))
-            })
-            .collect::<Result<_, _>>()?;
+        let ids = token_ids(prompt, n_prompt, "prompt")?;
         let p = super::handle::params(params, colibri_sampler_params::default(), "params")?;
         let mut max_tokens = nonneg(p.max_tokens, "max_tokens")?;
         let mut out: Option<&mut [i32]> = None;

@@ -59,6 +59,18 @@ pub(crate) fn slice_mut<'a, T>(p: *mut T, len: usize, arg: &str) -> Result<&'a m
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 
+/// Token ids from a C (pointer, count) array: each must be non-negative.
+pub(crate) fn token_ids(p: *const i32, n: usize, arg: &str) -> Result<Vec<u32>, Failure> {
+    slice(p, n, arg)?
+        .iter()
+        .map(|&id| {
+            u32::try_from(id).map_err(|_| {
+                Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("token id {id} in '{arg}' is negative"))
+            })
+        })
+        .collect()
+}
+
 /// Read a params struct whose first field is `struct_size`: older (shorter) structs are
 /// completed with defaults, larger unknown ones are rejected. NULL gives the defaults.
 pub(crate) fn params<T: Copy>(p: *const T, defaults: T, arg: &str) -> Result<T, Failure> {

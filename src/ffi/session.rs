@@ -202,16 +202,11 @@ impl colibri_session {
 }
 
 fn tokens_of(tokens: *const i32, n: usize) -> Result<Vec<u32>, Failure> {
-    let t = slice(tokens, n, "tokens")?;
-    if n == 0 {
+    let ids = token_ids(tokens, n, "tokens")?;
+    if ids.is_empty() {
         return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "n_tokens is 0"));
     }
-    t.iter()
-        .map(|&id| {
-            u32::try_from(id)
-                .map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("token id {id} is negative")))
-        })
-        .collect()
+    Ok(ids)
 }
 
 /// Fill `params` with the defaults. Thread-safe.

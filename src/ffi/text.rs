@@ -83,12 +83,7 @@ pub unsafe extern "C" fn colibri_detokenize(
         if len_out.is_null() {
             return Err(Failure::null("len_out"));
         }
-        let ids: Vec<u32> = slice(tokens, n_tokens, "tokens")?
-            .iter()
-            .map(|&t| {
-                u32::try_from(t).map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("token id {t}")))
-            })
-            .collect::<Result<_, _>>()?;
+        let ids = token_ids(tokens, n_tokens, "tokens")?;
         let text = m.tokenizer()?.decode(&ids, skip_special != 0)?;
         write_text(&text, buf, buf_cap, len_out)
     })
