@@ -23,7 +23,7 @@ What this script does, end to end (CPU only):
 Example (the command used for the shipped model is in docs/default-model.md):
   tools/get_default_corpus.sh /work/artifacts/corpus/kjv.txt
   /work/venv/bin/python tools/train_default.py \
-      --corpus /work/artifacts/corpus/kjv.txt --out /work/artifacts/default-hf --minutes 33
+      --corpus /work/artifacts/corpus/kjv.txt --out /work/artifacts/default-hf --minutes 35
 """
 
 import argparse
@@ -60,7 +60,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", default="/work/artifacts/corpus/kjv.txt")
     p.add_argument("--out", default="/work/artifacts/default-hf")
-    p.add_argument("--minutes", type=float, default=33.0,
+    p.add_argument("--minutes", type=float, default=35.0,
                    help="wall-clock budget of the training loop; the cosine schedule follows elapsed time "
                         "(ignored if --steps is given)")
     p.add_argument("--steps", type=int, default=0, help="fixed number of optimizer steps (reproducible schedule)")
