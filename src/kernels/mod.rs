@@ -3,9 +3,11 @@
 //! `reference.rs`; the SIMD paths chosen at run time (see `simd`) must agree with it within the
 //! tolerances their tests name.
 
+pub mod quant;
 pub mod reference;
 mod simd;
 
+pub use quant::{Q4, Q8};
 pub use simd::{active_path, CpuPath};
 
 /// A row-major weight matrix as stored: [rows, cols] elements of one dtype.
@@ -16,6 +18,10 @@ pub enum Mat<'a> {
     F16(&'a [u16]),
     /// bfloat16 bits.
     BF16(&'a [u16]),
+    /// 8-bit blocks of 32 with f16 scales (see `quant`).
+    Q8(Q8<'a>),
+    /// 4-bit blocks of 32 with f16 scales (see `quant`).
+    Q4(Q4<'a>),
 }
 
 impl Mat<'_> {
@@ -24,6 +30,8 @@ impl Mat<'_> {
         match self {
             Mat::F32(w) => w.len(),
             Mat::F16(w) | Mat::BF16(w) => w.len(),
+            Mat::Q8(q) => q.qs.len(),
+            Mat::Q4(q) => q.qs.len() * 2,
         }
     }
 
@@ -41,6 +49,8 @@ pub fn dot_row(w: Mat<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
         Mat::F32(w) => (simd::table().dot_f32)(&w[s..s + cols], x),
         Mat::F16(w) => (simd::table().dot_f16)(&w[s..s + cols], x),
         Mat::BF16(w) => (simd::table().dot_bf16)(&w[s..s + cols], x),
+        Mat::Q8(q) => quant::dot_q8(q, r, cols, x),
+        Mat::Q4(q) => quant::dot_q4(q, r, cols, x),
     }
 }
 
@@ -51,6 +61,8 @@ pub fn row_to_f32(w: Mat<'_>, r: usize, cols: usize, out: &mut [f32]) {
         Mat::F32(w) => out.copy_from_slice(&w[s..s + cols]),
         Mat::F16(w) => out.iter_mut().zip(&w[s..s + cols]).for_each(|(o, &b)| *o = reference::f16_to_f32(b)),
         Mat::BF16(w) => out.iter_mut().zip(&w[s..s + cols]).for_each(|(o, &b)| *o = reference::bf16_to_f32(b)),
+        Mat::Q8(q) => quant::dequantize_q8(q, s, &mut out[..cols]),
+        Mat::Q4(q) => quant::dequantize_q4(q, s, &mut out[..cols]),
     }
 }
 
@@ -105,6 +117,11 @@ pub fn get(w: Mat<'_>, i: usize) -> f32 {
         Mat::F32(w) => w[i],
         Mat::F16(w) => reference::f16_to_f32(w[i]),
         Mat::BF16(w) => reference::bf16_to_f32(w[i]),
+        Mat::Q8(_) | Mat::Q4(_) => {
+            let mut block = [0f32; quant::QK];
+            row_to_f32(w, i / quant::QK, quant::QK, &mut block);
+            block[i % quant::QK]
+        }
     }
 }
 
