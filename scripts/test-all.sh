@@ -17,6 +17,14 @@ cargo build --release
 echo "== cargo test (release)"
 cargo test --workspace --release
 
+# The oracle and engine tests again on every other kernel path this CPU can run (the default run
+# above used the best one). The kernel unit tests already cover every path in one process.
+for path in generic avx2; do
+    if [ "$path" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then continue; fi
+    echo "== oracle tests with COLIBRI_CPU=$path"
+    COLIBRI_CPU=$path cargo test --release -p colibri-cli --test oracle --test engine_cli
+done
+
 if [ -x scripts/test-c.sh ]; then
     echo "== C examples"
     scripts/test-c.sh

@@ -110,9 +110,9 @@ impl KvCache {
     pub fn k_dot(&self, layer: usize, pos: usize, kv_head: usize, q: &[f32]) -> f32 {
         let at = self.at(layer, pos) + kv_head * q.len();
         match &self.store_k {
-            Store::F32(d) => crate::kernels::reference::dot_f32(&d[at..at + q.len()], q),
-            Store::Half { bits, bf16: true } => crate::kernels::reference::dot_bf16(&bits[at..at + q.len()], q),
-            Store::Half { bits, bf16: false } => crate::kernels::reference::dot_f16(&bits[at..at + q.len()], q),
+            Store::F32(d) => crate::kernels::dot_f32(&d[at..at + q.len()], q),
+            Store::Half { bits, bf16: true } => crate::kernels::dot_bf16(&bits[at..at + q.len()], q),
+            Store::Half { bits, bf16: false } => crate::kernels::dot_f16(&bits[at..at + q.len()], q),
         }
     }
 

@@ -193,3 +193,18 @@ fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
     let d = s.logits().iter().zip(tail).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
     assert!(d <= 1e-4 * max_abs, "logits after rejected calls differ: {d}");
 }
+
+/// `scripts/test-all.sh` runs this file once per CPU path with `COLIBRI_CPU` set: make sure the
+/// path asked for is the one the oracle comparisons above actually ran on.
+#[test]
+fn the_requested_cpu_path_is_the_one_running() {
+    let active = colibri::kernels::active_path();
+    assert!(colibri::kernels::available_paths().contains(&active));
+    if let Ok(req) = std::env::var("COLIBRI_CPU") {
+        match colibri::kernels::available_paths().into_iter().find(|p| p.name() == req) {
+            Some(p) => assert_eq!(active, p, "COLIBRI_CPU={req} was not honoured"),
+            None => assert!(colibri::kernels::path_note().is_some(), "COLIBRI_CPU={req} fell back silently"),
+        }
+    }
+    eprintln!("kernel path: {}", active.name());
+}

@@ -3,12 +3,17 @@
 //! `reference.rs`; the SIMD paths chosen at run time (see `simd`) must agree with it within the
 //! tolerances their tests name.
 
+mod gemm;
+mod generic;
 pub mod quant;
 pub mod reference;
 mod simd;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
+pub use gemm::matmul;
 pub use quant::{Q4, Q8};
-pub use simd::{active_path, CpuPath};
+pub use simd::{active_path, available_paths, path_note, CpuPath};
 
 /// A row-major weight matrix as stored: [rows, cols] elements of one dtype.
 #[derive(Clone, Copy, Debug)]
@@ -49,9 +54,30 @@ pub fn dot_row(w: Mat<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
         Mat::F32(w) => (simd::table().dot_f32)(&w[s..s + cols], x),
         Mat::F16(w) => (simd::table().dot_f16)(&w[s..s + cols], x),
         Mat::BF16(w) => (simd::table().dot_bf16)(&w[s..s + cols], x),
-        Mat::Q8(q) => quant::dot_q8(q, r, cols, x),
-        Mat::Q4(q) => quant::dot_q4(q, r, cols, x),
+        Mat::Q8(_) | Mat::Q4(_) => {
+            let mut y = [0f32];
+            (simd::table().gemv)(w, cols, r..r + 1, x, 1, &mut y);
+            y[0]
+        }
     }
+}
+
+/// Σ a[i]·b[i] on the active path (f32 KV-cache rows, attention scores).
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    (simd::table().dot_f32)(a, b)
+}
+
+/// Σ f16(a[i])·b[i] on the active path.
+#[inline]
+pub fn dot_f16(a: &[u16], b: &[f32]) -> f32 {
+    (simd::table().dot_f16)(a, b)
+}
+
+/// Σ bf16(a[i])·b[i] on the active path.
+#[inline]
+pub fn dot_bf16(a: &[u16], b: &[f32]) -> f32 {
+    (simd::table().dot_bf16)(a, b)
 }
 
 /// Row `r` of `w` widened to f32 into `out` (length `cols`): embedding lookup.
@@ -63,50 +89,6 @@ pub fn row_to_f32(w: Mat<'_>, r: usize, cols: usize, out: &mut [f32]) {
         Mat::BF16(w) => out.iter_mut().zip(&w[s..s + cols]).for_each(|(o, &b)| *o = reference::bf16_to_f32(b)),
         Mat::Q8(q) => quant::dequantize_q8(q, s, &mut out[..cols]),
         Mat::Q4(q) => quant::dequantize_q4(q, s, &mut out[..cols]),
-    }
-}
-
-/// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: used only to write disjoint indices from different tasks (see `matmul`).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// Write `v` at index `i`. SAFETY: the caller guarantees `i` is in bounds and that no other
-    /// task writes index `i`.
-    #[inline]
-    unsafe fn write(&self, i: usize, v: f32) {
-        unsafe { *self.0.add(i) = v };
-    }
-}
-
-/// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < rows.
-/// Shapes: w [rows, cols], x [n, cols], y [n, rows]. Output rows are split across the rayon
-/// pool in fixed contiguous ranges; every y element is one dot product in a fixed order, so the
-/// result does not depend on the number of threads.
-pub fn matmul(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
-    assert!(w.len() == rows * cols && x.len() >= n * cols && y.len() >= n * rows, "matmul shape mismatch");
-    const BLOCK: usize = 16;
-    let out = OutPtr(y.as_mut_ptr());
-    let work = rows * cols * n;
-    let body = |block: usize| {
-        let o_end = ((block + 1) * BLOCK).min(rows);
-        for o in block * BLOCK..o_end {
-            for t in 0..n {
-                let v = dot_row(w, o, cols, &x[t * cols..(t + 1) * cols]);
-                // SAFETY: (t, o) pairs are disjoint across blocks and inside y's bounds (asserted).
-                unsafe { out.write(t * rows + o, v) };
-            }
-        }
-    };
-    let blocks = rows.div_ceil(BLOCK);
-    if work < 1 << 15 || rayon::current_num_threads() == 1 {
-        (0..blocks).for_each(body);
-    } else {
-        use rayon::prelude::*;
-        (0..blocks).into_par_iter().for_each(body);
     }
 }
 
@@ -172,3 +154,6 @@ pub fn swiglu(g: &mut [f32], u: &[f32]) {
         *gi = reference::silu(*gi) * ui;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -40,7 +40,8 @@ fn dot_by(n: usize, x: &[f32], w: impl Fn(usize) -> f32) -> f32 {
         }
         i += 8;
     }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    // Lanes folded as an 8-wide register is: halves added, then pairs, then the last two.
+    let mut s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
     for (j, &xj) in x.iter().enumerate().take(n).skip(full) {
         s += w(j) * xj;
     }

@@ -1,8 +1,13 @@
-//! Run-time choice of kernel implementations. Today every entry is the scalar reference (which
-//! LLVM vectorises for the baseline target); the SIMD paths register here, picked once from
-//! cpuid and `COLIBRI_CPU`, so model code never names an instruction set.
+//! Run-time choice of kernel implementations. Every path fills one `Table`; the best path the
+//! CPU supports is picked once (cpuid), unless `COLIBRI_CPU=generic|avx2|avx512|amx` asks for
+//! another. Model code never names an instruction set.
+//!
+//! Paths: `Generic` (the scalar reference, any CPU) and `Avx2` (x86-64 AVX2 + FMA + F16C).
+//! AVX-512 and AMX are recognised names but have no kernels yet: asking for them selects the best
+//! implemented path and says so in `path_note()`. An aarch64/NEON path would be one more table.
 
-use super::reference;
+use super::{generic, Mat};
+use std::ops::Range;
 use std::sync::OnceLock;
 
 /// The kernel path in use.
@@ -10,7 +15,27 @@ use std::sync::OnceLock;
 pub enum CpuPath {
     /// Portable scalar reference.
     Generic,
+    /// x86-64 with AVX2, FMA and F16C.
+    Avx2,
 }
+
+impl CpuPath {
+    /// Lower-case name, as `COLIBRI_CPU` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuPath::Generic => "generic",
+            CpuPath::Avx2 => "avx2",
+        }
+    }
+}
+
+/// y block of a matrix-vector product: for rows `rows` of `w` ([_, cols]) and n activation rows
+/// `x` ([n, cols]), out[t·rows.len() + i] = w[rows.start + i] · x[t].
+pub(crate) type GemvFn = fn(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]);
+/// Elements [k0, k0 + out.len()) of row `row` of `w` ([_, cols]) widened to f32.
+pub(crate) type WidenFn = fn(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]);
+/// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < NR, k ascending.
+pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize);
 
 /// Function table of one path.
 pub(crate) struct Table {
@@ -18,22 +43,104 @@ pub(crate) struct Table {
     pub dot_f32: fn(&[f32], &[f32]) -> f32,
     pub dot_f16: fn(&[u16], &[f32]) -> f32,
     pub dot_bf16: fn(&[u16], &[f32]) -> f32,
+    pub gemv: GemvFn,
+    pub widen: WidenFn,
+    pub tile: TileFn,
 }
 
-static GENERIC: Table = Table {
+pub(crate) static GENERIC: Table = Table {
     path: CpuPath::Generic,
-    dot_f32: reference::dot_f32,
-    dot_f16: reference::dot_f16,
-    dot_bf16: reference::dot_bf16,
+    dot_f32: super::reference::dot_f32,
+    dot_f16: super::reference::dot_f16,
+    dot_bf16: super::reference::dot_bf16,
+    gemv: generic::gemv,
+    widen: generic::widen,
+    tile: generic::tile,
 };
 
-static CHOSEN: OnceLock<&'static Table> = OnceLock::new();
+struct Choice {
+    table: &'static Table,
+    note: Option<String>,
+}
+
+static CHOSEN: OnceLock<Choice> = OnceLock::new();
+
+/// The best table this CPU can run.
+fn best() -> &'static Table {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = super::x86::table() {
+        return t;
+    }
+    &GENERIC
+}
+
+/// The table for an explicit request, or None when this CPU (or build) lacks it.
+pub(crate) fn table_for(path: CpuPath) -> Option<&'static Table> {
+    match path {
+        CpuPath::Generic => Some(&GENERIC),
+        #[cfg(target_arch = "x86_64")]
+        CpuPath::Avx2 => super::x86::table(),
+        #[cfg(not(target_arch = "x86_64"))]
+        CpuPath::Avx2 => None,
+    }
+}
+
+fn choose(request: Option<&str>) -> Choice {
+    let Some(req) = request.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Choice { table: best(), note: None };
+    };
+    let fallback = |why: String| Choice { table: best(), note: Some(why) };
+    match req.to_ascii_lowercase().as_str() {
+        "generic" => Choice { table: &GENERIC, note: None },
+        "avx2" => match table_for(CpuPath::Avx2) {
+            Some(t) => Choice { table: t, note: None },
+            None => fallback(format!("COLIBRI_CPU=avx2: this CPU lacks AVX2/FMA/F16C; using {}", best().path.name())),
+        },
+        "avx512" | "amx" => {
+            fallback(format!("COLIBRI_CPU={req}: no {req} kernels in this build; using {}", best().path.name()))
+        }
+        _ => fallback(format!("COLIBRI_CPU={req} is not one of generic|avx2|avx512|amx; using {}", best().path.name())),
+    }
+}
 
 pub(crate) fn table() -> &'static Table {
-    CHOSEN.get_or_init(|| &GENERIC)
+    CHOSEN.get_or_init(|| choose(std::env::var("COLIBRI_CPU").ok().as_deref())).table
 }
 
 /// The path the kernels run on.
 pub fn active_path() -> CpuPath {
     table().path
+}
+
+/// Why the active path differs from what `COLIBRI_CPU` asked for (None when it does not).
+pub fn path_note() -> Option<&'static str> {
+    table();
+    CHOSEN.get().and_then(|c| c.note.as_deref())
+}
+
+/// Every path this CPU can run (for tests and benchmarks).
+pub fn available_paths() -> Vec<CpuPath> {
+    [CpuPath::Generic, CpuPath::Avx2].into_iter().filter(|p| table_for(*p).is_some()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_resolve_to_runnable_paths_with_notes() {
+        assert_eq!(choose(Some("generic")).table.path, CpuPath::Generic);
+        assert!(choose(Some("generic")).note.is_none());
+        assert_eq!(choose(None).table.path, best().path);
+        let bogus = choose(Some("sse9"));
+        assert_eq!(bogus.table.path, best().path);
+        assert!(bogus.note.as_deref().unwrap_or("").contains("sse9"));
+        let amx = choose(Some("AMX"));
+        assert!(amx.note.is_some(), "AMX has no kernels yet: the choice must say so");
+        let avx2 = choose(Some("avx2"));
+        match table_for(CpuPath::Avx2) {
+            Some(_) => assert_eq!((avx2.table.path, avx2.note.is_none()), (CpuPath::Avx2, true)),
+            None => assert!(avx2.note.is_some()),
+        }
+    }
 }

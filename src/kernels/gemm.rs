@@ -1,0 +1,155 @@
+//! y = x · wᵀ for a stored weight matrix: the one entry point every projection, expert and the
+//! lm_head go through, and its two strategies.
+//!
+//! * Few activation rows (decode, small expert groups): matrix-vector products straight from the
+//!   stored weights, rows split across the thread pool in contiguous chunks; every weight is read
+//!   once per call and applied to all n rows while it is in registers.
+//! * Many rows (prefill, batched experts): a blocked GEMM. The activations are packed once into
+//!   panels of NR rows ([K, NR], zero-padded); each task widens MC weight rows × KC columns to f32
+//!   (dequantising if needed) into a buffer that stays in L2, and an MR×NR register tile sweeps
+//!   every activation panel over it. Each weight element is converted once per call.
+//!
+//! Every output element is one sum over k in ascending order (an 8-lane or per-k chain, fixed by
+//! the strategy), never split across tasks: the result does not depend on the thread count.
+
+use super::simd::{table, Table};
+use super::Mat;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// Register tile: weight rows per micro-tile.
+pub const MR: usize = 6;
+/// Register tile: activation rows (tokens) per micro-tile, two 8-lane vectors.
+pub const NR: usize = 16;
+/// Columns (k) per block: a weight block [MC, KC] of f32 stays in L2, a panel slice in L1.
+pub const KC: usize = 256;
+/// Weight rows per task (a multiple of MR).
+pub const MC: usize = 96;
+/// From this many activation rows on, the GEMM strategy is used.
+pub const GEMM_MIN_ROWS: usize = 8;
+/// Weight rows per task of the matrix-vector strategy (a multiple of 4).
+const GEMV_CHUNK: usize = 64;
+/// Below this many multiply-adds a call runs on the calling thread.
+const PAR_MIN_WORK: usize = 1 << 15;
+
+thread_local! {
+    /// Per-thread scratch: (weight block, output block), reused across calls.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: used only to write disjoint indices from different tasks.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// SAFETY: `i` in bounds of the buffer and written by no other task.
+    #[inline]
+    unsafe fn write(&self, i: usize, v: f32) {
+        unsafe { *self.0.add(i) = v };
+    }
+}
+
+/// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < rows.
+/// Shapes: w [rows, cols], x [n, cols], y [n, rows].
+pub fn matmul(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_with(table(), w, rows, cols, x, n, y);
+}
+
+pub(crate) fn matmul_with(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    assert!(w.len() == rows * cols && x.len() >= n * cols && y.len() >= n * rows, "matmul shape mismatch");
+    if n == 0 || rows == 0 {
+        return;
+    }
+    if n >= GEMM_MIN_ROWS && cols > 0 {
+        gemm(t, w, rows, cols, x, n, y);
+    } else {
+        gemv(t, w, rows, cols, x, n, y);
+    }
+}
+
+/// Run `body` over `tasks` indices, in parallel when the call is big enough.
+fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
+    if tasks == 1 || work < PAR_MIN_WORK || rayon::current_num_threads() == 1 {
+        (0..tasks).for_each(body);
+    } else {
+        (0..tasks).into_par_iter().for_each(body);
+    }
+}
+
+fn gemv(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    let out = OutPtr(y.as_mut_ptr());
+    let tasks = rows.div_ceil(GEMV_CHUNK);
+    for_tasks(tasks, rows * cols * n, |task| {
+        let r0 = task * GEMV_CHUNK;
+        let r1 = (r0 + GEMV_CHUNK).min(rows);
+        let len = r1 - r0;
+        SCRATCH.with_borrow_mut(|(_, buf)| {
+            buf.resize(len * n, 0.0);
+            (t.gemv)(w, cols, r0..r1, x, n, &mut buf[..len * n]);
+            for tok in 0..n {
+                for i in 0..len {
+                    // SAFETY: (tok, r0 + i) belongs to this task only; y holds n·rows elements.
+                    unsafe { out.write(tok * rows + r0 + i, buf[tok * len + i]) };
+                }
+            }
+        });
+    });
+}
+
+/// Pack x ([n, cols]) into panels of NR rows: xp[p][k][j] = x[p·NR + j, k] (zero past n).
+fn pack_activations(x: &[f32], n: usize, cols: usize) -> Vec<f32> {
+    let panels = n.div_ceil(NR);
+    let mut xp = vec![0f32; panels * cols * NR];
+    for (p, panel) in xp.chunks_exact_mut(cols * NR).enumerate() {
+        for j in 0..NR.min(n - p * NR) {
+            let row = &x[(p * NR + j) * cols..(p * NR + j + 1) * cols];
+            for (k, &v) in row.iter().enumerate() {
+                panel[k * NR + j] = v;
+            }
+        }
+    }
+    xp
+}
+
+fn gemm(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    let xp = pack_activations(x, n, cols);
+    let panels = n.div_ceil(NR);
+    let ldc = panels * NR;
+    let out = OutPtr(y.as_mut_ptr());
+    let tasks = rows.div_ceil(MC);
+    for_tasks(tasks, rows * cols * n, |task| {
+        let r0 = task * MC;
+        let mr = (r0 + MC).min(rows) - r0;
+        let blocks = mr.div_ceil(MR);
+        SCRATCH.with_borrow_mut(|(wb, c)| {
+            wb.resize(blocks * MR * KC, 0.0);
+            c.clear();
+            c.resize(blocks * MR * ldc, 0.0);
+            for k0 in (0..cols).step_by(KC) {
+                let kc = KC.min(cols - k0);
+                // Widen this task's rows [r0, r0 + mr) × [k0, k0 + kc) to f32, row-major by kc;
+                // padding rows stay zero.
+                wb[..blocks * MR * kc].fill(0.0);
+                for i in 0..mr {
+                    (t.widen)(w, cols, r0 + i, k0, &mut wb[i * kc..(i + 1) * kc]);
+                }
+                for p in 0..panels {
+                    let b = &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];
+                    for blk in 0..blocks {
+                        let a = &wb[blk * MR * kc..(blk + 1) * MR * kc];
+                        (t.tile)(a, b, kc, &mut c[blk * MR * ldc + p * NR..], ldc);
+                    }
+                }
+            }
+            for i in 0..mr {
+                for tok in 0..n {
+                    // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
+                    unsafe { out.write(tok * rows + r0 + i, c[i * ldc + tok]) };
+                }
+            }
+        });
+    });
+}

@@ -1,0 +1,55 @@
+//! The portable path's matrix kernels, written as plainly as possible from the scalar reference:
+//! what every SIMD path in `simd` is measured against.
+
+use super::gemm::{MR, NR};
+use super::{quant, reference, Mat};
+use std::ops::Range;
+
+/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `simd::GemvFn`).
+pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let len = rows.len();
+    for (i, r) in rows.enumerate() {
+        for t in 0..n {
+            out[t * len + i] = dot(w, r, cols, &x[t * cols..(t + 1) * cols]);
+        }
+    }
+}
+
+/// Reference dot of row `r` of `w` with `x`, for every dtype.
+pub fn dot(w: Mat<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
+    let s = r * cols;
+    match w {
+        Mat::F32(w) => reference::dot_f32(&w[s..s + cols], x),
+        Mat::F16(w) => reference::dot_f16(&w[s..s + cols], x),
+        Mat::BF16(w) => reference::dot_bf16(&w[s..s + cols], x),
+        Mat::Q8(q) => quant::dot_q8(q, r, cols, x),
+        Mat::Q4(q) => quant::dot_q4(q, r, cols, x),
+    }
+}
+
+/// out = w[row, k0 .. k0 + out.len()] as f32 (k0 and the length multiples of 32 for quantised w).
+pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
+    let s = row * cols + k0;
+    match w {
+        Mat::F32(w) => out.copy_from_slice(&w[s..s + out.len()]),
+        Mat::F16(w) => out.iter_mut().zip(&w[s..]).for_each(|(o, &b)| *o = reference::f16_to_f32(b)),
+        Mat::BF16(w) => out.iter_mut().zip(&w[s..]).for_each(|(o, &b)| *o = reference::bf16_to_f32(b)),
+        Mat::Q8(q) => quant::dequantize_q8(q, s, out),
+        Mat::Q4(q) => quant::dequantize_q4(q, s, out),
+    }
+}
+
+/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < NR, k ascending.
+pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize) {
+    for i in 0..MR {
+        let mut acc = [0f32; NR];
+        acc.copy_from_slice(&c[i * ldc..i * ldc + NR]);
+        for k in 0..kc {
+            let av = a[i * kc + k];
+            for (j, cj) in acc.iter_mut().enumerate() {
+                *cj += av * b[k * NR + j];
+            }
+        }
+        c[i * ldc..i * ldc + NR].copy_from_slice(&acc);
+    }
+}

@@ -1,0 +1,206 @@
+//! Every kernel path against the scalar reference and against exact (f64) sums, over shapes that
+//! hit every tail: rows not a multiple of the row blocks, columns not a multiple of 8 (floats),
+//! activation-row counts on both sides of the GEMM threshold.
+
+use super::gemm::{matmul_with, GEMM_MIN_ROWS, MC, NR};
+use super::simd::{available_paths, table_for, Table};
+use super::{quant, Mat};
+
+/// Largest error allowed for a float-weight product, relative to Σ|w·x| of the output: f32
+/// accumulation in a different order (8 lanes vs one chain per k) and fused vs separate rounding.
+const FLOAT_TOL: f64 = 2e-6;
+/// The same for quantised weights with float activations: per-block partial sums add one rounding.
+const QUANT_TOL: f64 = 4e-6;
+
+fn sample(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
+        })
+        .collect()
+}
+
+/// A matrix in every stored dtype, built from the same f32 values.
+struct Stored {
+    f32: Vec<f32>,
+    f16: Vec<u16>,
+    bf16: Vec<u16>,
+    q8: Option<(Vec<i8>, Vec<u16>)>,
+    q4: Option<(Vec<u8>, Vec<u16>)>,
+}
+
+impl Stored {
+    fn new(rows: usize, cols: usize, seed: u64) -> Stored {
+        let f = sample(rows * cols, seed);
+        let quantisable = cols % quant::QK == 0;
+        let q8 = quantisable.then(|| {
+            let mut q = vec![0i8; rows * cols];
+            let mut d = vec![0u16; rows * cols / quant::QK];
+            for r in 0..rows {
+                let nb = cols / quant::QK;
+                quant::quantize_row_q8(
+                    &f[r * cols..(r + 1) * cols],
+                    &mut q[r * cols..(r + 1) * cols],
+                    &mut d[r * nb..(r + 1) * nb],
+                );
+            }
+            (q, d)
+        });
+        let q4 = quantisable.then(|| {
+            let mut q = vec![0u8; rows * cols / 2];
+            let mut d = vec![0u16; rows * cols / quant::QK];
+            for r in 0..rows {
+                let nb = cols / quant::QK;
+                quant::quantize_row_q4(
+                    &f[r * cols..(r + 1) * cols],
+                    &mut q[r * cols / 2..(r + 1) * cols / 2],
+                    &mut d[r * nb..(r + 1) * nb],
+                );
+            }
+            (q, d)
+        });
+        Stored {
+            f16: f.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect(),
+            bf16: f.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect(),
+            f32: f,
+            q8,
+            q4,
+        }
+    }
+
+    fn mats(&self) -> Vec<(&'static str, Mat<'_>, f64)> {
+        let mut m = vec![
+            ("f32", Mat::F32(&self.f32), FLOAT_TOL),
+            ("f16", Mat::F16(&self.f16), FLOAT_TOL),
+            ("bf16", Mat::BF16(&self.bf16), FLOAT_TOL),
+        ];
+        if let Some((q, d)) = &self.q8 {
+            m.push(("q8", Mat::Q8(quant::Q8 { qs: q, d }), QUANT_TOL));
+        }
+        if let Some((q, d)) = &self.q4 {
+            m.push(("q4", Mat::Q4(quant::Q4 { qs: q, d }), QUANT_TOL));
+        }
+        m
+    }
+}
+
+/// Exact y = x·wᵀ in f64 from the stored (dequantised) values, and Σ|w·x| per output.
+fn exact(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut wr = vec![0f32; cols];
+    let (mut y, mut mag) = (vec![0f64; n * rows], vec![0f64; n * rows]);
+    for o in 0..rows {
+        super::generic::widen(w, cols, o, 0, &mut wr);
+        for t in 0..n {
+            for (a, b) in wr.iter().zip(&x[t * cols..(t + 1) * cols]) {
+                y[t * rows + o] += f64::from(*a) * f64::from(*b);
+                mag[t * rows + o] += (f64::from(*a) * f64::from(*b)).abs();
+            }
+        }
+    }
+    (y, mag)
+}
+
+fn check(table: &Table, rows: usize, cols: usize, n: usize) {
+    let s = Stored::new(rows, cols, (rows * 31 + cols * 7 + n) as u64);
+    let x = sample(n * cols, 99 + n as u64);
+    for (name, w, tol) in s.mats() {
+        let (want, mag) = exact(w, rows, cols, &x, n);
+        let mut y = vec![f32::NAN; n * rows];
+        matmul_with(table, w, rows, cols, &x, n, &mut y);
+        for i in 0..n * rows {
+            let err = (f64::from(y[i]) - want[i]).abs();
+            assert!(
+                err <= tol * mag[i] + 1e-30,
+                "{:?} {name} rows {rows} cols {cols} n {n}: y[{i}] = {} vs exact {} (err {err:e}, Σ|wx| {:e})",
+                table.path,
+                y[i],
+                want[i],
+                mag[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn matmul_matches_exact_sums_on_every_path() {
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for &(rows, cols) in &[(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)] {
+            for &n in &[1, 2, 3, GEMM_MIN_ROWS - 1, GEMM_MIN_ROWS, NR + 3] {
+                check(t, rows, cols, n);
+            }
+        }
+    }
+}
+
+#[test]
+fn long_rows_stay_within_tolerance() {
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        check(t, 9, 4096 + 32, 1);
+        check(t, 9, 4096 + 32, 2 * NR);
+    }
+}
+
+#[test]
+fn widen_is_exact_on_every_path() {
+    let s = Stored::new(4, 320, 5);
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for (name, w, _) in s.mats() {
+            for (k0, len) in [(0, 320), (32, 256), (288, 32)] {
+                let (mut a, mut b) = (vec![0f32; len], vec![0f32; len]);
+                (t.widen)(w, 320, 3, k0, &mut a);
+                super::generic::widen(w, 320, 3, k0, &mut b);
+                assert_eq!(a, b, "{path:?} {name} widen k0 {k0}");
+            }
+        }
+    }
+}
+
+#[test]
+fn single_dots_agree_with_the_reference_closely() {
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for len in [0, 1, 8, 13, 64, 1001] {
+            let s = Stored::new(1, len, len as u64 + 3);
+            let x = sample(len, 11);
+            let mag: f64 = s.f32.iter().zip(&x).map(|(a, b)| f64::from(a * b).abs()).sum();
+            let pairs = [
+                ((t.dot_f32)(&s.f32, &x), super::reference::dot_f32(&s.f32, &x)),
+                ((t.dot_f16)(&s.f16, &x), super::reference::dot_f16(&s.f16, &x)),
+                ((t.dot_bf16)(&s.bf16, &x), super::reference::dot_bf16(&s.bf16, &x)),
+            ];
+            for (got, want) in pairs {
+                assert!(
+                    f64::from((got - want).abs()) <= FLOAT_TOL * mag + 1e-30,
+                    "{path:?} len {len}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let s = Stored::new(300, 256, 8);
+    let x = sample(20 * 256, 9);
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for (name, w, _) in s.mats() {
+            for n in [1, 20] {
+                let run = |threads: usize| {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                    let mut y = vec![0f32; n * 300];
+                    pool.install(|| matmul_with(t, w, 300, 256, &x, n, &mut y));
+                    y
+                };
+                assert_eq!(run(1), run(3), "{path:?} {name} n {n}");
+            }
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! AVX2 matrix-vector kernels for float weights (f32, f16, bf16) and quantised weights with
+//! float activations (W8A16, W4A16). Each output is accumulated like the reference: 8 lanes over
+//! k in steps of 8 (fused multiply-add), lanes folded in the reference's order, the tail
+//! (cols mod 8) added in scalar. Four weight rows share each activation load; up to two
+//! activation rows share each weight load.
+
+use super::super::{quant, reference, Mat};
+use core::arch::x86_64::*;
+use std::ops::Range;
+
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// 8 consecutive elements of dtype `K` from element `i` of `p`, as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8<const K: u8>(p: *const u8, i: usize) -> __m256 {
+    unsafe {
+        match K {
+            F32 => _mm256_loadu_ps(p.cast::<f32>().add(i)),
+            F16 => _mm256_cvtph_ps(_mm_loadu_si128(p.cast::<u16>().add(i).cast())),
+            _ => {
+                let h = _mm_loadu_si128(p.cast::<u16>().add(i).cast());
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            }
+        }
+    }
+}
+
+/// Element `i` of dtype `K` as f32.
+#[inline]
+unsafe fn elem<const K: u8>(p: *const u8, i: usize) -> f32 {
+    unsafe {
+        match K {
+            F32 => *p.cast::<f32>().add(i),
+            F16 => reference::f16_to_f32(*p.cast::<u16>().add(i)),
+            _ => reference::bf16_to_f32(*p.cast::<u16>().add(i)),
+        }
+    }
+}
+
+/// ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the reference's fold.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// out[r][t] = row r of `w` (rows `row_bytes` apart, `cols` elements of dtype K) · x row t
+/// (rows `cols` apart), for R rows and T activation rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block<const K: u8, const R: usize, const T: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    cols: usize,
+    x: *const f32,
+    out: &mut [[f32; T]; R],
+) {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
+        let full = cols - cols % 8;
+        let mut i = 0;
+        while i < full {
+            let mut xv = [_mm256_setzero_ps(); T];
+            for (t, v) in xv.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(x.add(t * cols + i));
+            }
+            for (r, accr) in acc.iter_mut().enumerate() {
+                let wv = load8::<K>(w.add(r * row_bytes), i);
+                for (a, &xt) in accr.iter_mut().zip(&xv) {
+                    *a = _mm256_fmadd_ps(wv, xt, *a);
+                }
+            }
+            i += 8;
+        }
+        for (r, accr) in acc.iter().enumerate() {
+            for (t, a) in accr.iter().enumerate() {
+                let mut s = hsum(*a);
+                for j in full..cols {
+                    s += elem::<K>(w.add(r * row_bytes), j) * *x.add(t * cols + j);
+                }
+                out[r][t] = s;
+            }
+        }
+    }
+}
+
+/// The matrix-vector product for float dtype K over `rows` (see `simd::GemvFn`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemv_float<const K: u8>(
+    w: *const u8,
+    esize: usize,
+    cols: usize,
+    rows: Range<usize>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    let len = rows.len();
+    let rb = cols * esize;
+    let mut r = rows.start;
+    unsafe {
+        while r < rows.end {
+            let base = w.add(r * rb);
+            let i = r - rows.start;
+            if rows.end - r >= 4 {
+                let mut t = 0;
+                while t + 2 <= n {
+                    let mut o = [[0f32; 2]; 4];
+                    block::<K, 4, 2>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
+                    for (dr, or) in o.iter().enumerate() {
+                        out[t * len + i + dr] = or[0];
+                        out[(t + 1) * len + i + dr] = or[1];
+                    }
+                    t += 2;
+                }
+                if t < n {
+                    let mut o = [[0f32; 1]; 4];
+                    block::<K, 4, 1>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
+                    for (dr, or) in o.iter().enumerate() {
+                        out[t * len + i + dr] = or[0];
+                    }
+                }
+                r += 4;
+            } else {
+                for t in 0..n {
+                    let mut o = [[0f32; 1]; 1];
+                    block::<K, 1, 1>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
+                    out[t * len + i] = o[0][0];
+                }
+                r += 1;
+            }
+        }
+    }
+}
+
+/// One row of a W8A16 / W4A16 product: Σ_b d_b · (q_b · x_b), each block summed in 8 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize, x: *const f32) -> f32 {
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let eight = _mm256_set1_ps(8.0);
+        let mask = _mm_set1_epi8(15);
+        for b in 0..nblocks {
+            let xb = x.add(b * quant::QK);
+            let mut s = _mm256_setzero_ps();
+            if Q4 {
+                let raw = _mm_loadu_si128(qs.add(b * 16).cast());
+                let lo = _mm_and_si128(raw, mask);
+                let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+                for (h, v) in [lo, hi].into_iter().enumerate() {
+                    for part in 0..2 {
+                        let bytes = if part == 0 { v } else { _mm_srli_si128(v, 8) };
+                        let q = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), eight);
+                        s = _mm256_fmadd_ps(q, _mm256_loadu_ps(xb.add(h * 16 + part * 8)), s);
+                    }
+                }
+            } else {
+                for part in 0..4 {
+                    let bytes = _mm_loadl_epi64(qs.add(b * 32 + part * 8).cast());
+                    let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                    s = _mm256_fmadd_ps(q, _mm256_loadu_ps(xb.add(part * 8)), s);
+                }
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(reference::f16_to_f32(*d.add(b))), s, acc);
+        }
+        hsum(acc)
+    }
+}
+
+fn gemv_quant(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let len = rows.len();
+    let nb = cols / quant::QK;
+    for (i, r) in rows.enumerate() {
+        for t in 0..n {
+            let xt = x[t * cols..(t + 1) * cols].as_ptr();
+            // SAFETY: the table holding this function exists only on AVX2+FMA+F16C CPUs; block
+            // r·nb .. (r+1)·nb is inside the matrix (callers pass rows < rows of w).
+            out[t * len + i] = unsafe {
+                match w {
+                    Mat::Q8(q) => {
+                        dot_quant::<false>(q.qs.as_ptr().cast::<u8>().add(r * cols), q.d.as_ptr().add(r * nb), nb, xt)
+                    }
+                    Mat::Q4(q) => dot_quant::<true>(q.qs.as_ptr().add(r * cols / 2), q.d.as_ptr().add(r * nb), nb, xt),
+                    _ => unreachable!("gemv_quant takes quantised matrices"),
+                }
+            };
+        }
+    }
+}
+
+/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `simd::GemvFn`).
+pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    assert!(rows.end * cols <= w.len() && x.len() >= n * cols && out.len() >= n * rows.len());
+    // SAFETY: the AVX2 table is only reachable when the CPU has AVX2, FMA and F16C; the bounds
+    // of every row read are asserted above.
+    unsafe {
+        match w {
+            Mat::F32(v) => gemv_float::<F32>(v.as_ptr().cast(), 4, cols, rows, x, n, out),
+            Mat::F16(v) => gemv_float::<F16>(v.as_ptr().cast(), 2, cols, rows, x, n, out),
+            Mat::BF16(v) => gemv_float::<BF16>(v.as_ptr().cast(), 2, cols, rows, x, n, out),
+            Mat::Q8(_) | Mat::Q4(_) => gemv_quant(w, cols, rows, x, n, out),
+        }
+    }
+}
+
+fn dot_one<const K: u8>(w: *const u8, cols: usize, x: &[f32]) -> f32 {
+    assert!(x.len() >= cols);
+    let mut o = [[0f32; 1]; 1];
+    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; the callers' slices hold `cols` elements.
+    unsafe { block::<K, 1, 1>(w, 0, cols, x.as_ptr(), &mut o) };
+    o[0][0]
+}
+
+/// Σ w[i]·x[i].
+pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
+    dot_one::<F32>(w.as_ptr().cast(), w.len(), x)
+}
+
+/// Σ f16(w[i])·x[i].
+pub fn dot_f16(w: &[u16], x: &[f32]) -> f32 {
+    dot_one::<F16>(w.as_ptr().cast(), w.len(), x)
+}
+
+/// Σ bf16(w[i])·x[i].
+pub fn dot_bf16(w: &[u16], x: &[f32]) -> f32 {
+    dot_one::<BF16>(w.as_ptr().cast(), w.len(), x)
+}

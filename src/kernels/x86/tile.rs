@@ -1,0 +1,114 @@
+//! AVX2 pieces of the blocked GEMM (see `kernels::gemm`): the 6×16 register tile and the
+//! widening of stored weight rows (any dtype, dequantising q8/q4) to f32.
+
+use super::super::gemm::{MR, NR};
+use super::super::{quant, reference, Mat};
+use core::arch::x86_64::*;
+
+/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < 6, j < 16: twelve accumulators, one
+/// fused multiply-add chain per output in ascending k.
+pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize) {
+    assert!(a.len() >= MR * kc && b.len() >= kc * NR && c.len() >= (MR - 1) * ldc + NR);
+    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; bounds asserted above.
+    unsafe { tile_6x16(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_6x16(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        for (i, row) in acc.iter_mut().enumerate() {
+            row[0] = _mm256_loadu_ps(c.add(i * ldc));
+            row[1] = _mm256_loadu_ps(c.add(i * ldc + 8));
+        }
+        for k in 0..kc {
+            let b0 = _mm256_loadu_ps(b.add(k * NR));
+            let b1 = _mm256_loadu_ps(b.add(k * NR + 8));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(i * kc + k));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            _mm256_storeu_ps(c.add(i * ldc), row[0]);
+            _mm256_storeu_ps(c.add(i * ldc + 8), row[1]);
+        }
+    }
+}
+
+/// out = w[row, k0 .. k0 + out.len()] as f32 (see `simd::WidenFn`).
+pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
+    let s = row * cols + k0;
+    let n = out.len();
+    assert!(k0 + n <= cols && (row + 1) * cols <= w.len());
+    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; element range asserted inside the matrix.
+    unsafe {
+        match w {
+            Mat::F32(v) => out.copy_from_slice(&v[s..s + n]),
+            Mat::F16(v) => widen_half::<false>(&v[s..s + n], out),
+            Mat::BF16(v) => widen_half::<true>(&v[s..s + n], out),
+            Mat::Q8(q) => {
+                assert!(s % quant::QK == 0 && n % quant::QK == 0);
+                widen_q8(q.qs[s..s + n].as_ptr(), &q.d[s / quant::QK..(s + n) / quant::QK], out)
+            }
+            Mat::Q4(q) => {
+                assert!(s % quant::QK == 0 && n % quant::QK == 0);
+                widen_q4(q.qs[s / 2..(s + n) / 2].as_ptr(), &q.d[s / quant::QK..(s + n) / quant::QK], out)
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_half<const BF16: bool>(src: &[u16], out: &mut [f32]) {
+    let full = src.len() - src.len() % 8;
+    unsafe {
+        for i in (0..full).step_by(8) {
+            let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+            let v = if BF16 {
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            } else {
+                _mm256_cvtph_ps(h)
+            };
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), v);
+        }
+    }
+    for i in full..src.len() {
+        out[i] = if BF16 { reference::bf16_to_f32(src[i]) } else { reference::f16_to_f32(src[i]) };
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
+    unsafe {
+        for (b, &db) in d.iter().enumerate() {
+            let dv = _mm256_set1_ps(reference::f16_to_f32(db));
+            for part in 0..4 {
+                let bytes = _mm_loadl_epi64(qs.add(b * 32 + part * 8).cast());
+                let v = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+                _mm256_storeu_ps(out.as_mut_ptr().add(b * 32 + part * 8), v);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_q4(qs: *const u8, d: &[u16], out: &mut [f32]) {
+    unsafe {
+        let mask = _mm_set1_epi8(15);
+        let eight = _mm256_set1_ps(8.0);
+        for (b, &db) in d.iter().enumerate() {
+            let dv = _mm256_set1_ps(reference::f16_to_f32(db));
+            let raw = _mm_loadu_si128(qs.add(b * 16).cast());
+            let halves = [_mm_and_si128(raw, mask), _mm_and_si128(_mm_srli_epi16(raw, 4), mask)];
+            for (h, v) in halves.into_iter().enumerate() {
+                for part in 0..2 {
+                    let bytes = if part == 0 { v } else { _mm_srli_si128(v, 8) };
+                    let q = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), eight);
+                    _mm256_storeu_ps(out.as_mut_ptr().add(b * 32 + h * 16 + part * 8), _mm256_mul_ps(dv, q));
+                }
+            }
+        }
+    }
+}
