@@ -12,6 +12,7 @@
 //! Every output element is one sum over k in ascending order (an 8-lane or per-k chain, fixed by
 //! the strategy), never split across tasks: the result does not depend on the thread count.
 
+use super::actq::{quant_activations, QuantActivations, QuantizedActs};
 use super::simd::{table, Table};
 use super::Mat;
 use rayon::prelude::*;
@@ -35,6 +36,8 @@ const PAR_MIN_WORK: usize = 1 << 15;
 thread_local! {
     /// Per-thread scratch: (weight block, output block), reused across calls.
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The calling thread's int8 activations for W8A8 / W4A8 products.
+    static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
 }
 
 /// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
@@ -59,14 +62,37 @@ pub fn matmul(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut
 }
 
 pub(crate) fn matmul_with(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_mode(t, quant_activations(), w, rows, cols, x, n, y);
+}
+
+/// `matmul` on table `t` with quantised weights meeting their activations as `mode` says
+/// (in matrix-vector products; the GEMM strategy always widens weights to f32).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_mode(
+    t: &Table,
+    mode: QuantActivations,
+    w: Mat<'_>,
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) {
     assert!(w.len() == rows * cols && x.len() >= n * cols && y.len() >= n * rows, "matmul shape mismatch");
     if n == 0 || rows == 0 {
         return;
     }
+    let quantised = matches!(w, Mat::Q8(_) | Mat::Q4(_));
     if n >= GEMM_MIN_ROWS && cols > 0 {
         gemm(t, w, rows, cols, x, n, y);
+    } else if quantised && mode == QuantActivations::Int8 {
+        ACTS.with_borrow_mut(|xa| {
+            xa.quantize(x, n, cols);
+            let xa = &*xa;
+            gemv_by(rows, cols, n, y, |r, out| (t.gemv_i8)(w, cols, r, xa, n, out));
+        });
     } else {
-        gemv(t, w, rows, cols, x, n, y);
+        gemv_by(rows, cols, n, y, |r, out| (t.gemv)(w, cols, r, x, n, out));
     }
 }
 
@@ -79,7 +105,14 @@ fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
     }
 }
 
-fn gemv(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+/// Matrix-vector strategy: `kernel(rows, out)` fills out [n, rows.len()] for a chunk of rows.
+fn gemv_by(
+    rows: usize,
+    cols: usize,
+    n: usize,
+    y: &mut [f32],
+    kernel: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
+) {
     let out = OutPtr(y.as_mut_ptr());
     let tasks = rows.div_ceil(GEMV_CHUNK);
     for_tasks(tasks, rows * cols * n, |task| {
@@ -88,7 +121,7 @@ fn gemv(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y:
         let len = r1 - r0;
         SCRATCH.with_borrow_mut(|(_, buf)| {
             buf.resize(len * n, 0.0);
-            (t.gemv)(w, cols, r0..r1, x, n, &mut buf[..len * n]);
+            kernel(r0..r1, &mut buf[..len * n]);
             for tok in 0..n {
                 for i in 0..len {
                     // SAFETY: (tok, r0 + i) belongs to this task only; y holds n·rows elements.

@@ -1,6 +1,7 @@
 //! The portable path's matrix kernels, written as plainly as possible from the scalar reference:
 //! what every SIMD path in `simd` is measured against.
 
+use super::actq::{self, QuantizedActs};
 use super::gemm::{MR, NR};
 use super::{quant, reference, Mat};
 use std::ops::Range;
@@ -11,6 +12,20 @@ pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, ou
     for (i, r) in rows.enumerate() {
         for t in 0..n {
             out[t * len + i] = dot(w, r, cols, &x[t * cols..(t + 1) * cols]);
+        }
+    }
+}
+
+/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for q8/q4 `w` (W8A8 / W4A8).
+pub fn gemv_i8(w: Mat<'_>, _cols: usize, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let len = rows.len();
+    for (i, r) in rows.enumerate() {
+        for t in 0..n {
+            out[t * len + i] = match w {
+                Mat::Q8(q) => actq::dot_q8_i8(q, r, xa, t),
+                Mat::Q4(q) => actq::dot_q4_i8(q, r, xa, t),
+                _ => panic!("gemv_i8 takes quantised matrices"),
+            };
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `reference.rs`; the SIMD paths chosen at run time (see `simd`) must agree with it within the
 //! tolerances their tests name.
 
+pub mod actq;
 mod gemm;
 mod generic;
 pub mod quant;
@@ -11,6 +12,7 @@ mod simd;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use actq::{quant_activations, set_quant_activations, QuantActivations};
 pub use gemm::matmul;
 pub use quant::{Q4, Q8};
 pub use simd::{active_path, available_paths, path_note, CpuPath};

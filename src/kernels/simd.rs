@@ -32,6 +32,9 @@ impl CpuPath {
 /// y block of a matrix-vector product: for rows `rows` of `w` ([_, cols]) and n activation rows
 /// `x` ([n, cols]), out[t·rows.len() + i] = w[rows.start + i] · x[t].
 pub(crate) type GemvFn = fn(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]);
+/// The same for q8/q4 `w` against int8-quantised activation rows (W8A8 / W4A8).
+pub(crate) type GemvI8Fn =
+    fn(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &super::actq::QuantizedActs, n: usize, out: &mut [f32]);
 /// Elements [k0, k0 + out.len()) of row `row` of `w` ([_, cols]) widened to f32.
 pub(crate) type WidenFn = fn(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]);
 /// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < NR, k ascending.
@@ -44,6 +47,7 @@ pub(crate) struct Table {
     pub dot_f16: fn(&[u16], &[f32]) -> f32,
     pub dot_bf16: fn(&[u16], &[f32]) -> f32,
     pub gemv: GemvFn,
+    pub gemv_i8: GemvI8Fn,
     pub widen: WidenFn,
     pub tile: TileFn,
 }
@@ -54,6 +58,7 @@ pub(crate) static GENERIC: Table = Table {
     dot_f16: super::reference::dot_f16,
     dot_bf16: super::reference::dot_bf16,
     gemv: generic::gemv,
+    gemv_i8: generic::gemv_i8,
     widen: generic::widen,
     tile: generic::tile,
 };

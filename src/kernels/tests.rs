@@ -2,7 +2,8 @@
 //! hit every tail: rows not a multiple of the row blocks, columns not a multiple of 8 (floats),
 //! activation-row counts on both sides of the GEMM threshold.
 
-use super::gemm::{matmul_with, GEMM_MIN_ROWS, MC, NR};
+use super::actq::{QuantActivations, QuantizedActs};
+use super::gemm::{matmul_mode, matmul_with, GEMM_MIN_ROWS, MC, NR};
 use super::simd::{available_paths, table_for, Table};
 use super::{quant, Mat};
 
@@ -105,12 +106,16 @@ fn exact(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f64>
 }
 
 fn check(table: &Table, rows: usize, cols: usize, n: usize) {
+    check_mode(table, QuantActivations::Float, rows, cols, n);
+}
+
+fn check_mode(table: &Table, mode: QuantActivations, rows: usize, cols: usize, n: usize) {
     let s = Stored::new(rows, cols, (rows * 31 + cols * 7 + n) as u64);
     let x = sample(n * cols, 99 + n as u64);
     for (name, w, tol) in s.mats() {
         let (want, mag) = exact(w, rows, cols, &x, n);
         let mut y = vec![f32::NAN; n * rows];
-        matmul_with(table, w, rows, cols, &x, n, &mut y);
+        matmul_mode(table, mode, w, rows, cols, &x, n, &mut y);
         for i in 0..n * rows {
             let err = (f64::from(y[i]) - want[i]).abs();
             assert!(
@@ -201,6 +206,63 @@ fn results_do_not_depend_on_the_thread_count() {
                 };
                 assert_eq!(run(1), run(3), "{path:?} {name} n {n}");
             }
+        }
+    }
+}
+
+/// Largest difference between a W8A8/W4A8 SIMD product and the integer reference, relative to
+/// Σ|w·x|: the integer block sums are exact, only the float scaling and summation order differ.
+const INT8_ORDER_TOL: f64 = 2e-6;
+
+#[test]
+fn int8_activation_products_match_the_integer_reference() {
+    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for &(rows, cols) in &[(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32)] {
+            for n in [1, 3] {
+                let s = Stored::new(rows, cols, (rows + cols) as u64);
+                let x = sample(n * cols, 7);
+                for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+                    let (_, mag) = exact(w, rows, cols, &x, n);
+                    let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                    matmul_mode(generic, QuantActivations::Int8, w, rows, cols, &x, n, &mut want);
+                    matmul_mode(t, QuantActivations::Int8, w, rows, cols, &x, n, &mut got);
+                    for i in 0..n * rows {
+                        let err = f64::from((got[i] - want[i]).abs());
+                        assert!(
+                            err <= INT8_ORDER_TOL * mag[i] + 1e-30,
+                            "{path:?} {name} {rows}x{cols} n {n}: {} vs {}",
+                            got[i],
+                            want[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
+    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
+    let (rows, cols) = (7, 256);
+    let s = Stored::new(rows, cols, 17);
+    let x = sample(cols, 18);
+    let mut xa = QuantizedActs::default();
+    xa.quantize(&x, 1, cols);
+    for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+        let (want, _) = exact(w, rows, cols, &x, 1);
+        let mut got = vec![0f32; rows];
+        matmul_mode(generic, QuantActivations::Int8, w, rows, cols, &x, 1, &mut got);
+        let mut wr = vec![0f32; cols];
+        for o in 0..rows {
+            super::generic::widen(w, cols, o, 0, &mut wr);
+            // |Σ w·(x − dx·qx)| ≤ Σ |w| · dx/2, plus float rounding.
+            let bound: f64 =
+                wr.iter().enumerate().map(|(i, v)| f64::from(v.abs()) * f64::from(xa.d[i / 32]) * 0.5).sum();
+            let err = (f64::from(got[o]) - want[o]).abs();
+            assert!(err <= bound * 1.001 + 1e-6, "{name} row {o}: error {err:e} above bound {bound:e}");
         }
     }
 }

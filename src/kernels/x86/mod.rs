@@ -3,6 +3,7 @@
 //! the library itself is built for the baseline x86-64 target.
 
 mod gemv;
+mod qdot;
 mod tile;
 
 use super::simd::{CpuPath, Table};
@@ -13,6 +14,7 @@ static AVX2: Table = Table {
     dot_f16: gemv::dot_f16,
     dot_bf16: gemv::dot_bf16,
     gemv: gemv::gemv,
+    gemv_i8: qdot::gemv_i8,
     widen: tile::widen,
     tile: tile::tile,
 };

@@ -1,0 +1,127 @@
+//! Kernel micro-benchmarks on the active CPU path (`COLIBRI_CPU` picks another):
+//! matrix-vector products at decode shapes (bytes/s = weight bytes streamed) and blocked GEMMs at
+//! prefill shapes (items/s = multiply-adds; GFLOP/s = 2 × that).
+//!
+//!     cargo bench --bench kernels                    # all
+//!     COLIBRI_CPU=generic cargo bench --bench kernels -- gemv
+//!
+//! Matrices are bigger than the last-level cache, so matrix-vector figures measure memory reads.
+
+use colibri::kernels::{self, quant, Mat};
+use divan::counter::{BytesCount, ItemsCount};
+use divan::{black_box, Bencher};
+
+fn main() {
+    eprintln!("kernel path: {}", kernels::active_path().name());
+    divan::main();
+}
+
+/// A stored matrix in one dtype, filled with small pseudo-random values.
+struct Weights {
+    rows: usize,
+    cols: usize,
+    bytes: Vec<u8>,
+    dtype: &'static str,
+}
+
+fn values(n: usize) -> Vec<f32> {
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04
+        })
+        .collect()
+}
+
+impl Weights {
+    fn new(dtype: &'static str, rows: usize, cols: usize) -> Weights {
+        let v = values(rows * cols);
+        let bytes = match dtype {
+            "f32" => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            "bf16" => v.iter().flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes()).collect(),
+            "f16" => v.iter().flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes()).collect(),
+            "q8" => {
+                let n = rows * cols;
+                let mut qs = vec![0i8; n];
+                let mut d = vec![0u16; n / quant::QK];
+                quant::quantize_row_q8(&v, &mut qs, &mut d);
+                qs.iter().map(|&q| q as u8).chain(d.iter().flat_map(|x| x.to_le_bytes())).collect()
+            }
+            _ => {
+                let n = rows * cols;
+                let mut qs = vec![0u8; n / 2];
+                let mut d = vec![0u16; n / quant::QK];
+                quant::quantize_row_q4(&v, &mut qs, &mut d);
+                qs.into_iter().chain(d.iter().flat_map(|x| x.to_le_bytes())).collect()
+            }
+        };
+        Weights { rows, cols, bytes, dtype }
+    }
+
+    fn mat(&self) -> Mat<'_> {
+        let n = self.rows * self.cols;
+        // SAFETY (casts): Vec<u8> from the global allocator is at least 8-aligned in practice;
+        // align_to returns an empty slice otherwise and the bench would panic on the length check.
+        let halfs = || unsafe { self.bytes.align_to::<u16>().1 };
+        match self.dtype {
+            "f32" => Mat::F32(unsafe { self.bytes.align_to::<f32>().1 }),
+            "bf16" => Mat::BF16(halfs()),
+            "f16" => Mat::F16(halfs()),
+            "q8" => Mat::Q8(quant::Q8::from_bytes(&self.bytes, n).expect("q8 layout")),
+            _ => Mat::Q4(quant::Q4::from_bytes(&self.bytes, n).expect("q4 layout")),
+        }
+    }
+}
+
+const DTYPES: [&str; 5] = ["f32", "bf16", "f16", "q8", "q4"];
+
+/// One Mixtral expert projection (14336 × 4096) times one activation row: decode.
+#[divan::bench(args = DTYPES, sample_count = 20)]
+fn gemv_14336x4096(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 14336, 4096);
+    let x = values(4096);
+    let mut y = vec![0f32; 14336];
+    b.counter(BytesCount::new(w.bytes.len())).bench_local(|| {
+        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
+/// The same weights against 4 activation rows (batched decode of 4 sequences).
+#[divan::bench(args = ["bf16", "q8", "q4"], sample_count = 20)]
+fn gemv_14336x4096_n4(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 14336, 4096);
+    let x = values(4 * 4096);
+    let mut y = vec![0f32; 4 * 14336];
+    b.counter(BytesCount::new(w.bytes.len())).bench_local(|| {
+        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 4, &mut y);
+        black_box(&y);
+    });
+}
+
+/// A Qwen-MoE expert gate projection (1408 × 2048) over 512 tokens: prefill GEMM.
+#[divan::bench(args = ["f32", "bf16", "q8", "q4"], sample_count = 10)]
+fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 1408, 2048);
+    let x = values(512 * 2048);
+    let mut y = vec![0f32; 512 * 1408];
+    b.counter(ItemsCount::new(512 * 2048 * 1408usize)).bench_local(|| {
+        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 512, &mut y);
+        black_box(&y);
+    });
+}
+
+/// An expert's share of a 512-token prompt with 64 experts top-8 (64 tokens).
+#[divan::bench(args = ["bf16", "q4"], sample_count = 20)]
+fn gemm_64x2048x1024(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 1024, 2048);
+    let x = values(64 * 2048);
+    let mut y = vec![0f32; 64 * 1024];
+    b.counter(ItemsCount::new(64 * 2048 * 1024usize)).bench_local(|| {
+        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 64, &mut y);
+        black_box(&y);
+    });
+}

@@ -1,0 +1,130 @@
+//! Int8 activations for quantised weights (the W8A8 / W4A8 decode path): each activation row is
+//! quantised once per product to blocks of 32 int8 values with an f32 scale, so a weight block
+//! meets it in integer arithmetic and only the block sums are scaled in float.
+//!
+//! Reference semantics (every SIMD path computes the same integers and differs only in the
+//! order of the float additions):
+//!   W8A8: y = Σ_b dw_b · dx_b · Σ_i qw_i · qx_i
+//!   W4A8: y = Σ_b dw_b · dx_b · Σ_i (qw_i − 8) · qx_i
+//!           = Σ_b dw_b · dx_b · Σ_i qw_i · qx_i  −  Σ_b dw_b · c_b,   c_b = 8 · dx_b · Σ_i qx_i
+
+use super::quant::{Q4, Q8, QK};
+use super::reference::f16_to_f32;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// How quantised weights meet their activations in matrix-vector products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantActivations {
+    /// Activations quantised to int8 blocks per call (W8A8 / W4A8): integer dot products.
+    Int8,
+    /// Activations stay f32 (W8A16 / W4A16): weights are widened to f32 in registers.
+    Float,
+}
+
+impl QuantActivations {
+    /// Lower-case name, as `COLIBRI_QUANT_ACT` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantActivations::Int8 => "int8",
+            QuantActivations::Float => "float",
+        }
+    }
+}
+
+const UNSET: u8 = 0;
+const INT8: u8 = 1;
+const FLOAT: u8 = 2;
+static MODE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The mode in use: `set_quant_activations`, else `COLIBRI_QUANT_ACT=int8|float`, else int8.
+pub fn quant_activations() -> QuantActivations {
+    let mut m = MODE.load(Ordering::Relaxed);
+    if m == UNSET {
+        m = match std::env::var("COLIBRI_QUANT_ACT").as_deref().map(str::trim) {
+            Ok("float") | Ok("f32") => FLOAT,
+            _ => INT8,
+        };
+        MODE.store(m, Ordering::Relaxed);
+    }
+    if m == FLOAT {
+        QuantActivations::Float
+    } else {
+        QuantActivations::Int8
+    }
+}
+
+/// Choose the mode for the whole process (overrides the environment).
+pub fn set_quant_activations(mode: QuantActivations) {
+    MODE.store(if mode == QuantActivations::Float { FLOAT } else { INT8 }, Ordering::Relaxed);
+}
+
+/// n activation rows of `cols` values quantised per block: qs [n, cols], d and c [n, cols/32].
+#[derive(Default)]
+pub struct QuantizedActs {
+    pub cols: usize,
+    pub qs: Vec<i8>,
+    /// Block scales dx_b.
+    pub d: Vec<f32>,
+    /// Block corrections c_b = 8 · dx_b · Σ qx (used by W4A8).
+    pub c: Vec<f32>,
+}
+
+impl QuantizedActs {
+    /// Quantise x ([n, cols], cols a multiple of 32): dx = max|x| / 127, qx = round(x / dx).
+    pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        let nb = n * cols / QK;
+        self.cols = cols;
+        self.qs.resize(n * cols, 0);
+        self.d.resize(nb, 0.0);
+        self.c.resize(nb, 0.0);
+        for (b, xb) in x[..n * cols].chunks_exact(QK).enumerate() {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, &v) in self.qs[b * QK..(b + 1) * QK].iter_mut().zip(xb) {
+                *q = (v * inv).round() as i8;
+                sum += i32::from(*q);
+            }
+            self.d[b] = d;
+            self.c[b] = 8.0 * d * sum as f32;
+        }
+    }
+
+    /// Blocks of activation row t: (quants, scales, corrections).
+    pub fn row(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
+        let nb = self.cols / QK;
+        (&self.qs[t * self.cols..(t + 1) * self.cols], &self.d[t * nb..(t + 1) * nb], &self.c[t * nb..(t + 1) * nb])
+    }
+}
+
+/// Reference W8A8 dot of row r of `w` with activation row t of `xa`.
+pub fn dot_q8_i8(w: Q8<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd, _) = xa.row(t);
+    let nb = xa.cols / QK;
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let wq = &w.qs[(r * nb + b) * QK..(r * nb + b + 1) * QK];
+        let s: i32 = wq.iter().zip(&xq[b * QK..(b + 1) * QK]).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
+        acc += f16_to_f32(w.d[r * nb + b]) * xd[b] * s as f32;
+    }
+    acc
+}
+
+/// Reference W4A8 dot of row r of `w` with activation row t of `xa`.
+pub fn dot_q4_i8(w: Q4<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd, _) = xa.row(t);
+    let nb = xa.cols / QK;
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let wq = &w.qs[(r * nb + b) * QK / 2..(r * nb + b + 1) * QK / 2];
+        let xb = &xq[b * QK..(b + 1) * QK];
+        let mut s = 0i32;
+        for j in 0..QK / 2 {
+            s += (i32::from(wq[j] & 15) - 8) * i32::from(xb[j])
+                + (i32::from(wq[j] >> 4) - 8) * i32::from(xb[j + QK / 2]);
+        }
+        acc += f16_to_f32(w.d[r * nb + b]) * xd[b] * s as f32;
+    }
+    acc
+}

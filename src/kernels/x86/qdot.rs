@@ -1,0 +1,139 @@
+//! AVX2 W8A8 / W4A8 matrix-vector kernels: quantised weight blocks against int8 activation
+//! blocks (see `kernels::actq` for the reference semantics). Per 32-weight block: one
+//! `vpmaddubsw` (unsigned × signed byte pairs → i16; q4 nibbles are unsigned 0..15, q8 weights
+//! take their sign into the activations) and one `vpmaddwd` to i32, converted once and scaled by
+//! dw·dx, eight block scales converted at a time. The q4 offset of 8 is subtracted afterwards as
+//! Σ_b dw_b · c_b. Four weight rows share each activation load.
+
+use super::super::actq::QuantizedActs;
+use super::super::quant::QK;
+use super::super::Mat;
+use super::gemv::hsum;
+use core::arch::x86_64::*;
+use std::ops::Range;
+
+/// Integer block products of one weight block (Q4: 16 packed bytes; Q8: 32 bytes) with 32
+/// activation bytes, as 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_dot<const Q4: bool>(w: *const u8, x: __m256i) -> __m256i {
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let pairs = if Q4 {
+            // Both lanes hold the 16 bytes; the high lane shifted by 4 brings the high nibbles down.
+            let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(w.cast()));
+            let shifted = _mm256_srlv_epi32(raw, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+            let nib = _mm256_and_si256(shifted, _mm256_set1_epi8(15));
+            _mm256_maddubs_epi16(nib, x)
+        } else {
+            let wv = _mm256_loadu_si256(w.cast());
+            _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(x, wv))
+        };
+        _mm256_madd_epi16(pairs, ones)
+    }
+}
+
+/// out[r] = row r (of R rows, `row_bytes` apart, scales `nb` apart) · activation row (xq, xd, xc).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_dot<const Q4: bool, const R: usize>(
+    qs: *const u8,
+    row_bytes: usize,
+    d: *const u16,
+    nb: usize,
+    xq: *const i8,
+    xd: *const f32,
+    xc: *const f32,
+    out: &mut [f32; R],
+) {
+    let bbytes = if Q4 { QK / 2 } else { QK };
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut corr = [_mm256_setzero_ps(); R];
+        let mut b = 0;
+        while b + 8 <= nb {
+            let xdv = _mm256_loadu_ps(xd.add(b));
+            let xcv = _mm256_loadu_ps(xc.add(b));
+            let mut dd = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast()));
+                dd[r] = _mm256_mul_ps(dw, xdv);
+                if Q4 {
+                    corr[r] = _mm256_fmadd_ps(dw, xcv, corr[r]);
+                }
+            }
+            for j in 0..8 {
+                let x = _mm256_loadu_si256(xq.add((b + j) * QK).cast());
+                let lane = _mm256_set1_epi32(j as i32);
+                for r in 0..R {
+                    let p = block_dot::<Q4>(qs.add(r * row_bytes + (b + j) * bbytes), x);
+                    let s = _mm256_permutevar8x32_ps(dd[r], lane);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r]);
+                }
+            }
+            b += 8;
+        }
+        let mut tail = [0f32; R];
+        while b < nb {
+            let x = _mm256_loadu_si256(xq.add(b * QK).cast());
+            for r in 0..R {
+                let p = block_dot::<Q4>(qs.add(r * row_bytes + b * bbytes), x);
+                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*d.add(r * nb + b)))));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * *xd.add(b)), acc[r]);
+                if Q4 {
+                    tail[r] += dw * *xc.add(b);
+                }
+            }
+            b += 1;
+        }
+        for r in 0..R {
+            out[r] = hsum(acc[r]) - (hsum(corr[r]) + tail[r]);
+        }
+    }
+}
+
+/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for q8 / q4 `w`.
+pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let nb = cols / QK;
+    assert!(cols % QK == 0 && xa.cols == cols && xa.qs.len() >= n * cols && out.len() >= n * rows.len());
+    let (qs, d, row_bytes, q4) = match w {
+        Mat::Q8(q) => (q.qs.as_ptr().cast::<u8>(), q.d, cols, false),
+        Mat::Q4(q) => (q.qs.as_ptr(), q.d, cols / 2, true),
+        _ => panic!("gemv_i8 takes quantised matrices"),
+    };
+    assert!(rows.end * nb <= d.len());
+    let len = rows.len();
+    for t in 0..n {
+        let (xq, xd, xc) = xa.row(t);
+        let (xq, xd, xc) = (xq.as_ptr(), xd.as_ptr(), xc.as_ptr());
+        let mut r = rows.start;
+        while r < rows.end {
+            let (qr, dr) = (qs.wrapping_add(r * row_bytes), d[r * nb..].as_ptr());
+            // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; rows r..r+R are
+            // below rows.end, whose blocks lie inside the matrix (scale count asserted above; the
+            // quant region holds row_bytes per row by construction of Q8/Q4).
+            unsafe {
+                if rows.end - r >= 4 {
+                    let mut o = [0f32; 4];
+                    if q4 {
+                        rows_dot::<true, 4>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                    } else {
+                        rows_dot::<false, 4>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                    }
+                    out[t * len + r - rows.start..t * len + r - rows.start + 4].copy_from_slice(&o);
+                    r += 4;
+                } else {
+                    let mut o = [0f32; 1];
+                    if q4 {
+                        rows_dot::<true, 1>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                    } else {
+                        rows_dot::<false, 1>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                    }
+                    out[t * len + r - rows.start] = o[0];
+                    r += 1;
+                }
+            }
+        }
+    }
+}
