@@ -36,6 +36,8 @@ pub mod sampler;
 pub mod state;
 /// cbindgen:ignore
 pub mod tensor;
+/// cbindgen:ignore
+pub mod threads;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -95,18 +95,17 @@ pub struct RunArgs {
     pub embedding: Option<PathBuf>,
 }
 
-/// Build the rayon pool once with the requested thread count.
+/// Build the worker pool once with the requested thread count (and pinning).
 pub fn init_threads(threads: Option<usize>) -> Result<(), Error> {
-    if let Some(t) = threads {
-        if t == 0 || t > 1024 {
-            return Err(Error::InvalidArgument { reason: format!("--threads {t} outside 1..=1024") });
-        }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
-            .build_global()
-            .map_err(|e| Error::InvalidArgument { reason: format!("thread pool: {e}") })?;
+    init_threads_pinned(threads, std::env::var_os("COLIBRI_PIN").is_some_and(|v| v == "1"))
+}
+
+/// `init_threads` with explicit pinning of worker i to the i-th allowed CPU.
+pub fn init_threads_pinned(threads: Option<usize>, pin: bool) -> Result<(), Error> {
+    if threads.is_none() && !pin {
+        return Ok(());
     }
-    Ok(())
+    colibri::threads::init(colibri::threads::ThreadOptions { threads, pin }).map(|_| ())
 }
 
 struct Loaded {
