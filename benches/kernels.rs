@@ -125,3 +125,27 @@ fn gemm_64x2048x1024(b: Bencher, dtype: &'static str) {
         black_box(&y);
     });
 }
+
+/// The pool's fork-join cost: one parallel loop of `tasks` empty tasks (what a small
+/// matrix-vector call pays on top of its work). A decode step makes ~30 such calls per layer.
+#[divan::bench(args = [2, 16], sample_count = 50)]
+fn fork_join(b: Bencher, tasks: usize) {
+    use rayon::prelude::*;
+    b.bench_local(|| {
+        (0..tasks).into_par_iter().for_each(|i| {
+            black_box(i);
+        })
+    });
+}
+
+/// A small decode projection (2048 × 2048 bf16, 8 MiB): where fork-join cost would show.
+#[divan::bench(sample_count = 50)]
+fn gemv_2048x2048_bf16(b: Bencher) {
+    let w = Weights::new("bf16", 2048, 2048);
+    let x = values(2048);
+    let mut y = vec![0f32; 2048];
+    b.counter(BytesCount::new(w.bytes.len())).bench_local(|| {
+        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
