@@ -177,8 +177,9 @@ fn gemm(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y:
                     }
                 }
             }
-            for i in 0..mr {
-                for tok in 0..n {
+            // Token-major so the writes to y are contiguous runs of mr elements.
+            for tok in 0..n {
+                for i in 0..mr {
                     // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
                     unsafe { out.write(tok * rows + r0 + i, c[i * ldc + tok]) };
                 }
