@@ -1,8 +1,8 @@
 //! Contract of `colibri perplexity`: PPL is exp(mean NLL) of the second half of every chunk,
-//! recomputed here from `colibri logits` on the same chunk tokens (BOS first); sub-batches do
-//! not change it; `--kl-base` against the model itself gives KL 0 and full top-1 agreement,
-//! against an f16 copy a small positive KL; a base with another vocabulary, a text shorter than
-//! two chunks and bad arguments get one `error:` line.
+//! recomputed here from `colibri logits` on the same chunk tokens (BOS first); sub-batches change
+//! it only by f32 rounding; `--kl-base` against the model itself gives KL 0 and full top-1
+//! agreement, against an f16 copy a small positive KL; a base with another vocabulary, a text
+//! shorter than two chunks and bad arguments get one `error:` line.
 
 use colibri::tokenizer::Tokenizer;
 use colibri::{LoadOptions, Model};
@@ -136,7 +136,8 @@ fn ppl_is_exp_mean_nll_of_the_second_half_of_each_chunk() {
         "-o",
         "json",
     ]));
-    assert!((f(&b["ppl"]) - ppl).abs() <= 1e-9 * ppl, "batch 5: {} vs {ppl}", b["ppl"]);
+    // Equal up to f32 summation order (kernels may block a batch of 5 differently from 32).
+    assert!((f(&b["ppl"]) - ppl).abs() <= 1e-5 * ppl, "batch 5: {} vs {ppl}", b["ppl"]);
 
     // Text output: the final line on stdout, running estimates on stderr.
     let o = colibri(&["perplexity", "-m", s(&m), "-f", s(&text()), "-c", &ctx, "--chunks", "3"]);
