@@ -1,13 +1,16 @@
 //! The `colibri` command-line tool. Each subcommand lives in its own module; every command that
 //! fails prints one line `error: <reason>` to stderr and exits with status 1 (2 for usage errors).
 
+mod bench;
 mod convert;
 mod dump;
 mod inspect;
 mod logits;
 mod model_path;
 mod npy;
+mod perplexity;
 mod run;
+mod threads;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -73,6 +76,10 @@ enum Command {
         #[arg(short = 't', long)]
         threads: Option<usize>,
     },
+    /// Measure prompt processing (pp) and generation (tg) speed, llama-bench style.
+    Bench(bench::BenchArgs),
+    /// Perplexity of a text file (and, with --kl-base, the KL divergence from a base model).
+    Perplexity(perplexity::PerplexityArgs),
     /// Print the values of one tensor (or of a layer's router with --gate).
     Dump {
         file: PathBuf,
@@ -136,6 +143,8 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
             run::run(&a)
         }
         Command::Logits { model, tokens, output, threads } => logits::run(model.as_deref(), &tokens, &output, threads),
+        Command::Bench(a) => bench::run(&a),
+        Command::Perplexity(a) => perplexity::run(&a),
         Command::Validate { file, no_mmap } => validate::run(&file, no_mmap),
         Command::Dump { file, tensor, gate, layer, expert, rows, cols } => {
             dump::run(&file, tensor.as_deref(), gate, layer, expert, rows, cols)

@@ -1,0 +1,151 @@
+//! Bench output: a llama-bench style markdown table (with the CPU path and probe result above
+//! it), or a JSON list with one object per test. Only these go to stdout.
+
+use super::footprint::Footprint;
+use super::timing::{mean_sd, samples_ts, Test};
+use crate::inspect::human_count;
+use serde_json::{json, Value};
+
+/// The model and machine facts every row shares.
+pub struct Context {
+    /// The path given with -m (or the default model's).
+    pub model_filename: String,
+    /// File stem, the table's model column.
+    pub model: String,
+    pub footprint: Footprint,
+    /// Debug form of `colibri::kernels::active_path()`.
+    pub cpu_path: String,
+}
+
+/// Measured read bandwidth at one thread count.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    pub threads: usize,
+    pub gbs: f64,
+}
+
+/// One measured test.
+pub struct Row {
+    pub test: Test,
+    pub samples_ns: Vec<u64>,
+    /// Probe bandwidth at this row's thread count (None with --no-probe).
+    pub bandwidth_gbs: Option<f64>,
+}
+
+impl Row {
+    fn ts(&self) -> (f64, f64) {
+        mean_sd(&samples_ts(&self.test, &self.samples_ns))
+    }
+
+    /// Share of the probe bandwidth a tg row reads: active bytes × tokens/s / bandwidth.
+    fn efficiency(&self, f: &Footprint) -> Option<f64> {
+        let bw = self.bandwidth_gbs?;
+        (self.test.n_gen > 0 && bw > 0.0).then(|| f.active_bytes as f64 * self.ts().0 / (bw * 1e9))
+    }
+}
+
+/// "18.80 MiB" below 1 GiB, else "3.56 GiB".
+fn size(bytes: u64) -> String {
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    if gib >= 1.0 {
+        format!("{gib:.2} GiB")
+    } else {
+        format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// The markdown report: CPU path, probe lines, then the table.
+pub fn markdown(cx: &Context, probes: &[Probe], rows: &[Row]) -> String {
+    let f = &cx.footprint;
+    let mut out = format!("cpu path: {}\n", cx.cpu_path);
+    for p in probes {
+        out += &format!(
+            "memory bandwidth: {:.2} GB/s with {} threads (best of 5 passes over {} GiB)\n",
+            p.gbs,
+            p.threads,
+            super::probe::PROBE_BYTES >> 30
+        );
+    }
+    if probes.is_empty() {
+        out += "memory bandwidth: not measured (--no-probe)\n";
+    }
+    out += "\n";
+    let header = ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "bw eff"];
+    let right = [false, true, true, true, false, true, true, true, true];
+    let cells: Vec<[String; 9]> = rows
+        .iter()
+        .map(|r| {
+            let (avg, sd) = r.ts();
+            [
+                cx.model.clone(),
+                size(f.weight_bytes),
+                human_count(f.params),
+                human_count(f.active_params),
+                f.dtypes.join("+"),
+                r.test.n_threads.to_string(),
+                r.test.name(),
+                format!("{avg:.2} ± {sd:.2}"),
+                r.efficiency(f).map(|e| format!("{:.1} %", e * 100.0)).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let width: Vec<usize> = (0..header.len())
+        .map(|i| cells.iter().map(|c| c[i].chars().count()).chain([header[i].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |vals: &[String]| {
+        let padded: Vec<String> = vals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| if right[i] { format!("{v:>w$}", w = width[i]) } else { format!("{v:<w$}", w = width[i]) })
+            .collect();
+        format!("| {} |\n", padded.join(" | "))
+    };
+    out += &line(&header.map(String::from));
+    let rule: Vec<String> = (0..header.len())
+        .map(|i| if right[i] { format!("{}:", "-".repeat(width[i] - 1)) } else { "-".repeat(width[i]) })
+        .collect();
+    out += &format!("| {} |\n", rule.join(" | "));
+    for c in &cells {
+        out += &line(c);
+    }
+    out
+}
+
+/// The JSON report: one object per test, llama-bench's field names where they exist.
+pub fn json(cx: &Context, rows: &[Row]) -> Value {
+    let f = &cx.footprint;
+    let list: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let ts = samples_ts(&r.test, &r.samples_ns);
+            let (avg_ts, stddev_ts) = mean_sd(&ts);
+            let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+            let (avg_ns, stddev_ns) = mean_sd(&ns);
+            json!({
+                "build_version": colibri::VERSION,
+                "cpu_path": cx.cpu_path,
+                "model_filename": cx.model_filename,
+                "model_type": cx.model,
+                "model_size": f.weight_bytes,
+                "model_n_params": f.params,
+                "active_params": f.active_params,
+                "active_bytes": f.active_bytes,
+                "dtypes": f.dtypes,
+                "n_threads": r.test.n_threads,
+                "n_prompt": r.test.n_prompt,
+                "n_gen": r.test.n_gen,
+                "n_depth": r.test.n_depth,
+                "test": r.test.name(),
+                "avg_ns": avg_ns,
+                "stddev_ns": stddev_ns,
+                "avg_ts": avg_ts,
+                "stddev_ts": stddev_ts,
+                "samples_ns": r.samples_ns,
+                "samples_ts": ts,
+                "bandwidth_gbs": r.bandwidth_gbs,
+                "bw_efficiency": r.efficiency(f),
+            })
+        })
+        .collect();
+    Value::Array(list)
+}

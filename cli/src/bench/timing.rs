@@ -1,0 +1,135 @@
+//! The two llama-bench tests, timed on the engine's public API:
+//! - pp: `n_prompt` random tokens in one forward call (logits of the last one), tokens/s =
+//!   n_prompt / time;
+//! - tg: `n_gen` single-token forward calls, each producing logits, tokens/s = n_gen / time.
+//!
+//! Either can run at depth: the session is first filled with `n_depth` tokens, untimed. Every
+//! test runs one untimed warm-up repetition, then `reps` timed ones from an empty cache.
+
+use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::rng::Rng;
+use colibri::state::{Session, SessionOptions};
+use colibri::{Error, Model};
+use std::time::Instant;
+
+/// Seed of the benchmark's token stream (fixed, so every run feeds the same ids).
+const TOKEN_SEED: u64 = 1234;
+
+/// One test: exactly one of n_prompt / n_gen is non-zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Test {
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub n_depth: usize,
+    pub n_threads: usize,
+}
+
+impl Test {
+    /// llama-bench's name: "pp512", "tg64", "tg64 @ d512".
+    pub fn name(&self) -> String {
+        let base = if self.n_prompt > 0 { format!("pp{}", self.n_prompt) } else { format!("tg{}", self.n_gen) };
+        if self.n_depth > 0 {
+            format!("{base} @ d{}", self.n_depth)
+        } else {
+            base
+        }
+    }
+
+    /// Tokens each timed repetition processes.
+    pub fn n_tokens(&self) -> usize {
+        self.n_prompt + self.n_gen
+    }
+}
+
+/// Deterministic token ids below the vocabulary; the first id of a sequence is BOS when the
+/// model has one (as llama-bench does).
+struct Tokens {
+    rng: Rng,
+    vocab: u64,
+    bos: Option<u32>,
+}
+
+impl Tokens {
+    fn next(&mut self) -> u32 {
+        (self.rng.next_u64() % self.vocab) as u32
+    }
+
+    fn sequence(&mut self, n: usize, first_of_context: bool) -> Vec<u32> {
+        (0..n).map(|i| if let (0, true, Some(b)) = (i, first_of_context, self.bos) { b } else { self.next() }).collect()
+    }
+}
+
+fn run(model: &Model, s: &mut Session, ids: &[u32], logits: LogitsMode) -> Result<(), Error> {
+    forward(model, s, Input::Tokens(ids), &ForwardOptions { logits, ..Default::default() })
+}
+
+/// One repetition from an empty cache; returns the timed part in nanoseconds.
+fn repetition(model: &Model, s: &mut Session, t: &Test, tok: &mut Tokens) -> Result<u64, Error> {
+    s.reset();
+    if t.n_depth > 0 {
+        let fill = tok.sequence(t.n_depth, true);
+        run(model, s, &fill, LogitsMode::None)?;
+    }
+    let prompt = tok.sequence(t.n_prompt, t.n_depth == 0);
+    let gen = tok.sequence(t.n_gen, t.n_depth == 0);
+    let t0 = Instant::now();
+    if !prompt.is_empty() {
+        run(model, s, &prompt, LogitsMode::Last)?;
+    }
+    for id in &gen {
+        run(model, s, std::slice::from_ref(id), LogitsMode::Last)?;
+    }
+    Ok(t0.elapsed().as_nanos() as u64)
+}
+
+/// Run test `t` (in the current rayon pool): one warm-up, then `reps` timed repetitions.
+/// Returns the per-repetition times in nanoseconds.
+pub fn measure(model: &Model, t: &Test, reps: usize) -> Result<Vec<u64>, Error> {
+    let c = model.config();
+    let n_ctx = t.n_depth + t.n_tokens();
+    let mut s = Session::new(c, &SessionOptions { n_ctx, ..Default::default() })?;
+    let mut tok = Tokens { rng: Rng::new(TOKEN_SEED), vocab: c.vocab_size.max(1) as u64, bos: c.bos_token_id };
+    repetition(model, &mut s, t, &mut tok)?;
+    (0..reps).map(|_| repetition(model, &mut s, t, &mut tok)).collect()
+}
+
+/// Mean and sample standard deviation (n − 1; 0 for fewer than two values), as llama-bench
+/// reports avg_ts / stddev_ts.
+pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    if xs.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+/// Tokens per second of each repetition.
+pub fn samples_ts(t: &Test, samples_ns: &[u64]) -> Vec<f64> {
+    samples_ns.iter().map(|&ns| 1e9 * t.n_tokens() as f64 / (ns.max(1) as f64)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_and_sample_sd_match_hand_values() {
+        let (m, sd) = mean_sd(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(m, 5.0);
+        assert!((sd - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(mean_sd(&[3.0]), (3.0, 0.0));
+    }
+
+    #[test]
+    fn test_names_follow_llama_bench() {
+        let t = Test { n_prompt: 512, n_gen: 0, n_depth: 0, n_threads: 2 };
+        assert_eq!(t.name(), "pp512");
+        let t = Test { n_prompt: 0, n_gen: 64, n_depth: 512, n_threads: 2 };
+        assert_eq!(t.name(), "tg64 @ d512");
+    }
+}
