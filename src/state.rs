@@ -4,7 +4,7 @@
 //! sessions share one `Model`.
 
 use crate::error::{Error, Result};
-use crate::kernels::reference::{bf16_to_f32, f16_to_f32};
+use crate::kernels::Mat;
 use crate::model::Config;
 use crate::rng::Rng;
 
@@ -121,13 +121,9 @@ impl KvCache {
     pub fn v_axpy(&self, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
         let at = self.at(layer, pos) + kv_head * out.len();
         match &self.store_v {
-            Store::F32(d) => out.iter_mut().zip(&d[at..]).for_each(|(o, &v)| *o += p * v),
-            Store::Half { bits, bf16: true } => {
-                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o += p * bf16_to_f32(v))
-            }
-            Store::Half { bits, bf16: false } => {
-                out.iter_mut().zip(&bits[at..]).for_each(|(o, &v)| *o += p * f16_to_f32(v))
-            }
+            Store::F32(d) => crate::kernels::axpy(p, Mat::F32(&d[at..at + out.len()]), out),
+            Store::Half { bits, bf16: true } => crate::kernels::axpy(p, Mat::BF16(&bits[at..at + out.len()]), out),
+            Store::Half { bits, bf16: false } => crate::kernels::axpy(p, Mat::F16(&bits[at..at + out.len()]), out),
         }
     }
 

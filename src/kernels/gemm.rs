@@ -36,6 +36,8 @@ const PAR_MIN_WORK: usize = 1 << 15;
 thread_local! {
     /// Per-thread scratch: (weight block, output block), reused across calls.
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The calling thread's packed activation panels (GEMM).
+    static PANELS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The calling thread's int8 activations for W8A8 / W4A8 products.
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
 }
@@ -133,9 +135,10 @@ fn gemv_by(
 }
 
 /// Pack x ([n, cols]) into panels of NR rows: xp[p][k][j] = x[p·NR + j, k] (zero past n).
-fn pack_activations(x: &[f32], n: usize, cols: usize) -> Vec<f32> {
+fn pack_activations(x: &[f32], n: usize, cols: usize, xp: &mut Vec<f32>) {
     let panels = n.div_ceil(NR);
-    let mut xp = vec![0f32; panels * cols * NR];
+    xp.clear();
+    xp.resize(panels * cols * NR, 0.0);
     for (p, panel) in xp.chunks_exact_mut(cols * NR).enumerate() {
         for j in 0..NR.min(n - p * NR) {
             let row = &x[(p * NR + j) * cols..(p * NR + j + 1) * cols];
@@ -144,11 +147,17 @@ fn pack_activations(x: &[f32], n: usize, cols: usize) -> Vec<f32> {
             }
         }
     }
-    xp
 }
 
 fn gemm(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
-    let xp = pack_activations(x, n, cols);
+    PANELS.with_borrow_mut(|xp| {
+        pack_activations(x, n, cols, xp);
+        gemm_packed(t, w, rows, cols, xp, n, y);
+    });
+}
+
+/// The GEMM over activations already packed by `pack_activations`.
+fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: usize, y: &mut [f32]) {
     let panels = n.div_ceil(NR);
     let ldc = panels * NR;
     let out = OutPtr(y.as_mut_ptr());

@@ -54,6 +54,16 @@ pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
     }
 }
 
+/// y[i] += a · x[i] (x a float vector of y's length).
+pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
+    match x {
+        Mat::F32(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v),
+        Mat::F16(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * reference::f16_to_f32(v)),
+        Mat::BF16(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * reference::bf16_to_f32(v)),
+        Mat::Q8(_) | Mat::Q4(_) => panic!("axpy takes float vectors"),
+    }
+}
+
 /// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < NR, k ascending.
 pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize) {
     for i in 0..MR {

@@ -70,6 +70,12 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     (simd::table().dot_f32)(a, b)
 }
 
+/// y[i] += a · x[i] for a float vector x of y's length, on the active path.
+#[inline]
+pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
+    (simd::table().axpy)(a, x, y)
+}
+
 /// Σ f16(a[i])·b[i] on the active path.
 #[inline]
 pub fn dot_f16(a: &[u16], b: &[f32]) -> f32 {

@@ -50,6 +50,8 @@ pub(crate) struct Table {
     pub gemv_i8: GemvI8Fn,
     pub widen: WidenFn,
     pub tile: TileFn,
+    /// y[i] += a · x[i] for a float vector x (attention's value accumulation).
+    pub axpy: fn(a: f32, x: Mat<'_>, y: &mut [f32]),
 }
 
 pub(crate) static GENERIC: Table = Table {
@@ -61,6 +63,7 @@ pub(crate) static GENERIC: Table = Table {
     gemv_i8: generic::gemv_i8,
     widen: generic::widen,
     tile: generic::tile,
+    axpy: generic::axpy,
 };
 
 struct Choice {

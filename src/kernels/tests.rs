@@ -266,3 +266,28 @@ fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
         }
     }
 }
+
+#[test]
+fn axpy_matches_the_reference_on_every_path() {
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for len in [1, 8, 13, 128] {
+            let s = Stored::new(1, len, len as u64);
+            let y0 = sample(len, 3);
+            for (name, x, tol) in s.mats().into_iter().filter(|m| !m.0.starts_with('q')) {
+                let (mut a, mut b) = (y0.clone(), y0.clone());
+                (t.axpy)(0.37, x, &mut a);
+                super::generic::axpy(0.37, x, &mut b);
+                for i in 0..len {
+                    // One fused vs separate rounding per element.
+                    assert!(
+                        (a[i] - b[i]).abs() <= tol as f32 * (b[i].abs() + 1.0),
+                        "{path:?} {name} {i}: {} vs {}",
+                        a[i],
+                        b[i]
+                    );
+                }
+            }
+        }
+    }
+}

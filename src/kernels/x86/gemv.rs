@@ -230,3 +230,33 @@ pub fn dot_f16(w: &[u16], x: &[f32]) -> f32 {
 pub fn dot_bf16(w: &[u16], x: &[f32]) -> f32 {
     dot_one::<BF16>(w.as_ptr().cast(), w.len(), x)
 }
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_float<const K: u8>(a: f32, x: *const u8, y: &mut [f32]) {
+    let n = y.len();
+    let full = n - n % 8;
+    unsafe {
+        let av = _mm256_set1_ps(a);
+        for i in (0..full).step_by(8) {
+            let yp = y.as_mut_ptr().add(i);
+            _mm256_storeu_ps(yp, _mm256_fmadd_ps(av, load8::<K>(x, i), _mm256_loadu_ps(yp)));
+        }
+        for (i, yi) in y.iter_mut().enumerate().skip(full) {
+            *yi += a * elem::<K>(x, i);
+        }
+    }
+}
+
+/// y[i] += a · x[i] (fused multiply-add over 8 lanes; the tail in scalar).
+pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
+    assert!(x.len() >= y.len());
+    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; x holds y.len() elements (asserted).
+    unsafe {
+        match x {
+            Mat::F32(v) => axpy_float::<F32>(a, v.as_ptr().cast(), y),
+            Mat::F16(v) => axpy_float::<F16>(a, v.as_ptr().cast(), y),
+            Mat::BF16(v) => axpy_float::<BF16>(a, v.as_ptr().cast(), y),
+            Mat::Q8(_) | Mat::Q4(_) => panic!("axpy takes float vectors"),
+        }
+    }
+}

@@ -17,6 +17,7 @@ static AVX2: Table = Table {
     gemv_i8: qdot::gemv_i8,
     widen: tile::widen,
     tile: tile::tile,
+    axpy: gemv::axpy,
 };
 
 /// True when this CPU runs the AVX2 path.
