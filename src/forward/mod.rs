@@ -13,11 +13,13 @@
 //! logits = lm_head(rmsnorm(x))
 
 mod attention;
+mod check;
 mod experts;
 mod ffn;
 mod rope;
 mod router;
 
+pub use check::check_routing;
 pub use router::{Routes, RoutingMode, RoutingOptions};
 
 use crate::error::{Error, Result};
@@ -26,6 +28,7 @@ use crate::model::{FfnWeights, Model};
 use crate::rng::Rng;
 use crate::state::{RouteRecord, Session};
 use attention::{attention, AttnBuffers, SeqKv};
+use check::{check_input, in_sequence};
 use ffn::Mlp;
 use std::ops::Range;
 
@@ -66,62 +69,12 @@ pub struct ForwardOptions {
     pub routing: RoutingOptions,
 }
 
-/// Check routing options against a model (top-k override within 1..=n_experts).
-pub fn check_routing(c: &crate::model::Config, r: &RoutingOptions) -> Result<()> {
-    router::effective_top_k(r, c.moe.n_experts, c.moe.top_k).map(|_| ())
-}
-
 /// One sequence's part of a batched step: its session, its new tokens (at least one) and its
 /// own options (which logits, routing mode and top-k).
 pub struct Sequence<'a> {
     pub session: &'a mut Session,
     pub input: Input<'a>,
     pub opts: ForwardOptions,
-}
-
-/// Check one sequence's input before any state changes, so a failed call leaves the session
-/// as it was. Returns the number of new tokens.
-fn check_input(model: &Model, s: &Session, input: &Input<'_>, opts: &ForwardOptions) -> Result<usize> {
-    let c = model.config();
-    if !s.kv.fits(c) {
-        return Err(Error::InvalidArgument {
-            reason: "the session's KV cache does not have this model's shape (made for another model)".into(),
-        });
-    }
-    let n = input.len(c.hidden_size);
-    match input {
-        Input::Tokens(t) => {
-            if let Some((i, &id)) = t.iter().enumerate().find(|(_, &id)| id as usize >= c.vocab_size) {
-                return Err(Error::InvalidArgument {
-                    reason: format!("token id {id} at index {i} is outside the vocabulary (size {})", c.vocab_size),
-                });
-            }
-        }
-        Input::Embeddings(e) => {
-            if e.len() % c.hidden_size != 0 {
-                return Err(Error::InvalidArgument {
-                    reason: format!("embeddings length {} is not a multiple of hidden_size {}", e.len(), c.hidden_size),
-                });
-            }
-            if e.iter().any(|v| !v.is_finite()) {
-                return Err(Error::InvalidArgument { reason: "embeddings hold NaN or Inf".into() });
-            }
-        }
-    }
-    if n == 0 {
-        return Err(Error::InvalidArgument { reason: "empty input: at least one token is needed".into() });
-    }
-    if s.pos + n > s.n_ctx() {
-        return Err(Error::InvalidArgument {
-            reason: format!(
-                "context full: {} cached + {n} new tokens exceed the context of {} tokens",
-                s.pos,
-                s.n_ctx()
-            ),
-        });
-    }
-    router::effective_top_k(&opts.routing, c.moe.n_experts, c.moe.top_k)?;
-    Ok(n)
 }
 
 /// Run the model over new tokens (or embeddings), appending them to the session's KV cache, and
@@ -304,17 +257,6 @@ fn wanted(mode: LogitsMode, rows: Range<usize>) -> Range<usize> {
         LogitsMode::Last => rows.end - 1..rows.end,
         LogitsMode::All => rows,
         LogitsMode::None => rows.start..rows.start,
-    }
-}
-
-/// Name the failing sequence in a batch's error (keeping the reason's start, which the C ABI
-/// maps to a status).
-fn in_sequence(e: Error, i: usize, len: usize) -> Error {
-    match e {
-        Error::InvalidArgument { reason } if len > 1 => {
-            Error::InvalidArgument { reason: format!("{reason} (sequence {i} of the batch)") }
-        }
-        e => e,
     }
 }
 
