@@ -41,6 +41,11 @@ typedef struct colibri_moe colibri_moe;
 typedef struct colibri_session colibri_session;
 
 /**
+ * Result of every fallible C entry point: `COLIBRI_STATUS_OK` (0) or an error (non-zero).
+ */
+typedef int32_t colibri_status;
+
+/**
  * Sampling and stopping options. Fill with `colibri_sampler_params_init`.
  */
 typedef struct {
@@ -84,11 +89,6 @@ typedef struct {
   int32_t ignore_eos;
   uint64_t seed;
 } colibri_sampler_params;
-
-/**
- * Result of every fallible C entry point: `COLIBRI_STATUS_OK` (0) or an error (non-zero).
- */
-typedef int32_t colibri_status;
 
 /**
  * Per-token callback: the sampled id and the text it completes (`text_len` bytes, not
@@ -312,6 +312,37 @@ const char *colibri_version(void);
  * Thread-safe.
  */
 uint32_t colibri_abi_version(void);
+
+/**
+ * Run one forward step over `n_sessions` sessions of `model` together: session i gets the
+ * `n_tokens[i]` (≥ 1) new ids at `tokens[i]` — one for decoding, more for a prompt chunk —
+ * appended to its KV cache. The logits go to `logits_out` (`logits_len` floats), session after
+ * session in array order: each session's last-position logits (vocab_size floats), or with
+ * its `all_logits` every new position's (n_tokens[i]·vocab_size). Each session keeps its own
+ * options (routing mode, seed, moe_top_k, all_logits) and its route callback is called after
+ * the step, session after session.
+ *
+ * Checks, in this order, before anything changes (a failed call leaves every session as it
+ * was): `model` (NULL_ARGUMENT); `n_sessions` 0 (INVALID_ARGUMENT); `sessions`, `tokens`,
+ * `n_tokens` (NULL_ARGUMENT); for each i: `sessions[i]` NULL (NULL_ARGUMENT), repeated in the
+ * array or made on another model handle (INVALID_ARGUMENT), `tokens[i]` NULL while
+ * n_tokens[i] > 0 (NULL_ARGUMENT), a negative id or `n_tokens[i]` 0 (INVALID_ARGUMENT);
+ * `logits_out` (NULL_ARGUMENT; BUFFER_TOO_SMALL when shorter than the sum above); then each
+ * session's ids (INVALID_ARGUMENT for an id outside the vocabulary) and context
+ * (CONTEXT_FULL). The last error message names the failing index. The sessions must not be
+ * used by other threads during the call; the model may be.
+ *
+ * # Safety
+ * `sessions`, `tokens` and `n_tokens` readable for n_sessions elements; `tokens[i]` readable
+ * for n_tokens[i] ints; `logits_out` writable for logits_len floats.
+ */
+colibri_status colibri_infer_batch(const colibri_model *model,
+                                   colibri_session *const *sessions,
+                                   const int32_t *const *tokens,
+                                   const size_t *n_tokens,
+                                   size_t n_sessions,
+                                   float *logits_out,
+                                   size_t logits_len);
 
 /**
  * Fill `params` with the defaults. Thread-safe.

@@ -7,7 +7,8 @@
 #           checking their outputs: greedy text/ids equal `target/release/colibri run --temp 0
 #           --ignore-eos` (and the argmax of `colibri logits`, and a statically linked build),
 #           streaming stops where it should, two threads equal one, routing traces equal
-#           `colibri run --debug-routing`, the MoE layer equals its scalar reference, and the HTTP
+#           `colibri run --debug-routing`, sequences decoded together (colibri_infer_batch) equal
+#           each decoded alone, the MoE layer equals its scalar reference, and the HTTP
 #           server answers good and hostile requests with the documented JSON and status codes
 #           while staying up.
 # asan      the same programs built with -fsanitize=address,undefined (leak detection on).
@@ -60,7 +61,7 @@ VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 NATIVE_LIBS=$(sed -n 's/^set(COLIBRI_NATIVE_STATIC_LIBS \(.*\))$/\1/p' CMakeLists.txt | sed 's/\([^ ]*\)/-l\1/g')
 [ -n "$NATIVE_LIBS" ] || fail "COLIBRI_NATIVE_STATIC_LIBS not found in CMakeLists.txt"
 STRICT=(-std=c99 -Wall -Wextra -Werror -pedantic)
-EXAMPLES=(version generate stream threads routing_trace moe_layer http_server)
+EXAMPLES=(version generate stream threads batch routing_trace moe_layer http_server)
 
 # ----------------------------------------------------------------------------------------------
 say "setup in $WORK"
@@ -451,6 +452,19 @@ suite() { # MODE
     [ "$(sed -n 's/^reference\[0\] ids: //p' "$WORK/out")" = "$HELLO_IDS" ] || fail "[$MODE] threads: reference differs from generate"
     run_prog threads "$M" 8 2
     ok "threads: 2 threads x 3 rounds == single thread (== generate)"
+
+    # batch.c: three prompts decoded together with colibri_infer_batch == each alone through
+    # colibri_generate (checked by the program) == generate.c's ids.
+    for model in Q M; do
+        run_prog batch "${!model}" 16 "${PROMPTS[@]}" "And the LORD said unto Moses"
+        grep -q '^batch: 3 sequences x 16 tokens equal to colibri_generate$' "$WORK/out" ||
+            fail "[$MODE] batch $model: $(cat "$WORK/out" "$WORK/err")"
+        [ "$(grep -c '^\[[0-2]\] ids:\( [0-9]*\)\{16\}$' "$WORK/out")" = 3 ] || fail "[$MODE] batch $model: not 3 x 16 ids"
+        if [ "$model" = Q ]; then
+            [ "$(sed -n 's/^\[0\] ids: //p' "$WORK/out")" = "$HELLO_IDS" ] || fail "[$MODE] batch: 'Hello' ids differ from generate"
+        fi
+    done
+    ok "batch: 3 sequences (prompts of different lengths) decoded together == colibri_generate alone (2 models)"
 
     # routing_trace.c == colibri run --debug-routing, top-k and Gumbel.
     for spec in "Q 7 2" "M 3 1"; do

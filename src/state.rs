@@ -131,6 +131,15 @@ impl KvCache {
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
+
+    /// Whether this cache has the shape config `c` needs (layers and K/V row width).
+    pub fn fits(&self, c: &Config) -> bool {
+        let len = match &self.store_k {
+            Store::F32(d) => d.len(),
+            Store::Half { bits, .. } => bits.len(),
+        };
+        self.row == c.n_kv_heads * c.head_dim && len == c.n_layers * self.n_ctx * self.row
+    }
 }
 
 /// One routing decision: token position, layer, chosen experts and their combination weights.
@@ -142,7 +151,8 @@ pub struct RouteRecord {
     pub weights: Vec<f32>,
 }
 
-/// Activation buffers for a batch of up to `cap` tokens. Shapes are per token.
+/// Activation buffers for a batch of up to `cap` tokens (the rows of one or more sequences).
+/// Shapes are per token. A batched step borrows the first session's scratch.
 #[derive(Default)]
 pub(crate) struct Scratch {
     pub cap: usize,
@@ -159,6 +169,9 @@ pub(crate) struct Scratch {
     pub att: Vec<f32>,
     /// [n, hidden] block output
     pub out: Vec<f32>,
+    /// [n, rot_dim/2] RoPE rows of the batch (filled per step, grown as needed)
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
 }
 
 impl Scratch {

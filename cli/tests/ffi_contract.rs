@@ -630,3 +630,148 @@ fn remaining_entry_points_check_null_and_lengths() {
         colibri_model_free(m);
     }
 }
+
+/// Position of each session.
+unsafe fn positions(ss: &[*mut colibri_session]) -> Vec<usize> {
+    ss.iter()
+        .map(|&s| {
+            let (mut pos, mut n_ctx) = (0usize, 0usize);
+            assert_eq!(colibri_session_position(s, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+            pos
+        })
+        .collect()
+}
+
+#[test]
+fn infer_batch_equals_separate_infer_calls_and_checks_every_argument() {
+    let input = ids(&meta()["input_ids"]);
+    unsafe {
+        let m = open_model();
+        // Three sessions with their own options (session 1 returns every position's logits,
+        // session 2 uses Gumbel routing with 1 expert and has room for 6 tokens only), and
+        // a twin of each driven by colibri_infer.
+        let mut sp = std::mem::zeroed::<colibri_session_params>();
+        colibri_session_params_init(&mut sp);
+        let params = |i: usize| {
+            let mut p = sp;
+            p.n_ctx = if i == 2 { 6 } else { 64 };
+            p.all_logits = i32::from(i == 1);
+            if i == 2 {
+                (p.routing_mode, p.moe_top_k, p.seed) = (1, 1, 42);
+            }
+            p
+        };
+        let new = |i: usize| {
+            let mut s = null_mut();
+            assert_eq!(colibri_session_new(m, &params(i), &mut s), COLIBRI_STATUS_OK);
+            s
+        };
+        let ss: Vec<*mut colibri_session> = (0..3).map(new).collect();
+        let twins: Vec<*mut colibri_session> = (0..3).map(new).collect();
+        let mut routes: Vec<(i32, Vec<i32>, f32)> = Vec::new();
+        let ud = &mut routes as *mut _ as *mut c_void;
+        assert_eq!(colibri_session_set_route_callback(ss[0], Some(count_routes), ud), COLIBRI_STATUS_OK);
+
+        // A mixed step (prompts of 3, 5 and 4 ids), then three decode steps.
+        let mut toks: Vec<Vec<i32>> = vec![input[..3].to_vec(), input[3..8].to_vec(), input[8..12].to_vec()];
+        for step in 0..2 {
+            let rows: Vec<usize> = (0..3).map(|i| if i == 1 { toks[i].len() } else { 1 }).collect();
+            let mut want = Vec::new();
+            for i in 0..3 {
+                let mut l = vec![0f32; rows[i] * VOCAB];
+                let st = colibri_infer(twins[i], toks[i].as_ptr(), toks[i].len(), l.as_mut_ptr(), l.len());
+                assert_eq!(st, COLIBRI_STATUS_OK);
+                want.extend(l);
+            }
+            let ptrs: Vec<*const i32> = toks.iter().map(|t| t.as_ptr()).collect();
+            let lens: Vec<usize> = toks.iter().map(|t| t.len()).collect();
+            let mut got = vec![0f32; want.len()];
+            routes.clear();
+            let st = colibri_infer_batch(m, ss.as_ptr(), ptrs.as_ptr(), lens.as_ptr(), 3, got.as_mut_ptr(), got.len());
+            assert_eq!(st, COLIBRI_STATUS_OK, "{}", last_error());
+            // Bit-identical today (see cli/tests/batch.rs); a tolerance for future kernels.
+            let tol = 1e-5 * want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert!(max_diff(&got, &want) <= tol, "step {step}: batched logits differ");
+            assert_eq!(routes.len(), lens[0] * 2, "session 0's route callback: two MoE layers per token");
+            assert_eq!(positions(&ss), positions(&twins));
+            // Greedy next ids from the batched logits (session 1: its last row).
+            let mut at = 0;
+            for i in 0..3 {
+                let row = &got[at + (rows[i] - 1) * VOCAB..at + rows[i] * VOCAB];
+                toks[i] = vec![(0..VOCAB).fold(0, |b, j| if row[j] > row[b] { j } else { b }) as i32];
+                at += rows[i] * VOCAB;
+            }
+        }
+
+        // Every failure leaves every session where it was (session 2 holds 5 of its 6 tokens).
+        let before = positions(&ss);
+        let ok: Vec<Vec<i32>> = toks.clone();
+        let ptrs: Vec<*const i32> = ok.iter().map(|t| t.as_ptr()).collect();
+        let lens = vec![1usize; 3];
+        let mut out = vec![0f32; 3 * VOCAB];
+        let (o, ol) = (out.as_mut_ptr(), out.len());
+        let mut other = null_mut();
+        let m2 = open_model();
+        assert_eq!(colibri_session_new(m2, null(), &mut other), COLIBRI_STATUS_OK);
+        let dup = [ss[0], ss[1], ss[0]];
+        let foreign = [ss[0], other, ss[2]];
+        let with_null = [ss[0], null_mut(), ss[2]];
+        let null_tok = [ptrs[0], null(), ptrs[2]];
+        let bad = [1, VOCAB as i32];
+        let neg = [-3];
+        let two = [1, 2];
+        let st = |sess: &[*mut colibri_session], t: &[*const i32], n: &[usize], out: *mut f32, len: usize| {
+            colibri_infer_batch(m, sess.as_ptr(), t.as_ptr(), n.as_ptr(), 3, out, len)
+        };
+        let check = |what: &str, got: colibri_status, want: colibri_status, needle: &str| {
+            assert_eq!(got, want, "{what}: {}", last_error());
+            assert!(last_error().contains(needle), "{what}: {}", last_error());
+            assert_eq!(positions(&ss), before, "{what}: a session changed");
+        };
+        let (nul, inv) = (COLIBRI_STATUS_NULL_ARGUMENT, COLIBRI_STATUS_INVALID_ARGUMENT);
+        let (sp_, tp, lp) = (ss.as_ptr(), ptrs.as_ptr(), lens.as_ptr());
+        check("NULL model", colibri_infer_batch(null(), sp_, tp, lp, 3, o, ol), nul, "'model'");
+        check("0 sessions", colibri_infer_batch(m, sp_, tp, lp, 0, o, ol), inv, "n_sessions is 0");
+        check("NULL sessions", colibri_infer_batch(m, null(), tp, lp, 3, o, ol), nul, "'sessions'");
+        check("NULL tokens", colibri_infer_batch(m, sp_, null(), lp, 3, o, ol), nul, "'tokens'");
+        check("NULL n_tokens", colibri_infer_batch(m, sp_, tp, null(), 3, o, ol), nul, "'n_tokens'");
+        check("NULL session", st(&with_null, &ptrs, &lens, o, ol), nul, "sessions[1]");
+        check("repeated session", st(&dup, &ptrs, &lens, o, ol), inv, "sessions[0] and sessions[2]");
+        check("another model", st(&foreign, &ptrs, &lens, o, ol), inv, "sessions[1] was made on another model");
+        check("NULL tokens[1]", st(&ss, &null_tok, &lens, o, ol), nul, "tokens[1]");
+        check("empty tokens[1]", st(&ss, &ptrs, &[1, 0, 1], o, ol), inv, "n_tokens[1] is 0");
+        check("negative id", st(&ss, &[ptrs[0], ptrs[1], neg.as_ptr()], &lens, o, ol), inv, "tokens[2]");
+        check("NULL logits_out", st(&ss, &ptrs, &lens, null_mut(), ol), nul, "logits_out");
+        check("short logits_out", st(&ss, &ptrs, &lens, o, ol - 1), COLIBRI_STATUS_BUFFER_TOO_SMALL, "needs 1200");
+        let bad_ptrs = [ptrs[0], bad.as_ptr(), ptrs[2]];
+        check(
+            "id outside the vocabulary",
+            st(&ss, &bad_ptrs, &[1, 2, 1], o, 4 * VOCAB),
+            inv,
+            "sequence 1 of the batch",
+        );
+        let full = [ptrs[0], ptrs[1], two.as_ptr()];
+        check(
+            "context full",
+            st(&ss, &full, &[1, 1, 2], o, ol),
+            COLIBRI_STATUS_CONTEXT_FULL,
+            "sequence 2 of the batch",
+        );
+        colibri_session_free(other);
+        colibri_model_free(m2);
+
+        // After the failures the sessions go on exactly like their twins.
+        let mut want = Vec::new();
+        for i in 0..3 {
+            let mut l = vec![0f32; VOCAB];
+            assert_eq!(colibri_infer(twins[i], ok[i].as_ptr(), 1, l.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+            want.extend(l);
+        }
+        assert_eq!(colibri_infer_batch(m, ss.as_ptr(), ptrs.as_ptr(), lens.as_ptr(), 3, o, ol), COLIBRI_STATUS_OK);
+        assert!(max_diff(&out, &want) <= 1e-5 * want.iter().fold(0f32, |m, v| m.max(v.abs())));
+        for s in ss.into_iter().chain(twins) {
+            colibri_session_free(s);
+        }
+        colibri_model_free(m);
+    }
+}

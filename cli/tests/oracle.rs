@@ -4,24 +4,13 @@
 //! identical on every token and MoE layer. Also: decoding token by token through the KV cache
 //! gives the same logits as one batched prefill.
 
+mod common;
+
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::state::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn fixture_dirs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("oracle/meta.json").is_file())
-        .collect();
-    v.sort();
-    assert!(v.len() >= 4);
-    v
-}
+use common::{argmax, convert, fixture_dirs, ids};
+use std::path::Path;
 
 /// Minimal reader of a 2-D little-endian float32 .npy file (independent of the CLI's writer).
 fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
@@ -38,32 +27,6 @@ fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn convert(dir: &Path, out: &Path, dtype: &str) {
-    let o = Command::new(env!("CARGO_BIN_EXE_colibri"))
-        .arg("convert")
-        .arg(dir)
-        .arg("-o")
-        .arg(out)
-        .args(["--dtype", dtype])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 fn session(model: &Model) -> Session {
     Session::new(model.config(), &SessionOptions { n_ctx: 256, ..Default::default() }).unwrap()
 }
@@ -74,7 +37,7 @@ struct Report {
 
 fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Report) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("oracle/meta.json")).unwrap()).unwrap();
+    let meta = common::meta(dir);
     let file = tmp.join(format!("{name}-{dtype}.colibri"));
     convert(dir, &file, dtype);
     let model = Model::open(&file, &LoadOptions::default()).unwrap();
@@ -165,7 +128,7 @@ fn f16_files_match_transformers_on_rounded_weights() {
 fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = fixture_dirs().into_iter().find(|d| d.ends_with("qwen3_moe_fused")).unwrap();
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("oracle/meta.json")).unwrap()).unwrap();
+    let meta = common::meta(&dir);
     let file = tmp.path().join("m.colibri");
     convert(&dir, &file, "f32");
     let model = Model::open(&file, &LoadOptions::default()).unwrap();

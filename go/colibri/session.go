@@ -358,9 +358,5 @@ func (s *Session) SetRouteCallback(fn func(Route) bool) error {
 // rethrowRoutePanic re-raises, on the calling goroutine, a panic of the route callback that
 // was caught before it could unwind through the library's frames.
 func (s *Session) rethrowRoutePanic() {
-	if st := s.routeSt; st != nil && st.panicked {
-		v := st.panicVal
-		st.panicked, st.panicVal = false, nil
-		panic(v)
-	}
+	rethrowRoutePanics([]*Session{s})
 }

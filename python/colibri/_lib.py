@@ -239,6 +239,11 @@ _PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_session_free": (None, [_handle]),
     "colibri_init": (_status, [c_char_p, POINTER(Params), POINTER(_handle)]),
     "colibri_infer": (_status, [_handle, POINTER(c_int32), c_size_t, POINTER(c_float), c_size_t]),
+    "colibri_infer_batch": (
+        _status,
+        [_handle, POINTER(_handle), POINTER(POINTER(c_int32)), POINTER(c_size_t), c_size_t, POINTER(c_float),
+         c_size_t],
+    ),
     "colibri_infer_embeddings": (
         _status,
         [_handle, POINTER(c_float), c_size_t, c_size_t, POINTER(c_float), c_size_t],

@@ -233,6 +233,16 @@ class Model(OwnedHandle):
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, all_logits=all_logits, routing=routing,
                        moe_top_k=moe_top_k, seed=seed)
 
+    def infer_batch(self, sessions: Sequence["Session"], token_lists: Sequence[Sequence[int]]) -> List[Any]:
+        """One forward step over several of this model's sessions together
+        (``colibri_infer_batch``): session i gets ``token_lists[i]`` (one id to decode, or a
+        prompt chunk) exactly as ``sessions[i].infer(token_lists[i])`` would, but the weights are
+        read once for all. Returns one logits array per session (``(vocab,)``, or ``(n, vocab)``
+        for an ``all_logits`` session). A failed call leaves every session as it was."""
+        from .session import infer_batch
+
+        return infer_batch(self, sessions, token_lists)
+
     def __repr__(self) -> str:
         if self.closed:
             return f"<colibri.Model {self.path!r} (closed)>"

@@ -9,7 +9,7 @@ import ctypes
 import queue
 import threading
 import weakref
-from ctypes import POINTER, byref, c_float, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_float, c_int32, c_size_t, c_void_p
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - exercised only without numpy
 if TYPE_CHECKING:
     from .model import Model
 
-__all__ = ["GenerationResult", "Logits", "Session"]
+__all__ = ["GenerationResult", "Logits", "Session", "infer_batch"]
 
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 2}
 ROUTING_MODES = {"topk": 0, "gumbel": 1}
@@ -563,3 +563,74 @@ def _choice(name: str, value: Any, choices: Dict[str, int]) -> int:
         return choices[value.lower()]
     except KeyError:
         raise ValueError(f"{name} {value!r} is not one of {' | '.join(choices)}") from None
+
+
+def infer_batch(model: "Model", sessions: Sequence[Session], token_lists: Sequence[Sequence[int]]) -> List[Logits]:
+    """One forward step over several sessions of `model` together (``colibri_infer_batch``):
+    session i gets ``token_lists[i]`` (one id to decode, or a prompt chunk), exactly as
+    ``sessions[i].infer(token_lists[i])`` would, while the model's weights are read once for
+    all of them. Returns one logits array per session, shaped as its ``infer`` would return them.
+
+    Every session must have been made from this Model object and be free (not closed, not busy);
+    a session given twice raises ColibriError INVALID_ARGUMENT. The library checks the rest
+    before anything changes — an empty token list or a session of another model (INVALID_ARGUMENT),
+    a full context (CONTEXT_FULL) — so a failed call leaves every session as it was."""
+    from .model import Model
+
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be a colibri.Model, not {type(model).__name__}")
+    sessions = list(sessions)
+    lists = list(token_lists)
+    for i, s in enumerate(sessions):
+        if not isinstance(s, Session):
+            raise TypeError(f"sessions[{i}] must be a colibri.Session, not {type(s).__name__}")
+    if len(lists) != len(sessions):
+        raise ValueError(f"{len(sessions)} sessions but {len(lists)} token lists")
+    seen: Dict[int, int] = {}
+    for i, s in enumerate(sessions):
+        if id(s) in seen:
+            raise ColibriError(Status.INVALID_ARGUMENT, f"sessions[{seen[id(s)]}] and sessions[{i}] are the same session")
+        seen[id(s)] = i
+    arrays = [int32_array(f"token_lists[{i}]", t) for i, t in enumerate(lists)]
+    n = len(sessions)
+    counts = (c_size_t * max(n, 1))(*[k for _, k in arrays])
+    ptrs = (POINTER(c_int32) * max(n, 1))(*[as_int32_ptr(a) if k else None for a, k in arrays])
+    rows = [k if s._all_logits else 1 for s, (_, k) in zip(sessions, arrays)]
+    vocab = model._info.vocab_size
+    need = sum(rows) * vocab
+    if np is not None:
+        buf = np.empty(max(need, 1), dtype=np.float32)
+        out_ptr = buf.ctypes.data_as(POINTER(c_float))
+    else:
+        flat = array.array("f", bytes(4 * max(need, 1)))
+        out_ptr = ctypes.cast((c_float * max(need, 1)).from_buffer(flat), POINTER(c_float))
+    lib = model.lib
+    held: List[Session] = []
+    try:
+        handles = (c_void_p * max(n, 1))()
+        for i, s in enumerate(sessions):
+            handles[i] = s._acquire_exclusive()
+            held.append(s)
+        with model._shared() as mh:
+            st = lib.colibri_infer_batch(mh, handles, ptrs, counts, n, out_ptr, need)
+            err = lib.error(st) if st != Status.OK else None
+        route_errors = [s._route_error for s in sessions if s._route_error is not None]
+        for s in sessions:
+            s._route_error = None
+        if err is not None:
+            raise err
+        if route_errors:
+            raise route_errors[0]
+    finally:
+        for s in held:
+            s._release()
+    out: List[Logits] = []
+    at = 0
+    for s, r in zip(sessions, rows):
+        if np is not None:
+            piece = buf[at:at + r * vocab]
+            out.append(piece.reshape(r, vocab) if s._all_logits else piece)
+        else:
+            out.append(flat[at:at + r * vocab])
+        at += r * vocab
+    return out

@@ -104,7 +104,7 @@ pub struct colibri_session {
     pub(crate) tokenizer: Option<Arc<Tokenizer>>,
     pub(crate) session: Session,
     pub(crate) routing: RoutingOptions,
-    all_logits: bool,
+    pub(crate) all_logits: bool,
     route_cb: colibri_route_callback,
     route_userdata: *mut c_void,
 }
@@ -170,12 +170,21 @@ impl colibri_session {
                 format!("logits_len is {} floats; this call needs {need}", logits.len()),
             ));
         }
-        let mode = if self.all_logits { LogitsMode::All } else { LogitsMode::Last };
         self.begin_trace();
-        forward(&self.model, &mut self.session, input, &ForwardOptions { logits: mode, routing: self.routing })?;
+        let opts = ForwardOptions { logits: self.logits_mode(), routing: self.routing };
+        forward(&self.model, &mut self.session, input, &opts)?;
         logits[..need].copy_from_slice(&self.session.logits()[..need]);
         self.report_routes();
         Ok(())
+    }
+
+    /// The logits a forward call of this session returns.
+    pub(crate) fn logits_mode(&self) -> LogitsMode {
+        if self.all_logits {
+            LogitsMode::All
+        } else {
+            LogitsMode::Last
+        }
     }
 
     /// Record routing only while a callback is registered, starting from an empty trace.

@@ -8,9 +8,12 @@ use super::router::Routes;
 use crate::kernels;
 use crate::model::{Config, MoeWeights};
 
-/// out ([n, hidden]) = Σ_chosen w·expert(xn) (+ shared expert) for the n rows of `xn`.
+/// out ([n, hidden]) = Σ_chosen w·expert(xn) (+ shared expert) for the n rows of `xn`. Each row
+/// brings its own number of choices (`routes.row(t)`), so rows of sequences with different
+/// top-k share one pass.
 pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Routes, out: &mut [f32]) {
-    let (h, e_count, k) = (c.hidden_size, c.moe.n_experts, routes.k);
+    let (h, e_count, slots) = (c.hidden_size, c.moe.n_experts, routes.experts.len());
+    debug_assert_eq!(routes.rows(), n);
     // Count and prefix-sum: slot ranges per expert.
     let mut offsets = vec![0usize; e_count + 1];
     for &e in &routes.experts {
@@ -21,21 +24,21 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
     }
     // Gather: slot → (token, weight), rows grouped by expert, tokens ascending within an expert.
     let mut fill = offsets.clone();
-    let mut slot_token = vec![0usize; n * k];
-    let mut slot_weight = vec![0f32; n * k];
-    let mut gathered = vec![0f32; n * k * h];
+    let mut slot_token = vec![0usize; slots];
+    let mut slot_weight = vec![0f32; slots];
+    let mut gathered = vec![0f32; slots * h];
     for t in 0..n {
-        for j in 0..k {
-            let e = routes.experts[t * k + j] as usize;
-            let s = fill[e];
-            fill[e] += 1;
+        let (experts, weights) = routes.row(t);
+        for (&e, &wgt) in experts.iter().zip(weights) {
+            let s = fill[e as usize];
+            fill[e as usize] += 1;
             slot_token[s] = t;
-            slot_weight[s] = routes.weights[t * k + j];
+            slot_weight[s] = wgt;
             gathered[s * h..(s + 1) * h].copy_from_slice(&xn[t * h..(t + 1) * h]);
         }
     }
     out[..n * h].fill(0.0);
-    let mut y = vec![0f32; n * k * h];
+    let mut y = vec![0f32; slots * h];
     // One pass per selected expert, in expert order (a fixed accumulation order per token).
     for e in 0..e_count {
         let (lo, hi) = (offsets[e], offsets[e + 1]);

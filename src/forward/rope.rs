@@ -93,10 +93,10 @@ impl Rope {
         }
     }
 
-    /// cos and sin tables for positions `pos0 .. pos0 + n`: [n, rot_dim/2] each, already scaled
-    /// by the attention factor. Angles are computed as f32 products like transformers does.
-    pub fn table(&self, pos0: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
-        let half = self.rot_dim / 2;
+    /// Append the cos and sin rows of positions `pos0 .. pos0 + n` to `cos` and `sin` ([rot_dim/2]
+    /// per position), already scaled by the attention factor. Angles are computed as f32
+    /// products like transformers does. Dynamic NTK scales by this sequence's length `pos0 + n`.
+    pub fn extend_table(&self, pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
         let inv: std::borrow::Cow<'_, [f32]> = match self.dynamic {
             Some((factor, orig)) if (pos0 + n) as u64 > orig => {
                 let seq = (pos0 + n) as f64;
@@ -106,8 +106,6 @@ impl Rope {
             }
             _ => (&self.inv_freq[..]).into(),
         };
-        let mut cos = Vec::with_capacity(n * half);
-        let mut sin = Vec::with_capacity(n * half);
         for p in pos0..pos0 + n {
             for &f in inv.iter() {
                 let angle = (p as f32) * f;
@@ -115,7 +113,6 @@ impl Rope {
                 sin.push((f64::from(angle).sin() as f32) * self.attention_factor);
             }
         }
-        (cos, sin)
     }
 
     /// Rotate one head's vector `x` ([head_dim]) in place with one row of the tables

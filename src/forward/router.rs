@@ -26,14 +26,42 @@ pub struct RoutingOptions {
     pub top_k: Option<usize>,
 }
 
-/// Routing of n tokens: k experts each, ordered by decreasing weight.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Routing of n tokens, ordered by decreasing weight within a token. Rows may choose different
+/// numbers of experts (the sequences of one batch can each ask for their own top-k).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Routes {
-    pub k: usize,
-    /// [n, k] expert ids
+    /// [n + 1] row t's choices are `experts[start[t]..start[t + 1]]` (and the same weights).
+    pub start: Vec<usize>,
+    /// [Σ k_t] expert ids
     pub experts: Vec<u32>,
-    /// [n, k] combination weights
+    /// [Σ k_t] combination weights
     pub weights: Vec<f32>,
+}
+
+impl Default for Routes {
+    fn default() -> Routes {
+        Routes { start: vec![0], experts: Vec::new(), weights: Vec::new() }
+    }
+}
+
+impl Routes {
+    /// Forget every row (the buffers stay allocated).
+    pub fn clear(&mut self) {
+        self.start.truncate(1);
+        self.experts.clear();
+        self.weights.clear();
+    }
+
+    /// Number of routed rows.
+    pub fn rows(&self) -> usize {
+        self.start.len() - 1
+    }
+
+    /// The experts and weights of row `t`.
+    pub fn row(&self, t: usize) -> (&[u32], &[f32]) {
+        let r = self.start[t]..self.start[t + 1];
+        (&self.experts[r.clone()], &self.weights[r])
+    }
 }
 
 /// The k to use, validated against the model.
@@ -45,33 +73,37 @@ pub fn effective_top_k(opts: &RoutingOptions, n_experts: usize, model_top_k: usi
     }
 }
 
-/// Choose experts for the n rows of `xn` ([n, hidden]) with router `w` ([n_experts, hidden]).
-#[allow(clippy::too_many_arguments)]
-pub fn route(
-    w: Mat<'_>,
-    n_experts: usize,
-    hidden: usize,
-    xn: &[f32],
-    n: usize,
-    k: usize,
-    renormalise: bool,
-    mode: RoutingMode,
-    rng: &mut Rng,
-) -> Routes {
-    let mut logits = vec![0f32; n * n_experts];
-    kernels::matmul(w, n_experts, hidden, xn, n, &mut logits);
-    let mut routes = Routes { k, experts: Vec::with_capacity(n * k), weights: Vec::with_capacity(n * k) };
+/// Router logits `out` ([n, n_experts]) of the n rows of `xn` ([n, hidden]) with router `w`
+/// ([n_experts, hidden]).
+pub fn logits(w: Mat<'_>, n_experts: usize, hidden: usize, xn: &[f32], n: usize, out: &mut Vec<f32>) {
+    out.resize(n * n_experts, 0.0);
+    kernels::matmul(w, n_experts, hidden, xn, n, out);
+}
+
+/// How one sequence chooses its experts.
+pub struct Choice<'r> {
+    pub k: usize,
+    /// Renormalise the weights over the chosen experts (else the full-softmax probabilities).
+    pub renormalise: bool,
+    pub mode: RoutingMode,
+    /// The sequence's RNG (Gumbel noise).
+    pub rng: &'r mut Rng,
+}
+
+/// Choose experts for each row of `logits` ([rows, n_experts]) and append the rows to `routes`.
+pub fn select(logits: &[f32], n_experts: usize, choice: &mut Choice<'_>, routes: &mut Routes) {
+    let k = choice.k;
     let mut order: Vec<usize> = Vec::with_capacity(n_experts);
     let mut keys = vec![0f32; n_experts];
-    for t in 0..n {
-        let l = &logits[t * n_experts..(t + 1) * n_experts];
-        let mut probs = l.to_vec();
+    let mut probs = vec![0f32; n_experts];
+    for l in logits.chunks_exact(n_experts) {
+        probs.copy_from_slice(l);
         kernels::softmax(&mut probs);
-        match mode {
+        match choice.mode {
             RoutingMode::TopK => keys.copy_from_slice(&probs),
             RoutingMode::Gumbel => {
                 for (key, &li) in keys.iter_mut().zip(l) {
-                    let u = rng.next_open01();
+                    let u = choice.rng.next_open01();
                     *key = li + (-(-u.ln()).ln()) as f32;
                 }
             }
@@ -81,16 +113,17 @@ pub fn route(
         // Largest key first; equal keys keep the lower index first (stable sort).
         order.sort_by(|&a, &b| keys[b].partial_cmp(&keys[a]).unwrap_or(std::cmp::Ordering::Equal));
         let chosen = &order[..k];
-        if renormalise {
+        if choice.renormalise {
             // Softmax over the chosen logits, max taken over the chosen ones.
             let m = chosen.iter().map(|&e| l[e]).fold(f32::NEG_INFINITY, f32::max);
-            let ex: Vec<f32> = chosen.iter().map(|&e| (l[e] - m).exp()).collect();
-            let s: f32 = ex.iter().sum();
-            routes.weights.extend(ex.iter().map(|v| v / s));
+            let at = routes.weights.len();
+            routes.weights.extend(chosen.iter().map(|&e| (l[e] - m).exp()));
+            let s: f32 = routes.weights[at..].iter().sum();
+            routes.weights[at..].iter_mut().for_each(|v| *v /= s);
         } else {
             routes.weights.extend(chosen.iter().map(|&e| probs[e]));
         }
         routes.experts.extend(chosen.iter().map(|&e| e as u32));
+        routes.start.push(routes.experts.len());
     }
-    routes
 }

@@ -1,0 +1,106 @@
+//! `colibri_infer_batch`: one forward step over several sessions of one model (continuous
+//! batching). Each session gets what `colibri_infer` on it alone would give; the weights are
+//! read once for all of them.
+
+use super::handle::*;
+use super::model::colibri_model;
+use super::panic::{guard, Failure};
+use super::session::colibri_session;
+use super::status::*;
+use crate::forward::{forward_batch, ForwardOptions, Input, Sequence};
+use std::sync::Arc;
+
+fn invalid(msg: String) -> Failure {
+    Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, msg)
+}
+
+/// Run one forward step over `n_sessions` sessions of `model` together: session i gets the
+/// `n_tokens[i]` (≥ 1) new ids at `tokens[i]` — one for decoding, more for a prompt chunk —
+/// appended to its KV cache. The logits go to `logits_out` (`logits_len` floats), session after
+/// session in array order: each session's last-position logits (vocab_size floats), or with
+/// its `all_logits` every new position's (n_tokens[i]·vocab_size). Each session keeps its own
+/// options (routing mode, seed, moe_top_k, all_logits) and its route callback is called after
+/// the step, session after session.
+///
+/// Checks, in this order, before anything changes (a failed call leaves every session as it
+/// was): `model` (NULL_ARGUMENT); `n_sessions` 0 (INVALID_ARGUMENT); `sessions`, `tokens`,
+/// `n_tokens` (NULL_ARGUMENT); for each i: `sessions[i]` NULL (NULL_ARGUMENT), repeated in the
+/// array or made on another model handle (INVALID_ARGUMENT), `tokens[i]` NULL while
+/// n_tokens[i] > 0 (NULL_ARGUMENT), a negative id or `n_tokens[i]` 0 (INVALID_ARGUMENT);
+/// `logits_out` (NULL_ARGUMENT; BUFFER_TOO_SMALL when shorter than the sum above); then each
+/// session's ids (INVALID_ARGUMENT for an id outside the vocabulary) and context
+/// (CONTEXT_FULL). The last error message names the failing index. The sessions must not be
+/// used by other threads during the call; the model may be.
+///
+/// # Safety
+/// `sessions`, `tokens` and `n_tokens` readable for n_sessions elements; `tokens[i]` readable
+/// for n_tokens[i] ints; `logits_out` writable for logits_len floats.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_infer_batch(
+    model: *const colibri_model,
+    sessions: *const *mut colibri_session,
+    tokens: *const *const i32,
+    n_tokens: *const usize,
+    n_sessions: usize,
+    logits_out: *mut f32,
+    logits_len: usize,
+) -> colibri_status {
+    guard(|| {
+        let m = borrow(model, "model")?;
+        if n_sessions == 0 {
+            return Err(invalid("n_sessions is 0: at least one session is needed".into()));
+        }
+        let handles = slice(sessions, n_sessions, "sessions")?;
+        let token_ptrs = slice(tokens, n_sessions, "tokens")?;
+        let counts = slice(n_tokens, n_sessions, "n_tokens")?;
+        let vocab = m.model.config().vocab_size;
+        let mut ids = Vec::with_capacity(n_sessions);
+        let mut need = 0usize;
+        for (i, &h) in handles.iter().enumerate() {
+            let s = borrow(h as *const colibri_session, &format!("sessions[{i}]"))?;
+            if let Some(j) = handles[..i].iter().position(|&o| o == h) {
+                return Err(invalid(format!("sessions[{j}] and sessions[{i}] are the same session")));
+            }
+            if !Arc::ptr_eq(&s.model, &m.model) {
+                return Err(invalid(format!("sessions[{i}] was made on another model handle")));
+            }
+            let t = token_ids(token_ptrs[i], counts[i], &format!("tokens[{i}]"))?;
+            if t.is_empty() {
+                return Err(invalid(format!("n_tokens[{i}] is 0")));
+            }
+            need = need.saturating_add(if s.all_logits { t.len() } else { 1 }.saturating_mul(vocab));
+            ids.push(t);
+        }
+        let logits = slice_mut(logits_out, logits_len, "logits_out")?;
+        if logits.len() < need {
+            return Err(Failure::new(
+                COLIBRI_STATUS_BUFFER_TOO_SMALL,
+                format!("logits_len is {} floats; this batch needs {need}", logits.len()),
+            ));
+        }
+        // SAFETY: every pointer is non-NULL, live (the caller's contract) and distinct (checked
+        // above), so these exclusive borrows do not alias.
+        let mut ss: Vec<&mut colibri_session> = handles.iter().map(|&h| unsafe { &mut *h }).collect();
+        for s in ss.iter_mut() {
+            s.begin_trace();
+        }
+        let mut batch: Vec<Sequence<'_>> = ss
+            .iter_mut()
+            .zip(&ids)
+            .map(|(s, t)| {
+                let opts = ForwardOptions { logits: s.logits_mode(), routing: s.routing };
+                Sequence { session: &mut s.session, input: Input::Tokens(t), opts }
+            })
+            .collect();
+        forward_batch(&m.model, &mut batch)?;
+        drop(batch);
+        let mut at = 0;
+        for s in ss.iter_mut() {
+            let out = s.session.logits();
+            logits[at..at + out.len()].copy_from_slice(out);
+            at += out.len();
+            s.report_routes();
+        }
+        Ok(())
+    })
+}
