@@ -569,7 +569,7 @@ fn c08_duplicate_metadata_key() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 9. Unknown dtype id (float ids 3..=15 reserved, 16.. quantised: none readable today).
+// 9. Unknown dtype id (float ids 3..=15 reserved; 16 q8 and 17 q4 known, 18.. reserved).
 
 #[test]
 fn c09_dtype_3() {
@@ -578,9 +578,15 @@ fn c09_dtype_3() {
 }
 
 #[test]
-fn c09_dtype_16() {
-    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 16);
-    expect_open_err("dtype 16", &b, "unknown_dtype", &["layers.1.moe.experts.down", "dtype id 16"]);
+fn c09_dtype_18_the_first_unknown_block_type() {
+    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 18);
+    expect_open_err("dtype 18", &b, "unknown_dtype", &["layers.1.moe.experts.down", "dtype id 18"]);
+}
+
+#[test]
+fn c09_dtype_100() {
+    let b = rec32("layers.0.attn.o", R_DTYPE, 100);
+    expect_open_err("dtype 100", &b, "unknown_dtype", &["layers.0.attn.o", "dtype id 100"]);
 }
 
 #[test]

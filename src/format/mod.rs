@@ -72,16 +72,18 @@
 //! read by [`parse`]; checksums, padding and NaN scans of the data are done by the full validation.
 
 mod dtype;
+mod finite;
 mod header;
 mod metadata;
 mod parse;
 mod table;
 mod writer;
 
-pub use dtype::DType;
+pub use dtype::{DType, GROUP};
+pub use finite::{find_nonfinite as find_nonfinite_in, NonFinite};
 pub use header::{Header, HEADER_SIZE, MAGIC, RESERVED_OFFSET, VERSION};
 pub use metadata::{MetaEntry, MetaKind, MAX_META_ENTRIES, MAX_META_KEY};
-pub use parse::{find_nonfinite as find_nonfinite_in, parse, verify_data, verify_data_with, ParsedFile};
+pub use parse::{parse, verify_data, verify_data_with, ParsedFile};
 pub use table::{TensorKind, TensorRecord, MAX_NAME_LEN, MAX_NDIM, RECORD_SIZE};
 pub use writer::{FileWriter, PlannedTensor, WriteSummary};
 

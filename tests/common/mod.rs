@@ -6,6 +6,7 @@
 use colibri::format::{
     self, DType, FileWriter, Header, MetaKind, PlannedTensor, TensorKind, TensorRecord, HEADER_SIZE, RECORD_SIZE,
 };
+use colibri::kernels::quant;
 use colibri::model::{tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, Role, Rope, RopeScaling};
 use colibri::{Error, LoadOptions, Model};
 use std::path::{Path, PathBuf};
@@ -181,13 +182,24 @@ fn fill_values(n: usize, seed: u64, out: &mut Vec<f32>) {
     }));
 }
 
-fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size() as usize);
-    for &v in values {
-        match dtype {
-            DType::F32 => out.extend_from_slice(&v.to_le_bytes()),
-            DType::F16 => out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes()),
-            DType::BF16 => out.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),
+/// `values` stored as one matrix of `dtype` (block types: quantised by the reference quantiser).
+pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(dtype.bytes_for(values.len() as u64).unwrap_or(0) as usize);
+    match dtype {
+        DType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F16 => values.iter().for_each(|&v| out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
+        DType::BF16 => values.iter().for_each(|&v| out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes())),
+        DType::Q8 | DType::Q4 => {
+            let mut d = vec![0u16; values.len() / quant::QK];
+            if dtype == DType::Q8 {
+                let mut qs = vec![0i8; values.len()];
+                quant::quantize_row_q8(values, &mut qs, &mut d);
+                out.extend(qs.iter().map(|&q| q as u8));
+            } else {
+                out.resize(values.len() / 2, 0);
+                quant::quantize_row_q4(values, &mut out, &mut d);
+            }
+            d.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
         }
     }
     out
@@ -210,7 +222,10 @@ pub fn write_file(path: &Path, spec: &FileSpec) -> Vec<u8> {
         } else {
             fill_values(n, i as u64 + 1, &mut values);
         }
-        w.tensor(&t.name, &encode(t.dtype, &values)).expect("write tensor");
+        // Each expert of a stack is its own matrix (for block types: its quants, then its scales).
+        let units = if t.kind == TensorKind::Experts { t.shape[0] as usize } else { 1 };
+        let bytes: Vec<u8> = values.chunks(n / units).flat_map(|u| encode(t.dtype, u)).collect();
+        w.tensor(&t.name, &bytes).expect("write tensor");
     }
     w.finish().expect("finish test file");
     std::fs::read(path).expect("read back test file")
