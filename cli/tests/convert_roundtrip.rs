@@ -155,7 +155,7 @@ fn check_tensor(name: &str, src_dtype: Dtype, src: &[u8], out_dtype: DType, out:
         return;
     }
     let n = src.len() / elem_size(src_dtype);
-    assert_eq!(out.len(), n * out_dtype.size() as usize, "{name}: element count");
+    assert_eq!(Some(out.len() as u64), out_dtype.bytes_for(n as u64), "{name}: element count");
     for i in 0..n {
         let x = to_f32(src_dtype, &src[i * elem_size(src_dtype)..]);
         match out_dtype {
@@ -177,6 +177,7 @@ fn check_tensor(name: &str, src_dtype: Dtype, src: &[u8], out_dtype: DType, out:
                     assert!(err <= (n - x).abs(), "{name}[{i}]: {x} badly rounded to {y} (neighbour {n} is closer)");
                 }
             }
+            DType::Q8 | DType::Q4 => panic!("{name}: converted without --quantize but stored as {out_dtype}"),
         }
     }
 }
