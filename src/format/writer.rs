@@ -387,4 +387,22 @@ mod tests {
         assert_eq!(p.header.routing_offset, p.tensor("r").unwrap().data_offset);
         crate::format::verify_data(&bytes, &p).unwrap();
     }
+
+    #[test]
+    fn block_tensors_get_their_group_and_bad_block_shapes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.colibri");
+        let q = |shape: Vec<u64>, kind| vec![PlannedTensor { name: "w".into(), dtype: DType::Q4, shape, kind }];
+        for (shape, kind, why) in [
+            (vec![64], TensorKind::Plain, "2-D matrix"),
+            (vec![4, 48], TensorKind::Plain, "row length 48"),
+            (vec![2, 4, 48], TensorKind::Experts, "row length 48"),
+        ] {
+            let e = FileWriter::create(&path, 1, 2, 1, &[], q(shape, kind)).err().expect("refused");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let w = FileWriter::create(&path, 1, 2, 1, &[], q(vec![2, 3, 64], TensorKind::Experts)).unwrap();
+        let r = &w.records()[0];
+        assert_eq!((r.group_size, r.unit_bytes(), r.expert_stride), (32, 3 * 64 / 2 + 3 * 2 * 2, 4096));
+    }
 }

@@ -7,7 +7,7 @@ use colibri::format::{
     self, DType, FileWriter, Header, MetaKind, PlannedTensor, TensorKind, TensorRecord, HEADER_SIZE, RECORD_SIZE,
 };
 use colibri::kernels::quant;
-use colibri::model::{tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, Role, Rope, RopeScaling};
+use colibri::model::{tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, QuantClass, Role, Rope, RopeScaling};
 use colibri::{Error, LoadOptions, Model};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -113,6 +113,44 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         eos_token_ids: vec![2],
         pad_token_id: None,
     }
+}
+
+/// The tiny model of the block-quantised cases: every row length a multiple of 32 (hidden 32,
+/// expert, shared-expert and dense FFN 32, 4 heads of 8 with 1 KV head, vocab 32), layer 0 MoE
+/// with a gated shared expert, layer 1 dense — so every quantisable class is present.
+pub fn quant_config() -> Config {
+    let mut c = sized_config(32, 32, 4, 32);
+    c.moe.shared_expert_ffn = 32;
+    c.moe.shared_expert_gate = true;
+    c.dense_ffn = 32;
+    c.layers[1].moe = false;
+    c
+}
+
+/// `quant_config`'s file: expert stacks q4, the other quantisable matrices q8, the rest f32.
+pub fn quant_spec() -> FileSpec {
+    let config = quant_config();
+    let mut spec = FileSpec::new(&config, DType::F32);
+    for (t, s) in spec.plan.iter_mut().zip(tensor_specs(&config)) {
+        t.dtype = match s.quant {
+            Some(QuantClass::Experts) => DType::Q4,
+            Some(_) => DType::Q8,
+            None => DType::F32,
+        };
+    }
+    spec
+}
+
+/// The valid block-quantised model of `quant_spec` (built once per test binary).
+pub fn quant_base() -> &'static [u8] {
+    static BASE: OnceLock<Vec<u8>> = OnceLock::new();
+    BASE.get_or_init(|| build(&quant_spec()))
+}
+
+/// The layout of `quant_base()`.
+pub fn quant_layout() -> &'static Layout {
+    static L: OnceLock<Layout> = OnceLock::new();
+    L.get_or_init(|| Layout::of(quant_base()))
 }
 
 /// A small but valid tokenizer.json-shaped blob (only its JSON validity matters to the loader).
