@@ -279,6 +279,47 @@ fn dequantize_writes_the_dequantised_values_and_copies_everything_else() {
     }
 }
 
+#[test]
+fn inspect_and_dump_show_block_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.colibri");
+    convert(&fixture("qwen2_moe_shared"), &out, &["--quantize", "w4a16", "--quantize-only", "experts"]);
+    let o = colibri(&["inspect", s(&out), "--json"]);
+    assert!(o.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = r["tensors"].as_array().unwrap().iter().find(|t| t["name"] == "layers.1.moe.experts.gate").unwrap();
+    assert_eq!(
+        (t["dtype"].as_str(), t["group_size"].as_u64(), t["bits_per_weight"].as_f64()),
+        (Some("q4"), Some(32), Some(4.5))
+    );
+    let by_dtype = r["weights"]["by_dtype"].as_array().unwrap();
+    let q4 = by_dtype.iter().find(|d| d["dtype"] == "q4").expect("q4 in the weights summary");
+    assert_eq!(q4["bits_per_weight"].as_f64(), Some(4.5));
+    let total: u64 = by_dtype.iter().map(|d| d["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(r["weights"]["bytes"].as_u64(), Some(total));
+    assert_eq!(r["provenance"]["quantization"]["scheme"], "w4a16");
+    assert_eq!(r["provenance"]["quantization"]["classes"], serde_json::json!(["experts"]));
+    let text = String::from_utf8(colibri(&["inspect", s(&out)]).stdout).unwrap();
+    assert!(
+        text.lines().any(|l| l.starts_with("weights") && l.contains("q4") && l.contains("bits per weight")),
+        "{text}"
+    );
+
+    let o = colibri(&["dump", s(&out), "--tensor", "moe.experts.up", "--layer", "1", "--expert", "3", "--rows", "2"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(o.status.success() && text.starts_with("layers.1.moe.experts.up: q4 [16, 64]"), "{text}");
+    let model = open(&out, true);
+    let row = model.tensor("layers.1.moe.experts.up").unwrap().expert(3).unwrap().row_f32(1).unwrap();
+    let shown: Vec<f32> = text.lines().nth(2).unwrap()["[1] [".len()..]
+        .split(", ")
+        .take(8)
+        .map(|v| v.trim_end_matches(']').parse().unwrap())
+        .collect();
+    for (a, b) in shown.iter().zip(&row) {
+        assert!((a - b).abs() < 1e-6, "dump shows {a}, the view holds {b}");
+    }
+}
+
 /// Teacher-forced logits of `ids` at every position.
 fn logits(model: &Model, ids: &[u32]) -> Vec<f32> {
     let mut s = Session::new(model.config(), &SessionOptions { n_ctx: ids.len(), ..Default::default() }).unwrap();
