@@ -63,6 +63,8 @@ pub enum Error {
     Metadata { key: String, reason: String },
     /// A tensor holds NaN or Inf values.
     NonFinite { tensor: String, index: u64 },
+    /// A block-quantised tensor holds a NaN or Inf block scale (block index, gaps not counted).
+    NonFiniteScale { tensor: String, block: u64 },
     /// A tensor's checksum does not match its data.
     Checksum { tensor: String, expected: u64, found: u64 },
     /// A caller passed an invalid argument.
@@ -102,7 +104,7 @@ impl Error {
             Error::BadConfig { .. } => "bad_config",
             Error::HeaderMismatch { .. } => "header_mismatch",
             Error::Metadata { .. } => "metadata",
-            Error::NonFinite { .. } => "non_finite",
+            Error::NonFinite { .. } | Error::NonFiniteScale { .. } => "non_finite",
             Error::Checksum { .. } => "checksum",
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::Unsupported { .. } => "unsupported",
@@ -178,6 +180,9 @@ impl fmt::Display for Error {
             Error::Metadata { key, reason } => write!(f, "metadata '{key}': {reason}"),
             Error::NonFinite { tensor, index } => {
                 write!(f, "tensor '{tensor}' holds a NaN or Inf value at element {index}")
+            }
+            Error::NonFiniteScale { tensor, block } => {
+                write!(f, "tensor '{tensor}' holds a NaN or Inf quantisation scale in block {block}")
             }
             Error::Checksum { tensor, expected, found } => {
                 write!(f, "checksum mismatch in tensor '{tensor}': recorded {expected:016x}, data gives {found:016x}")

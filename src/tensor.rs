@@ -1,7 +1,9 @@
 //! Typed, zero-copy views of tensors borrowed from a mapping. A view is a record (dtype, shape,
-//! expert stride) plus the bytes it covers; it never copies weights.
+//! expert stride) plus the bytes it covers; it never copies weights. Block-quantised views are
+//! read as `kernels::quant` matrices (and dequantised only by the f32 accessors for tools).
 
 use crate::format::{DType, TensorKind, TensorRecord};
+use crate::kernels::quant::{self, Q4, Q8};
 use half::{bf16, f16};
 
 /// A borrowed tensor.
@@ -17,12 +19,33 @@ pub struct TensorView<'a> {
     pub bytes: &'a [u8],
 }
 
-/// Element data of a float view, typed.
+/// Element data of a view, typed. A block-quantised view that is not one matrix (a whole
+/// expert stack, whose bytes include the gaps) gives an empty block matrix.
 #[derive(Clone, Copy, Debug)]
 pub enum Elements<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     BF16(&'a [bf16]),
+    Q8(Q8<'a>),
+    Q4(Q4<'a>),
+}
+
+impl Elements<'_> {
+    /// Number of elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            Elements::F32(x) => x.len(),
+            Elements::F16(x) => x.len(),
+            Elements::BF16(x) => x.len(),
+            Elements::Q8(m) => m.qs.len(),
+            Elements::Q4(m) => m.qs.len() * 2,
+        }
+    }
+
+    /// True when no element is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl<'a> TensorView<'a> {
@@ -54,7 +77,7 @@ impl<'a> TensorView<'a> {
         if self.kind != TensorKind::Experts || e >= self.n_experts() {
             return None;
         }
-        let unit = (self.shape[1] * self.shape[2] * self.dtype.size()) as usize;
+        let unit = usize::try_from(self.dtype.bytes_for(self.shape[1].checked_mul(self.shape[2])?)?).ok()?;
         let start = e * self.expert_stride;
         Some(TensorView {
             name: self.name,
@@ -80,7 +103,12 @@ impl<'a> TensorView<'a> {
         *self.shape.last().unwrap_or(&1) as usize
     }
 
-    /// The elements, typed (plain tensors and single experts; stacks include their gaps).
+    /// Elements of the matrix (product of the shape).
+    fn matrix_elements(&self) -> usize {
+        self.shape.iter().product::<u64>() as usize
+    }
+
+    /// The elements, typed (plain tensors and single experts; float stacks include their gaps).
     pub fn elements(&self) -> Elements<'a> {
         // Data offsets are multiples of 64 and mappings are page-aligned, so these casts are
         // aligned; `align_to` keeps this safe even if that ever stopped holding (empty prefix).
@@ -88,15 +116,24 @@ impl<'a> TensorView<'a> {
             DType::F32 => Elements::F32(cast(self.bytes)),
             DType::F16 => Elements::F16(cast(self.bytes)),
             DType::BF16 => Elements::BF16(cast(self.bytes)),
+            DType::Q8 => {
+                Elements::Q8(Q8::from_bytes(self.bytes, self.matrix_elements()).unwrap_or(Q8 { qs: &[], d: &[] }))
+            }
+            DType::Q4 => {
+                Elements::Q4(Q4::from_bytes(self.bytes, self.matrix_elements()).unwrap_or(Q4 { qs: &[], d: &[] }))
+            }
         }
     }
 
     /// The elements as a kernel matrix operand (plain tensors and single experts).
     pub fn mat(&self) -> crate::kernels::Mat<'a> {
-        match self.dtype {
-            DType::F32 => crate::kernels::Mat::F32(cast(self.bytes)),
-            DType::F16 => crate::kernels::Mat::F16(cast(self.bytes)),
-            DType::BF16 => crate::kernels::Mat::BF16(cast(self.bytes)),
+        use crate::kernels::Mat;
+        match self.elements() {
+            Elements::F32(x) => Mat::F32(x),
+            Elements::F16(_) => Mat::F16(cast(self.bytes)),
+            Elements::BF16(_) => Mat::BF16(cast(self.bytes)),
+            Elements::Q8(m) => Mat::Q8(m),
+            Elements::Q4(m) => Mat::Q4(m),
         }
     }
 
@@ -108,16 +145,31 @@ impl<'a> TensorView<'a> {
         }
     }
 
+    /// Elements `start .. start + out.len()` (row-major, of a plain tensor or single expert)
+    /// converted to f32 into `out`; block types are dequantised, so both bounds must then be
+    /// multiples of the group. `None` when the range is outside the tensor or not whole blocks.
+    pub fn read_f32(&self, start: usize, out: &mut [f32]) -> Option<()> {
+        let end = start.checked_add(out.len())?;
+        let elements = self.elements();
+        if end > elements.len() {
+            return None;
+        }
+        let whole_blocks = start % quant::QK == 0 && out.len() % quant::QK == 0;
+        match elements {
+            Elements::F32(x) => out.copy_from_slice(&x[start..end]),
+            Elements::F16(x) => out.iter_mut().zip(&x[start..end]).for_each(|(o, v)| *o = v.to_f32()),
+            Elements::BF16(x) => out.iter_mut().zip(&x[start..end]).for_each(|(o, v)| *o = v.to_f32()),
+            Elements::Q8(m) => quant::dequantize_q8(m, start, whole_blocks.then_some(out)?),
+            Elements::Q4(m) => quant::dequantize_q4(m, start, whole_blocks.then_some(out)?),
+        }
+        Some(())
+    }
+
     /// Row `r` of a 2-D view converted to f32 (for tools and tests; not a hot path).
     pub fn row_f32(&self, r: usize) -> Option<Vec<f32>> {
-        let cols = self.cols();
-        let start = r.checked_mul(cols)?;
-        let end = start.checked_add(cols)?;
-        Some(match self.elements() {
-            Elements::F32(x) => x.get(start..end)?.to_vec(),
-            Elements::F16(x) => x.get(start..end)?.iter().map(|v| v.to_f32()).collect(),
-            Elements::BF16(x) => x.get(start..end)?.iter().map(|v| v.to_f32()).collect(),
-        })
+        let mut row = vec![0f32; self.cols()];
+        self.read_f32(r.checked_mul(self.cols())?, &mut row)?;
+        Some(row)
     }
 
     /// All elements converted to f32, experts of a stack concatenated without their gaps.
@@ -125,10 +177,10 @@ impl<'a> TensorView<'a> {
         if self.kind == TensorKind::Experts {
             return (0..self.n_experts()).filter_map(|e| self.expert(e)).flat_map(|v| v.to_f32_vec()).collect();
         }
-        match self.elements() {
-            Elements::F32(x) => x.to_vec(),
-            Elements::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
-            Elements::BF16(x) => x.iter().map(|v| v.to_f32()).collect(),
+        let mut all = vec![0f32; self.elements().len()];
+        match self.read_f32(0, &mut all) {
+            Some(()) => all,
+            None => Vec::new(),
         }
     }
 }

@@ -569,7 +569,7 @@ fn c08_duplicate_metadata_key() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 9. Unknown dtype id (float ids 3..=15 reserved, 16.. quantised: none readable today).
+// 9. Unknown dtype id (float ids 3..=15 reserved; 16 q8 and 17 q4 known, 18.. reserved).
 
 #[test]
 fn c09_dtype_3() {
@@ -578,9 +578,15 @@ fn c09_dtype_3() {
 }
 
 #[test]
-fn c09_dtype_16() {
-    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 16);
-    expect_open_err("dtype 16", &b, "unknown_dtype", &["layers.1.moe.experts.down", "dtype id 16"]);
+fn c09_dtype_18_the_first_unknown_block_type() {
+    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 18);
+    expect_open_err("dtype 18", &b, "unknown_dtype", &["layers.1.moe.experts.down", "dtype id 18"]);
+}
+
+#[test]
+fn c09_dtype_100() {
+    let b = rec32("layers.0.attn.o", R_DTYPE, 100);
+    expect_open_err("dtype 100", &b, "unknown_dtype", &["layers.0.attn.o", "dtype id 100"]);
 }
 
 #[test]
@@ -1379,4 +1385,159 @@ fn hdr_router_demoted_to_plain() {
     // A router stored as a plain tensor: the header's router count no longer matches the table.
     let b = rec32("layers.1.moe.router", R_KIND, kind_id(TensorKind::Plain));
     expect_open_err("router as plain", &b, "header_mismatch", &["num_moe_layers = 2", "(1)"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 22. Block-quantised tensors (q8 = dtype 16, q4 = dtype 17, group 32): records, layout, scales,
+//     and which tensors may be quantised. The base is `quant_base()`: expert stacks q4, the
+//     other quantisable matrices q8, everything else f32.
+
+/// The valid quantised base file with `f` applied.
+fn qpatched(f: impl FnOnce(&mut Vec<u8>, &Layout)) -> Vec<u8> {
+    let mut b = quant_base().to_vec();
+    f(&mut b, quant_layout());
+    b
+}
+
+/// A quantised-spec file with tensor `name` stored as `dtype`.
+fn quant_file_with(name: &str, dtype: DType) -> Vec<u8> {
+    let mut spec = quant_spec();
+    spec.tensor(name).dtype = dtype;
+    build(&spec)
+}
+
+/// Absolute offset of the f16 scale of block `block` of expert `expert` (0 for plain tensors).
+fn scale_at(l: &Layout, name: &str, expert: usize, block: usize) -> usize {
+    let t = l.record(name);
+    let quants = t.unit_elements() as usize / if t.dtype == DType::Q8 { 1 } else { 2 };
+    t.data_offset as usize + expert * t.expert_stride as usize + quants + 2 * block
+}
+
+#[test]
+fn q00_quantised_base_file_is_valid_and_reads_back() {
+    let s = Scratch::new();
+    let path = s.write("q.colibri", quant_base());
+    for (mode, mmap) in MODES {
+        let m = open(&path, mmap).unwrap_or_else(|e| panic!("({mode}) quantised base rejected: {e}"));
+        m.verify().unwrap_or_else(|e| panic!("({mode}) quantised base fails verify: {e}"));
+        let q = m.tensor("layers.0.attn.q").unwrap();
+        assert_eq!((q.dtype, m.parsed().tensor("layers.0.attn.q").unwrap().group_size), (DType::Q8, 32));
+        assert_eq!(m.parsed().tensor("norm").unwrap().group_size, 0);
+        let stack = m.tensor("layers.0.moe.experts.down").unwrap();
+        assert_eq!(stack.dtype, DType::Q4);
+        let all = stack.to_f32_vec();
+        assert_eq!(all.len(), 4 * 32 * 32);
+        assert_eq!(stack.expert(2).unwrap().to_f32_vec(), all[2 * 1024..3 * 1024]);
+        assert_eq!(stack.expert(2).unwrap().row_f32(31).unwrap(), all[2 * 1024 + 31 * 32..3 * 1024]);
+        assert!(stack.expert(2).unwrap().row_f32(32).is_none());
+        assert!(all.iter().all(|v| v.is_finite() && v.abs() <= 0.13));
+    }
+}
+
+#[test]
+fn q01_unknown_block_dtype_ids() {
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.attn.q") + R_DTYPE, 18));
+    expect_open_err("q8 → id 18", &b, "unknown_dtype", &["layers.0.attn.q", "dtype id 18"]);
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.moe.experts.up") + R_DTYPE, 31));
+    expect_open_err("q4 → id 31", &b, "unknown_dtype", &["layers.0.moe.experts.up", "dtype id 31"]);
+}
+
+#[test]
+fn q02_group_size_mismatch() {
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.attn.q") + R_GROUP_SIZE, 0));
+    expect_open_err("q8 group 0", &b, "bad_shape", &["layers.0.attn.q", "group size 0 given for q8", "groups of 32"]);
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.moe.experts.gate") + R_GROUP_SIZE, 64));
+    expect_open_err("q4 group 64", &b, "bad_shape", &["layers.0.moe.experts.gate", "group size 64 given for q4"]);
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.1.ffn_norm") + R_GROUP_SIZE, 32));
+    expect_open_err("f32 group 32", &b, "bad_shape", &["layers.1.ffn_norm", "group size 32 given for float dtype f32"]);
+}
+
+#[test]
+fn q03_row_length_not_a_multiple_of_32() {
+    // Same element count (so the same byte length), rows of 16: only the row rule catches it.
+    let b = qpatched(|b, l| {
+        put_u64(b, l.rec("layers.0.attn.o") + R_DIMS, 64);
+        put_u64(b, l.rec("layers.0.attn.o") + R_DIMS + 8, 16);
+    });
+    expect_open_err("q8 [64, 16]", &b, "bad_shape", &["layers.0.attn.o", "row length 16", "q8 group size 32"]);
+    // A float file's [4, 16, 8] stack relabelled q4 (group 32).
+    let b = patched(|b, l| {
+        put_u32(b, l.rec("layers.1.moe.experts.down") + R_DTYPE, DType::Q4.id());
+        put_u32(b, l.rec("layers.1.moe.experts.down") + R_GROUP_SIZE, 32);
+    });
+    expect_open_err("q4 stack rows of 8", &b, "bad_shape", &["layers.1.moe.experts.down", "row length 8"]);
+}
+
+#[test]
+fn q04_a_block_tensor_must_be_a_matrix_or_a_stack() {
+    let b = qpatched(|b, l| {
+        put_u32(b, l.rec("norm") + R_DTYPE, DType::Q8.id());
+        put_u32(b, l.rec("norm") + R_GROUP_SIZE, 32);
+    });
+    expect_open_err("1-D q8 norm", &b, "bad_shape", &["'norm'", "2-D matrix or a 3-D expert stack", "1-D"]);
+}
+
+#[test]
+fn q05_byte_length_must_match_the_block_layout() {
+    // layers.0.attn.q is q8 [32, 32]: 1024 quants + 32 scales × 2 = 1088 bytes.
+    let b = qpatched(|b, l| put_u64(b, l.rec("layers.0.attn.q") + R_BYTE_LENGTH, 1024));
+    expect_open_err("q8 without scales", &b, "byte_length", &["layers.0.attn.q", "records 1024", "need 1088"]);
+    // q8 → q4 with the q8 length: q4 needs 512 + 64.
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.attn.q") + R_DTYPE, DType::Q4.id()));
+    expect_open_err("q4 with q8 length", &b, "byte_length", &["layers.0.attn.q", "records 1088", "need 576"]);
+    // A q4 stack relabelled q8: each expert needs 1088 bytes, not 576 (stride stays 4096).
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.moe.experts.gate") + R_DTYPE, DType::Q8.id()));
+    let (found, want) = ((3 * 4096 + 576).to_string(), (3 * 4096 + 1088).to_string());
+    expect_open_err("q8 with q4 stack length", &b, "byte_length", &["layers.0.moe.experts.gate", &found, &want]);
+}
+
+#[test]
+fn q06_nan_and_inf_scales_are_caught_by_verify() {
+    let cases: [(&str, usize, usize, u16, &str); 3] = [
+        ("layers.0.attn.q", 0, 3, 0x7E00, "block 3"),          // NaN, q8
+        ("layers.0.moe.experts.up", 2, 5, 0x7C00, "block 69"), // +Inf, q4 expert 2: 2·32 + 5
+        ("lm_head", 0, 0, 0xFC00, "block 0"),                  // −Inf, q8
+    ];
+    for (name, expert, block, bits, needle) in cases {
+        let b = qpatched(|b, l| {
+            let at = scale_at(l, name, expert, block);
+            b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+            fix_checksum(b, l, l.index(name));
+        });
+        expect_verify_err(&format!("scale {bits:#x} in {name}"), &b, "non_finite", &[name, needle, "scale"]);
+    }
+}
+
+#[test]
+fn q07_every_quant_value_is_valid_even_minus_128() {
+    // The quantiser never writes −128, but it is a valid i8 quant: accepted and read as −128·d.
+    let name = "layers.0.attn.k";
+    let b = qpatched(|b, l| {
+        b[l.data(name) + 5] = 0x80;
+        fix_checksum(b, l, l.index(name));
+    });
+    let s = Scratch::new();
+    let path = s.write("q.colibri", &b);
+    for (mode, mmap) in MODES {
+        let m = open(&path, mmap).unwrap_or_else(|e| panic!("({mode}) rejected: {e}"));
+        m.verify().unwrap_or_else(|e| panic!("({mode}) verify: {e}"));
+        let d = half::f16::from_bits(u16::from_le_bytes(
+            b[scale_at(quant_layout(), name, 0, 0)..][..2].try_into().unwrap(),
+        ));
+        assert_eq!(m.tensor(name).unwrap().row_f32(0).unwrap()[5], -128.0 * d.to_f32());
+    }
+}
+
+#[test]
+fn q08_routers_embeddings_and_the_shared_expert_gate_are_never_quantised() {
+    let cases = [
+        ("layers.0.moe.router", DType::Q8, "a router"),
+        ("tok_embeddings", DType::Q4, "the embedding table"),
+        ("layers.0.moe.shared_expert_gate", DType::Q8, "the shared expert gate"),
+    ];
+    for (name, dtype, what) in cases {
+        let b = quant_file_with(name, dtype);
+        let stored = format!("stored as {dtype}");
+        expect_open_err(&format!("{dtype} {name}"), &b, "tensor_mismatch", &[name, &stored, what]);
+    }
 }

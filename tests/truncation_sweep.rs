@@ -58,9 +58,7 @@ fn open_no_panic(path: &Path, mmap: bool, case: &str) -> colibri::Result<colibri
 /// The cuts are visited in increasing order and the scratch file only ever grows (each step
 /// appends the bytes up to the next cut), so no step truncates a file: on ext4, closing a file
 /// that was truncated to zero forces a flush, which made a rewrite-per-cut sweep I/O-bound.
-fn sweep(fixup: bool) -> (usize, BTreeMap<&'static str, usize>) {
-    let bytes = base();
-    let layout = base_layout();
+fn sweep(bytes: &[u8], layout: &Layout, fixup: bool) -> (usize, BTreeMap<&'static str, usize>) {
     let offsets = cut_offsets(layout, bytes.len());
     let s = Scratch::new();
     let path = s.write("cut.colibri", &[]);
@@ -92,7 +90,7 @@ fn sweep(fixup: bool) -> (usize, BTreeMap<&'static str, usize>) {
 #[test]
 fn every_truncated_prefix_is_rejected() {
     let t0 = Instant::now();
-    let (n, codes) = sweep(false);
+    let (n, codes) = sweep(base(), base_layout(), false);
     let data = base_layout().header.data_offset;
     eprintln!(
         "truncation sweep: {n} cuts ({data} in [0, data_offset), {} inside the data) × 2 modes, all rejected \
@@ -107,9 +105,26 @@ fn every_truncated_prefix_is_rejected() {
 }
 
 #[test]
+fn every_truncated_prefix_of_a_quantised_file_is_rejected() {
+    // The q8/q4 file: its records carry group sizes and block byte lengths, its stacks q4 experts.
+    let t0 = Instant::now();
+    for fixup in [false, true] {
+        let (n, codes) = sweep(quant_base(), quant_layout(), fixup);
+        eprintln!(
+            "quantised truncation sweep (fixup {fixup}): {n} cuts × 2 modes, all rejected in {:.2} s: {codes:?}",
+            t0.elapsed().as_secs_f64()
+        );
+        assert_eq!(codes.values().sum::<usize>(), 2 * n);
+        if fixup {
+            assert!(codes.get("truncated_data").copied().unwrap_or(0) > 0, "{codes:?}");
+        }
+    }
+}
+
+#[test]
 fn every_truncated_prefix_with_a_fixed_up_file_size_is_rejected() {
     let t0 = Instant::now();
-    let (n, codes) = sweep(true);
+    let (n, codes) = sweep(base(), base_layout(), true);
     eprintln!(
         "truncation sweep with file_size = cut: {n} cuts × 2 modes, all rejected in {:.2} s: {codes:?}",
         t0.elapsed().as_secs_f64()
@@ -155,11 +170,11 @@ struct FlipCounts {
 
 /// Flip `bits_of(offset)` at every offset of [0, data_offset), opening in `mmap` mode after each.
 fn flip_sweep(
+    bytes: &[u8],
+    layout: &Layout,
     mmap: bool,
     bits_of: impl Fn(usize) -> Vec<u8>,
 ) -> (BTreeMap<&'static str, FlipCounts>, Vec<(usize, String)>) {
-    let bytes = base();
-    let layout = base_layout();
     let s = Scratch::new();
     let path = s.write("flip.colibri", bytes);
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -235,7 +250,7 @@ fn assert_detected(by_region: &BTreeMap<&'static str, FlipCounts>, accepted: &[(
 fn bit_flips_in_header_and_table_never_panic_mmap() {
     // All 8 bits of every byte before the data.
     let t0 = Instant::now();
-    let (by_region, accepted) = flip_sweep(true, |_| (0..8).collect());
+    let (by_region, accepted) = flip_sweep(base(), base_layout(), true, |_| (0..8).collect());
     report_flips("mmap, 8 bits per byte", &by_region, &accepted, t0.elapsed().as_secs_f64());
     assert_detected(&by_region, &accepted);
 }
@@ -244,7 +259,25 @@ fn bit_flips_in_header_and_table_never_panic_mmap() {
 fn bit_flips_in_header_and_table_never_panic_read() {
     // All 8 bits of every byte before the data, reading the file instead of mapping it.
     let t0 = Instant::now();
-    let (by_region, accepted) = flip_sweep(false, |_| (0..8).collect());
+    let (by_region, accepted) = flip_sweep(base(), base_layout(), false, |_| (0..8).collect());
     report_flips("read, 8 bits per byte", &by_region, &accepted, t0.elapsed().as_secs_f64());
+    assert_detected(&by_region, &accepted);
+}
+
+#[test]
+fn bit_flips_in_a_quantised_file_never_panic() {
+    // All 8 bits of every byte of the q8/q4 file's header, metadata, table (dtype ids 16/17,
+    // group sizes) and names; one bit per byte of the zero padding before the data.
+    let t0 = Instant::now();
+    let l = quant_layout();
+    let names_end = (l.header.strings_offset + l.header.strings_size) as usize;
+    let bits = |off: usize| if off < names_end { (0..8).collect() } else { vec![0] };
+    let (by_region, accepted) = flip_sweep(quant_base(), l, true, bits);
+    report_flips(
+        "quantised, mmap, 8 bits per byte up to the data padding",
+        &by_region,
+        &accepted,
+        t0.elapsed().as_secs_f64(),
+    );
     assert_detected(&by_region, &accepted);
 }

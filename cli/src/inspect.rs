@@ -1,7 +1,8 @@
-//! `colibri inspect`: header, config, tokenizer summary, parameters, KV-cache size, expert
-//! layout and the tensor table — as text, or as one JSON object with `--json`.
+//! `colibri inspect`: header, config, tokenizer summary, parameters, KV-cache size, stored
+//! weight size and bits per weight (per dtype), expert layout and the tensor table — as text,
+//! or as one JSON object with `--json`.
 
-use colibri::format::TensorKind;
+use colibri::format::{TensorKind, TensorRecord};
 use colibri::{Error, LoadOptions, Model};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -44,6 +45,36 @@ fn tokenizer_summary(model: &Model) -> Value {
     })
 }
 
+/// Stored bits per element of a tensor (its matrices' bytes, without gaps or padding).
+fn bits_per_weight(t: &TensorRecord) -> f64 {
+    (t.unit_bytes() * t.units()) as f64 * 8.0 / t.elements().max(1) as f64
+}
+
+/// Weight bytes, element count and tensor count per dtype, and over the whole file.
+fn weights_summary(tensors: &[TensorRecord]) -> Value {
+    let mut by_dtype: Vec<(&str, u64, u64, u64)> = Vec::new();
+    for t in tensors {
+        let bytes = t.unit_bytes() * t.units();
+        match by_dtype.iter_mut().find(|d| d.0 == t.dtype.name()) {
+            Some(d) => {
+                d.1 += bytes;
+                d.2 += t.elements();
+                d.3 += 1;
+            }
+            None => by_dtype.push((t.dtype.name(), bytes, t.elements(), 1)),
+        }
+    }
+    let bpw = |bytes: u64, elements: u64| bytes as f64 * 8.0 / elements.max(1) as f64;
+    let (bytes, elements) = by_dtype.iter().fold((0, 0), |a, d| (a.0 + d.1, a.1 + d.2));
+    json!({
+        "bytes": bytes,
+        "bits_per_weight": bpw(bytes, elements),
+        "by_dtype": by_dtype.iter().map(|d| json!({
+            "dtype": d.0, "tensors": d.3, "elements": d.2, "bytes": d.1, "bits_per_weight": bpw(d.1, d.2),
+        })).collect::<Vec<_>>(),
+    })
+}
+
 fn report(model: &Model, file: &Path) -> Value {
     let c = model.config();
     let p = model.parsed();
@@ -56,6 +87,8 @@ fn report(model: &Model, file: &Path) -> Value {
             json!({
                 "name": t.name,
                 "dtype": t.dtype.name(),
+                "group_size": t.group_size,
+                "bits_per_weight": bits_per_weight(t),
                 "shape": t.shape,
                 "bytes": t.byte_length,
                 "offset": t.data_offset,
@@ -109,6 +142,7 @@ fn report(model: &Model, file: &Path) -> Value {
         "dense_layers": dense,
         "params": params.total,
         "active_params_per_token": params.active,
+        "weights": weights_summary(&p.tensors),
         "kv_cache_bytes_per_token": { "f32": c.kv_bytes_per_token(4), "f16": c.kv_bytes_per_token(2), "bf16": c.kv_bytes_per_token(2) },
         "tokenizer": tokenizer_summary(model),
         "chat_template_bytes": model.chat_template().map(|t| t.len()),
@@ -161,6 +195,28 @@ fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<(
         human_count(r["params"].as_u64().unwrap_or(0)),
         human_count(r["active_params_per_token"].as_u64().unwrap_or(0))
     )?;
+    let w = &r["weights"];
+    let dtypes: Vec<String> = w["by_dtype"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "{} {} tensors {} bytes {:.2} bpw",
+                d["dtype"].as_str().unwrap_or("?"),
+                d["tensors"],
+                d["bytes"],
+                d["bits_per_weight"].as_f64().unwrap_or(0.0)
+            )
+        })
+        .collect();
+    writeln!(
+        o,
+        "weights      {} bytes, {:.2} bits per weight ({})",
+        w["bytes"],
+        w["bits_per_weight"].as_f64().unwrap_or(0.0),
+        dtypes.join("; ")
+    )?;
     writeln!(
         o,
         "kv cache     {} bytes per token (f32), {} (f16/bf16)",
@@ -202,13 +258,14 @@ fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<(
         )?;
     }
     writeln!(o, "tensors")?;
-    writeln!(o, "  {:<32} {:<5} {:<18} {:>12} {:>12}", "name", "dtype", "shape", "bytes", "offset")?;
+    writeln!(o, "  {:<32} {:<5} {:>5} {:<18} {:>12} {:>12}", "name", "dtype", "bpw", "shape", "bytes", "offset")?;
     for t in r["tensors"].as_array().into_iter().flatten() {
         writeln!(
             o,
-            "  {:<32} {:<5} {:<18} {:>12} {:>12}",
+            "  {:<32} {:<5} {:>5.2} {:<18} {:>12} {:>12}",
             t["name"].as_str().unwrap_or(""),
             t["dtype"].as_str().unwrap_or(""),
+            t["bits_per_weight"].as_f64().unwrap_or(0.0),
             t["shape"].to_string(),
             t["bytes"].as_u64().unwrap_or(0),
             t["offset"].as_u64().unwrap_or(0)

@@ -3,6 +3,7 @@
 
 mod bench;
 mod convert;
+mod dequantize;
 mod dump;
 mod inspect;
 mod logits;
@@ -33,15 +34,34 @@ enum Command {
         /// Output .colibri file (written via a temp file and renamed on success).
         #[arg(short, long)]
         output: PathBuf,
-        /// Output dtype: f32, f16 or bf16 (default: keep each tensor's source dtype).
+        /// Dtype of the tensors left unquantised: f32, f16 or bf16 (default: keep each tensor's
+        /// source dtype).
         #[arg(long, value_parser = parse_dtype)]
         dtype: Option<colibri::format::DType>,
+        /// Block-quantise the attention, expert, shared-expert, dense MLP and lm_head matrices:
+        /// q8 (8-bit) or w4a16 (4-bit weights, stored as q4). Matrices whose rows are not a
+        /// multiple of 32 stay float (f16, or --dtype), with a warning.
+        #[arg(long, value_parser = convert::quantize::Scheme::parse)]
+        quantize: Option<convert::quantize::Scheme>,
+        /// Quantise only these classes (comma list of experts, shared, attn, mlp, lm_head).
+        #[arg(long, requires = "quantize", value_delimiter = ',', value_parser = convert::quantize::parse_class)]
+        quantize_only: Option<Vec<colibri::model::QuantClass>>,
         /// Attach this file's bytes as user metadata (read back with `inspect` and the API).
         #[arg(long)]
         user_metadata: Option<PathBuf>,
         /// Do not draw a progress bar.
         #[arg(long)]
         no_progress: bool,
+    },
+    /// Write a copy of a .colibri file with every q8/q4 tensor dequantised to a float dtype.
+    Dequantize {
+        input: PathBuf,
+        /// Output .colibri file (written via a temp file and renamed on success).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Dtype of the dequantised tensors: f16 (default), f32 or bf16.
+        #[arg(long, value_parser = parse_dtype, default_value = "f16")]
+        dtype: colibri::format::DType,
     },
     /// Show the header, config, tokenizer, parameters and tensor table of a .colibri file.
     Inspect {
@@ -104,17 +124,21 @@ enum Command {
     },
 }
 
+/// A float dtype name (block types are chosen with --quantize).
 fn parse_dtype(s: &str) -> Result<colibri::format::DType, String> {
-    colibri::format::DType::from_name(s).ok_or_else(|| format!("unknown dtype '{s}' (use f32, f16 or bf16)"))
+    colibri::format::DType::from_name(s)
+        .filter(|d| !d.is_quantized())
+        .ok_or_else(|| format!("unknown dtype '{s}' (use f32, f16 or bf16)"))
 }
 
 fn run(cli: Cli) -> Result<(), colibri::Error> {
     match cli.command {
-        Command::Convert { input, output, dtype, user_metadata, no_progress } => {
+        Command::Convert { input, output, dtype, quantize, quantize_only, user_metadata, no_progress } => {
             let args = convert::ConvertArgs {
                 input,
                 output,
                 dtype,
+                quantize: quantize.map(|scheme| convert::quantize::Quantize::new(scheme, quantize_only)),
                 user_metadata,
                 progress: !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             };
@@ -122,8 +146,13 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
             for w in &r.warnings {
                 eprintln!("warning: {w}");
             }
+            let quantised = match r.quant_dtype {
+                Some(d) => format!("; {} of {} tensors {d}", r.quantised, r.tensors),
+                None => String::new(),
+            };
             eprintln!(
-                "converted {}: {} params ({} active per token), {} layers, {} experts top-{} -> {} ({} bytes) in {:.2} s",
+                "converted {}: {} params ({} active per token), {} layers, {} experts top-{} -> {} ({} bytes, \
+                 {:.2} bits per weight{quantised}) in {:.2} s",
                 r.family,
                 inspect::human_count(r.params),
                 inspect::human_count(r.active),
@@ -132,7 +161,19 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
                 r.top_k,
                 r.output.display(),
                 r.bytes,
+                r.bits_per_weight,
                 r.seconds
+            );
+            Ok(())
+        }
+        Command::Dequantize { input, output, dtype } => {
+            let r = dequantize::run(&input, &output, dtype)?;
+            eprintln!(
+                "dequantized {} of {} tensors to {dtype} -> {} ({} bytes)",
+                r.dequantised,
+                r.tensors,
+                output.display(),
+                r.bytes
             );
             Ok(())
         }

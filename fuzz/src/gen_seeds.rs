@@ -1,13 +1,15 @@
 //! Writes the seed corpus: small, valid .colibri files covering every family and layout feature
-//! (dtypes incl. mixed, tied embeddings, q/k/v biases, shared expert + gate, per-head and full
-//! q/k norms, dense layers, sliding windows, every RoPE scaling, all metadata kinds).
+//! (dtypes incl. mixed and block-quantised q8/q4, tied embeddings, q/k/v biases, shared expert +
+//! gate, per-head and full q/k norms, dense layers, sliding windows, every RoPE scaling, all
+//! metadata kinds).
 //! Each file is opened and fully verified before the generator reports success.
 //!
 //!     cargo run --release --bin gen_seeds -- seeds/
 
-use colibri::format::{DType, FileWriter, MetaKind, PlannedTensor};
+use colibri::format::{DType, FileWriter, MetaKind, PlannedTensor, TensorKind};
+use colibri::kernels::quant;
 use colibri::model::{
-    tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, Role, Rope, RopeScaling,
+    tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, QuantClass, Role, Rope, RopeScaling, TensorSpec,
 };
 use colibri::{LoadOptions, Model};
 use std::path::Path;
@@ -15,8 +17,8 @@ use std::path::Path;
 struct Seed {
     name: &'static str,
     config: Config,
-    /// dtype of each tensor, by role.
-    dtype: fn(Role) -> DType,
+    /// dtype of each tensor.
+    dtype: fn(&TensorSpec) -> DType,
     extra_meta: Vec<(String, MetaKind, Vec<u8>)>,
 }
 
@@ -124,7 +126,7 @@ fn seeds() -> Vec<Seed> {
     out.push(Seed {
         name: "olmoe_mixed",
         config: c,
-        dtype: |r| match r {
+        dtype: |t| match t.role {
             Role::Norm => DType::F32,
             Role::Router => DType::F16,
             _ => DType::BF16,
@@ -139,23 +141,66 @@ fn seeds() -> Vec<Seed> {
     c.rope.scaling = RopeScaling::Dynamic { factor: 2.0, original_max_position_embeddings: 16 };
     out.push(Seed { name: "minimal_bf16", config: c, dtype: |_| DType::BF16, extra_meta: vec![] });
 
+    // Block-quantised: rows of 32 everywhere; expert stacks q4, the other quantisable matrices
+    // (attention, shared expert, dense MLP, lm_head) q8, the rest f16.
+    let mut c = base(Family::Qwen2Moe, 32, 32, moe(2), 4, 1, 8, 2, 1, 32);
+    c.layers[1].moe = false;
+    c.dense_ffn = 32;
+    c.moe.shared_expert_ffn = 32;
+    c.moe.shared_expert_gate = true;
+    out.push(Seed {
+        name: "qwen2_moe_q8_q4",
+        config: c,
+        dtype: |t| match t.quant {
+            Some(QuantClass::Experts) => DType::Q4,
+            Some(_) => DType::Q8,
+            None => DType::F16,
+        },
+        extra_meta: vec![],
+    });
+
     out
 }
 
-/// Deterministic small values; norms near 1.
-fn payload(dtype: DType, elements: u64, role: Role, seed: &mut u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity((elements * dtype.size()) as usize);
-    for _ in 0..elements {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let u = ((*seed >> 40) as f32) / (1u64 << 24) as f32 - 0.5;
-        let x = if role == Role::Norm { 1.0 + u * 0.1 } else { u * 0.2 };
-        match dtype {
-            DType::F32 => out.extend_from_slice(&x.to_le_bytes()),
-            DType::F16 => out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes()),
-            DType::BF16 => out.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+/// `values` as one stored matrix of `dtype` (block types: the reference quantisers).
+fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match dtype {
+        DType::F32 => values.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        DType::F16 => values.iter().for_each(|&x| out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes())),
+        DType::BF16 => values.iter().for_each(|&x| out.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())),
+        DType::Q8 | DType::Q4 => {
+            let mut d = vec![0u16; values.len() / quant::QK];
+            if dtype == DType::Q8 {
+                let mut qs = vec![0i8; values.len()];
+                quant::quantize_row_q8(values, &mut qs, &mut d);
+                out.extend(qs.iter().map(|&q| q as u8));
+            } else {
+                out.resize(values.len() / 2, 0);
+                quant::quantize_row_q4(values, &mut out, &mut d);
+            }
+            d.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
         }
     }
     out
+}
+
+/// Deterministic small values; norms near 1. Each expert of a stack is its own matrix.
+fn payload(p: &PlannedTensor, role: Role, seed: &mut u64) -> Vec<u8> {
+    let elements: u64 = p.shape.iter().product();
+    let values: Vec<f32> = (0..elements)
+        .map(|_| {
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = ((*seed >> 40) as f32) / (1u64 << 24) as f32 - 0.5;
+            if role == Role::Norm {
+                1.0 + u * 0.1
+            } else {
+                u * 0.2
+            }
+        })
+        .collect();
+    let units = if p.kind == TensorKind::Experts { p.shape[0] as usize } else { 1 };
+    values.chunks(values.len() / units).flat_map(|u| encode(p.dtype, u)).collect()
 }
 
 fn write(dir: &Path, s: &Seed) -> colibri::Result<u64> {
@@ -164,7 +209,7 @@ fn write(dir: &Path, s: &Seed) -> colibri::Result<u64> {
     let specs = tensor_specs(&s.config);
     let plan: Vec<PlannedTensor> = specs
         .iter()
-        .map(|t| PlannedTensor { name: t.name.clone(), dtype: (s.dtype)(t.role), shape: t.shape.clone(), kind: t.kind })
+        .map(|t| PlannedTensor { name: t.name.clone(), dtype: (s.dtype)(t), shape: t.shape.clone(), kind: t.kind })
         .collect();
     let mut meta = vec![("config".to_string(), MetaKind::Json, serde_json::to_vec(&s.config).expect("config JSON"))];
     meta.extend(s.extra_meta.iter().cloned());
@@ -173,8 +218,7 @@ fn write(dir: &Path, s: &Seed) -> colibri::Result<u64> {
         FileWriter::create(&path, c.n_layers as u32, c.moe.n_experts as u32, c.moe.top_k as u32, &meta, plan.clone())?;
     let mut rng = 0x5eed_u64;
     for (spec, p) in specs.iter().zip(&plan) {
-        let n: u64 = p.shape.iter().product();
-        w.tensor(&p.name, &payload(p.dtype, n, spec.role, &mut rng))?;
+        w.tensor(&p.name, &payload(p, spec.role, &mut rng))?;
     }
     let summary = w.finish()?;
     for mmap in [true, false] {

@@ -37,22 +37,23 @@
 //!     "config"        JSON   the model config (model::Config) — required
 //!     "tokenizer"     JSON   the HuggingFace tokenizer.json
 //!     "chat_template" text   the Jinja chat template
-//!     "provenance"    JSON   source directory name, converter version, date, dtype
+//!     "provenance"    JSON   source directory name, converter version, date, dtype, and the
+//!                            quantisation applied (scheme, dtype, group size, classes, tensors)
 //!     "user"          bytes  the user's metadata blob (`convert --user-metadata FILE`)
 //!   Unknown keys are kept and ignored (room for extensions).
 //!   zero padding up to table_offset.
 //!
 //! tensor table (at table_offset): tensor_count records of 96 bytes, in data order:
 //!   0   u32      name_offset   into the string table      4  u32  name_len (1..=256)
-//!   8   u32      dtype         0 F32, 1 F16, 2 BF16 (3..=15 reserved for float types,
-//!                              16.. for block-quantised types)
+//!   8   u32      dtype         0 F32, 1 F16, 2 BF16 (3..=15 reserved for float types),
+//!                              16 Q8, 17 Q4 (block-quantised; 18.. reserved)
 //!   12  u32      ndim          1..=4
 //!   16  u64[4]   dims          outermost first; unused dims are 0; used dims ≥ 1
 //!   48  u64      data_offset   absolute; multiple of 64 (4096 for expert stacks)
 //!   56  u64      byte_length
 //!   64  u64      expert_stride bytes between consecutive experts of an expert stack, else 0
 //!   72  u64      checksum      xxHash64 (seed 0) of the byte_length bytes at data_offset
-//!   80  u32      group_size    quantisation group (0 for float dtypes)
+//!   80  u32      group_size    elements per quantisation block: 32 for Q8/Q4, 0 for float dtypes
 //!   84  u32      kind          0 plain, 1 router, 2 expert stack
 //!   88  u64      reserved      0
 //!
@@ -65,23 +66,41 @@
 //!   starts at data_offset + e × expert_stride, expert_stride is a multiple of 4096, and
 //!   byte_length = expert_stride × (E − 1) + (bytes of one expert); the gap after each expert is zero.
 //!   Router tensors ([E, hidden]) come first, contiguously in layer order, starting at routing_offset.
+//!
+//! block-quantised tensors (Q8, Q4): a 2-D matrix [rows, cols] or an expert stack [E, rows, cols],
+//!   cols a multiple of 32. Each matrix (the tensor, or each expert of a stack at its 4096-aligned
+//!   stride) is self-contained: blocks of 32 consecutive elements of a row, each with one IEEE
+//!   binary16 scale d; all the quants first, then all the scales (block b of row r is block
+//!   r·cols/32 + b in both regions):
+//!     Q8: qs i8 [rows·cols]           value = d · q,        q ∈ [-127, 127] (-128 is accepted)
+//!         d  f16 [rows·cols/32]       bytes = n + n/16 for n = rows·cols   (8.5 bits per weight)
+//!     Q4: qs u8 [rows·cols/2]         value = d · (q − 8),  q ∈ [0, 15]
+//!         d  f16 [rows·cols/32]       bytes = n/2 + n/16                   (4.5 bits per weight)
+//!   Q4 packs a block's 32 nibbles into 16 bytes: byte j holds element j in its low nibble and
+//!   element j+16 in its high nibble. The reference quantisers and dequantisers are
+//!   `kernels::quant`. Only attention q/k/v/o, routed expert stacks, shared-expert gate/up/down,
+//!   dense MLP gate/up/down and lm_head may be quantised; routers, the shared expert gate, norms,
+//!   biases and the embedding table stay float.
 //! ```
 //!
 //! Validation order when opening: header (against the real file size) → section layout →
 //! metadata entries → tensor records and names → data layout. Nothing past the string table is
-//! read by [`parse`]; checksums, padding and NaN scans of the data are done by the full validation.
+//! read by [`parse`]; checksums, padding and NaN/Inf scans of the data (float elements and block
+//! scales) are done by the full validation.
 
 mod dtype;
+mod finite;
 mod header;
 mod metadata;
 mod parse;
 mod table;
 mod writer;
 
-pub use dtype::DType;
+pub use dtype::{DType, GROUP};
+pub use finite::{find_nonfinite as find_nonfinite_in, NonFinite};
 pub use header::{Header, HEADER_SIZE, MAGIC, RESERVED_OFFSET, VERSION};
 pub use metadata::{MetaEntry, MetaKind, MAX_META_ENTRIES, MAX_META_KEY};
-pub use parse::{find_nonfinite as find_nonfinite_in, parse, verify_data, verify_data_with, ParsedFile};
+pub use parse::{parse, verify_data, verify_data_with, ParsedFile};
 pub use table::{TensorKind, TensorRecord, MAX_NAME_LEN, MAX_NDIM, RECORD_SIZE};
 pub use writer::{FileWriter, PlannedTensor, WriteSummary};
 

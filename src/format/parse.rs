@@ -1,11 +1,12 @@
 //! Parsing a whole .colibri image: header → sections → metadata → tensor table → data layout,
 //! all checked against the real file length before any tensor byte is read. `verify_data` is the
-//! full scan (checksums, zero padding, NaN/Inf) used by `validate`.
+//! full scan (checksums, zero padding, NaN/Inf values and block scales) used by `validate`.
 
+use super::finite::find_nonfinite;
 use super::header::{Header, HEADER_SIZE};
 use super::metadata::{self, MetaEntry};
 use super::table::{TensorKind, TensorRecord, RECORD_SIZE};
-use super::{align_up, DType, EXPERT_ALIGN, MAX_METADATA_SIZE, MAX_STRINGS_SIZE, MAX_TENSORS};
+use super::{align_up, EXPERT_ALIGN, MAX_METADATA_SIZE, MAX_STRINGS_SIZE, MAX_TENSORS};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -201,22 +202,8 @@ fn check_routers(h: &Header, tensors: &[TensorRecord]) -> Result<()> {
     Ok(())
 }
 
-fn is_nonfinite(dtype: DType, chunk: &[u8]) -> bool {
-    match dtype {
-        DType::F32 => u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) & 0x7f80_0000 == 0x7f80_0000,
-        DType::F16 => u16::from_le_bytes([chunk[0], chunk[1]]) & 0x7c00 == 0x7c00,
-        DType::BF16 => u16::from_le_bytes([chunk[0], chunk[1]]) & 0x7f80 == 0x7f80,
-    }
-}
-
-/// First NaN/Inf element of `bytes` (elements of `dtype`), if any.
-pub fn find_nonfinite(dtype: DType, bytes: &[u8]) -> Option<u64> {
-    let size = dtype.size() as usize;
-    bytes.chunks_exact(size).position(|c| is_nonfinite(dtype, c)).map(|p| p as u64)
-}
-
 /// Full data check: per-tensor checksum, zero padding (between tensors and between experts),
-/// and a NaN/Inf scan of every element. Reads every byte of the file.
+/// and a NaN/Inf scan of every float element and every block scale. Reads every byte of the file.
 pub fn verify_data(file: &[u8], parsed: &ParsedFile) -> Result<()> {
     verify_data_with(file, parsed, &|_, _| {})
 }
@@ -236,14 +223,13 @@ pub fn verify_data_with(file: &[u8], parsed: &ParsedFile, prefetch: &(dyn Fn(usi
             return Err(Error::Checksum { tensor: t.name.clone(), expected: t.checksum, found: sum });
         }
         let unit = t.unit_bytes() as usize;
+        let unit_elements = t.unit_elements();
         let stride = if t.kind == TensorKind::Experts { t.expert_stride as usize } else { data.len() };
-        let mut element_base = 0u64;
         for (u, block) in data.chunks(stride.max(1)).enumerate() {
             let (values, pad) = block.split_at(unit.min(block.len()));
-            if let Some(p) = find_nonfinite(t.dtype, values) {
-                return Err(Error::NonFinite { tensor: t.name.clone(), index: element_base + p });
+            if let Some(at) = find_nonfinite(t.dtype, values) {
+                return Err(at.error(&t.name, u as u64 * unit_elements));
             }
-            element_base += (unit as u64) / t.dtype.size();
             if let Some(p) = pad.iter().position(|&b| b != 0) {
                 let offset = t.data_offset + (u * stride + unit + p) as u64;
                 return Err(Error::NonZeroPadding { what: format!("padding between experts of '{}'", t.name), offset });

@@ -2,6 +2,7 @@
 //! checked on its own (shape, dtype, byte length, alignment). Cross-record rules (order, gaps,
 //! overlaps) are checked in `parse`.
 
+use super::dtype::GROUP;
 use super::{DType, EXPERT_ALIGN, TENSOR_ALIGN};
 use crate::error::{Error, Result};
 
@@ -74,13 +75,24 @@ impl TensorRecord {
         self.shape.iter().product()
     }
 
-    /// Bytes of one expert's matrix (expert stacks), or of the whole tensor.
+    /// Matrices stored: the experts of a stack, else 1.
+    pub fn units(&self) -> u64 {
+        match self.kind {
+            TensorKind::Experts => self.shape[0],
+            _ => 1,
+        }
+    }
+
+    /// Elements of one expert's matrix (expert stacks), or of the whole tensor.
+    pub fn unit_elements(&self) -> u64 {
+        self.elements() / self.units().max(1)
+    }
+
+    /// Bytes of one expert's matrix (expert stacks), or of the whole tensor. Derived from the
+    /// layout rule byte_length = expert_stride × (units − 1) + unit bytes, which `decode` and
+    /// the writer's plan both guarantee.
     pub fn unit_bytes(&self) -> u64 {
-        let per_unit: u64 = match self.kind {
-            TensorKind::Experts => self.shape[1..].iter().product(),
-            _ => self.elements(),
-        };
-        per_unit * self.dtype.size()
+        self.byte_length.saturating_sub(self.expert_stride.saturating_mul(self.units().saturating_sub(1)))
     }
 
     /// End offset (exclusive) of the data.
@@ -103,6 +115,30 @@ impl TensorRecord {
                 Some((dtype.bytes_for(elems)?, 0))
             }
         }
+    }
+
+    /// The shape rule of block-quantised dtypes: a 2-D matrix (plain or router) or a 3-D expert
+    /// stack, whose rows are whole groups (each matrix is then a self-contained block matrix).
+    /// Float dtypes pass. The error is the reason, for the caller to attach to a tensor name.
+    pub fn check_block_shape(dtype: DType, shape: &[u64], kind: TensorKind) -> std::result::Result<(), String> {
+        if !dtype.is_quantized() {
+            return Ok(());
+        }
+        let ndim_ok = match kind {
+            TensorKind::Experts => shape.len() == 3,
+            TensorKind::Plain | TensorKind::Router => shape.len() == 2,
+        };
+        if !ndim_ok {
+            return Err(format!(
+                "a {dtype} tensor must be a 2-D matrix or a 3-D expert stack, not a {}-D {kind:?} tensor",
+                shape.len()
+            ));
+        }
+        let cols = shape.last().copied().unwrap_or(0);
+        if cols % u64::from(GROUP) != 0 {
+            return Err(format!("row length {cols} is not a multiple of the {dtype} group size {GROUP}"));
+        }
+        Ok(())
     }
 
     /// Decode record `index` (its 96 bytes, at file offset `rec_offset`), resolving the name in `strings`.
@@ -148,9 +184,6 @@ impl TensorRecord {
         if let Some(&d) = shape.iter().find(|&&d| d > MAX_DIM) {
             return Err(Error::shape(&name, format!("dimension {d} is absurd (> 2^40)")));
         }
-        if shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).and_then(|n| dtype.bytes_for(n)).is_none() {
-            return Err(Error::shape(&name, "element count overflows"));
-        }
         let kind_id = u32_at(84);
         let kind = TensorKind::from_id(kind_id)
             .ok_or_else(|| Error::shape(&name, format!("unknown tensor kind {kind_id}")))?;
@@ -161,8 +194,19 @@ impl TensorRecord {
             return Err(Error::shape(&name, "a router must have 2 dimensions"));
         }
         let group_size = u32_at(80);
-        if group_size != 0 {
-            return Err(Error::shape(&name, format!("group size {group_size} given for float dtype {dtype}")));
+        if group_size != dtype.group_size() {
+            return Err(Error::shape(
+                &name,
+                if dtype.is_quantized() {
+                    format!("group size {group_size} given for {dtype}, which is stored in groups of {GROUP}")
+                } else {
+                    format!("group size {group_size} given for float dtype {dtype}")
+                },
+            ));
+        }
+        Self::check_block_shape(dtype, &shape, kind).map_err(|reason| Error::shape(&name, reason))?;
+        if shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).and_then(|n| dtype.bytes_for(n)).is_none() {
+            return Err(Error::shape(&name, "element count overflows"));
         }
         if u64_at(88) != 0 {
             return Err(Error::NonZeroPadding {

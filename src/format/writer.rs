@@ -87,6 +87,8 @@ impl FileWriter {
         let mut records = Vec::with_capacity(tensors.len());
         let mut cursor = data_offset;
         for t in tensors {
+            TensorRecord::check_block_shape(t.dtype, &t.shape, t.kind)
+                .map_err(|reason| Error::InvalidArgument { reason: format!("'{}': {reason}", t.name) })?;
             let (byte_length, expert_stride) =
                 TensorRecord::layout_for(t.dtype, &t.shape, t.kind).ok_or_else(overflow)?;
             if t.kind != TensorKind::Plain && t.shape.first() != Some(&u64::from(num_experts)) {
@@ -104,7 +106,7 @@ impl FileWriter {
                 byte_length,
                 expert_stride,
                 checksum: 0,
-                group_size: 0,
+                group_size: t.dtype.group_size(),
                 kind: t.kind,
             });
         }
@@ -228,14 +230,14 @@ impl FileWriter {
         Ok(())
     }
 
-    /// Append payload bytes (the row-major elements, experts one after another) to the open
-    /// tensor; the zero gaps between experts are inserted automatically.
+    /// Append payload bytes (the row-major elements, experts one after another; for block types
+    /// each expert's quants then its scales) to the open tensor; the zero gaps between experts
+    /// are inserted automatically.
     pub fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
         let i = self.current.ok_or_else(|| Error::InvalidArgument { reason: "write() with no open tensor".into() })?;
         let (unit, stride, total_units) = {
             let r = &self.records[i];
-            let units = if r.kind == TensorKind::Experts { r.shape[0] } else { 1 };
-            (r.unit_bytes(), r.expert_stride.max(r.unit_bytes()), units)
+            (r.unit_bytes(), r.expert_stride.max(r.unit_bytes()), r.units())
         };
         let total = unit * total_units;
         if self.payload + bytes.len() as u64 > total {
@@ -266,8 +268,7 @@ impl FileWriter {
         let i =
             self.current.take().ok_or_else(|| Error::InvalidArgument { reason: "end() with no open tensor".into() })?;
         let r = &self.records[i];
-        let units = if r.kind == TensorKind::Experts { r.shape[0] } else { 1 };
-        let total = r.unit_bytes() * units;
+        let total = r.unit_bytes() * r.units();
         if self.payload != total {
             return Err(Error::InvalidArgument {
                 reason: format!("tensor '{}' got {} of its {total} bytes", r.name, self.payload),
@@ -385,5 +386,23 @@ mod tests {
         assert!(bytes[at + 4096..at + 4126].iter().all(|&b| b == 7));
         assert_eq!(p.header.routing_offset, p.tensor("r").unwrap().data_offset);
         crate::format::verify_data(&bytes, &p).unwrap();
+    }
+
+    #[test]
+    fn block_tensors_get_their_group_and_bad_block_shapes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.colibri");
+        let q = |shape: Vec<u64>, kind| vec![PlannedTensor { name: "w".into(), dtype: DType::Q4, shape, kind }];
+        for (shape, kind, why) in [
+            (vec![64], TensorKind::Plain, "2-D matrix"),
+            (vec![4, 48], TensorKind::Plain, "row length 48"),
+            (vec![2, 4, 48], TensorKind::Experts, "row length 48"),
+        ] {
+            let e = FileWriter::create(&path, 1, 2, 1, &[], q(shape, kind)).err().expect("refused");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let w = FileWriter::create(&path, 1, 2, 1, &[], q(vec![2, 3, 64], TensorKind::Experts)).unwrap();
+        let r = &w.records()[0];
+        assert_eq!((r.group_size, r.unit_bytes(), r.expert_stride), (32, 3 * 64 / 2 + 3 * 2 * 2, 4096));
     }
 }

@@ -8,7 +8,8 @@ mod weights;
 
 pub use config::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling};
 pub use names::{
-    layer_name, param_count, suffix, tensor_specs, ParamCount, Role, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD,
+    layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
+    LM_HEAD,
 };
 pub use weights::{FfnWeights, LayerWeights, MlpWeights, MoeWeights, Weights};
 
@@ -42,7 +43,20 @@ impl std::fmt::Debug for Model {
     }
 }
 
-/// Check the tensor table against the tensors the config implies.
+/// What a never-quantised tensor of `role` is, for error messages.
+fn float_only_what(role: Role) -> &'static str {
+    match role {
+        Role::Router => "a router",
+        Role::Norm => "a norm weight",
+        Role::Embedding => "the embedding table",
+        Role::Attention => "an attention bias",
+        Role::Mlp => "the shared expert gate",
+        Role::Experts | Role::LmHead => "this tensor",
+    }
+}
+
+/// Check the tensor table against the tensors the config implies (names, shapes, kinds, and
+/// that only quantisable matrices are block-quantised).
 pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
     let specs = tensor_specs(config);
     for s in &specs {
@@ -57,6 +71,17 @@ pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
             return Err(Error::TensorMismatch {
                 name: s.name.clone(),
                 reason: format!("stored as {:?}, expected {:?}", t.kind, s.kind),
+            });
+        }
+        if t.dtype.is_quantized() && s.quant.is_none() {
+            return Err(Error::TensorMismatch {
+                name: s.name.clone(),
+                reason: format!(
+                    "stored as {}, but {} must stay f32/f16/bf16 (only attention q/k/v/o, routed and shared \
+                     expert, dense MLP and lm_head matrices may be block-quantised)",
+                    t.dtype,
+                    float_only_what(s.role)
+                ),
             });
         }
     }
@@ -134,8 +159,8 @@ impl Model {
         for s in tensor_specs(&config).iter().filter(|s| s.role == Role::Norm) {
             if let Some(t) = parsed.tensor(&s.name) {
                 let view = TensorView::new(t, file);
-                if let Some(i) = format::find_nonfinite_in(view.dtype, view.bytes) {
-                    return Err(Error::NonFinite { tensor: s.name.clone(), index: i });
+                if let Some(at) = format::find_nonfinite_in(view.dtype, view.bytes) {
+                    return Err(at.error(&s.name, 0));
                 }
             }
         }

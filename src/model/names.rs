@@ -23,6 +23,44 @@ pub enum Role {
     LmHead,
 }
 
+/// The classes of matrices that may be stored block-quantised (q8/q4). Routers, the shared
+/// expert's sigmoid gate, norms, biases and the embedding table never are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantClass {
+    /// Routed expert stacks.
+    Experts,
+    /// The shared expert's gate/up/down (Qwen2-MoE).
+    Shared,
+    /// Attention q/k/v/o projections.
+    Attn,
+    /// Dense-layer MLP gate/up/down.
+    Mlp,
+    /// The output projection (when not tied to the embedding).
+    LmHead,
+}
+
+impl QuantClass {
+    /// Every class, in the order the CLI lists them.
+    pub const ALL: [QuantClass; 5] =
+        [QuantClass::Experts, QuantClass::Shared, QuantClass::Attn, QuantClass::Mlp, QuantClass::LmHead];
+
+    /// The name used by `convert --quantize-only` and in provenance.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantClass::Experts => "experts",
+            QuantClass::Shared => "shared",
+            QuantClass::Attn => "attn",
+            QuantClass::Mlp => "mlp",
+            QuantClass::LmHead => "lm_head",
+        }
+    }
+
+    /// Parse a class name.
+    pub fn from_name(name: &str) -> Option<QuantClass> {
+        QuantClass::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
 /// One expected tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
@@ -30,6 +68,8 @@ pub struct TensorSpec {
     pub shape: Vec<u64>,
     pub kind: TensorKind,
     pub role: Role,
+    /// The quantisable class of this matrix; `None` for tensors that must stay float.
+    pub quant: Option<QuantClass>,
 }
 
 /// Name of a per-layer tensor: `layers.{l}.{suffix}`.
@@ -69,7 +109,13 @@ pub mod suffix {
 }
 
 fn spec(name: String, shape: &[usize], kind: TensorKind, role: Role) -> TensorSpec {
-    TensorSpec { name, shape: shape.iter().map(|&d| d as u64).collect(), kind, role }
+    TensorSpec { name, shape: shape.iter().map(|&d| d as u64).collect(), kind, role, quant: None }
+}
+
+/// A matrix that may be stored block-quantised as class `class`.
+fn quantisable(mut s: TensorSpec, class: QuantClass) -> TensorSpec {
+    s.quant = Some(class);
+    s
 }
 
 /// Every tensor of a model with config `c`, in file order: all routers first (layer order),
@@ -90,9 +136,9 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
         v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
-        v.push(spec(n(Q), &[q_out, h], Plain, Attention));
-        v.push(spec(n(K), &[kv_out, h], Plain, Attention));
-        v.push(spec(n(V), &[kv_out, h], Plain, Attention));
+        v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
+        v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
+        v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
         if c.attention_bias {
             v.push(spec(n(Q_BIAS), &[q_out], Plain, Attention));
             v.push(spec(n(K_BIAS), &[kv_out], Plain, Attention));
@@ -109,32 +155,32 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
                 v.push(spec(n(K_NORM), &[kv_out], Plain, Norm));
             }
         }
-        v.push(spec(n(O), &[h, q_out], Plain, Attention));
+        v.push(quantisable(spec(n(O), &[h, q_out], Plain, Attention), QuantClass::Attn));
         v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
         if spec_l.moe {
             let f = c.moe.expert_ffn;
-            v.push(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts));
-            v.push(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts));
-            v.push(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts));
+            v.push(quantisable(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts), QuantClass::Experts));
+            v.push(quantisable(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts), QuantClass::Experts));
+            v.push(quantisable(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts), QuantClass::Experts));
             let fs = c.moe.shared_expert_ffn;
             if fs > 0 {
-                v.push(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp));
-                v.push(spec(n(SHARED_UP), &[fs, h], Plain, Mlp));
-                v.push(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp));
+                v.push(quantisable(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp), QuantClass::Shared));
+                v.push(quantisable(spec(n(SHARED_UP), &[fs, h], Plain, Mlp), QuantClass::Shared));
+                v.push(quantisable(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp), QuantClass::Shared));
                 if c.moe.shared_expert_gate {
                     v.push(spec(n(SHARED_EXPERT_GATE), &[1, h], Plain, Mlp));
                 }
             }
         } else {
             let f = c.dense_ffn;
-            v.push(spec(n(MLP_GATE), &[f, h], Plain, Mlp));
-            v.push(spec(n(MLP_UP), &[f, h], Plain, Mlp));
-            v.push(spec(n(MLP_DOWN), &[h, f], Plain, Mlp));
+            v.push(quantisable(spec(n(MLP_GATE), &[f, h], Plain, Mlp), QuantClass::Mlp));
+            v.push(quantisable(spec(n(MLP_UP), &[f, h], Plain, Mlp), QuantClass::Mlp));
+            v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
         }
     }
     v.push(spec(FINAL_NORM.into(), &[h], Plain, Norm));
     if !c.tie_embeddings {
-        v.push(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead));
+        v.push(quantisable(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead), QuantClass::LmHead));
     }
     v
 }

@@ -6,7 +6,8 @@
 use colibri::format::{
     self, DType, FileWriter, Header, MetaKind, PlannedTensor, TensorKind, TensorRecord, HEADER_SIZE, RECORD_SIZE,
 };
-use colibri::model::{tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, Role, Rope, RopeScaling};
+use colibri::kernels::quant;
+use colibri::model::{tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, QuantClass, Role, Rope, RopeScaling};
 use colibri::{Error, LoadOptions, Model};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -114,6 +115,44 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
     }
 }
 
+/// The tiny model of the block-quantised cases: every row length a multiple of 32 (hidden 32,
+/// expert, shared-expert and dense FFN 32, 4 heads of 8 with 1 KV head, vocab 32), layer 0 MoE
+/// with a gated shared expert, layer 1 dense — so every quantisable class is present.
+pub fn quant_config() -> Config {
+    let mut c = sized_config(32, 32, 4, 32);
+    c.moe.shared_expert_ffn = 32;
+    c.moe.shared_expert_gate = true;
+    c.dense_ffn = 32;
+    c.layers[1].moe = false;
+    c
+}
+
+/// `quant_config`'s file: expert stacks q4, the other quantisable matrices q8, the rest f32.
+pub fn quant_spec() -> FileSpec {
+    let config = quant_config();
+    let mut spec = FileSpec::new(&config, DType::F32);
+    for (t, s) in spec.plan.iter_mut().zip(tensor_specs(&config)) {
+        t.dtype = match s.quant {
+            Some(QuantClass::Experts) => DType::Q4,
+            Some(_) => DType::Q8,
+            None => DType::F32,
+        };
+    }
+    spec
+}
+
+/// The valid block-quantised model of `quant_spec` (built once per test binary).
+pub fn quant_base() -> &'static [u8] {
+    static BASE: OnceLock<Vec<u8>> = OnceLock::new();
+    BASE.get_or_init(|| build(&quant_spec()))
+}
+
+/// The layout of `quant_base()`.
+pub fn quant_layout() -> &'static Layout {
+    static L: OnceLock<Layout> = OnceLock::new();
+    L.get_or_init(|| Layout::of(quant_base()))
+}
+
 /// A small but valid tokenizer.json-shaped blob (only its JSON validity matters to the loader).
 pub const TOKENIZER_JSON: &str = r#"{"version":"1.0","model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]}}"#;
 pub const CHAT_TEMPLATE: &str = "{% for m in messages %}{{ m.content }}{% endfor %}";
@@ -181,13 +220,24 @@ fn fill_values(n: usize, seed: u64, out: &mut Vec<f32>) {
     }));
 }
 
-fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size() as usize);
-    for &v in values {
-        match dtype {
-            DType::F32 => out.extend_from_slice(&v.to_le_bytes()),
-            DType::F16 => out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes()),
-            DType::BF16 => out.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),
+/// `values` stored as one matrix of `dtype` (block types: quantised by the reference quantiser).
+pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(dtype.bytes_for(values.len() as u64).unwrap_or(0) as usize);
+    match dtype {
+        DType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F16 => values.iter().for_each(|&v| out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
+        DType::BF16 => values.iter().for_each(|&v| out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes())),
+        DType::Q8 | DType::Q4 => {
+            let mut d = vec![0u16; values.len() / quant::QK];
+            if dtype == DType::Q8 {
+                let mut qs = vec![0i8; values.len()];
+                quant::quantize_row_q8(values, &mut qs, &mut d);
+                out.extend(qs.iter().map(|&q| q as u8));
+            } else {
+                out.resize(values.len() / 2, 0);
+                quant::quantize_row_q4(values, &mut out, &mut d);
+            }
+            d.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
         }
     }
     out
@@ -210,7 +260,10 @@ pub fn write_file(path: &Path, spec: &FileSpec) -> Vec<u8> {
         } else {
             fill_values(n, i as u64 + 1, &mut values);
         }
-        w.tensor(&t.name, &encode(t.dtype, &values)).expect("write tensor");
+        // Each expert of a stack is its own matrix (for block types: its quants, then its scales).
+        let units = if t.kind == TensorKind::Experts { t.shape[0] as usize } else { 1 };
+        let bytes: Vec<u8> = values.chunks(n / units).flat_map(|u| encode(t.dtype, u)).collect();
+        w.tensor(&t.name, &bytes).expect("write tensor");
     }
     w.finish().expect("finish test file");
     std::fs::read(path).expect("read back test file")

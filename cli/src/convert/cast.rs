@@ -1,6 +1,6 @@
 //! Element conversion between float dtypes, correctly rounded (round-to-nearest-even via `half`).
 //! A finite value that overflows the target type (f16 tops out at 65504) is an error naming the
-//! element, never a silent Inf.
+//! element, never a silent Inf. Block-quantised targets are `quantize.rs`'s job.
 
 use super::safetensors::SrcDType;
 use colibri::format::DType;
@@ -14,7 +14,8 @@ pub struct Overflow {
     pub value: f32,
 }
 
-fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
+/// The little-endian elements in `input` widened (exactly) to f32, replacing `out`.
+pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
     out.clear();
     match src {
         SrcDType::F32 => out.extend(input.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
@@ -27,8 +28,8 @@ fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
     }
 }
 
-/// Convert the little-endian elements in `input` from `src` to `dst`, replacing `out`.
-/// Same dtype → a byte copy (bit-exact).
+/// Convert the little-endian elements in `input` from `src` to the float dtype `dst`, replacing
+/// `out`. Same dtype → a byte copy (bit-exact).
 pub fn convert(src: SrcDType, dst: DType, input: &[u8], out: &mut Vec<u8>) -> Result<(), Overflow> {
     out.clear();
     if src.to_colibri() == dst {
@@ -37,28 +38,29 @@ pub fn convert(src: SrcDType, dst: DType, input: &[u8], out: &mut Vec<u8>) -> Re
     }
     let mut wide = Vec::with_capacity(input.len() / src.size());
     widen(src, input, &mut wide);
-    out.resize(wide.len() * dst.size() as usize, 0);
+    from_f32(dst, &wide, out)
+}
+
+/// Encode f32 values as the float dtype `dst` (little-endian), replacing `out`.
+pub fn from_f32(dst: DType, wide: &[f32], out: &mut Vec<u8>) -> Result<(), Overflow> {
+    out.clear();
     match dst {
-        DType::F32 => {
-            for (o, x) in out.chunks_exact_mut(4).zip(&wide) {
-                o.copy_from_slice(&x.to_le_bytes());
-            }
-        }
+        DType::F32 => out.extend(wide.iter().flat_map(|x| x.to_le_bytes())),
         DType::F16 | DType::BF16 => {
             let mut bits = vec![0u16; wide.len()];
             if dst == DType::F16 {
-                bits.reinterpret_cast_mut::<f16>().convert_from_f32_slice(&wide);
+                bits.reinterpret_cast_mut::<f16>().convert_from_f32_slice(wide);
             } else {
-                bits.reinterpret_cast_mut::<bf16>().convert_from_f32_slice(&wide);
+                bits.reinterpret_cast_mut::<bf16>().convert_from_f32_slice(wide);
             }
             let limit = if dst == DType::F16 { 0x7c00 } else { 0x7f80 };
-            if let Some(index) = bits.iter().zip(&wide).position(|(&b, x)| b & limit == limit && x.is_finite()) {
+            if let Some(index) = bits.iter().zip(wide).position(|(&b, x)| b & limit == limit && x.is_finite()) {
                 return Err(Overflow { index, value: wide[index] });
             }
-            for (o, b) in out.chunks_exact_mut(2).zip(&bits) {
-                o.copy_from_slice(&b.to_le_bytes());
-            }
+            out.extend(bits.iter().flat_map(|b| b.to_le_bytes()));
         }
+        // The plan sends block-quantised tensors to `quantize`, never here.
+        DType::Q8 | DType::Q4 => unreachable!("cast::from_f32 to block dtype {dst}"),
     }
     Ok(())
 }

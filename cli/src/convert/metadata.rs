@@ -1,5 +1,6 @@
 //! The metadata blobs a conversion stores: config, tokenizer.json, tokenizer_config.json, chat
-//! template, generation_config.json, the original config.json, provenance and the user blob.
+//! template, generation_config.json, the original config.json, provenance (with the
+//! quantisation applied) and the user blob.
 //! Special-token ids are gathered here and written into the config.
 
 use super::{hf_config, ConvertArgs};
@@ -91,14 +92,12 @@ fn today() -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
-/// Gather every metadata entry; fills the special-token ids of `config`.
-pub fn gather(
-    dir: &Path,
-    hf_text: &str,
-    config: &mut Config,
-    args: &ConvertArgs,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<(String, MetaKind, Vec<u8>)>> {
+/// One metadata entry as the writer takes it.
+pub type MetaEntry = (String, MetaKind, Vec<u8>);
+
+/// Gather the metadata entries read from the checkpoint (all but provenance and the user blob);
+/// fills the special-token ids of `config`.
+pub fn gather(dir: &Path, hf_text: &str, config: &mut Config, warnings: &mut Vec<String>) -> Result<Vec<MetaEntry>> {
     let (tok_text, tok) = read_json(&dir.join("tokenizer.json"))?.ok_or_else(|| {
         fail(format!("missing tokenizer.json in {} (colibri needs the HuggingFace fast-tokenizer file)", dir.display()))
     })?;
@@ -156,21 +155,31 @@ pub fn gather(
         meta.push(("generation_config".to_string(), MetaKind::Json, text.into_bytes()));
     }
     meta.push(("hf_config".to_string(), MetaKind::Json, hf_text.as_bytes().to_vec()));
-    let provenance = serde_json::json!({
+    Ok(meta)
+}
+
+/// The provenance entry: source, converter, date, dtype and (with `--quantize`) `quantization`.
+pub fn provenance(dir: &Path, config: &Config, args: &ConvertArgs, quantization: Option<Value>) -> MetaEntry {
+    let mut provenance = serde_json::json!({
         "source": super::source_name(dir),
         "architecture": config.family.hf_architecture(),
         "converter": format!("colibri {}", colibri::VERSION),
         "date": today(),
         "dtype": args.dtype.map(|d| d.name()).unwrap_or("source"),
     });
-    meta.push((meta_keys::PROVENANCE.to_string(), MetaKind::Json, provenance.to_string().into_bytes()));
-    if let Some(path) = &args.user_metadata {
-        let size = std::fs::metadata(path).map_err(|e| fail(format!("--user-metadata {}: {e}", path.display())))?.len();
-        if size > MAX_USER_METADATA {
-            return Err(fail(format!("--user-metadata file is {size} bytes; the limit is {MAX_USER_METADATA}")));
-        }
-        let bytes = std::fs::read(path).map_err(|e| fail(format!("--user-metadata {}: {e}", path.display())))?;
-        meta.push((meta_keys::USER.to_string(), MetaKind::Bytes, bytes));
+    if let Some(q) = quantization {
+        provenance["quantization"] = q;
     }
-    Ok(meta)
+    (meta_keys::PROVENANCE.to_string(), MetaKind::Json, provenance.to_string().into_bytes())
+}
+
+/// The user's `--user-metadata` blob, if any.
+pub fn user_blob(args: &ConvertArgs) -> Result<Option<MetaEntry>> {
+    let Some(path) = &args.user_metadata else { return Ok(None) };
+    let size = std::fs::metadata(path).map_err(|e| fail(format!("--user-metadata {}: {e}", path.display())))?.len();
+    if size > MAX_USER_METADATA {
+        return Err(fail(format!("--user-metadata file is {size} bytes; the limit is {MAX_USER_METADATA}")));
+    }
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("--user-metadata {}: {e}", path.display())))?;
+    Ok(Some((meta_keys::USER.to_string(), MetaKind::Bytes, bytes)))
 }

@@ -1,13 +1,17 @@
-//! `colibri convert`: HuggingFace checkpoint directory → one .colibri file. Streams tensor by
-//! tensor (bounded buffers, positioned reads), writes through a temp file + fsync + rename.
+//! `colibri convert`: HuggingFace checkpoint directory → one .colibri file, optionally with
+//! block-quantised matrices. Streams tensor by tensor (bounded buffers, positioned reads), writes
+//! through a temp file + fsync + rename.
 
-mod cast;
+pub mod cast;
 mod hf_config;
 mod metadata;
+mod plan;
+pub mod quantize;
 mod safetensors;
 mod sources;
+mod stream;
 
-use colibri::format::{DType, FileWriter, PlannedTensor};
+use colibri::format::{DType, FileWriter};
 use colibri::model::{param_count, tensor_specs};
 use colibri::Error;
 use std::path::{Path, PathBuf};
@@ -19,8 +23,11 @@ type Result<T> = std::result::Result<T, Error>;
 pub struct ConvertArgs {
     pub input: PathBuf,
     pub output: PathBuf,
-    /// Output dtype of every tensor; None keeps each tensor's source dtype.
+    /// Output dtype of every tensor left unquantised (a float type); None keeps each tensor's
+    /// source dtype.
     pub dtype: Option<DType>,
+    /// Block quantisation of the quantisable matrices, if asked for.
+    pub quantize: Option<quantize::Quantize>,
     pub user_metadata: Option<PathBuf>,
     pub progress: bool,
 }
@@ -34,13 +41,16 @@ pub struct ConvertReport {
     pub top_k: usize,
     pub n_layers: usize,
     pub bytes: u64,
+    /// Stored bits per weight over all tensors.
+    pub bits_per_weight: f64,
+    pub tensors: usize,
+    /// Tensors stored block-quantised, and their dtype.
+    pub quantised: usize,
+    pub quant_dtype: Option<DType>,
     pub seconds: f64,
     pub output: PathBuf,
     pub warnings: Vec<String>,
 }
-
-/// Source bytes read per step: bounds the converter's buffers.
-const CHUNK: usize = 8 << 20;
 
 fn fail(reason: impl Into<String>) -> Error {
     Error::Convert { reason: reason.into() }
@@ -53,6 +63,9 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
     if !dir.is_dir() {
         return Err(fail(format!("{} is not a checkpoint directory", dir.display())));
     }
+    if args.dtype.is_some_and(DType::is_quantized) {
+        return Err(fail("--dtype takes a float type; block types come from --quantize"));
+    }
     let hf_text = std::fs::read_to_string(dir.join("config.json"))
         .map_err(|e| fail(format!("cannot read config.json in {}: {e}", dir.display())))?;
     let hf: serde_json::Value =
@@ -62,7 +75,7 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
         config.dense_ffn = 0;
     }
     let mut warnings = Vec::new();
-    let meta = metadata::gather(dir, &hf_text, &mut config, args, &mut warnings)?;
+    let mut meta = metadata::gather(dir, &hf_text, &mut config, &mut warnings)?;
     config.validate()?;
 
     let ck = safetensors::Checkpoint::open(dir)?;
@@ -72,60 +85,22 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
     if !unused.is_empty() {
         warnings.push(format!("{} source tensors are not used: {}", unused.len(), unused.join(", ")));
     }
-    let plan: Vec<PlannedTensor> = resolved
-        .iter()
-        .map(|r| {
-            let src = r.pieces[0].tensor.dtype;
-            if r.pieces.iter().any(|p| p.tensor.dtype != src) && args.dtype.is_none() {
-                return Err(fail(format!("{}: experts mix dtypes; pass --dtype", r.spec.name)));
-            }
-            Ok(PlannedTensor {
-                name: r.spec.name.clone(),
-                dtype: args.dtype.unwrap_or(src.to_colibri()),
-                shape: r.spec.shape.clone(),
-                kind: r.spec.kind,
-            })
-        })
-        .collect::<Result<_>>()?;
+    let plan = plan::plan(&resolved, args.dtype, args.quantize.as_ref(), &mut warnings)?;
+    meta.push(metadata::provenance(dir, &config, args, plan.provenance(args.quantize.as_ref())));
+    meta.extend(metadata::user_blob(args)?);
 
-    let payload: u64 = plan.iter().map(|p| p.shape.iter().product::<u64>() * p.dtype.size()).sum();
-    let bar = progress_bar(args.progress, payload);
+    let bar = progress_bar(args.progress, plan.payload_bytes());
     let mut writer = FileWriter::create(
         &args.output,
         config.n_layers as u32,
         config.moe.n_experts as u32,
         config.moe.top_k as u32,
         &meta,
-        plan.clone(),
+        plan.tensors.clone(),
     )?;
-    let mut src_buf = Vec::new();
-    let mut out_buf = Vec::new();
-    for (r, p) in resolved.iter().zip(&plan) {
-        writer.begin(&p.name)?;
-        for piece in &r.pieces {
-            let esize = piece.tensor.dtype.size() as u64;
-            let total = piece.elements * esize;
-            let mut done = 0u64;
-            while done < total {
-                let n = (total - done).min(CHUNK as u64) as usize;
-                src_buf.resize(n, 0);
-                ck.read(&piece.tensor, piece.byte_offset + done, &mut src_buf)?;
-                cast::convert(piece.tensor.dtype, p.dtype, &src_buf, &mut out_buf).map_err(|o| {
-                    fail(format!(
-                        "{} (from {}): value {} at element {} does not fit {}; convert with --dtype bf16 or f32",
-                        p.name,
-                        piece.source,
-                        o.value,
-                        done / esize + o.index as u64,
-                        p.dtype
-                    ))
-                })?;
-                writer.write(&out_buf)?;
-                bar.inc(out_buf.len() as u64);
-                done += n as u64;
-            }
-        }
-        writer.end()?;
+    let mut streamer = stream::Streamer::default();
+    for (r, p) in resolved.iter().zip(&plan.tensors) {
+        streamer.tensor(&ck, &mut writer, r, p, &|n| bar.inc(n))?;
     }
     let summary = writer.finish()?;
     bar.finish_and_clear();
@@ -138,6 +113,10 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
         top_k: config.moe.top_k,
         n_layers: config.n_layers,
         bytes: summary.file_size,
+        bits_per_weight: plan.bits_per_weight(),
+        tensors: plan.tensors.len(),
+        quantised: plan.quantised,
+        quant_dtype: args.quantize.as_ref().map(|q| q.scheme.dtype()),
         seconds: start.elapsed().as_secs_f64(),
         output: summary.path,
         warnings,

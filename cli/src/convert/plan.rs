@@ -1,0 +1,119 @@
+//! The dtype of every output tensor. Without `--quantize`: `--dtype`, else the source dtype.
+//! With it: the scheme's block dtype for every matrix of a selected class whose rows are whole
+//! groups of 32; a selected matrix whose rows are not stays float (`--dtype`, else f16) and is
+//! named in a warning; everything else follows the no-quantisation rule.
+
+use super::quantize::Quantize;
+use super::sources::Resolved;
+use colibri::format::{DType, PlannedTensor, GROUP};
+use colibri::Error;
+use serde_json::{json, Value};
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// The planned tensors and what quantisation did to them.
+pub struct Plan {
+    pub tensors: Vec<PlannedTensor>,
+    /// Tensors stored block-quantised.
+    pub quantised: usize,
+    /// Selected matrices kept float because their rows are not whole groups.
+    pub kept_float: Vec<String>,
+}
+
+impl Plan {
+    /// Stored bits per weight over all tensors (payload bytes × 8 / elements; no padding).
+    pub fn bits_per_weight(&self) -> f64 {
+        let (mut bytes, mut elements) = (0u64, 0u64);
+        for t in &self.tensors {
+            let n: u64 = t.shape.iter().product();
+            elements += n;
+            bytes += t.dtype.bytes_for(n).unwrap_or(0);
+        }
+        if elements == 0 {
+            0.0
+        } else {
+            bytes as f64 * 8.0 / elements as f64
+        }
+    }
+
+    /// Payload bytes (for the progress bar).
+    pub fn payload_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.dtype.bytes_for(t.shape.iter().product()).unwrap_or(0)).sum()
+    }
+
+    /// The provenance record of the quantisation (None without `--quantize`).
+    pub fn provenance(&self, q: Option<&Quantize>) -> Option<Value> {
+        let q = q?;
+        Some(json!({
+            "scheme": q.scheme.name(),
+            "dtype": q.scheme.dtype().name(),
+            "group_size": GROUP,
+            "classes": q.classes().iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "tensors": self.quantised,
+            "kept_float": self.kept_float,
+        }))
+    }
+}
+
+fn fail(reason: impl Into<String>) -> Error {
+    Error::Convert { reason: reason.into() }
+}
+
+/// Plan every resolved tensor; `warnings` gets the kept-float matrices and selected classes the
+/// model does not have.
+pub fn plan(
+    resolved: &[Resolved],
+    dtype: Option<DType>,
+    quantize: Option<&Quantize>,
+    warnings: &mut Vec<String>,
+) -> Result<Plan> {
+    let mut out = Plan { tensors: Vec::with_capacity(resolved.len()), quantised: 0, kept_float: Vec::new() };
+    let classes = quantize.map(Quantize::classes).unwrap_or_default();
+    for r in resolved {
+        let selected = match quantize {
+            Some(q) if r.spec.quant.is_some_and(|c| classes.contains(&c)) => Some(q.scheme.dtype()),
+            _ => None,
+        };
+        let rows_whole = r.spec.shape.last().is_some_and(|&c| c % u64::from(GROUP) == 0);
+        let chosen = match selected {
+            Some(block) if rows_whole => {
+                out.quantised += 1;
+                block
+            }
+            Some(_) => {
+                out.kept_float.push(r.spec.name.clone());
+                dtype.unwrap_or(DType::F16)
+            }
+            None => {
+                let src = r.pieces[0].tensor.dtype;
+                if r.pieces.iter().any(|p| p.tensor.dtype != src) && dtype.is_none() {
+                    return Err(fail(format!("{}: experts mix dtypes; pass --dtype", r.spec.name)));
+                }
+                dtype.unwrap_or(src.to_colibri())
+            }
+        };
+        out.tensors.push(PlannedTensor {
+            name: r.spec.name.clone(),
+            dtype: chosen,
+            shape: r.spec.shape.clone(),
+            kind: r.spec.kind,
+        });
+    }
+    if let Some(q) = quantize {
+        if !out.kept_float.is_empty() {
+            warnings.push(format!(
+                "{} matrices stay {} because their rows are not a multiple of {GROUP} (the {} group): {}",
+                out.kept_float.len(),
+                dtype.unwrap_or(DType::F16),
+                q.scheme.dtype(),
+                out.kept_float.join(", ")
+            ));
+        }
+        for c in q.only.iter().flatten() {
+            if !resolved.iter().any(|r| r.spec.quant == Some(*c)) {
+                warnings.push(format!("--quantize-only {}: this model has no such matrices", c.name()));
+            }
+        }
+    }
+    Ok(out)
+}

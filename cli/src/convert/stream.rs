@@ -1,0 +1,123 @@
+//! Streaming one planned tensor from its source pieces into the writer, in bounded chunks:
+//! float targets are cast chunk by chunk; block targets are quantised piece by piece (a piece is
+//! one matrix: the whole tensor, or one expert), quants as they come, then the piece's scales.
+
+use super::cast;
+use super::quantize::MatrixQuantizer;
+use super::safetensors::Checkpoint;
+use super::sources::{Piece, Resolved};
+use colibri::format::{FileWriter, PlannedTensor};
+use colibri::Error;
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// Source bytes read per step: bounds the converter's buffers (a multiple of every block's
+/// source bytes, 32 × 4).
+const CHUNK: usize = 8 << 20;
+
+fn fail(reason: impl Into<String>) -> Error {
+    Error::Convert { reason: reason.into() }
+}
+
+/// Reusable buffers of the streaming loop.
+#[derive(Default)]
+pub struct Streamer {
+    src: Vec<u8>,
+    wide: Vec<f32>,
+    out: Vec<u8>,
+}
+
+impl Streamer {
+    /// Write tensor `p` (resolved as `r`) through `writer`; `progress` gets the bytes written.
+    pub fn tensor(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        r: &Resolved,
+        p: &PlannedTensor,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
+        writer.begin(&p.name)?;
+        for piece in &r.pieces {
+            if p.dtype.is_quantized() {
+                self.quantised_piece(ck, writer, piece, p, progress)?;
+            } else {
+                self.float_piece(ck, writer, piece, p, progress)?;
+            }
+        }
+        writer.end()
+    }
+
+    /// Calls `step(self, chunk_start_element)` with `self.src` holding each source chunk.
+    fn chunks(
+        &mut self,
+        ck: &Checkpoint,
+        piece: &Piece,
+        mut step: impl FnMut(&mut Self, u64) -> Result<()>,
+    ) -> Result<()> {
+        let esize = piece.tensor.dtype.size() as u64;
+        let total = piece.elements * esize;
+        let mut done = 0u64;
+        while done < total {
+            let n = (total - done).min(CHUNK as u64) as usize;
+            self.src.resize(n, 0);
+            ck.read(&piece.tensor, piece.byte_offset + done, &mut self.src)?;
+            step(self, done / esize)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    fn float_piece(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        piece: &Piece,
+        p: &PlannedTensor,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
+        self.chunks(ck, piece, |s, first| {
+            cast::convert(piece.tensor.dtype, p.dtype, &s.src, &mut s.out).map_err(|o| {
+                fail(format!(
+                    "{} (from {}): value {} at element {} does not fit {}; convert with --dtype bf16 or f32",
+                    p.name,
+                    piece.source,
+                    o.value,
+                    first + o.index as u64,
+                    p.dtype
+                ))
+            })?;
+            writer.write(&s.out)?;
+            progress(s.out.len() as u64);
+            Ok(())
+        })
+    }
+
+    fn quantised_piece(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        piece: &Piece,
+        p: &PlannedTensor,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
+        let mut q = MatrixQuantizer::new(p.dtype);
+        self.chunks(ck, piece, |s, _| {
+            cast::widen(piece.tensor.dtype, &s.src, &mut s.wide);
+            q.push(&s.wide, &mut s.out).map_err(|o| {
+                fail(format!(
+                    "{} (from {}): values up to {} in the block at element {} are too large for {} (its f16 \
+                     scale overflows); leave this class unquantised with --quantize-only",
+                    p.name, piece.source, o.amax, o.element, p.dtype
+                ))
+            })?;
+            writer.write(&s.out)?;
+            progress(s.out.len() as u64);
+            Ok(())
+        })?;
+        q.finish(&mut self.out);
+        writer.write(&self.out)?;
+        progress(self.out.len() as u64);
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! The NaN/Inf scan of stored values: every element of a float matrix, every f16 scale of a
+//! block-quantised matrix (their quants are integers: every bit pattern is a valid value).
+
+use super::dtype::GROUP;
+use super::DType;
+use crate::error::Error;
+
+/// Where a stored matrix holds its first NaN or Inf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NonFinite {
+    /// Element index (float dtypes).
+    Element(u64),
+    /// Block index, whose f16 scale is NaN/Inf (block-quantised dtypes).
+    Scale(u64),
+}
+
+impl NonFinite {
+    /// The error for tensor `tensor`, when the scanned matrix starts at element `first` of it
+    /// (expert e of a stack starts at e × its element count; gaps are not counted).
+    pub fn error(self, tensor: &str, first: u64) -> Error {
+        match self {
+            NonFinite::Element(i) => Error::NonFinite { tensor: tensor.to_string(), index: first + i },
+            NonFinite::Scale(b) => {
+                Error::NonFiniteScale { tensor: tensor.to_string(), block: first / u64::from(GROUP) + b }
+            }
+        }
+    }
+}
+
+fn f16_nonfinite(bits: u16) -> bool {
+    bits & 0x7c00 == 0x7c00
+}
+
+fn is_nonfinite(dtype: DType, chunk: &[u8]) -> bool {
+    match dtype {
+        DType::F32 => u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) & 0x7f80_0000 == 0x7f80_0000,
+        DType::F16 => f16_nonfinite(u16::from_le_bytes([chunk[0], chunk[1]])),
+        DType::BF16 => u16::from_le_bytes([chunk[0], chunk[1]]) & 0x7f80 == 0x7f80,
+        DType::Q8 | DType::Q4 => false,
+    }
+}
+
+/// First NaN/Inf of one stored matrix: `bytes` holds the elements of a float dtype, or one
+/// self-contained block matrix (all quants, then one f16 scale per block) of a block dtype.
+pub fn find_nonfinite(dtype: DType, bytes: &[u8]) -> Option<NonFinite> {
+    if let Some(size) = dtype.float_size() {
+        let p = bytes.chunks_exact(size as usize).position(|c| is_nonfinite(dtype, c))?;
+        return Some(NonFinite::Element(p as u64));
+    }
+    // A block takes bytes_for(GROUP) bytes of which the last 2 (its scale) sit in the tail region.
+    let block = dtype.bytes_for(u64::from(GROUP)).unwrap_or(1) as usize;
+    let scales = 2 * (bytes.len() / block);
+    let tail = &bytes[bytes.len() - scales..];
+    let b = tail.chunks_exact(2).position(|c| f16_nonfinite(u16::from_le_bytes([c[0], c[1]])))?;
+    Some(NonFinite::Scale(b as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_scan_reads_scales_not_quants() {
+        // Two q8 blocks: quants 0x7f/0xff everywhere (valid), then scales 1.0 and Inf.
+        let mut b = vec![0xffu8; 64];
+        b.extend_from_slice(&0x3c00u16.to_le_bytes());
+        b.extend_from_slice(&0x7c00u16.to_le_bytes());
+        assert_eq!(find_nonfinite(DType::Q8, &b), Some(NonFinite::Scale(1)));
+        b[66..68].copy_from_slice(&0x3c00u16.to_le_bytes());
+        assert_eq!(find_nonfinite(DType::Q8, &b), None);
+        // One q4 block: 16 bytes of nibbles, then a NaN scale.
+        let mut b = vec![0xffu8; 16];
+        b.extend_from_slice(&0x7e00u16.to_le_bytes());
+        assert_eq!(find_nonfinite(DType::Q4, &b), Some(NonFinite::Scale(0)));
+    }
+}
