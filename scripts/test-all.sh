@@ -22,8 +22,11 @@ cargo test --workspace --release
 for path in generic avx2; do
     if [ "$path" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then continue; fi
     echo "== oracle tests with COLIBRI_CPU=$path"
-    COLIBRI_CPU=$path cargo test --release -p colibri-cli --test oracle --test engine_cli
+    COLIBRI_CPU=$path cargo test --release -p colibri-cli --test oracle --test engine_cli --test batch \
+        --test quantize_roundtrip
 done
+echo "== quantised-engine tests with float activations (W8A16/W4A16, COLIBRI_QUANT_ACT=float)"
+COLIBRI_QUANT_ACT=float cargo test --release -p colibri-cli --test quantize_roundtrip
 
 if [ -x scripts/test-c.sh ]; then
     echo "== C examples"
