@@ -104,25 +104,27 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
     };
     assert!(rows.end * nb <= d.len());
     let len = rows.len();
-    for t in 0..n {
-        let (xq, xd, xc) = xa.row(t);
-        let (xq, xd, xc) = (xq.as_ptr(), xd.as_ptr(), xc.as_ptr());
-        let mut r = rows.start;
-        while r < rows.end {
-            let (qr, dr) = (qs.wrapping_add(r * row_bytes), d[r * nb..].as_ptr());
-            // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; rows r..r+R are
+    let mut r = rows.start;
+    while r < rows.end {
+        let (qr, dr) = (qs.wrapping_add(r * row_bytes), d[r * nb..].as_ptr());
+        let take = if rows.end - r >= 4 { 4 } else { 1 };
+        // Every activation row against this block of weight rows while it is in L1.
+        for t in 0..n {
+            let (xq, xd, xc) = xa.row(t);
+            let (xq, xd, xc) = (xq.as_ptr(), xd.as_ptr(), xc.as_ptr());
+            let at = t * len + r - rows.start;
+            // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; rows r..r+take are
             // below rows.end, whose blocks lie inside the matrix (scale count asserted above; the
             // quant region holds row_bytes per row by construction of Q8/Q4).
             unsafe {
-                if rows.end - r >= 4 {
+                if take == 4 {
                     let mut o = [0f32; 4];
                     if q4 {
                         rows_dot::<true, 4>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
                     } else {
                         rows_dot::<false, 4>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
                     }
-                    out[t * len + r - rows.start..t * len + r - rows.start + 4].copy_from_slice(&o);
-                    r += 4;
+                    out[at..at + 4].copy_from_slice(&o);
                 } else {
                     let mut o = [0f32; 1];
                     if q4 {
@@ -130,10 +132,10 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
                     } else {
                         rows_dot::<false, 1>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
                     }
-                    out[t * len + r - rows.start] = o[0];
-                    r += 1;
+                    out[at] = o[0];
                 }
             }
         }
+        r += take;
     }
 }
