@@ -17,6 +17,7 @@ use super::simd::{table, Table};
 use super::Mat;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 /// Register tile: weight rows per micro-tile.
 pub const MR: usize = 6;
@@ -40,6 +41,16 @@ thread_local! {
     static PANELS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The calling thread's int8 activations for W8A8 / W4A8 products.
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
+}
+
+/// Run `f` with this thread's buffer in `key`, or with a fresh one when the buffer is in use
+/// further up this thread's stack: a worker waiting inside a parallel loop may run another task
+/// that multiplies too (nested parallelism), and that must not fail.
+fn with_buffer<T: Default + 'static, R>(key: &'static LocalKey<RefCell<T>>, f: impl FnOnce(&mut T) -> R) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut b) => f(&mut b),
+        Err(_) => f(&mut T::default()),
+    })
 }
 
 /// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
@@ -88,7 +99,7 @@ pub(crate) fn matmul_mode(
     if n >= GEMM_MIN_ROWS && cols > 0 {
         gemm(t, w, rows, cols, x, n, y);
     } else if quantised && mode == QuantActivations::Int8 {
-        ACTS.with_borrow_mut(|xa| {
+        with_buffer(&ACTS, |xa| {
             xa.quantize(x, n, cols);
             let xa = &*xa;
             gemv_by(rows, cols, n, y, |r, out| (t.gemv_i8)(w, cols, r, xa, n, out));
@@ -121,7 +132,7 @@ fn gemv_by(
         let r0 = task * GEMV_CHUNK;
         let r1 = (r0 + GEMV_CHUNK).min(rows);
         let len = r1 - r0;
-        SCRATCH.with_borrow_mut(|(_, buf)| {
+        with_buffer(&SCRATCH, |(_, buf)| {
             buf.resize(len * n, 0.0);
             kernel(r0..r1, &mut buf[..len * n]);
             for tok in 0..n {
@@ -150,7 +161,7 @@ fn pack_activations(x: &[f32], n: usize, cols: usize, xp: &mut Vec<f32>) {
 }
 
 fn gemm(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
-    PANELS.with_borrow_mut(|xp| {
+    with_buffer(&PANELS, |xp| {
         pack_activations(x, n, cols, xp);
         gemm_packed(t, w, rows, cols, xp, n, y);
     });
@@ -166,7 +177,7 @@ fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: u
         let r0 = task * MC;
         let mr = (r0 + MC).min(rows) - r0;
         let blocks = mr.div_ceil(MR);
-        SCRATCH.with_borrow_mut(|(wb, c)| {
+        with_buffer(&SCRATCH, |(wb, c)| {
             wb.resize(blocks * MR * KC, 0.0);
             c.clear();
             c.resize(blocks * MR * ldc, 0.0);

@@ -291,3 +291,42 @@ fn axpy_matches_the_reference_on_every_path() {
         }
     }
 }
+
+#[test]
+fn products_nested_in_parallel_tasks_are_correct() {
+    // A worker waiting inside a product's parallel loop may run another task that multiplies:
+    // per-thread buffers in use must not be shared or re-borrowed.
+    use rayon::prelude::*;
+    let s = Stored::new(200, 256, 21);
+    let mats = s.mats();
+    let x = sample(20 * 256, 22);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+    for (name, w, _) in mats {
+        let alone: Vec<Vec<f32>> = [1usize, 20]
+            .iter()
+            .map(|&n| {
+                let mut y = vec![0f32; n * 200];
+                super::matmul(w, 200, 256, &x, n, &mut y);
+                y
+            })
+            .collect();
+        let nested: Vec<Vec<Vec<f32>>> = pool.install(|| {
+            (0..8)
+                .into_par_iter()
+                .map(|_| {
+                    [1usize, 20]
+                        .iter()
+                        .map(|&n| {
+                            let mut y = vec![0f32; n * 200];
+                            super::matmul(w, 200, 256, &x, n, &mut y);
+                            y
+                        })
+                        .collect()
+                })
+                .collect()
+        });
+        for r in nested {
+            assert_eq!(r, alone, "{name}: nested products differ");
+        }
+    }
+}
