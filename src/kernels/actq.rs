@@ -6,7 +6,7 @@
 //! order of the float additions):
 //!   W8A8: y = Σ_b dw_b · dx_b · Σ_i qw_i · qx_i
 //!   W4A8: y = Σ_b dw_b · dx_b · Σ_i (qw_i − 8) · qx_i
-//!           = Σ_b dw_b · dx_b · Σ_i qw_i · qx_i  −  Σ_b dw_b · c_b,   c_b = 8 · dx_b · Σ_i qx_i
+//! An activation block holding NaN gets a NaN scale, so NaN propagates as in the float paths.
 
 use super::quant::{Q4, Q8, QK};
 use super::reference::f16_to_f32;
@@ -58,15 +58,13 @@ pub fn set_quant_activations(mode: QuantActivations) {
     MODE.store(if mode == QuantActivations::Float { FLOAT } else { INT8 }, Ordering::Relaxed);
 }
 
-/// n activation rows of `cols` values quantised per block: qs [n, cols], d and c [n, cols/32].
+/// n activation rows of `cols` values quantised per block: qs [n, cols], d [n, cols/32].
 #[derive(Default)]
 pub struct QuantizedActs {
     pub cols: usize,
     pub qs: Vec<i8>,
     /// Block scales dx_b.
     pub d: Vec<f32>,
-    /// Block corrections c_b = 8 · dx_b · Σ qx (used by W4A8).
-    pub c: Vec<f32>,
 }
 
 impl QuantizedActs {
@@ -76,31 +74,36 @@ impl QuantizedActs {
         self.cols = cols;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
-        self.c.resize(nb, 0.0);
         for (b, xb) in x[..n * cols].chunks_exact(QK).enumerate() {
-            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let amax = xb.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
             let d = amax / 127.0;
             let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
             for (q, &v) in self.qs[b * QK..(b + 1) * QK].iter_mut().zip(xb) {
                 *q = (v * inv).round() as i8;
-                sum += i32::from(*q);
             }
             self.d[b] = d;
-            self.c[b] = 8.0 * d * sum as f32;
         }
     }
 
-    /// Blocks of activation row t: (quants, scales, corrections).
-    pub fn row(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
+    /// The activations as the integer path sees them: out[i] = dx_b · qx_i ([n, cols]).
+    pub fn dequantize(&self, out: &mut [f32]) {
+        for (b, ob) in out[..self.qs.len()].chunks_exact_mut(QK).enumerate() {
+            for (o, &q) in ob.iter_mut().zip(&self.qs[b * QK..(b + 1) * QK]) {
+                *o = self.d[b] * f32::from(q);
+            }
+        }
+    }
+
+    /// Blocks of activation row t: (quants, scales).
+    pub fn row(&self, t: usize) -> (&[i8], &[f32]) {
         let nb = self.cols / QK;
-        (&self.qs[t * self.cols..(t + 1) * self.cols], &self.d[t * nb..(t + 1) * nb], &self.c[t * nb..(t + 1) * nb])
+        (&self.qs[t * self.cols..(t + 1) * self.cols], &self.d[t * nb..(t + 1) * nb])
     }
 }
 
 /// Reference W8A8 dot of row r of `w` with activation row t of `xa`.
 pub fn dot_q8_i8(w: Q8<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
-    let (xq, xd, _) = xa.row(t);
+    let (xq, xd) = xa.row(t);
     let nb = xa.cols / QK;
     let mut acc = 0f32;
     for b in 0..nb {
@@ -113,7 +116,7 @@ pub fn dot_q8_i8(w: Q8<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
 
 /// Reference W4A8 dot of row r of `w` with activation row t of `xa`.
 pub fn dot_q4_i8(w: Q4<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
-    let (xq, xd, _) = xa.row(t);
+    let (xq, xd) = xa.row(t);
     let nb = xa.cols / QK;
     let mut acc = 0f32;
     for b in 0..nb {

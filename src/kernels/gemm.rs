@@ -13,6 +13,7 @@
 //! the strategy), never split across tasks: the result does not depend on the thread count.
 
 use super::actq::{quant_activations, QuantActivations, QuantizedActs};
+use super::quant::QK;
 use super::simd::{table, Table};
 use super::Mat;
 use rayon::prelude::*;
@@ -78,8 +79,9 @@ pub(crate) fn matmul_with(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[
     matmul_mode(t, quant_activations(), w, rows, cols, x, n, y);
 }
 
-/// `matmul` on table `t` with quantised weights meeting their activations as `mode` says
-/// (in matrix-vector products; the GEMM strategy always widens weights to f32).
+/// `matmul` on table `t` with quantised weights meeting their activations as `mode` says. In
+/// int8 mode the GEMM strategy multiplies the widened weights by the int8-rounded activations
+/// (dx·qx), so a row's result does not change meaning with the number of rows in the call.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_mode(
     t: &Table,
@@ -91,21 +93,42 @@ pub(crate) fn matmul_mode(
     n: usize,
     y: &mut [f32],
 ) {
-    assert!(w.len() == rows * cols && x.len() >= n * cols && y.len() >= n * rows, "matmul shape mismatch");
+    check_shapes(w, rows, cols, x, n, y);
     if n == 0 || rows == 0 {
         return;
     }
-    let quantised = matches!(w, Mat::Q8(_) | Mat::Q4(_));
-    if n >= GEMM_MIN_ROWS && cols > 0 {
-        gemm(t, w, rows, cols, x, n, y);
-    } else if quantised && mode == QuantActivations::Int8 {
-        with_buffer(&ACTS, |xa| {
+    let int8 = matches!(w, Mat::Q8(_) | Mat::Q4(_)) && mode == QuantActivations::Int8;
+    match (n >= GEMM_MIN_ROWS && cols > 0, int8) {
+        (true, false) => gemm(t, w, rows, cols, x, n, y),
+        (true, true) => with_buffer(&ACTS, |xa| {
+            xa.quantize(x, n, cols);
+            let mut xr = vec![0f32; n * cols];
+            xa.dequantize(&mut xr);
+            gemm(t, w, rows, cols, &xr, n, y);
+        }),
+        (false, true) => with_buffer(&ACTS, |xa| {
             xa.quantize(x, n, cols);
             let xa = &*xa;
             gemv_by(rows, cols, n, y, |r, out| (t.gemv_i8)(w, cols, r, xa, n, out));
-        });
-    } else {
-        gemv_by(rows, cols, n, y, |r, out| (t.gemv)(w, cols, r, x, n, out));
+        }),
+        (false, false) => gemv_by(rows, cols, n, y, |r, out| (t.gemv)(w, cols, r, x, n, out)),
+    }
+}
+
+/// Panic unless w is [rows, cols] (for quantised w: whole blocks, quants and scales both
+/// complete), x holds n rows and y n·rows outputs. The kernels rely on these bounds.
+fn check_shapes(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &[f32]) {
+    let elems = rows.checked_mul(cols).expect("matmul: rows × cols overflows");
+    assert!(w.len() == elems, "matmul: weight holds {} elements, not {rows} × {cols}", w.len());
+    assert!(n.checked_mul(cols).is_some_and(|v| x.len() >= v), "matmul: x shorter than {n} × {cols}");
+    assert!(n.checked_mul(rows).is_some_and(|v| y.len() >= v), "matmul: y shorter than {n} × {rows}");
+    let scales = match w {
+        Mat::Q8(q) => Some(q.d.len()),
+        Mat::Q4(q) => Some(q.d.len()),
+        _ => None,
+    };
+    if let Some(d) = scales {
+        assert!(cols % QK == 0 && d == elems / QK, "matmul: quantised rows of {cols} with {d} scales");
     }
 }
 

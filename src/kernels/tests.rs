@@ -212,7 +212,7 @@ fn results_do_not_depend_on_the_thread_count() {
 
 /// Largest difference between a W8A8/W4A8 SIMD product and the integer reference, relative to
 /// Σ|w·x|: the integer block sums are exact, only the float scaling and summation order differ.
-const INT8_ORDER_TOL: f64 = 2e-6;
+const INT8_ORDER_TOL: f64 = 1e-6;
 
 #[test]
 fn int8_activation_products_match_the_integer_reference() {
@@ -327,6 +327,101 @@ fn products_nested_in_parallel_tasks_are_correct() {
         });
         for r in nested {
             assert_eq!(r, alone, "{name}: nested products differ");
+        }
+    }
+}
+
+#[test]
+fn malformed_quantised_operands_are_refused_on_every_path() {
+    // 64 quants of 2 rows × 32 columns but a single scale: every path must refuse, not read on.
+    let (qs, d) = ([1i8; 64], [0x3c00u16; 1]);
+    let w = Mat::Q8(quant::Q8 { qs: &qs, d: &d });
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for mode in [QuantActivations::Float, QuantActivations::Int8] {
+            let r = std::panic::catch_unwind(|| {
+                let mut y = [0f32; 2];
+                matmul_mode(t, mode, w, 2, 32, &[1f32; 32], 1, &mut y);
+                y
+            });
+            assert!(r.is_err(), "{path:?} {mode:?}: read past the scales: {r:?}");
+        }
+    }
+}
+
+#[test]
+fn an_int8_row_result_does_not_depend_on_the_row_count() {
+    // Decode (few rows) and prefill (GEMM) must agree on what a quantised product means.
+    let (rows, cols) = (64, 1024);
+    let s = Stored::new(rows, cols, 3);
+    let x = sample(GEMM_MIN_ROWS * 2 * cols, 4);
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+            let n = GEMM_MIN_ROWS * 2;
+            let (mut y1, mut yn) = (vec![0f32; rows], vec![0f32; n * rows]);
+            matmul_mode(t, QuantActivations::Int8, w, rows, cols, &x, 1, &mut y1);
+            matmul_mode(t, QuantActivations::Int8, w, rows, cols, &x, n, &mut yn);
+            let (_, mag) = exact(w, rows, cols, &x, 1);
+            for i in 0..rows {
+                let err = f64::from((y1[i] - yn[i]).abs());
+                assert!(
+                    err <= INT8_ORDER_TOL * mag[i],
+                    "{path:?} {name} row {i}: alone {} vs in a batch {}",
+                    y1[i],
+                    yn[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn w4a8_is_exact_in_integers_even_with_outliers_and_biased_activations() {
+    // One large weight per block, small others, all-positive activations: a float-side offset
+    // correction would cancel badly here; the integer one must not.
+    let (rows, cols) = (8, 4096);
+    let mut wv = sample(rows * cols, 5).iter().map(|v| v * 0.01).collect::<Vec<_>>();
+    for b in 0..rows * cols / 32 {
+        wv[b * 32 + 7] = 3.0;
+    }
+    let mut q = vec![0u8; rows * cols / 2];
+    let mut d = vec![0u16; rows * cols / 32];
+    for r in 0..rows {
+        let nb = cols / 32;
+        quant::quantize_row_q4(
+            &wv[r * cols..(r + 1) * cols],
+            &mut q[r * cols / 2..(r + 1) * cols / 2],
+            &mut d[r * nb..(r + 1) * nb],
+        );
+    }
+    let w = Mat::Q4(quant::Q4 { qs: &q, d: &d });
+    let x: Vec<f32> = sample(cols, 6).iter().map(|v| v.abs() + 0.5).collect();
+    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
+    let (_, mag) = exact(w, rows, cols, &x, 1);
+    let mut want = vec![0f32; rows];
+    matmul_mode(generic, QuantActivations::Int8, w, rows, cols, &x, 1, &mut want);
+    for path in available_paths() {
+        let mut got = vec![0f32; rows];
+        matmul_mode(table_for(path).expect("available"), QuantActivations::Int8, w, rows, cols, &x, 1, &mut got);
+        for i in 0..rows {
+            let err = f64::from((got[i] - want[i]).abs());
+            assert!(err <= INT8_ORDER_TOL * mag[i], "{path:?} row {i}: {} vs {} ({:e})", got[i], want[i], err / mag[i]);
+        }
+    }
+}
+
+#[test]
+fn nan_activations_propagate_in_int8_mode() {
+    let s = Stored::new(4, 64, 9);
+    let mut x = sample(64, 10);
+    x[40] = f32::NAN;
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+            let mut y = vec![0f32; 4];
+            matmul_mode(t, QuantActivations::Int8, w, 4, 64, &x, 1, &mut y);
+            assert!(y.iter().all(|v| v.is_nan()), "{path:?} {name}: NaN input gave {y:?}");
         }
     }
 }

@@ -175,6 +175,12 @@ unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize
 fn gemv_quant(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
     let len = rows.len();
     let nb = cols / quant::QK;
+    let scales = match w {
+        Mat::Q8(q) => q.d.len(),
+        Mat::Q4(q) => q.d.len(),
+        _ => 0,
+    };
+    assert!(cols % quant::QK == 0 && rows.end * nb <= scales);
     for (i, r) in rows.enumerate() {
         for t in 0..n {
             let xt = x[t * cols..(t + 1) * cols].as_ptr();

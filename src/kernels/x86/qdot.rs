@@ -2,8 +2,9 @@
 //! blocks (see `kernels::actq` for the reference semantics). Per 32-weight block: one
 //! `vpmaddubsw` (unsigned × signed byte pairs → i16; q4 nibbles are unsigned 0..15, q8 weights
 //! take their sign into the activations) and one `vpmaddwd` to i32, converted once and scaled by
-//! dw·dx, eight block scales converted at a time. The q4 offset of 8 is subtracted afterwards as
-//! Σ_b dw_b · c_b. Four weight rows share each activation load.
+//! dw·dx, eight block scales converted at a time. The q4 offset of 8 is subtracted in integers
+//! (8 · Σ x per block, computed once per activation block for all rows), so the block sums are
+//! exactly the reference's. Four weight rows share each activation load.
 
 use super::super::actq::QuantizedActs;
 use super::super::quant::QK;
@@ -33,7 +34,14 @@ unsafe fn block_dot<const Q4: bool>(w: *const u8, x: __m256i) -> __m256i {
     }
 }
 
-/// out[r] = row r (of R rows, `row_bytes` apart, scales `nb` apart) · activation row (xq, xd, xc).
+/// 8 · (x_2i + x_2i+1 + x_2i+2 + x_2i+3) per i32 lane: what the q4 offset of 8 contributes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn offset_sums(x: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), x), _mm256_set1_epi16(1))
+}
+
+/// out[r] = row r (of R rows, `row_bytes` apart, scales `nb` apart) · activation row (xq, xd).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -44,51 +52,44 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
     nb: usize,
     xq: *const i8,
     xd: *const f32,
-    xc: *const f32,
     out: &mut [f32; R],
 ) {
     let bbytes = if Q4 { QK / 2 } else { QK };
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut corr = [_mm256_setzero_ps(); R];
         let mut b = 0;
         while b + 8 <= nb {
             let xdv = _mm256_loadu_ps(xd.add(b));
-            let xcv = _mm256_loadu_ps(xc.add(b));
             let mut dd = [_mm256_setzero_ps(); R];
             for r in 0..R {
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast()));
-                dd[r] = _mm256_mul_ps(dw, xdv);
-                if Q4 {
-                    corr[r] = _mm256_fmadd_ps(dw, xcv, corr[r]);
-                }
+                dd[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast())), xdv);
             }
             for j in 0..8 {
                 let x = _mm256_loadu_si256(xq.add((b + j) * QK).cast());
+                let off = if Q4 { offset_sums(x) } else { _mm256_setzero_si256() };
                 let lane = _mm256_set1_epi32(j as i32);
                 for r in 0..R {
                     let p = block_dot::<Q4>(qs.add(r * row_bytes + (b + j) * bbytes), x);
+                    let p = if Q4 { _mm256_sub_epi32(p, off) } else { p };
                     let s = _mm256_permutevar8x32_ps(dd[r], lane);
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r]);
                 }
             }
             b += 8;
         }
-        let mut tail = [0f32; R];
         while b < nb {
             let x = _mm256_loadu_si256(xq.add(b * QK).cast());
+            let off = if Q4 { offset_sums(x) } else { _mm256_setzero_si256() };
             for r in 0..R {
                 let p = block_dot::<Q4>(qs.add(r * row_bytes + b * bbytes), x);
+                let p = if Q4 { _mm256_sub_epi32(p, off) } else { p };
                 let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*d.add(r * nb + b)))));
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * *xd.add(b)), acc[r]);
-                if Q4 {
-                    tail[r] += dw * *xc.add(b);
-                }
             }
             b += 1;
         }
         for r in 0..R {
-            out[r] = hsum(acc[r]) - (hsum(corr[r]) + tail[r]);
+            out[r] = hsum(acc[r]);
         }
     }
 }
@@ -102,7 +103,7 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
         Mat::Q4(q) => (q.qs.as_ptr(), q.d, cols / 2, true),
         _ => panic!("gemv_i8 takes quantised matrices"),
     };
-    assert!(rows.end * nb <= d.len());
+    assert!(rows.end * nb <= d.len() && rows.end * cols <= w.len());
     let len = rows.len();
     let mut r = rows.start;
     while r < rows.end {
@@ -110,8 +111,8 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
         let take = if rows.end - r >= 4 { 4 } else { 1 };
         // Every activation row against this block of weight rows while it is in L1.
         for t in 0..n {
-            let (xq, xd, xc) = xa.row(t);
-            let (xq, xd, xc) = (xq.as_ptr(), xd.as_ptr(), xc.as_ptr());
+            let (xq, xd) = xa.row(t);
+            let (xq, xd) = (xq.as_ptr(), xd.as_ptr());
             let at = t * len + r - rows.start;
             // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; rows r..r+take are
             // below rows.end, whose blocks lie inside the matrix (scale count asserted above; the
@@ -120,17 +121,17 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
                 if take == 4 {
                     let mut o = [0f32; 4];
                     if q4 {
-                        rows_dot::<true, 4>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                        rows_dot::<true, 4>(qr, row_bytes, dr, nb, xq, xd, &mut o)
                     } else {
-                        rows_dot::<false, 4>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                        rows_dot::<false, 4>(qr, row_bytes, dr, nb, xq, xd, &mut o)
                     }
                     out[at..at + 4].copy_from_slice(&o);
                 } else {
                     let mut o = [0f32; 1];
                     if q4 {
-                        rows_dot::<true, 1>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                        rows_dot::<true, 1>(qr, row_bytes, dr, nb, xq, xd, &mut o)
                     } else {
-                        rows_dot::<false, 1>(qr, row_bytes, dr, nb, xq, xd, xc, &mut o)
+                        rows_dot::<false, 1>(qr, row_bytes, dr, nb, xq, xd, &mut o)
                     }
                     out[at] = o[0];
                 }
