@@ -61,8 +61,8 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
         while b + 8 <= nb {
             let xdv = _mm256_loadu_ps(xd.add(b));
             let mut dd = [_mm256_setzero_ps(); R];
-            for r in 0..R {
-                dd[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast())), xdv);
+            for (r, ddr) in dd.iter_mut().enumerate() {
+                *ddr = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast())), xdv);
             }
             for j in 0..8 {
                 let x = _mm256_loadu_si256(xq.add((b + j) * QK).cast());
@@ -80,11 +80,11 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
         while b < nb {
             let x = _mm256_loadu_si256(xq.add(b * QK).cast());
             let off = if Q4 { offset_sums(x) } else { _mm256_setzero_si256() };
-            for r in 0..R {
+            for (r, accr) in acc.iter_mut().enumerate() {
                 let p = block_dot::<Q4>(qs.add(r * row_bytes + b * bbytes), x);
                 let p = if Q4 { _mm256_sub_epi32(p, off) } else { p };
                 let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*d.add(r * nb + b)))));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * *xd.add(b)), acc[r]);
+                *accr = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * *xd.add(b)), *accr);
             }
             b += 1;
         }
