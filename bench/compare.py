@@ -118,8 +118,10 @@ def run(cmd: list, *, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def last_line(text: str) -> str:
+    """The most telling line of an error output: the first `error...` line, else the last line."""
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+    errors = [ln for ln in lines if ln.lower().startswith("error")]
+    return errors[0] if errors else (lines[-1] if lines else "")
 
 
 def parse_json_rows(text: str) -> list[dict] | None:
