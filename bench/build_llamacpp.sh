@@ -114,7 +114,7 @@ write_info() {
     commit=$("$LLAMACPP_DIR/build/bin/llama-bench" --version 2>&1 | head -3 | tr '\n' ' ' || true)
     {
         echo "llama-cpp-python $VERSION (vendor/llama.cpp)"
-        echo "version: $commit"
+        echo "$commit"
         echo "cmake: -DCMAKE_BUILD_TYPE=Release $SIMD"
         echo "build_seconds: $BUILD_SECONDS (jobs=$JOBS, nice 10, llama-bench + llama-quantize)"
         echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
