@@ -329,8 +329,10 @@ def prepare_colibri(colibri: Path, ckpt: Path, outdir: Path, name: str, precs: l
 
 def bench_run(engine: str, cmd: list) -> dict:
     """Run one engine's bench command; returns {"cmd", "seconds", "rows"} or with "error"."""
+    load_before = os.getloadavg()[0]
     p = run(cmd)
-    res = {"engine": engine, "cmd": shlex.join(str(c) for c in cmd), "seconds": round(p.seconds, 2)}
+    res = {"engine": engine, "cmd": shlex.join(str(c) for c in cmd), "seconds": round(p.seconds, 2),
+           "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}  # before, after: noise gauge
     rows = parse_json_rows(p.stdout) if p.returncode == 0 else None
     if rows is None:
         res["error"] = f"exit {p.returncode}: {last_line(p.stderr) or 'no JSON on stdout'}"
@@ -486,7 +488,9 @@ def measure_model(name: str, a, llama: LlamaCpp, col_ok: bool, col_status: str) 
             "runs": runs}
 
 
-def header(a, argv: list[str], machine: dict, llama: LlamaCpp, commit: str | None) -> str:
+def header(a, argv: list[str], machine: dict, llama: LlamaCpp, commit: str | None, runs: list[dict]) -> str:
+    loads = [x for r in runs for x in r.get("loadavg_1m", [])]
+    load = f"{min(loads):.1f} .. {max(loads):.1f} on {machine['cores']} cores" if loads else "?"
     return "\n".join([
         "## colibri peer comparison",
         "",
@@ -498,6 +502,7 @@ def header(a, argv: list[str], machine: dict, llama: LlamaCpp, commit: str | Non
         f"- llama.cpp: {commit or '?'}; " + llama.build_info().replace("\n", "; "),
         f"- transformers: {'skipped' if a.skip_hf else hf_versions()}",
         f"- settings: -p {a.n_prompt} -n {a.n_gen} -t {a.threads} -r {a.reps}, {a.rounds} rounds",
+        f"- machine load (1-min load average around the runs): {load}",
         "",
     ])
 
@@ -534,7 +539,7 @@ def main(argv: list[str]) -> int:
     commit = next((c for m in doc["models"] if (c := llama_build_commit(m["runs"]))), None)
     doc["llama.cpp"] = {"build_commit": commit, "build_info": llama.build_info()}
     write_results(a.out, doc)
-    print(header(a, argv, machine, llama, commit))
+    print(header(a, argv, machine, llama, commit, [r for m in doc["models"] for r in m["runs"]]))
     print("\n".join(tables))
     print(f"raw results: {a.out}")
     return 0

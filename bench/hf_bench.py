@@ -31,6 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+import transformers.modeling_outputs  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,7 +48,7 @@ def parse_args() -> argparse.Namespace:
 def load_model(path: str) -> tuple[torch.nn.Module, float]:
     """Load the checkpoint in bf16 on the CPU, eval mode. Returns (model, seconds)."""
     t0 = time.perf_counter()
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map="cpu")
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
     model.eval()
     return model, time.perf_counter() - t0
 
@@ -61,12 +62,28 @@ def time_prompt(model, ids: torch.Tensor) -> float:
 
 def time_generate(model, ids: torch.Tensor) -> float:
     """len(ids) single-token forwards, each extending the KV cache; returns seconds."""
-    past = None
+    cache = None
     t0 = time.perf_counter()
     for i in range(ids.shape[1]):
-        out = model(input_ids=ids[:, i : i + 1], past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=ids[:, i : i + 1], use_cache=True, **cache_kwarg(cache))
+        cache = returned_cache(out)
     return time.perf_counter() - t0
+
+
+# transformers 5.24 renamed the KV-cache argument and output field `past_key_values` -> `cache`
+# (the old name still works but warns); use whichever this version has.
+def cache_kwarg(cache) -> dict:
+    if cache is None:
+        return {}
+    return {"cache": cache} if CACHE_NAME == "cache" else {"past_key_values": cache}
+
+
+def returned_cache(out):
+    c = getattr(out, "cache", None)
+    return c if c is not None else getattr(out, "past_key_values", None)
+
+
+CACHE_NAME = "cache" if hasattr(transformers.modeling_outputs.CausalLMOutputWithPast, "cache") else "past_key_values"
 
 
 def run_test(name: str, fn, model, ids: torch.Tensor, reps: int) -> list[float]:
