@@ -384,13 +384,18 @@ def run_rounds(a, llama: LlamaCpp, ckpt: Path, gguf: dict, col: dict, col_ok: bo
 # ------------------------------------------------------------------------------------------------
 
 
-def summarize(runs: list[dict]) -> dict:
+def comparable(row: dict, threads: int) -> bool:
+    """Only rows at depth 0 and the requested thread count are compared (an engine may print more)."""
+    return int(row.get("n_depth") or 0) == 0 and int(row.get("n_threads") or threads) == threads
+
+
+def summarize(runs: list[dict], threads: int) -> dict:
     """{(precision, engine, test): {"mean", "min", "max", "rounds"}} over each round's avg_ts."""
     per: dict[tuple, list[float]] = {}
     for r in runs:
         for row in r.get("rows", []):
             t = test_name(row)
-            if t and row.get("avg_ts") is not None:
+            if t and row.get("avg_ts") is not None and comparable(row, threads):
                 per.setdefault((r["precision"], r["engine"], t), []).append(float(row["avg_ts"]))
     return {k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "rounds": len(v)} for k, v in per.items()}
 
@@ -529,7 +534,7 @@ def main(argv: list[str]) -> int:
     tables = []
     for name in a.models:
         m = measure_model(name, a, llama, col_ok, col_status)
-        summary = summarize(m["runs"])
+        summary = summarize(m["runs"], a.threads)
         m["summary"] = [{"precision": k[0], "engine": k[1], "test": k[2], **v} for k, v in summary.items()]
         doc["models"].append(m)
         tables.append(model_table(name, a, summary, notes_for(m["llama.cpp_files"], m["colibri_files"],
