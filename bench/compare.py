@@ -79,6 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and converted files")
     ap.add_argument("--skip-hf", action="store_true", help="do not run transformers")
     ap.add_argument("--colibri", type=Path, default=REPO / "target" / "release" / "colibri")
+    ap.add_argument("--report", type=Path, metavar="RESULTS_JSON",
+                    help="only print the tables of an earlier run's results file")
     ap.add_argument("--llama-cpp", type=Path, default=Path(os.environ.get("LLAMACPP_DIR", "/work/peers/llama.cpp")),
                     help="llama.cpp cache dir of bench/build_llamacpp.sh (env LLAMACPP_DIR)")
     a = ap.parse_args(argv)
@@ -380,7 +382,7 @@ def run_rounds(a, llama: LlamaCpp, ckpt: Path, gguf: dict, col: dict, col_ok: bo
 
 
 # ------------------------------------------------------------------------------------------------
-# step 5: summary and report
+# step 5: summary and report (computed from the results document alone, so --report can redo it)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -390,67 +392,71 @@ def comparable(row: dict, threads: int) -> bool:
 
 
 def summarize(runs: list[dict], threads: int) -> dict:
-    """{(precision, engine, test): {"mean", "min", "max", "rounds"}} over each round's avg_ts."""
-    per: dict[tuple, list[float]] = {}
+    """{(precision, engine, test): {"by_round": {round: avg_ts}, "best", "mean", "min", "rounds"}}."""
+    per: dict[tuple, dict[int, float]] = {}
     for r in runs:
         for row in r.get("rows", []):
             t = test_name(row)
             if t and row.get("avg_ts") is not None and comparable(row, threads):
-                per.setdefault((r["precision"], r["engine"], t), []).append(float(row["avg_ts"]))
-    return {k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "rounds": len(v)} for k, v in per.items()}
+                per.setdefault((r["precision"], r["engine"], t), {})[int(r["round"])] = float(row["avg_ts"])
+    return {k: {"by_round": v, "best": max(v.values()), "mean": statistics.fmean(v.values()),
+                "min": min(v.values()), "rounds": len(v)} for k, v in per.items()}
+
+
+def paired_ratio(num: dict | None, dens: list[dict | None]) -> float | None:
+    """colibri / peer, paired by round (runs of one round ran back to back under the same machine
+    load): per round, colibri's t/s over the fastest given peer's; geometric mean over the rounds
+    where all of them have a value."""
+    dens = [d for d in dens if d]
+    if not num or not dens:
+        return None
+    rounds = set(num["by_round"]).intersection(*(d["by_round"] for d in dens))
+    ratios = [num["by_round"][r] / max(d["by_round"][r] for d in dens) for r in sorted(rounds)]
+    ratios = [x for x in ratios if x > 0]
+    return statistics.geometric_mean(ratios) if ratios else None
 
 
 def fmt_ts(s: dict | None) -> str:
     if not s:
         return "—"
-    spread = (s["max"] - s["min"]) / 2
-    return f"{s['mean']:.2f} ±{spread:.2f}" if s["rounds"] > 1 else f"{s['mean']:.2f}"
+    return f"{s['best']:.2f} ({s['mean']:.2f})" if s["rounds"] > 1 else f"{s['best']:.2f}"
 
 
-def fmt_ratio(num: dict | None, den: dict | None) -> str:
-    return f"{num['mean'] / den['mean']:.2f}×" if num and den and den["mean"] > 0 else "—"
+def fmt_ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}×"
 
 
-def model_table(model: str, a: argparse.Namespace, summary: dict, notes: list[str]) -> str:
+def model_table(model: str, st: dict, summary: dict, notes: list[str]) -> str:
     """Markdown table of one model: t/s per engine and colibri's ratios."""
-    tests = [f"pp{a.n_prompt}", f"tg{a.n_gen}"]
+    tests = [f"pp{st['n_prompt']}", f"tg{st['n_gen']}"]
     out = [f"### {model}", "",
            "| precision | test | colibri t/s | llama.cpp t/s | transformers t/s | colibri/llama.cpp "
            "| colibri/transformers | colibri/best peer |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for pname in a.precisions:
+    for pname in st["precisions"]:
         prec = PRECISIONS[pname]
         for t in tests:
-            c = summary.get((pname, "colibri", t))
-            lcpp = summary.get((pname, "llama.cpp", t))
-            hf = summary.get((pname, "transformers", t))
-            peers = [s for s in (lcpp, hf) if s]
-            best = max(peers, key=lambda s: s["mean"]) if peers else None
+            c, lcpp, hf = (summary.get((pname, e, t)) for e in ("colibri", "llama.cpp", "transformers"))
+            best_peer = fmt_ratio(paired_ratio(c, [lcpp, hf])) if pname == "bf16" else "—"
             label = f"{prec.name} (llama.cpp {prec.gguf_type}, colibri {prec.colibri_label})"
-            out.append(f"| {label} | {t} | {fmt_ts(c)} | {fmt_ts(lcpp)} | {fmt_ts(hf)} | {fmt_ratio(c, lcpp)} "
-                       f"| {fmt_ratio(c, hf)} | {fmt_ratio(c, best) if pname == 'bf16' else '—'} |")
+            out.append(f"| {label} | {t} | {fmt_ts(c)} | {fmt_ts(lcpp)} | {fmt_ts(hf)} "
+                       f"| {fmt_ratio(paired_ratio(c, [lcpp]))} | {fmt_ratio(paired_ratio(c, [hf]))} | {best_peer} |")
     out.append("")
-    out.append(f"t/s: mean over rounds of each run's average of {a.reps} repetitions (± half the range "
-               f"between rounds); {a.threads} threads.")
+    out.append(f"t/s: best round (mean over {st['rounds']} rounds); each round's value is the run's average of "
+               f"{st['reps']} repetitions; {st['threads']} threads. Ratios: per round, geometric mean over rounds.")
     out += [f"- {n}" for n in notes]
     return "\n".join(out) + "\n"
 
 
-def notes_for(gguf: dict, col: dict, col_status: str, runs: list[dict]) -> list[str]:
-    """Human-readable reasons for every missing cell."""
-    notes = []
-    for pname, f in gguf.items():
-        if "error" in f:
-            notes.append(f"llama.cpp {pname}: {f['error']}")
+def notes_for(m: dict, col_status: str) -> list[str]:
+    """Human-readable reasons for every missing cell of one model."""
+    notes = [f"llama.cpp {p}: {f['error']}" for p, f in m["llama.cpp_files"].items() if "error" in f]
     if col_status:
         notes.append(f"colibri: missing — {col_status}")
-    for pname, f in col.items():
-        for k in ("unsupported", "error"):
-            if k in f:
-                notes.append(f"{pname}: {f[k]}")
-    for r in runs:
-        if "error" in r:
-            notes.append(f"{r['engine']} {r['precision']} round {r['round']}: missing — {r['error']}")
+    for pname, f in m["colibri_files"].items():
+        notes += [f"{pname}: {f[k]}" for k in ("unsupported", "error") if k in f]
+    notes += [f"{r['engine']} {r['precision']} round {r['round']}: missing — {r['error']}"
+              for r in m["runs"] if "error" in r]
     return notes
 
 
@@ -460,6 +466,38 @@ def llama_build_commit(runs: list[dict]) -> str | None:
             if r["engine"] == "llama.cpp" and "build_commit" in row:
                 return f"{row['build_commit']} (build {row.get('build_number', '?')})"
     return None
+
+
+def header(doc: dict) -> str:
+    """Command line, machine, versions, settings and machine load of a results document."""
+    st, mach, ver = doc["settings"], doc["machine"], doc.get("versions", {})
+    runs = [r for m in doc["models"] for r in m["runs"]]
+    loads = [x for r in runs for x in r.get("loadavg_1m", [])]
+    load = f"{min(loads):.1f} .. {max(loads):.1f} on {mach['cores']} cores" if loads else "?"
+    commit = next((c for m in doc["models"] if (c := llama_build_commit(m["runs"]))), "?")
+    return "\n".join([
+        "## colibri peer comparison",
+        "",
+        f"- command: `{shlex.join(doc['argv'])}`",
+        f"- date: {doc.get('date', '?')}",
+        f"- machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_gib']} GiB; "
+        f"SIMD flags: {' '.join(mach['simd_flags']) or 'none'}",
+        f"- colibri: {ver.get('colibri', '?')}",
+        f"- llama.cpp: build_commit {commit}; " + ver.get("llama.cpp", "?").replace("\n", "; "),
+        f"- transformers: {ver.get('transformers', '?')}",
+        f"- settings: -p {st['n_prompt']} -n {st['n_gen']} -t {st['threads']} -r {st['reps']}, "
+        f"{st['rounds']} rounds",
+        f"- machine load (1-min load average before/after each run): {load}",
+        "",
+    ])
+
+
+def report(doc: dict) -> str:
+    """The whole markdown report of a results document."""
+    st = doc["settings"]
+    tables = [model_table(m["model"], st, summarize(m["runs"], st["threads"]),
+                          notes_for(m, doc.get("colibri_status", ""))) for m in doc["models"]]
+    return header(doc) + "\n" + "\n".join(tables)
 
 
 def write_results(path: Path, doc: dict) -> None:
@@ -493,24 +531,6 @@ def measure_model(name: str, a, llama: LlamaCpp, col_ok: bool, col_status: str) 
             "runs": runs}
 
 
-def header(a, argv: list[str], machine: dict, llama: LlamaCpp, commit: str | None, runs: list[dict]) -> str:
-    loads = [x for r in runs for x in r.get("loadavg_1m", [])]
-    load = f"{min(loads):.1f} .. {max(loads):.1f} on {machine['cores']} cores" if loads else "?"
-    return "\n".join([
-        "## colibri peer comparison",
-        "",
-        f"- command: `{shlex.join([sys.executable, *sys.argv[:1], *argv])}`",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-        f"- machine: {machine['cpu']}, {machine['cores']} cores, {machine['mem_gib']} GiB; "
-        f"SIMD flags: {' '.join(machine['simd_flags']) or 'none'}",
-        f"- colibri: {colibri_version(a.colibri)}",
-        f"- llama.cpp: {commit or '?'}; " + llama.build_info().replace("\n", "; "),
-        f"- transformers: {'skipped' if a.skip_hf else hf_versions()}",
-        f"- settings: -p {a.n_prompt} -n {a.n_gen} -t {a.threads} -r {a.reps}, {a.rounds} rounds",
-        f"- machine load (1-min load average around the runs): {load}",
-        "",
-    ])
-
 
 def hf_versions() -> str:
     p = subprocess.run([sys.executable, "-c", "import torch, transformers; "
@@ -519,8 +539,25 @@ def hf_versions() -> str:
     return p.stdout.strip() or "?"
 
 
+def new_document(a, argv: list[str], llama: LlamaCpp, col_status: str) -> dict:
+    """The results document before any model: command, machine, versions, settings."""
+    return {
+        "argv": [sys.executable, sys.argv[0], *argv],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": {"colibri": colibri_version(a.colibri), "llama.cpp": llama.build_info(),
+                     "transformers": "skipped" if a.skip_hf else hf_versions()},
+        "colibri_status": col_status,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "models": [],
+    }
+
+
 def main(argv: list[str]) -> int:
     a = parse_args(argv)
+    if a.report:
+        print(report(json.loads(a.report.read_text())))
+        return 0
     ensure_nice()
     a.work.mkdir(parents=True, exist_ok=True)
     llama = LlamaCpp(a.llama_cpp)
@@ -528,24 +565,16 @@ def main(argv: list[str]) -> int:
     col_ok, col_status = colibri_has_bench(a.colibri)
     if not col_ok:
         log(f"colibri will be reported missing: {col_status}")
-    machine = machine_info()
-    doc = {"argv": [sys.executable, sys.argv[0], *argv], "machine": machine, "settings": {
-        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}, "models": []}
-    tables = []
+    doc = new_document(a, argv, llama, col_status)
     for name in a.models:
         m = measure_model(name, a, llama, col_ok, col_status)
-        summary = summarize(m["runs"], a.threads)
-        m["summary"] = [{"precision": k[0], "engine": k[1], "test": k[2], **v} for k, v in summary.items()]
+        m["summary"] = [{"precision": k[0], "engine": k[1], "test": k[2], **v}
+                        for k, v in summarize(m["runs"], a.threads).items()]
         doc["models"].append(m)
-        tables.append(model_table(name, a, summary, notes_for(m["llama.cpp_files"], m["colibri_files"],
-                                                              col_status, m["runs"])))
-        print(tables[-1], flush=True)
         write_results(a.out, doc)
-    commit = next((c for m in doc["models"] if (c := llama_build_commit(m["runs"]))), None)
-    doc["llama.cpp"] = {"build_commit": commit, "build_info": llama.build_info()}
-    write_results(a.out, doc)
-    print(header(a, argv, machine, llama, commit, [r for m in doc["models"] for r in m["runs"]]))
-    print("\n".join(tables))
+        print(model_table(name, doc["settings"], summarize(m["runs"], a.threads), notes_for(m, col_status)),
+              flush=True)
+    print("\n" + report(doc))
     print(f"raw results: {a.out}")
     return 0
 
