@@ -64,7 +64,15 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         let full = cols - cols % 8;
         let mut i = 0;
+        let esize = if K == F32 { 4 } else { 2 };
         while i < full {
+            if i % (64 / esize) == 0 {
+                // The next row group's line at this column (see qdot.rs: short rows restart
+                // the hardware streams every group).
+                for r in 0..R {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((r + R) * row_bytes + i * esize).cast());
+                }
+            }
             let mut xv = [_mm256_setzero_ps(); T];
             for (t, v) in xv.iter_mut().enumerate() {
                 *v = _mm256_loadu_ps(x.add(t * cols + i));
@@ -166,7 +174,8 @@ unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize
                     s = _mm256_fmadd_ps(q, _mm256_loadu_ps(xb.add(part * 8)), s);
                 }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(reference::f16_to_f32(*d.add(b))), s, acc);
+            let db = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*d.add(b)))));
+            acc = _mm256_fmadd_ps(db, s, acc);
         }
         hsum(acc)
     }

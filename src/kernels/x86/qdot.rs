@@ -63,6 +63,12 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
             let mut dd = [_mm256_setzero_ps(); R];
             for (r, ddr) in dd.iter_mut().enumerate() {
                 *ddr = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast())), xdv);
+                // The next row group's bytes at this column: rows are short (a few KiB), so the
+                // hardware streams restart every group; fetching one group ahead keeps them busy.
+                let ahead = qs.wrapping_add((r + R) * row_bytes + b * bbytes);
+                for line in (0..8 * bbytes).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                }
             }
             for j in 0..8 {
                 let x = _mm256_loadu_si256(xq.add((b + j) * QK).cast());

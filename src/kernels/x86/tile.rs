@@ -83,7 +83,7 @@ unsafe fn widen_half<const BF16: bool>(src: &[u16], out: &mut [f32]) {
 unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
     unsafe {
         for (b, &db) in d.iter().enumerate() {
-            let dv = _mm256_set1_ps(reference::f16_to_f32(db));
+            let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(db))));
             for part in 0..4 {
                 let bytes = _mm_loadl_epi64(qs.add(b * 32 + part * 8).cast());
                 let v = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
@@ -99,7 +99,7 @@ unsafe fn widen_q4(qs: *const u8, d: &[u16], out: &mut [f32]) {
         let mask = _mm_set1_epi8(15);
         let eight = _mm256_set1_ps(8.0);
         for (b, &db) in d.iter().enumerate() {
-            let dv = _mm256_set1_ps(reference::f16_to_f32(db));
+            let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(db))));
             let raw = _mm_loadu_si128(qs.add(b * 16).cast());
             let halves = [_mm_and_si128(raw, mask), _mm_and_si128(_mm_srli_epi16(raw, 4), mask)];
             for (h, v) in halves.into_iter().enumerate() {
