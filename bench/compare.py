@@ -79,6 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and converted files")
     ap.add_argument("--skip-hf", action="store_true", help="do not run transformers")
     ap.add_argument("--colibri", type=Path, default=REPO / "target" / "release" / "colibri")
+    ap.add_argument("--llama-args", default="", metavar="ARGS",
+                    help="extra llama-bench arguments, e.g. '--poll 0' (default: none, llama-bench's defaults)")
     ap.add_argument("--report", type=Path, metavar="RESULTS_JSON",
                     help="only print the tables of an earlier run's results file")
     ap.add_argument("--llama-cpp", type=Path, default=Path(os.environ.get("LLAMACPP_DIR", "/work/peers/llama.cpp")),
@@ -345,7 +347,8 @@ def bench_run(engine: str, cmd: list) -> dict:
 
 
 def llama_cmd(llama: LlamaCpp, path: str, a: argparse.Namespace) -> list:
-    return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-t", a.threads, "-r", a.reps, "-o", "json"]
+    return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-t", a.threads, "-r", a.reps, "-o", "json",
+            *shlex.split(a.llama_args)]
 
 
 def colibri_cmd(a: argparse.Namespace, path: str) -> list:
