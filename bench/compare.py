@@ -109,6 +109,19 @@ def ensure_nice() -> None:
         os.nice(NICENESS - cur)
 
 
+def lock_work_dir(work: Path):
+    """One harness run per work dir: a second one would delete or overwrite the first one's files.
+    Returns the open lock file (held until the process exits)."""
+    import fcntl
+
+    f = open(work / ".compare.lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"another bench/compare.py run is using {work} (pass a different --work)")
+    return f
+
+
 def run(cmd: list, *, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a command, capture its output, log it and its duration. Never raises on failure."""
     cmd = [str(c) for c in cmd]
@@ -563,6 +576,7 @@ def main(argv: list[str]) -> int:
         return 0
     ensure_nice()
     a.work.mkdir(parents=True, exist_ok=True)
+    _lock = lock_work_dir(a.work)  # noqa: F841  (kept open for the whole run)
     llama = LlamaCpp(a.llama_cpp)
     llama.ensure_built()
     col_ok, col_status = colibri_has_bench(a.colibri)
