@@ -79,6 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and converted files")
     ap.add_argument("--skip-hf", action="store_true", help="do not run transformers")
     ap.add_argument("--colibri", type=Path, default=REPO / "target" / "release" / "colibri")
+    ap.add_argument("--llama-args", default="", metavar="ARGS",
+                    help="extra llama-bench arguments, e.g. '--poll 0' (default: none, llama-bench's defaults)")
     ap.add_argument("--report", type=Path, metavar="RESULTS_JSON",
                     help="only print the tables of an earlier run's results file")
     ap.add_argument("--llama-cpp", type=Path, default=Path(os.environ.get("LLAMACPP_DIR", "/work/peers/llama.cpp")),
@@ -105,6 +107,19 @@ def ensure_nice() -> None:
     cur = os.nice(0)
     if cur < NICENESS:
         os.nice(NICENESS - cur)
+
+
+def lock_work_dir(work: Path):
+    """One harness run per work dir: a second one would delete or overwrite the first one's files.
+    Returns the open lock file (held until the process exits)."""
+    import fcntl
+
+    f = open(work / ".compare.lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"another bench/compare.py run is using {work} (pass a different --work)")
+    return f
 
 
 def run(cmd: list, *, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -345,7 +360,8 @@ def bench_run(engine: str, cmd: list) -> dict:
 
 
 def llama_cmd(llama: LlamaCpp, path: str, a: argparse.Namespace) -> list:
-    return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-t", a.threads, "-r", a.reps, "-o", "json"]
+    return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-t", a.threads, "-r", a.reps, "-o", "json",
+            *shlex.split(a.llama_args)]
 
 
 def colibri_cmd(a: argparse.Namespace, path: str) -> list:
@@ -560,6 +576,7 @@ def main(argv: list[str]) -> int:
         return 0
     ensure_nice()
     a.work.mkdir(parents=True, exist_ok=True)
+    _lock = lock_work_dir(a.work)  # noqa: F841  (kept open for the whole run)
     llama = LlamaCpp(a.llama_cpp)
     llama.ensure_built()
     col_ok, col_status = colibri_has_bench(a.colibri)
