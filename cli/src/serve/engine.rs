@@ -41,6 +41,12 @@ impl Engine {
         Ok(Engine { model, tokenizer, template, id, generation, n_ctx, created })
     }
 
+    /// Experts per layer (0 for a dense layer), for the metrics.
+    pub fn experts_per_layer(&self) -> impl Iterator<Item = usize> + '_ {
+        let c = self.model.config();
+        c.layers.iter().map(move |l| if l.moe { c.moe.n_experts } else { 0 })
+    }
+
     /// The conversation rendered by the model's chat template, opening the assistant turn.
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, Error> {
         let t = self

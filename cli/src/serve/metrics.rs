@@ -82,9 +82,11 @@ impl Metrics {
         }
     }
 
-    pub fn reset_experts(&self) {
+    /// Start counting afresh for a model: `experts_per_layer[l]` experts in layer l (0 for a
+    /// dense layer), every count at 0 so unchosen experts show too.
+    pub fn reset_experts(&self, experts_per_layer: impl Iterator<Item = usize>) {
         if let Ok(mut m) = self.experts.lock() {
-            m.clear();
+            *m = experts_per_layer.map(|n| vec![0; n]).collect();
         }
     }
 

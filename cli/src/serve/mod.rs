@@ -115,6 +115,7 @@ async fn serve(config: Config) -> Result<(), Error> {
                 Ok(Ok(e)) => {
                     eprintln!("model {} ready (context {} tokens)", e.id, e.n_ctx);
                     state.metrics.generation.store(1, Ordering::Relaxed);
+                    state.metrics.reset_experts(e.experts_per_layer());
                     state.slot.set(Arc::new(e));
                 }
                 Ok(Err(e)) => {

@@ -50,10 +50,10 @@ pub async fn reload(state: &Shared) {
     match loaded {
         Ok(Ok(engine)) => {
             let id = engine.id.clone();
+            state.metrics.reset_experts(engine.experts_per_layer());
             state.slot.set(Arc::new(engine));
             state.metrics.reloads.fetch_add(1, Ordering::Relaxed);
             state.metrics.generation.store(generation, Ordering::Relaxed);
-            state.metrics.reset_experts();
             eprintln!("reloaded model {id}: generation {generation}");
         }
         Ok(Err(e)) => {
