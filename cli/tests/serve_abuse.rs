@@ -190,3 +190,20 @@ fn a_queued_request_waits_for_a_slot() {
     drop(stream);
     assert_eq!(queued.join().unwrap().status, 200);
 }
+
+#[test]
+fn the_request_timeout_ends_a_generation() {
+    let s = Server::start(&["-m", &model(), "--timeout", "1", "-c", "2048"]);
+    let t0 = std::time::Instant::now();
+    let v = s.post("/generate", &json!({"prompt": "And", "max_tokens": 2000, "ignore_eos": true})).json();
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(v["finish_reason"], "length");
+    assert!(v["completion_tokens"].as_u64().unwrap() < 2000, "{v}");
+    // A body that never completes gets 408 (the body wait is capped by --timeout too).
+    let mut c = connect(&s.addr);
+    use std::io::Write;
+    c.write_all(b"POST /generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"prompt\":").unwrap();
+    let mut r = BufReader::new(c);
+    let (status, _) = read_head(&mut r);
+    assert_eq!(status, 408);
+}

@@ -59,6 +59,13 @@ impl ApiError {
         }
     }
 
+    pub fn body_timeout() -> ApiError {
+        ApiError {
+            code: Some("timeout"),
+            ..Self::new(StatusCode::REQUEST_TIMEOUT, "invalid_request_error", "the request body came too slowly")
+        }
+    }
+
     pub fn unauthorized() -> ApiError {
         ApiError {
             code: Some("invalid_api_key"),

@@ -156,7 +156,7 @@ mod tests {
         let text = m.render();
         assert!(text.contains("colibri_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2"));
         assert!(text.contains("colibri_expert_selections_total{layer=\"1\",expert=\"5\"} 1"));
-        assert!(text.contains("colibri_expert_selections_total{layer=\"0\"") == false);
+        assert!(!text.contains("colibri_expert_selections_total{layer=\"0\""));
         assert!(text.contains("colibri_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"));
         assert!(text.contains("colibri_time_to_first_token_seconds_bucket{le=\"0.01\"} 0"));
     }

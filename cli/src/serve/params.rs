@@ -2,6 +2,7 @@
 //! object, and typed, range-checked access to its fields (each error names its field), plus the
 //! generation parameters every endpoint shares (sampling, stop, max_tokens, MoE routing).
 
+use super::args::Config;
 use super::engine::Engine;
 use super::error::ApiError;
 use super::job::JobParams;
@@ -9,6 +10,7 @@ use axum::body::Body;
 use colibri::forward::{RoutingMode, RoutingOptions};
 use colibri::sampler::SamplerParams;
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// Most stop strings, and bytes per stop string.
 pub const MAX_STOPS: usize = 4;
@@ -18,9 +20,18 @@ const MAX_COUNT: u64 = 1 << 24;
 /// Largest alternatives per token for logprobs.
 pub const MAX_TOP_LOGPROBS: u64 = 20;
 
-/// The body as a JSON object, read under the cap: too long → 413, not JSON / not an object → 400.
-pub async fn read_object(body: Body, cap: usize) -> Result<Map<String, Value>, ApiError> {
-    let bytes = axum::body::to_bytes(body, cap).await.map_err(|_| ApiError::too_large(cap))?;
+/// Longest wait for a request body (against clients that send it slowly).
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The body as a JSON object, read under the size cap and a time limit: too long → 413, too
+/// slow → 408, not JSON / not an object → 400.
+pub async fn read_object(body: Body, config: &Config) -> Result<Map<String, Value>, ApiError> {
+    let cap = config.max_body;
+    let limit = config.timeout.map_or(BODY_TIMEOUT, |t| t.min(BODY_TIMEOUT));
+    let bytes = tokio::time::timeout(limit, axum::body::to_bytes(body, cap))
+        .await
+        .map_err(|_| ApiError::body_timeout())?
+        .map_err(|_| ApiError::too_large(cap))?;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),

@@ -187,7 +187,7 @@ impl Loop {
                 completion_tokens: 0,
             }));
         }
-        self.waiting.retain(|j| !j.deadline.is_some_and(|d| now >= d));
+        self.waiting.retain(|j| j.deadline.is_none_or(|d| now < d));
         let mut i = 0;
         while i < self.active.len() {
             let a = &self.active[i];

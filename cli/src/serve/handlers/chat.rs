@@ -56,7 +56,7 @@ fn messages(f: &Fields<'_>) -> Result<Vec<ChatMessage>, ApiError> {
 }
 
 pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
-    let obj = read_object(body, state.config.max_body).await?;
+    let obj = read_object(body, &state.config).await?;
     let f = Fields(&obj);
     let engine = engine(&state)?;
     f.check_model(&engine)?;

@@ -55,7 +55,7 @@ pub fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
 }
 
 pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
-    let obj = read_object(body, state.config.max_body).await?;
+    let obj = read_object(body, &state.config).await?;
     let f = Fields(&obj);
     let engine = engine(&state)?;
     f.check_model(&engine)?;

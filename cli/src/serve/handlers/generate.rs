@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Value>, ApiError> {
-    let obj = read_object(body, state.config.max_body).await?;
+    let obj = read_object(body, &state.config).await?;
     let f = Fields(&obj);
     let text = match f.get("prompt") {
         Some(Value::String(s)) => s.as_str(),
