@@ -11,6 +11,7 @@ mod model_path;
 mod npy;
 mod perplexity;
 mod run;
+mod serve;
 mod threads;
 mod validate;
 
@@ -100,6 +101,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Perplexity of a text file (and, with --kl-base, the KL divergence from a base model).
     Perplexity(perplexity::PerplexityArgs),
+    /// Serve the model over HTTP: the OpenAI API, POST /generate, /health, /metrics.
+    Serve(serve::ServeArgs),
     /// Print the values of one tensor (or of a layer's router with --gate).
     Dump {
         file: PathBuf,
@@ -186,6 +189,7 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
         Command::Logits { model, tokens, output, threads } => logits::run(model.as_deref(), &tokens, &output, threads),
         Command::Bench(a) => bench::run(&a),
         Command::Perplexity(a) => perplexity::run(&a),
+        Command::Serve(a) => serve::run(&a),
         Command::Validate { file, no_mmap } => validate::run(&file, no_mmap),
         Command::Dump { file, tensor, gate, layer, expert, rows, cols } => {
             dump::run(&file, tensor.as_deref(), gate, layer, expert, rows, cols)

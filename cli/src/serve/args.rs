@@ -1,0 +1,111 @@
+//! `colibri serve` command line and the resolved server configuration (defaults, the API key
+//! read from its file, the model path resolved like `colibri run`).
+
+use crate::model_path;
+use colibri::Error;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of `colibri serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Model file (default: $COLIBRI_MODEL, then the shipped models/default.colibri).
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// Address to bind (loopback by default; the Host header is then checked against localhost names).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// TCP port (0 = any free port; the bound address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Sequences decoded together in one batched step.
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// Requests waiting beyond --parallel; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
+    #[arg(long, conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// Read the API key from this file (first line).
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Write the process id here once the socket is bound; removed on exit.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
+    /// Worker threads of the engine (default: all cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Context length per sequence in tokens (default: the model's, capped at 4096).
+    #[arg(short = 'c', long, default_value_t = 0)]
+    pub ctx: usize,
+    /// Seconds one request may take, queueing included (0 = no limit).
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Largest request body in bytes (larger: 413).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_body: usize,
+}
+
+/// Largest --parallel / --queue accepted.
+const MAX_SLOTS: usize = 4096;
+
+/// The checked configuration the server runs with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub model_path: PathBuf,
+    pub host: IpAddr,
+    pub port: u16,
+    pub parallel: usize,
+    pub queue: usize,
+    pub api_key: Option<String>,
+    pub pid_file: Option<PathBuf>,
+    pub threads: Option<usize>,
+    /// 0 = the model's context capped at 4096 (decided per loaded model).
+    pub ctx: usize,
+    pub timeout: Option<Duration>,
+    pub max_body: usize,
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidArgument { reason }
+}
+
+impl Config {
+    pub fn from_args(a: &ServeArgs) -> Result<Config, Error> {
+        if a.parallel == 0 || a.parallel > MAX_SLOTS {
+            return Err(invalid(format!("--parallel {} outside 1..={MAX_SLOTS}", a.parallel)));
+        }
+        if a.queue > MAX_SLOTS {
+            return Err(invalid(format!("--queue {} above {MAX_SLOTS}", a.queue)));
+        }
+        if a.max_body < 1024 {
+            return Err(invalid(format!("--max-body {} below 1024 bytes", a.max_body)));
+        }
+        let api_key = match (&a.api_key, &a.api_key_file) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(f)) => {
+                let text = std::fs::read_to_string(f).map_err(|e| Error::io("read --api-key-file", e))?;
+                Some(text.lines().next().unwrap_or("").trim().to_string())
+            }
+            (None, None) => None,
+        };
+        if api_key.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid("the API key is empty".into()));
+        }
+        Ok(Config {
+            model_path: model_path::resolve(a.model.as_deref())?,
+            host: a.host,
+            port: a.port,
+            parallel: a.parallel,
+            queue: a.queue,
+            api_key,
+            pid_file: a.pid_file.clone(),
+            threads: a.threads,
+            ctx: a.ctx,
+            timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
+            max_body: a.max_body,
+        })
+    }
+}

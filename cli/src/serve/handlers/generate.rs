@@ -1,0 +1,44 @@
+//! `POST /generate`: the simple JSON endpoint of docs/api.md (shared with the C and Python
+//! example servers), plus the MoE extension fields.
+
+use super::common::{collect, engine, submit};
+use crate::serve::error::ApiError;
+use crate::serve::job::Finish;
+use crate::serve::openai::routing;
+use crate::serve::params::{job_params, read_object, tokenize, Defaults, Fields};
+use crate::serve::state::Shared;
+use axum::body::Body;
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+
+pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Value>, ApiError> {
+    let obj = read_object(body, &state.config).await?;
+    let f = Fields(&obj);
+    let text = match f.get("prompt") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err(ApiError::invalid("prompt", "prompt must be a string")),
+        None => return Err(ApiError::invalid("prompt", "prompt is required")),
+    };
+    let engine = engine(&state)?;
+    let prompt = tokenize(&engine, "prompt", text, true)?;
+    let params = job_params(&f, &Defaults::generate(), &engine, prompt.len())?;
+    let c = collect(submit(&state, engine, prompt, params)?).await?;
+    let finish = match c.done.finish {
+        Finish::Eos | Finish::StopString => "stop",
+        Finish::Context => "context",
+        Finish::Length | Finish::Timeout => "length",
+    };
+    let tokens: Vec<u32> = c.tokens.iter().filter_map(|t| t.id).collect();
+    let mut body = json!({
+        "text": c.text,
+        "tokens": tokens,
+        "prompt_tokens": c.done.prompt_tokens,
+        "completion_tokens": tokens.len(),
+        "finish_reason": finish,
+    });
+    if let Some(r) = routing(&c.tokens) {
+        body["routing"] = r;
+    }
+    Ok(Json(body))
+}

@@ -1,0 +1,59 @@
+//! The read-only endpoints: `GET /v1/models` (and `/v1/models/{id}`), `GET /health` (never
+//! behind the API key) and `GET /metrics` (Prometheus text).
+
+use crate::serve::engine::Engine;
+use crate::serve::error::ApiError;
+use crate::serve::state::Shared;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+fn model_entry(e: &Engine) -> Value {
+    let c = e.model.config();
+    json!({
+        "id": e.id,
+        "object": "model",
+        "created": e.created,
+        "owned_by": "colibri",
+        "colibri": {
+            "generation": e.generation,
+            "family": c.family.name(),
+            "n_layers": c.n_layers,
+            "n_experts": c.moe.n_experts,
+            "experts_per_token": c.moe.top_k,
+            "vocab_size": c.vocab_size,
+            "n_ctx": e.n_ctx,
+        },
+    })
+}
+
+pub async fn models(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let e = state.slot.get().ok_or_else(ApiError::loading)?;
+    Ok(Json(json!({"object": "list", "data": [model_entry(&e)]})))
+}
+
+pub async fn model(State(state): State<Shared>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let e = state.slot.get().ok_or_else(ApiError::loading)?;
+    if id != e.id {
+        return Err(ApiError::model_not_found(&id));
+    }
+    Ok(Json(model_entry(&e)))
+}
+
+pub async fn health(State(state): State<Shared>) -> Response {
+    match state.slot.get() {
+        Some(e) => Json(json!({"status": "ok", "model": e.id, "generation": e.generation})).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "loading"}))).into_response(),
+    }
+}
+
+pub async fn metrics(State(state): State<Shared>) -> Response {
+    let m = &state.metrics;
+    if let Some(e) = state.slot.get() {
+        m.generation.store(e.generation, Ordering::Relaxed);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.render()).into_response()
+}

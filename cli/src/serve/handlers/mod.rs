@@ -1,0 +1,7 @@
+//! One module per endpoint family; `common` holds what the generating ones share.
+
+pub mod chat;
+pub mod common;
+pub mod completions;
+pub mod generate;
+pub mod info;

@@ -1,0 +1,143 @@
+//! What a handler hands the scheduler (a `Job`: the engine it was tokenised with, the prompt ids,
+//! the generation parameters, the channel for its events) and what comes back (`Event`s), plus
+//! the admission count that bounds running + waiting jobs.
+
+use super::engine::Engine;
+use colibri::forward::RoutingOptions;
+use colibri::sampler::SamplerParams;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Generation parameters of one request, already validated and clamped.
+#[derive(Clone, Debug)]
+pub struct JobParams {
+    pub sampler: SamplerParams,
+    /// Most tokens to generate (already clamped to the context left after the prompt).
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub routing: RoutingOptions,
+    /// Seed of the session's routing RNG (Gumbel routing).
+    pub routing_seed: u64,
+    /// Send each token's experts per layer.
+    pub return_routing: bool,
+    /// Send each token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+pub struct Job {
+    pub engine: Arc<Engine>,
+    pub prompt: Vec<u32>,
+    pub params: JobParams,
+    pub events: UnboundedSender<Event>,
+    pub enqueued: Instant,
+    pub deadline: Option<Instant>,
+    /// Held while the job is queued or running; frees its admission place when dropped.
+    #[allow(dead_code)] // never read: held for its Drop
+    pub ticket: Ticket,
+}
+
+/// Log-probabilities of one generated token under the model's distribution (log-softmax of the
+/// raw logits): its own and the `n` most likely.
+#[derive(Clone, Debug)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Token {
+    /// None for the final text-only event that flushes held-back text.
+    pub id: Option<u32>,
+    /// Newly completed text (may be empty).
+    pub text: String,
+    pub logprob: Option<TokenLogprob>,
+    /// Experts chosen per layer at the position whose logits gave this token.
+    pub routing: Option<Vec<Vec<u32>>>,
+}
+
+/// Why a sequence ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-sequence token.
+    Eos,
+    /// A stop string.
+    StopString,
+    /// max_tokens reached.
+    Length,
+    /// The context is full.
+    Context,
+    /// The request's time limit passed.
+    Timeout,
+}
+
+impl Finish {
+    /// The OpenAI `finish_reason`.
+    pub fn openai(self) -> &'static str {
+        match self {
+            Finish::Eos | Finish::StopString => "stop",
+            Finish::Length | Finish::Context | Finish::Timeout => "length",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Done {
+    pub finish: Finish,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+#[derive(Clone, Debug)]
+pub enum Event {
+    Token(Token),
+    Done(Done),
+    /// The engine failed on this sequence (message safe to show).
+    Failed(String),
+}
+
+/// Counts jobs queued or running against a fixed capacity (--parallel + --queue).
+pub struct Admission {
+    in_system: AtomicUsize,
+    capacity: usize,
+}
+
+/// One admitted place; dropping it gives the place back.
+pub struct Ticket(Arc<Admission>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.in_system.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Admission {
+    pub fn new(capacity: usize) -> Arc<Admission> {
+        Arc::new(Admission { in_system: AtomicUsize::new(0), capacity })
+    }
+
+    /// A place, or None when running + waiting jobs already fill the capacity.
+    pub fn try_enter(self: &Arc<Self>) -> Option<Ticket> {
+        self.in_system
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.capacity).then_some(n + 1))
+            .ok()
+            .map(|_| Ticket(self.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Admission;
+
+    #[test]
+    fn admission_is_bounded_and_tickets_give_places_back() {
+        let a = Admission::new(2);
+        let t1 = a.try_enter().unwrap();
+        let _t2 = a.try_enter().unwrap();
+        assert!(a.try_enter().is_none());
+        drop(t1);
+        assert!(a.try_enter().is_some());
+    }
+}

@@ -1,0 +1,359 @@
+//! The scheduler: one OS thread that owns every running sequence and drives the model. Each turn
+//! it takes new jobs from its channel, drops sequences whose client is gone or whose time is up,
+//! admits waiting jobs up to `parallel` running sequences, then runs ONE `forward_batch` step per
+//! model generation over all running sequences (prompt chunks of new ones and the last token of
+//! decoding ones together: continuous batching), samples each sequence's next token with its own
+//! sampler, and sends the token to the request's channel. Handlers talk to it through channels
+//! only; sequences of different model generations are never batched together.
+
+use super::detok::Detok;
+use super::engine::Engine;
+use super::job::{Done, Event, Finish, Job, Token};
+use super::logprobs::token_logprob;
+use super::metrics::Metrics;
+use super::stop::StopMatcher;
+use colibri::forward::{forward_batch, ForwardOptions, Input, LogitsMode, Sequence};
+use colibri::sampler::Sampler;
+use colibri::state::{Session, SessionOptions};
+use colibri::Error;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Most prompt tokens one sequence feeds per step, so a long prompt does not stall the others.
+const PREFILL_CHUNK: usize = 256;
+
+pub enum Command {
+    Run(Box<Job>),
+    /// Finish the current step, drop everything, end the thread.
+    Shutdown,
+}
+
+/// The handlers' side: a channel into the scheduler thread.
+#[derive(Clone)]
+pub struct Scheduler {
+    tx: Sender<Command>,
+}
+
+impl Scheduler {
+    /// Start the scheduler thread.
+    pub fn start(parallel: usize, metrics: Arc<Metrics>) -> (Scheduler, JoinHandle<()>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("colibri-scheduler".into())
+            .spawn(move || Loop { rx, parallel, metrics, waiting: VecDeque::new(), active: Vec::new() }.run())
+            .expect("spawn the scheduler thread");
+        (Scheduler { tx }, handle)
+    }
+
+    /// Queue a job (its admission ticket was taken by the caller). False if the thread is gone.
+    pub fn submit(&self, job: Job) -> bool {
+        self.tx.send(Command::Run(Box::new(job))).is_ok()
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+    }
+}
+
+/// One running sequence.
+struct Active {
+    job: Box<Job>,
+    session: Session,
+    sampler: Sampler,
+    /// Prompt then generated ids (the penalties' window).
+    history: Vec<u32>,
+    /// Prompt tokens already fed.
+    fed: usize,
+    generated: usize,
+    detok: Detok,
+    stop: StopMatcher,
+    last_token_at: Option<Instant>,
+    /// Rows fed in the current step and whether they end with logits to sample from.
+    step_rows: usize,
+    step_samples: bool,
+}
+
+impl Active {
+    fn start(job: Box<Job>) -> Result<Active, Error> {
+        let engine = &job.engine;
+        let need = (job.prompt.len() + job.params.max_tokens).min(engine.n_ctx).max(1);
+        let opts = SessionOptions { n_ctx: need, seed: job.params.routing_seed, ..SessionOptions::default() };
+        let mut session = Session::new(engine.model.config(), &opts)?;
+        session.set_trace(true);
+        let sampler = Sampler::new(job.params.sampler.clone())?;
+        let stop = StopMatcher::new(job.params.stop.clone());
+        Ok(Active {
+            history: job.prompt.clone(),
+            job,
+            session,
+            sampler,
+            fed: 0,
+            generated: 0,
+            detok: Detok::default(),
+            stop,
+            last_token_at: None,
+            step_rows: 0,
+            step_samples: false,
+        })
+    }
+
+    /// Plan this step: the next prompt chunk, or the last generated token. Sets `step_rows` and
+    /// `step_samples`; returns which logits the step needs.
+    fn plan(&mut self) -> LogitsMode {
+        let n = self.job.prompt.len();
+        if self.fed < n {
+            self.step_rows = PREFILL_CHUNK.min(n - self.fed);
+            self.step_samples = self.fed + self.step_rows == n;
+        } else {
+            self.step_rows = 1;
+            self.step_samples = true;
+        }
+        if self.step_samples {
+            LogitsMode::Last
+        } else {
+            LogitsMode::None
+        }
+    }
+
+    fn send(&self, e: Event) -> bool {
+        self.job.events.send(e).is_ok()
+    }
+}
+
+struct Loop {
+    rx: Receiver<Command>,
+    parallel: usize,
+    metrics: Arc<Metrics>,
+    waiting: VecDeque<Box<Job>>,
+    active: Vec<Active>,
+}
+
+enum After {
+    Continue,
+    Finish(Finish),
+    Drop,
+}
+
+impl Loop {
+    fn run(mut self) {
+        loop {
+            if !self.receive() {
+                return;
+            }
+            self.cancel_gone();
+            self.admit();
+            self.gauges();
+            self.step();
+            self.gauges();
+        }
+    }
+
+    fn gauges(&self) {
+        self.metrics.queue_depth.store(self.waiting.len() as u64, Ordering::Relaxed);
+        self.metrics.active.store(self.active.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Take every pending command; block while there is nothing to do. False on shutdown.
+    fn receive(&mut self) -> bool {
+        if self.active.is_empty() && self.waiting.is_empty() {
+            match self.rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(Command::Run(job)) => self.waiting.push_back(job),
+                Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => return false,
+                Err(RecvTimeoutError::Timeout) => return true,
+            }
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(Command::Run(job)) => self.waiting.push_back(job),
+                Ok(Command::Shutdown) => return false,
+                Err(_) => return true,
+            }
+        }
+    }
+
+    /// Drop waiting and running sequences whose client went away (their receiver is closed)
+    /// and end those whose deadline passed.
+    fn cancel_gone(&mut self) {
+        let now = Instant::now();
+        self.waiting.retain(|j| !j.events.is_closed());
+        for j in self.waiting.iter().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
+            let _ = j.events.send(Event::Done(Done {
+                finish: Finish::Timeout,
+                prompt_tokens: j.prompt.len(),
+                completion_tokens: 0,
+            }));
+        }
+        self.waiting.retain(|j| j.deadline.is_none_or(|d| now < d));
+        let mut i = 0;
+        while i < self.active.len() {
+            let a = &self.active[i];
+            if a.job.events.is_closed() {
+                self.active.swap_remove(i);
+            } else if a.job.deadline.is_some_and(|d| now >= d) {
+                let a = self.active.swap_remove(i);
+                self.finish(a, Finish::Timeout);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.active.len() < self.parallel {
+            let Some(job) = self.waiting.pop_front() else { break };
+            let events = job.events.clone();
+            if job.params.max_tokens == 0 {
+                let done = Done { finish: Finish::Length, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
+                let _ = events.send(Event::Done(done));
+                continue;
+            }
+            match Active::start(job) {
+                Ok(a) => self.active.push(a),
+                Err(e) => {
+                    let _ = events.send(Event::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// One forward step per model generation present, then sampling.
+    fn step(&mut self) {
+        let mut engines: Vec<Arc<Engine>> = Vec::new();
+        for a in &self.active {
+            if !engines.iter().any(|e| Arc::ptr_eq(e, &a.job.engine)) {
+                engines.push(a.job.engine.clone());
+            }
+        }
+        for engine in engines {
+            let result = {
+                let mut batch: Vec<Sequence<'_>> = Vec::new();
+                for a in self.active.iter_mut().filter(|a| Arc::ptr_eq(&a.job.engine, &engine)) {
+                    let logits = a.plan();
+                    let Active { job, history, session, fed, step_rows, .. } = a;
+                    let ids = if *fed < job.prompt.len() {
+                        &job.prompt[*fed..*fed + *step_rows]
+                    } else {
+                        &history[history.len() - 1..]
+                    };
+                    let opts = ForwardOptions { logits, routing: job.params.routing };
+                    batch.push(Sequence { session, input: Input::Tokens(ids), opts });
+                }
+                let model = &engine.model;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forward_batch(model, &mut batch)))
+                    .unwrap_or_else(|_| Err(Error::InvalidArgument { reason: "the engine panicked".into() }))
+            };
+            let mut i = 0;
+            while i < self.active.len() {
+                if !Arc::ptr_eq(&self.active[i].job.engine, &engine) {
+                    i += 1;
+                    continue;
+                }
+                if let Err(e) = &result {
+                    let a = self.active.swap_remove(i);
+                    a.send(Event::Failed(e.to_string()));
+                    continue;
+                }
+                match self.after_step(i) {
+                    After::Continue => i += 1,
+                    After::Drop => {
+                        self.active.swap_remove(i);
+                    }
+                    After::Finish(f) => {
+                        let a = self.active.swap_remove(i);
+                        self.finish(a, f);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Book-keeping after a step for sequence `i`: count routing, then sample if it has logits.
+    fn after_step(&mut self, i: usize) -> After {
+        let metrics = self.metrics.clone();
+        let a = &mut self.active[i];
+        let trace = a.session.take_trace();
+        metrics.count_experts(trace.iter().map(|r| (r.layer, &r.experts[..])));
+        if a.fed < a.job.prompt.len() {
+            a.fed += a.step_rows;
+            metrics.prompt_tokens.fetch_add(a.step_rows as u64, Ordering::Relaxed);
+        }
+        if !a.step_samples {
+            return After::Continue;
+        }
+        let engine = a.job.engine.clone();
+        let tok = &engine.tokenizer;
+        let mut logits = a.session.logits().to_vec();
+        let decodable = tok.vocab_size();
+        if decodable < logits.len() {
+            logits[decodable..].fill(f32::NEG_INFINITY);
+        }
+        let logprob = a.job.params.logprobs.map(|n| (n, logits.clone()));
+        let id = match a.sampler.sample(&mut logits, &a.history) {
+            Ok(id) => id,
+            Err(e) => {
+                a.send(Event::Failed(e.to_string()));
+                return After::Drop;
+            }
+        };
+        let now = Instant::now();
+        match a.last_token_at {
+            None => Metrics::observe(&metrics.ttft, now.duration_since(a.job.enqueued).as_secs_f64()),
+            Some(t) => Metrics::observe(&metrics.inter_token, now.duration_since(t).as_secs_f64()),
+        }
+        a.last_token_at = Some(now);
+        a.generated += 1;
+        a.history.push(id);
+        metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        if !a.job.params.ignore_eos && engine.model.config().eos_token_ids.contains(&id) {
+            return After::Finish(Finish::Eos);
+        }
+        let piece = match a.detok.push(tok, id) {
+            Ok(p) => p,
+            Err(e) => {
+                a.send(Event::Failed(e.to_string()));
+                return After::Drop;
+            }
+        };
+        let (text, hit) = a.stop.push(&piece);
+        let routing = a.job.params.return_routing.then(|| {
+            let last = a.session.position() - 1;
+            let mut rows: Vec<_> = trace.iter().filter(|r| r.position == last).collect();
+            rows.sort_by_key(|r| r.layer);
+            rows.into_iter().map(|r| r.experts.clone()).collect()
+        });
+        let logprob = logprob.map(|(n, l)| token_logprob(&l, id, n));
+        if !a.send(Event::Token(Token { id: Some(id), text, logprob, routing })) {
+            return After::Drop;
+        }
+        if hit {
+            After::Finish(Finish::StopString)
+        } else if a.generated >= a.job.params.max_tokens {
+            After::Finish(Finish::Length)
+        } else if a.session.position() >= a.session.n_ctx() {
+            After::Finish(Finish::Context)
+        } else {
+            After::Continue
+        }
+    }
+
+    /// Flush held-back text and send the final event.
+    fn finish(&self, mut a: Active, mut finish: Finish) {
+        if finish != Finish::StopString {
+            let rest = a.detok.finish(&a.job.engine.tokenizer);
+            let (mut tail, hit) = a.stop.push(&rest);
+            if hit {
+                finish = Finish::StopString;
+            } else {
+                tail.push_str(&a.stop.flush());
+            }
+            if !tail.is_empty() {
+                a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
+            }
+        }
+        a.send(Event::Done(Done { finish, prompt_tokens: a.job.prompt.len(), completion_tokens: a.generated }));
+    }
+}

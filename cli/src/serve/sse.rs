@@ -1,0 +1,77 @@
+//! Server-sent events: a scheduler event channel turned into a `text/event-stream` body of
+//! `data: {json}\n\n` frames ending with `data: [DONE]\n\n`. The body owns the receiver, so a
+//! client that disconnects drops it and the scheduler cancels the sequence at its next step.
+
+use super::error::ApiError;
+use super::job::Event;
+use axum::body::{Body, Bytes};
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+use std::convert::Infallible;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// What a stream emits for one event: JSON frames, and whether the stream is complete.
+pub type Frames = (Vec<Value>, bool);
+
+fn encode(values: &[Value], done: bool) -> Bytes {
+    let mut out = Vec::new();
+    for v in values {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(v.to_string().as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+    if done {
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+    Bytes::from(out)
+}
+
+/// A streaming response: `first` frames at once, then `on_event`'s frames per event. A failed
+/// sequence sends an error frame and `[DONE]`.
+pub fn response<F>(rx: UnboundedReceiver<Event>, first: Vec<Value>, on_event: F) -> Response
+where
+    F: FnMut(Event) -> Frames + Send + 'static,
+{
+    struct State<F> {
+        rx: UnboundedReceiver<Event>,
+        on_event: F,
+        first: Option<Vec<Value>>,
+        done: bool,
+    }
+    let state = State { rx, on_event, first: Some(first), done: false };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        if let Some(first) = st.first.take() {
+            return Some((Ok::<_, Infallible>(encode(&first, false)), st));
+        }
+        if st.done {
+            return None;
+        }
+        let (values, done) = match st.rx.recv().await {
+            Some(Event::Failed(msg)) => (vec![ApiError::internal(msg).body()], true),
+            Some(ev) => (st.on_event)(ev),
+            None => (vec![ApiError::internal("the scheduler stopped").body()], true),
+        };
+        st.done = done;
+        Some((Ok(encode(&values, done)), st))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+    use serde_json::json;
+
+    #[test]
+    fn frames_are_data_lines_with_a_blank_line() {
+        let b = encode(&[json!({"a": 1}), json!({"b": "x\ny"})], true);
+        assert_eq!(&b[..], b"data: {\"a\":1}\n\ndata: {\"b\":\"x\\ny\"}\n\ndata: [DONE]\n\n");
+    }
+}
