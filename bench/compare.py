@@ -53,6 +53,16 @@ class Precision:
     colibri_label: str
 
 
+def colibri_mode(prec: Precision) -> str:
+    """What colibri runs for a precision: quantised files multiply with int8 activations (W8A8 /
+    W4A8) unless COLIBRI_QUANT_ACT=float asks for float ones (W8A16 / W4A16)."""
+    if prec.name == "bf16":
+        return "bf16"
+    bits = "8" if prec.name == "q8" else "4"
+    act = "A16" if os.environ.get("COLIBRI_QUANT_ACT", "int8") in ("float", "f32") else "A8"
+    return f"{prec.name} file, W{bits}{act}"
+
+
 PRECISIONS = {
     "bf16": Precision("bf16", "BF16", ("--dtype", "bf16"), "bf16"),
     "q8": Precision("q8", "Q8_0", ("--quantize", "q8"), "q8"),
@@ -454,7 +464,7 @@ def model_table(model: str, st: dict, summary: dict, notes: list[str]) -> str:
         for t in tests:
             c, lcpp, hf = (summary.get((pname, e, t)) for e in ("colibri", "llama.cpp", "transformers"))
             best_peer = fmt_ratio(paired_ratio(c, [lcpp, hf])) if pname == "bf16" else "—"
-            label = f"{prec.name} (llama.cpp {prec.gguf_type}, colibri {prec.colibri_label})"
+            label = f"{prec.name} (llama.cpp {prec.gguf_type}, colibri {colibri_mode(prec)})"
             out.append(f"| {label} | {t} | {fmt_ts(c)} | {fmt_ts(lcpp)} | {fmt_ts(hf)} "
                        f"| {fmt_ratio(paired_ratio(c, [lcpp]))} | {fmt_ratio(paired_ratio(c, [hf]))} | {best_peer} |")
     out.append("")
