@@ -8,6 +8,7 @@ use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingOptions}
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerParams};
 use crate::state::Session;
+use crate::stop::StopMatcher;
 use crate::tokenizer::Tokenizer;
 use std::time::Instant;
 
@@ -73,48 +74,6 @@ pub struct GenerateOutput {
     pub gen_seconds: f64,
 }
 
-/// Holds back text that could still become a stop string.
-struct StopMatcher<'a> {
-    stops: &'a [String],
-    /// Text emitted so far plus the held-back tail.
-    text: String,
-    emitted: usize,
-}
-
-impl<'a> StopMatcher<'a> {
-    /// Add text; returns (text now safe to emit, whether a stop string was found).
-    fn push(&mut self, piece: &str) -> (String, bool) {
-        self.text.push_str(piece);
-        if let Some(at) = self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.text.find(s.as_str())).min() {
-            let out = self.text[self.emitted..at.max(self.emitted)].to_string();
-            self.text.truncate(at);
-            self.emitted = self.text.len();
-            return (out, true);
-        }
-        // Hold back the longest suffix that is a prefix of some stop string.
-        let mut hold = 0;
-        for s in self.stops {
-            for l in (1..s.len().min(self.text.len()) + 1).rev() {
-                if s.is_char_boundary(l) && self.text.ends_with(&s[..l]) {
-                    hold = hold.max(l);
-                    break;
-                }
-            }
-        }
-        let safe = self.text.len() - hold;
-        let out = self.text[self.emitted..safe.max(self.emitted)].to_string();
-        self.emitted = safe.max(self.emitted);
-        (out, false)
-    }
-
-    /// Everything not emitted yet (at the end of generation).
-    fn flush(&mut self) -> String {
-        let out = self.text[self.emitted..].to_string();
-        self.emitted = self.text.len();
-        out
-    }
-}
-
 /// Generate from `prompt` (ids, fed as they are: no BOS or template added here).
 /// `on_step` returns false to stop. Text and stop strings need a tokenizer; without one, the
 /// steps carry empty text and `stop` must be empty.
@@ -143,7 +102,7 @@ pub fn generate(
 
     let t1 = Instant::now();
     let mut stream = tokenizer.map(|t| t.stream(true));
-    let mut matcher = StopMatcher { stops: &params.stop, text: String::new(), emitted: 0 };
+    let mut matcher = StopMatcher::new(params.stop.clone());
     let mut out_text = String::new();
     let mut tokens = Vec::new();
     let mut reason = StopReason::Length;
@@ -209,21 +168,4 @@ pub fn generate(
         prompt_seconds,
         gen_seconds: t1.elapsed().as_secs_f64(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StopMatcher;
-
-    #[test]
-    fn stop_strings_are_held_back_and_cut() {
-        let stops = vec!["</s>".to_string(), "STOP".to_string()];
-        let mut m = StopMatcher { stops: &stops, text: String::new(), emitted: 0 };
-        assert_eq!(m.push("Hello <"), ("Hello ".to_string(), false));
-        assert_eq!(m.push("/"), (String::new(), false));
-        assert_eq!(m.push("x"), ("</x".to_string(), false));
-        assert_eq!(m.push(" ST"), (" ".to_string(), false));
-        assert_eq!(m.push("OP and more"), (String::new(), true));
-        assert_eq!(m.text, "Hello </x ");
-    }
 }

@@ -35,6 +35,8 @@ pub mod sampler;
 /// cbindgen:ignore
 pub mod state;
 /// cbindgen:ignore
+pub mod stop;
+/// cbindgen:ignore
 pub mod tensor;
 /// cbindgen:ignore
 pub mod threads;

@@ -10,7 +10,7 @@ mod chat;
 mod stream;
 
 pub use chat::{ChatMessage, ChatTemplate, RenderArgs, MAX_RENDER_FUEL, MAX_RENDER_OUTPUT};
-pub use stream::StreamDecoder;
+pub use stream::{DecodeState, StreamDecoder};
 
 use crate::error::{Error, Result};
 use crate::model::{Config, Model};

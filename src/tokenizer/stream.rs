@@ -13,6 +13,33 @@ use crate::error::Result;
 /// State of one generation's text; see [`Tokenizer::stream`].
 pub struct StreamDecoder<'t> {
     tokenizer: &'t Tokenizer,
+    state: DecodeState,
+}
+
+impl<'t> StreamDecoder<'t> {
+    pub(super) fn new(tokenizer: &'t Tokenizer, skip_special_tokens: bool) -> Self {
+        StreamDecoder { tokenizer, state: DecodeState::new(skip_special_tokens) }
+    }
+
+    /// Feed one generated id; returns the newly completed text (may be empty) — never a partial
+    /// character, and with the spaces the full decode has. An id outside the vocabulary is an
+    /// error and leaves the state unchanged.
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        self.state.push(self.tokenizer, id)
+    }
+
+    /// Whatever is still held back (e.g. an incomplete character at the end) as lossy text;
+    /// the decoder is empty afterwards.
+    pub fn finish(&mut self) -> String {
+        self.state.finish(self.tokenizer)
+    }
+}
+
+/// The decoder's state without the tokenizer: for a generation that outlives any borrow of its
+/// tokenizer (a server keeps it next to a shared model); every call is given the tokenizer,
+/// which must be the same one each time.
+#[derive(Clone, Debug, Default)]
+pub struct DecodeState {
     skip_special_tokens: bool,
     /// Context ids (`..read`, already emitted) followed by pending ids (`read..`).
     window: Vec<u32>,
@@ -22,20 +49,19 @@ pub struct StreamDecoder<'t> {
     context_text: String,
 }
 
-impl<'t> StreamDecoder<'t> {
-    pub(super) fn new(tokenizer: &'t Tokenizer, skip_special_tokens: bool) -> Self {
-        StreamDecoder { tokenizer, skip_special_tokens, window: Vec::new(), read: 0, context_text: String::new() }
+impl DecodeState {
+    /// An empty state; special tokens are left out of the text when `skip_special_tokens`.
+    pub fn new(skip_special_tokens: bool) -> Self {
+        DecodeState { skip_special_tokens, ..Default::default() }
     }
 
-    /// Feed one generated id; returns the newly completed text (may be empty) — never a partial
-    /// character, and with the spaces the full decode has. An id outside the vocabulary is an
-    /// error and leaves the state unchanged.
-    pub fn push(&mut self, id: u32) -> Result<String> {
-        if id as usize >= self.tokenizer.vocab_size() {
-            return Err(self.tokenizer.unknown_id(id));
+    /// See [`StreamDecoder::push`].
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<String> {
+        if id as usize >= tokenizer.vocab_size() {
+            return Err(tokenizer.unknown_id(id));
         }
         self.window.push(id);
-        let chunk = self.completed_text();
+        let chunk = self.completed_text(tokenizer);
         if chunk.is_err() {
             self.window.pop();
         }
@@ -44,12 +70,12 @@ impl<'t> StreamDecoder<'t> {
 
     /// The text the pending ids complete ("" while it ends in an incomplete character), moving
     /// them to the context when there is some. Changes nothing on error.
-    fn completed_text(&mut self) -> Result<String> {
-        let text = self.tokenizer.decode(&self.window, self.skip_special_tokens)?;
+    fn completed_text(&mut self, tokenizer: &Tokenizer) -> Result<String> {
+        let text = tokenizer.decode(&self.window, self.skip_special_tokens)?;
         if text.ends_with(char::REPLACEMENT_CHARACTER) || text.len() <= self.context_text.len() {
             return Ok(String::new());
         }
-        let next_context = self.tokenizer.decode(&self.window[self.read..], self.skip_special_tokens)?;
+        let next_context = tokenizer.decode(&self.window[self.read..], self.skip_special_tokens)?;
         let new = match text.strip_prefix(self.context_text.as_str()) {
             Some(new) => new.to_string(),
             // The decoder rewrote text already emitted (a byte-fallback byte that was valid alone
@@ -64,10 +90,9 @@ impl<'t> StreamDecoder<'t> {
         Ok(new)
     }
 
-    /// Whatever is still held back (e.g. an incomplete character at the end) as lossy text;
-    /// the decoder is empty afterwards.
-    pub fn finish(&mut self) -> String {
-        let text = self.tokenizer.decode(&self.window, self.skip_special_tokens).unwrap_or_default();
+    /// See [`StreamDecoder::finish`].
+    pub fn finish(&mut self, tokenizer: &Tokenizer) -> String {
+        let text = tokenizer.decode(&self.window, self.skip_special_tokens).unwrap_or_default();
         let rest = text.strip_prefix(self.context_text.as_str()).map(String::from).unwrap_or_default();
         self.window.clear();
         self.read = 0;

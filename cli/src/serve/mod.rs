@@ -4,7 +4,6 @@
 //! the graceful drain.
 
 mod args;
-mod detok;
 mod engine;
 mod error;
 mod guard;
@@ -18,7 +17,6 @@ mod reload;
 mod scheduler;
 mod sse;
 mod state;
-mod stop;
 
 pub use args::ServeArgs;
 

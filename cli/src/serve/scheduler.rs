@@ -6,15 +6,15 @@
 //! sampler, and sends the token to the request's channel. Handlers talk to it through channels
 //! only; sequences of different model generations are never batched together.
 
-use super::detok::Detok;
 use super::engine::Engine;
 use super::job::{Done, Event, Finish, Job, Token};
 use super::logprobs::token_logprob;
 use super::metrics::Metrics;
-use super::stop::StopMatcher;
 use colibri::forward::{forward_batch, ForwardOptions, Input, LogitsMode, Sequence};
 use colibri::sampler::Sampler;
 use colibri::state::{Session, SessionOptions};
+use colibri::stop::StopMatcher;
+use colibri::tokenizer::DecodeState;
 use colibri::Error;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -69,7 +69,7 @@ struct Active {
     /// Prompt tokens already fed.
     fed: usize,
     generated: usize,
-    detok: Detok,
+    detok: DecodeState,
     stop: StopMatcher,
     last_token_at: Option<Instant>,
     /// Rows fed in the current step and whether they end with logits to sample from.
@@ -93,7 +93,7 @@ impl Active {
             sampler,
             fed: 0,
             generated: 0,
-            detok: Detok::default(),
+            detok: DecodeState::new(true),
             stop,
             last_token_at: None,
             step_rows: 0,

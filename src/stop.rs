@@ -1,8 +1,9 @@
-//! Stop strings of one sequence: text that might still become a stop string is held back, so a
-//! client never sees any part of one (the rule of `colibri::generate`, owned here so it can live
-//! in the scheduler's per-sequence state).
+//! Stop strings of one generation: text that might still become a stop string is held back, so
+//! a caller (a terminal, a streaming client) never sees any part of one. Owns its stop strings,
+//! so it can live in per-sequence state (the server's scheduler) as well as in `generate`.
 
-#[derive(Default)]
+/// Holds back text that could still become a stop string.
+#[derive(Clone, Debug, Default)]
 pub struct StopMatcher {
     stops: Vec<String>,
     /// Text emitted so far plus the held-back tail.
@@ -11,6 +12,7 @@ pub struct StopMatcher {
 }
 
 impl StopMatcher {
+    /// A matcher for `stops` (empty strings are ignored).
     pub fn new(stops: Vec<String>) -> Self {
         StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), ..Default::default() }
     }
@@ -45,7 +47,7 @@ impl StopMatcher {
         (out, false)
     }
 
-    /// Everything not emitted yet.
+    /// Everything not emitted yet (at the end of generation).
     pub fn flush(&mut self) -> String {
         let out = self.text[self.emitted..].to_string();
         self.emitted = self.text.len();
