@@ -115,7 +115,15 @@ unsafe fn gemv_float<const K: u8>(
         while r < rows.end {
             let base = w.add(r * rb);
             let i = r - rows.start;
-            if rows.end - r >= 4 {
+            if n == 1 && rows.end - r >= 8 {
+                // One activation row: eight weight rows in flight per pass.
+                let mut o = [[0f32; 1]; 8];
+                block::<K, 8, 1>(base, rb, cols, x.as_ptr(), &mut o);
+                for (dr, or) in o.iter().enumerate() {
+                    out[i + dr] = or[0];
+                }
+                r += 8;
+            } else if rows.end - r >= 4 {
                 let mut t = 0;
                 while t + 2 <= n {
                     let mut o = [[0f32; 2]; 4];
