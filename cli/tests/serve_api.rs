@@ -149,9 +149,12 @@ fn logprobs_and_moe_extensions() {
         assert!((best - t).abs() < 1e-5, "greedy picks the most likely token");
     }
     let v = s
-        .post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "logprobs": true, "top_logprobs": 3}))
+        .post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "logprobs": true, "top_logprobs": 3, "ignore_eos": true}))
         .json();
+    // Every generated token has its logprobs (ignore_eos: an end-of-sequence token, counted in
+    // usage but not part of the content, cannot end the reply early).
     let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 2);
     assert_eq!(content.len(), v["usage"]["completion_tokens"].as_u64().unwrap() as usize);
     assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 3);
 
