@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: messages rendered by the model's chat template, answered whole
 //! or streamed as SSE (the first delta carries the role, the last the finish_reason).
 
-use super::common::{collect, engine, submit};
+use super::common::{collect, engine, envelope, submit};
 use super::completions::include_usage;
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
@@ -94,10 +94,7 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     if let Some(r) = routing(&c.tokens) {
         choice["routing"] = r;
     }
-    let body = json!({
-        "id": id, "object": "chat.completion", "created": created, "model": engine.id,
-        "choices": [choice], "usage": usage(&c.done),
-    });
+    let body = envelope("chat.completion", &id, created, &engine.id, json!([choice]), Some(usage(&c.done)), true);
     Ok(axum::Json(body).into_response())
 }
 
@@ -110,11 +107,7 @@ fn stream_response(
 ) -> Response {
     let eng = engine.clone();
     let chunk = move |choices: Value, usage: Option<Value>| {
-        let mut c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": engine.id, "choices": choices});
-        if with_usage {
-            c["usage"] = usage.unwrap_or(Value::Null);
-        }
-        c
+        envelope("chat.completion.chunk", &id, created, &engine.id, choices, usage, with_usage)
     };
     let first = chunk(
         json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]),

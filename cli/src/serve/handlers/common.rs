@@ -64,3 +64,22 @@ pub async fn collect(mut rx: UnboundedReceiver<Event>) -> Result<Collected, ApiE
     }
     Err(ApiError::internal("the scheduler stopped"))
 }
+
+/// The OpenAI envelope around `choices`: {id, object, created, model, choices}, plus `usage`
+/// when `with_usage` (always for whole responses; for stream chunks when
+/// `stream_options.include_usage` asks, null until the last chunk).
+pub fn envelope(
+    object: &str,
+    id: &str,
+    created: u64,
+    model: &str,
+    choices: serde_json::Value,
+    usage: Option<serde_json::Value>,
+    with_usage: bool,
+) -> serde_json::Value {
+    let mut v = serde_json::json!({"id": id, "object": object, "created": created, "model": model, "choices": choices});
+    if with_usage {
+        v["usage"] = usage.unwrap_or(serde_json::Value::Null);
+    }
+    v
+}

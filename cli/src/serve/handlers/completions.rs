@@ -1,6 +1,6 @@
 //! `POST /v1/completions`: a text (or token-id) prompt continued, whole or streamed as SSE.
 
-use super::common::{collect, engine, submit};
+use super::common::{collect, engine, envelope, submit};
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
@@ -83,10 +83,7 @@ pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Resp
     if let Some(r) = routing(&c.tokens) {
         choice["routing"] = r;
     }
-    let body = json!({
-        "id": id, "object": "text_completion", "created": created, "model": engine.id,
-        "choices": [choice], "usage": usage(&c.done),
-    });
+    let body = envelope("text_completion", &id, created, &engine.id, json!([choice]), Some(usage(&c.done)), true);
     Ok(axum::Json(body).into_response())
 }
 
@@ -99,12 +96,7 @@ fn stream_response(
 ) -> Response {
     let eng = engine.clone();
     let chunk = move |choices: Value, usage: Option<Value>| {
-        let mut c =
-            json!({"id": id, "object": "text_completion", "created": created, "model": engine.id, "choices": choices});
-        if with_usage {
-            c["usage"] = usage.unwrap_or(Value::Null);
-        }
-        c
+        envelope("text_completion", &id, created, &engine.id, choices, usage, with_usage)
     };
     let mut offset = 0;
     sse::response(rx, Vec::new(), move |ev| match ev {
