@@ -207,3 +207,44 @@ fn the_request_timeout_ends_a_generation() {
     let (status, _) = read_head(&mut r);
     assert_eq!(status, 408);
 }
+
+/// A client that trickles its request head, or leaves a keep-alive connection idle, is cut off
+/// after --header-timeout; the server keeps answering everyone else meanwhile.
+#[test]
+fn slow_and_idle_connections_are_closed() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let s = Server::start(&["-m", &model(), "--header-timeout", "1"]);
+    let mut slow = serve_support::connect(&s.addr);
+    let mut idle = serve_support::connect(&s.addr);
+    let t0 = Instant::now();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n").unwrap();
+    // Keep trickling header bytes: activity does not reset the head deadline.
+    let mut closed_after = None;
+    let mut buf = [0u8; 256];
+    slow.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if slow.write_all(b"X-Slow: 1\r\n").is_err() {
+            closed_after = Some(t0.elapsed());
+            break;
+        }
+        match slow.read(&mut buf) {
+            // Still open: the read just timed out.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            // EOF, a reset, or an error response: the server gave up on the head.
+            _ => {
+                closed_after = Some(t0.elapsed());
+                break;
+            }
+        }
+        // Other clients are served while the slow one hangs.
+        assert_eq!(s.get("/health").status, 200);
+    }
+    let closed_after = closed_after.expect("a trickling request head was never cut off");
+    assert!(closed_after >= Duration::from_millis(900), "closed too early: {closed_after:?}");
+    // The idle connection (opened at t0, never wrote) is gone too.
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0, "an idle connection stayed open");
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    assert_eq!(s.get("/health").status, 200);
+}

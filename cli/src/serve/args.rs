@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// Largest request body in bytes (larger: 413).
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
+    /// Seconds a client may take to send a request head; also how long an idle keep-alive
+    /// connection stays open (1..=3600).
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout: u64,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -66,6 +70,7 @@ pub struct Config {
     pub ctx: usize,
     pub timeout: Option<Duration>,
     pub max_body: usize,
+    pub header_timeout: Duration,
 }
 
 fn invalid(reason: String) -> Error {
@@ -82,6 +87,9 @@ impl Config {
         }
         if a.max_body < 1024 {
             return Err(invalid(format!("--max-body {} below 1024 bytes", a.max_body)));
+        }
+        if !(1..=3600).contains(&a.header_timeout) {
+            return Err(invalid(format!("--header-timeout {} outside 1..=3600 seconds", a.header_timeout)));
         }
         let api_key = match (&a.api_key, &a.api_key_file) {
             (Some(k), _) => Some(k.clone()),
@@ -106,6 +114,7 @@ impl Config {
             ctx: a.ctx,
             timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
             max_body: a.max_body,
+            header_timeout: Duration::from_secs(a.header_timeout),
         })
     }
 }

@@ -4,6 +4,7 @@
 //! the graceful drain.
 
 mod args;
+mod conn;
 mod engine;
 mod error;
 mod guard;
@@ -139,7 +140,7 @@ async fn serve(config: Config) -> Result<(), Error> {
             draining.notify_one();
         }
     };
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown);
+    let server = conn::serve(listener, router(state.clone()), state.config.header_timeout, shutdown);
     let drain_cap = async {
         draining.notified().await;
         tokio::time::sleep(DRAIN_CAP).await;

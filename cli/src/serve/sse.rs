@@ -1,6 +1,8 @@
 //! Server-sent events: a scheduler event channel turned into a `text/event-stream` body of
 //! `data: {json}\n\n` frames ending with `data: [DONE]\n\n`. The body owns the receiver, so a
 //! client that disconnects drops it and the scheduler cancels the sequence at its next step.
+//! While a sequence waits (queue, long prompt) a `: keep-alive` comment goes out every
+//! `KEEP_ALIVE`, so proxies with read timeouts (nginx: 60 s) keep the stream open.
 
 use super::error::ApiError;
 use super::job::Event;
@@ -9,7 +11,12 @@ use axum::http::{header, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
 use std::convert::Infallible;
+use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Longest silence on a stream before a comment frame is sent.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
 
 /// What a stream emits for one event: JSON frames, and whether the stream is complete.
 pub type Frames = (Vec<Value>, bool);
@@ -47,7 +54,11 @@ where
         if st.done {
             return None;
         }
-        let (values, done) = match st.rx.recv().await {
+        let event = match tokio::time::timeout(KEEP_ALIVE, st.rx.recv()).await {
+            Ok(event) => event,
+            Err(_) => return Some((Ok(Bytes::from_static(KEEP_ALIVE_FRAME)), st)),
+        };
+        let (values, done) = match event {
             Some(Event::Failed(msg)) => (vec![ApiError::internal(msg).body()], true),
             Some(ev) => (st.on_event)(ev),
             None => (vec![ApiError::internal("the scheduler stopped").body()], true),
@@ -66,8 +77,30 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::encode;
+    use super::{encode, response, KEEP_ALIVE};
+    use crate::serve::job::{Done, Event, Finish};
+    use futures_util::StreamExt;
     use serde_json::json;
+
+    /// A silent stream sends a comment frame each KEEP_ALIVE, and events still come through.
+    #[tokio::test(start_paused = true)]
+    async fn silence_sends_keep_alive_comments() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let resp = response(rx, vec![json!({"first": true})], |ev| match ev {
+            Event::Done(d) => (vec![json!({"n": d.completion_tokens})], true),
+            _ => (vec![], false),
+        });
+        let mut body = resp.into_body().into_data_stream();
+        let mut next = async || String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+        assert_eq!(next().await, "data: {\"first\":true}\n\n");
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(next().await, ": keep-alive\n\n");
+        assert_eq!(next().await, ": keep-alive\n\n");
+        assert_eq!(t0.elapsed(), 2 * KEEP_ALIVE);
+        tx.send(Event::Done(Done { finish: Finish::Length, prompt_tokens: 1, completion_tokens: 3 })).unwrap();
+        assert_eq!(next().await, "data: {\"n\":3}\n\ndata: [DONE]\n\n");
+        assert!(body.next().await.is_none());
+    }
 
     #[test]
     fn frames_are_data_lines_with_a_blank_line() {
