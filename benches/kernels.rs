@@ -165,3 +165,30 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
         black_box(&y);
     });
 }
+
+/// Strategy crossover: a 16384 × 2048 matrix (bigger than the 32 MiB L3 at bf16, like a decode
+/// step's weights) times n activation rows; `matmul` picks GEMV below `GEMM_MIN_ROWS`, GEMM from it.
+fn matmul_n(b: Bencher, dtype: &'static str, n: usize) {
+    let w = Weights::new(dtype, 16384, 2048);
+    let x = values(n * 2048);
+    let mut y = vec![0f32; n * 16384];
+    b.counter(ItemsCount::new(n * 2048 * 16384usize)).bench_local(|| {
+        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), n, &mut y);
+        black_box(&y);
+    });
+}
+
+#[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
+fn matmul_16384x2048_bf16(b: Bencher, n: usize) {
+    matmul_n(b, "bf16", n);
+}
+
+#[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
+fn matmul_16384x2048_q4(b: Bencher, n: usize) {
+    matmul_n(b, "q4", n);
+}
+
+#[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
+fn matmul_16384x2048_q8(b: Bencher, n: usize) {
+    matmul_n(b, "q8", n);
+}

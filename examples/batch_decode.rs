@@ -102,7 +102,7 @@ fn run(path: &std::path::Path, threads: usize, steps: usize, repeat: usize) -> c
     println!("{} | {threads} threads | {steps} decode steps per sequence | best of {repeat}", path.display());
     println!("{:>3} {:>16} {:>16} {:>7}", "B", "separate tok/s", "batched tok/s", "ratio");
     let n_ctx = 64 + steps;
-    for b in [1, 2, 4, 8] {
+    for b in [1, 2, 4, 8, 16] {
         // Warm up the page cache and the thread pool once per B.
         decode(&model, &mut prefilled(&model, b, n_ctx)?, 2, true)?;
         let (mut t_sep, mut t_bat) = (f64::INFINITY, f64::INFINITY);

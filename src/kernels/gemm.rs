@@ -28,8 +28,12 @@ pub const NR: usize = 16;
 pub const KC: usize = 256;
 /// Weight rows per task (a multiple of MR).
 pub const MC: usize = 96;
-/// From this many activation rows on, the GEMM strategy is used.
-pub const GEMM_MIN_ROWS: usize = 8;
+/// From this many activation rows on, the GEMM strategy is used. The GEMM costs about the same
+/// for any n within a panel of NR rows (its FMA tile always computes NR columns, and widening
+/// is paid once per call); the GEMV costs ~n passes over L1-resident row groups. Measured on a
+/// 16384 × 2048 matrix, 2 threads (`cargo bench --bench kernels -- matmul_16384`): GEMV is
+/// faster up to n ≈ 16–28 for bf16, q8 and q4 and the two meet near 32.
+pub const GEMM_MIN_ROWS: usize = 32;
 /// Weight rows per task of the matrix-vector strategy (a multiple of 4).
 const GEMV_CHUNK: usize = 64;
 /// Below this many multiply-adds a call runs on the calling thread.
@@ -207,10 +211,14 @@ fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: u
             for k0 in (0..cols).step_by(KC) {
                 let kc = KC.min(cols - k0);
                 // Widen this task's rows [r0, r0 + mr) × [k0, k0 + kc) to f32, row-major by kc;
-                // padding rows stay zero.
-                wb[..blocks * MR * kc].fill(0.0);
+                // padding rows are zero.
+                wb[mr * kc..blocks * MR * kc].fill(0.0);
+                // Each row is a short run (kc elements) a whole row apart from the next, which
+                // the hardware prefetcher follows poorly: ask for the next block's run now.
+                let next = (k0 + KC).min(cols)..(k0 + 2 * KC).min(cols);
                 for i in 0..mr {
                     (t.widen)(w, cols, r0 + i, k0, &mut wb[i * kc..(i + 1) * kc]);
+                    w.prefetch(r0 + i, cols, next.start, next.end);
                 }
                 for p in 0..panels {
                     let b = &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];

@@ -46,6 +46,30 @@ impl Mat<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Hint the cache to start loading elements [k0, k1) of row `r` (`cols` per row). Only a
+    /// hint: nothing is read, so any range is harmless; no effect off x86-64.
+    #[inline]
+    pub(crate) fn prefetch(&self, r: usize, cols: usize, k0: usize, k1: usize) {
+        let e = r * cols + k0;
+        let (start, bytes): (*const u8, usize) = match self {
+            Mat::F32(w) => (w.as_ptr().wrapping_add(e).cast(), (k1 - k0) * 4),
+            Mat::F16(w) | Mat::BF16(w) => (w.as_ptr().wrapping_add(e).cast(), (k1 - k0) * 2),
+            Mat::Q8(q) => (q.qs.as_ptr().wrapping_add(e).cast(), k1 - k0),
+            Mat::Q4(q) => (q.qs.as_ptr().wrapping_add(e / 2), (k1 - k0) / 2),
+        };
+        #[cfg(target_arch = "x86_64")]
+        for off in (0..bytes).step_by(64) {
+            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch never faults and reads nothing architecturally.
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(off).cast())
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (start, bytes);
+    }
 }
 
 /// Dot product of row `r` (length `cols`) of `w` with `x`.

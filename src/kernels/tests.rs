@@ -135,7 +135,8 @@ fn matmul_matches_exact_sums_on_every_path() {
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for &(rows, cols) in &[(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)] {
-            for &n in &[1, 2, 3, GEMM_MIN_ROWS - 1, GEMM_MIN_ROWS, NR + 3] {
+            // GEMV sizes, both sides of the switch, and a GEMM with a partial last panel.
+            for &n in &[1, 2, 3, NR + 3, GEMM_MIN_ROWS - 1, GEMM_MIN_ROWS, GEMM_MIN_ROWS + NR + 3] {
                 check(t, rows, cols, n);
             }
         }
