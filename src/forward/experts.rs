@@ -7,6 +7,7 @@ use super::ffn::Mlp;
 use super::router::Routes;
 use crate::kernels;
 use crate::model::{Config, MoeWeights};
+use rayon::prelude::*;
 
 /// out ([n, hidden]) = Σ_chosen w·expert(xn) (+ shared expert) for the n rows of `xn`. Each row
 /// brings its own number of choices (`routes.row(t)`), so rows of sequences with different
@@ -37,11 +38,15 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
             gathered[s * h..(s + 1) * h].copy_from_slice(&xn[t * h..(t + 1) * h]);
         }
     }
-    out[..n * h].fill(0.0);
+    // One job per selected expert over its gathered rows, plus the shared expert over all rows.
     let mut y = vec![0f32; slots * h];
-    // One pass per selected expert, in expert order (a fixed accumulation order per token).
+    let mut ys = vec![0f32; if mw.shared.is_some() { n * h } else { 0 }];
+    let mut jobs: Vec<Job<'_>> = Vec::new();
+    let mut rest = &mut y[..];
     for e in 0..e_count {
         let (lo, hi) = (offsets[e], offsets[e + 1]);
+        let (seg, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) * h);
+        rest = tail;
         if lo == hi {
             continue;
         }
@@ -49,19 +54,24 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
             continue;
         };
         let mlp = Mlp { gate: gate.mat(), up: up.mat(), down: down.mat(), ffn: c.moe.expert_ffn, hidden: h };
-        mlp.forward(&gathered[lo * h..hi * h], hi - lo, &mut y[lo * h..hi * h]);
-        for s in lo..hi {
-            let (t, wgt) = (slot_token[s], slot_weight[s]);
-            for (o, &v) in out[t * h..(t + 1) * h].iter_mut().zip(&y[s * h..(s + 1) * h]) {
-                *o += wgt * v;
-            }
-        }
+        jobs.push(Job { mlp, x: &gathered[lo * h..hi * h], rows: hi - lo, y: seg });
     }
     if let Some(shared) = &mw.shared {
         let fs = c.moe.shared_expert_ffn;
         let mlp = Mlp { gate: shared.gate.mat(), up: shared.up.mat(), down: shared.down.mat(), ffn: fs, hidden: h };
-        let mut ys = vec![0f32; n * h];
-        mlp.forward(xn, n, &mut ys);
+        jobs.push(Job { mlp, x: xn, rows: n, y: &mut ys });
+    }
+    run_jobs(jobs);
+
+    // Scatter in expert order (a fixed accumulation order per token), then the shared expert.
+    out[..n * h].fill(0.0);
+    for s in 0..slots {
+        let (t, wgt) = (slot_token[s], slot_weight[s]);
+        for (o, &v) in out[t * h..(t + 1) * h].iter_mut().zip(&y[s * h..(s + 1) * h]) {
+            *o += wgt * v;
+        }
+    }
+    if mw.shared.is_some() {
         for t in 0..n {
             let scale = match &mw.shared_gate {
                 Some(g) => {
@@ -73,6 +83,30 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
             for (o, &v) in out[t * h..(t + 1) * h].iter_mut().zip(&ys[t * h..(t + 1) * h]) {
                 *o += scale * v;
             }
+        }
+    }
+}
+
+/// One expert MLP over its rows: y ([rows, hidden]) = mlp(x ([rows, hidden])).
+struct Job<'a> {
+    mlp: Mlp<'a>,
+    x: &'a [f32],
+    rows: usize,
+    y: &'a mut [f32],
+}
+
+/// Run the expert jobs. When every job is a matrix-vector product (a decode step: few rows per
+/// expert), the experts run in parallel with each other — one fork-join per layer instead of
+/// three per expert, and rayon's work stealing splits the rows of a big expert (or the shared
+/// one) when the other threads run out. Larger jobs run one after the other, each using every
+/// thread inside its GEMMs. Every job's result is the same either way.
+fn run_jobs(jobs: Vec<Job<'_>>) {
+    let small = jobs.iter().all(|j| j.rows < kernels::GEMM_MIN_ROWS);
+    if small && jobs.len() > 1 && rayon::current_num_threads() > 1 {
+        jobs.into_par_iter().for_each(|j| j.mlp.forward(j.x, j.rows, j.y));
+    } else {
+        for j in jobs {
+            j.mlp.forward(j.x, j.rows, j.y);
         }
     }
 }

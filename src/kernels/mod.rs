@@ -13,7 +13,7 @@ mod simd;
 mod x86;
 
 pub use actq::{quant_activations, set_quant_activations, QuantActivations};
-pub use gemm::matmul;
+pub use gemm::{matmul, GEMM_MIN_ROWS};
 pub use quant::{Q4, Q8};
 pub use simd::{active_path, available_paths, path_note, CpuPath};
 
