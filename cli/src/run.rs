@@ -111,14 +111,17 @@ pub fn init_threads_pinned(threads: Option<usize>, pin: bool) -> Result<(), Erro
 struct Loaded {
     model: Model,
     tokenizer: Tokenizer,
+    /// Seconds to open (map + validate) the model and build its tokenizer.
+    seconds: f64,
 }
 
 fn load(a: &RunArgs) -> Result<Loaded, Error> {
     let path = model_path::resolve(a.model.as_deref())?;
     let opts = LoadOptions { mmap: !a.no_mmap, mlock: a.mlock, ..LoadOptions::default() };
+    let t0 = std::time::Instant::now();
     let model = Model::open(&path, &opts)?;
     let tokenizer = Tokenizer::from_model(&model)?;
-    Ok(Loaded { model, tokenizer })
+    Ok(Loaded { model, tokenizer, seconds: t0.elapsed().as_secs_f64() })
 }
 
 fn params(a: &RunArgs) -> GenerateParams {
@@ -171,9 +174,10 @@ fn print_routing(records: &mut [RouteRecord], ids: &dyn Fn(usize) -> Option<u32>
     }
 }
 
-fn print_stats(prompt_tokens: usize, prompt_s: f64, gen_tokens: usize, gen_s: f64, stop: StopReason) {
+fn print_stats(load_s: f64, prompt_tokens: usize, prompt_s: f64, gen_tokens: usize, gen_s: f64, stop: StopReason) {
     eprintln!(
-        "\n[prompt: {prompt_tokens} tokens, {:.1} tokens/s | generation: {gen_tokens} tokens, {:.1} tokens/s | stop: {stop:?}]",
+        "\n[load: {:.1} ms | prompt: {prompt_tokens} tokens, {:.1} tokens/s | generation: {gen_tokens} tokens, {:.1} tokens/s | stop: {stop:?}]",
+        load_s * 1e3,
         prompt_tokens as f64 / prompt_s.max(1e-9),
         gen_tokens as f64 / gen_s.max(1e-9),
     );
@@ -182,7 +186,7 @@ fn print_stats(prompt_tokens: usize, prompt_s: f64, gen_tokens: usize, gen_s: f6
 /// `colibri run`.
 pub fn run(a: &RunArgs) -> Result<(), Error> {
     init_threads(a.threads)?;
-    let Loaded { model, tokenizer } = load(a)?;
+    let Loaded { model, tokenizer, seconds: load_s } = load(a)?;
     if a.chat && a.prompt.is_none() && a.file.is_none() {
         return chat_loop(a, &model, &tokenizer);
     }
@@ -260,7 +264,7 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     }
     let r = result?;
     let _ = writeln!(out);
-    print_stats(r.prompt_tokens, r.prompt_seconds, r.tokens.len(), r.gen_seconds, r.stop);
+    print_stats(load_s, r.prompt_tokens, r.prompt_seconds, r.tokens.len(), r.gen_seconds, r.stop);
     Ok(())
 }
 
