@@ -10,8 +10,10 @@ warm-up run (warm page cache). Reported, median over the runs:
   first token  wall time from spawning the process to its exit, having generated one token
                (an upper bound on start -> first token: it includes printing and tear-down)
   peak RSS     ru_maxrss of the child (anonymous memory + the mapped weight pages it touched)
-and, for the RSS bound, the bytes one decoded token reads (`colibri bench` active_bytes: attention,
-top-k experts, lm_head, one embedding row) and the KV cache of the prompt + 1 token.
+and, for the RSS bound, the weights the run touched — the bytes one token reads (`colibri bench`
+active_bytes: attention, top-k experts, lm_head, one embedding row) plus the experts the prompt's
+other tokens chose (from `--debug-routing` and the expert layout `colibri inspect` prints) — and
+the KV cache of the prompt + 1 token.
 """
 
 from __future__ import annotations
@@ -63,8 +65,21 @@ def main() -> None:
                                       check=True, capture_output=True, text=True).stdout)[0]
     info = subprocess.run([a.colibri, "inspect", a.model], check=True, capture_output=True, text=True).stdout
     kv_per_token = int(re.search(r"kv cache\s+(\d+) bytes per token", info).group(1))
+    top_k = int(re.search(r"top-(\d+)", info).group(1))
+    # Bytes of one expert per layer (gate + up + down), from the expert layout lines.
+    expert_bytes: dict[int, int] = {}
+    for layer, each in re.findall(r"layers\.(\d+)\.moe\.experts\.\w+\s+\d+ experts .*?\((\d+) bytes each", info):
+        expert_bytes[int(layer)] = expert_bytes.get(int(layer), 0) + int(each)
+    # Which experts the prompt's tokens used: a token reads top_k experts per layer (counted in
+    # active_bytes); the prompt's other tokens may pick more distinct ones.
+    trace = subprocess.run(cmd + ["--debug-routing"], check=True, capture_output=True, text=True).stderr
+    used: dict[int, set[int]] = {}
+    for layer, ids in re.findall(r"layer (\d+) -> experts\[([0-9,]*)\]", trace):
+        used.setdefault(int(layer), set()).update(int(e) for e in ids.split(",") if e)
+    extra_experts = sum(max(0, len(used.get(l, ())) - top_k) * b for l, b in expert_bytes.items())
     prompt_tokens = runs[0][2]
-    touched = bench["active_bytes"] + kv_per_token * (prompt_tokens + 1)
+    weights_touched = bench["active_bytes"] + extra_experts
+    touched = weights_touched + kv_per_token * (prompt_tokens + 1)
     out = {
         "model": a.model,
         "model_bytes": os.path.getsize(a.model),
@@ -76,6 +91,8 @@ def main() -> None:
         "first_token_ms_all": [round(r[0] * 1e3, 1) for r in runs],
         "peak_rss_bytes_max": max(r[3] for r in runs),
         "active_bytes_per_token": bench["active_bytes"],
+        "distinct_experts_per_layer": {l: len(e) for l, e in sorted(used.items())},
+        "weights_touched_bytes": weights_touched,
         "kv_bytes": kv_per_token * (prompt_tokens + 1),
     }
     out["rss_over_touched"] = out["peak_rss_bytes_max"] / touched
@@ -88,9 +105,10 @@ def main() -> None:
     print(f"open             {out['open_ms_median']:.2f} ms (map + validate + tokenizer)")
     print(f"first token      {out['first_token_ms_median']:.1f} ms (spawn -> exit after 1 token; "
           f"all: {out['first_token_ms_all']})")
-    print(f"peak RSS         {out['peak_rss_bytes_max'] / mib:.1f} MiB vs one token's weights "
-          f"{out['active_bytes_per_token'] / mib:.1f} MiB + KV {out['kv_bytes'] / 1024:.1f} KiB "
-          f"= {out['rss_over_touched']:.2f}x")
+    print(f"peak RSS         {out['peak_rss_bytes_max'] / mib:.1f} MiB vs weights touched "
+          f"{weights_touched / mib:.1f} MiB (one token's {out['active_bytes_per_token'] / mib:.1f} MiB + the "
+          f"prompt's other experts; distinct per layer {out['distinct_experts_per_layer']}) + KV "
+          f"{out['kv_bytes'] / 1024:.1f} KiB = {out['rss_over_touched']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -222,9 +222,11 @@ fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: u
                 }
                 for p in 0..panels {
                     let b = &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];
+                    // A last panel with at most NR / 2 real rows takes the half-width tile.
+                    let nr = if n - p * NR <= NR / 2 { NR / 2 } else { NR };
                     for blk in 0..blocks {
                         let a = &wb[blk * MR * kc..(blk + 1) * MR * kc];
-                        (t.tile)(a, b, kc, &mut c[blk * MR * ldc + p * NR..], ldc);
+                        (t.tile)(a, b, kc, &mut c[blk * MR * ldc + p * NR..], ldc, nr);
                     }
                 }
             }

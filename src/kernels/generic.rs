@@ -64,17 +64,18 @@ pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
     }
 }
 
-/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < NR, k ascending.
-pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize) {
+/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr (≤ NR), k ascending.
+pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
+    assert!(nr <= NR);
     for i in 0..MR {
         let mut acc = [0f32; NR];
-        acc.copy_from_slice(&c[i * ldc..i * ldc + NR]);
+        acc[..nr].copy_from_slice(&c[i * ldc..i * ldc + nr]);
         for k in 0..kc {
             let av = a[i * kc + k];
-            for (j, cj) in acc.iter_mut().enumerate() {
+            for (j, cj) in acc[..nr].iter_mut().enumerate() {
                 *cj += av * b[k * NR + j];
             }
         }
-        c[i * ldc..i * ldc + NR].copy_from_slice(&acc);
+        c[i * ldc..i * ldc + nr].copy_from_slice(&acc[..nr]);
     }
 }

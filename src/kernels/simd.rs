@@ -37,8 +37,9 @@ pub(crate) type GemvI8Fn =
     fn(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &super::actq::QuantizedActs, n: usize, out: &mut [f32]);
 /// Elements [k0, k0 + out.len()) of row `row` of `w` ([_, cols]) widened to f32.
 pub(crate) type WidenFn = fn(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]);
-/// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < NR, k ascending.
-pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize);
+/// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr, k ascending;
+/// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
+pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
 
 /// Function table of one path.
 pub(crate) struct Table {

@@ -135,11 +135,31 @@ fn matmul_matches_exact_sums_on_every_path() {
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for &(rows, cols) in &[(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)] {
-            // GEMV sizes, both sides of the switch, and a GEMM with a partial last panel.
-            for &n in &[1, 2, 3, NR + 3, GEMM_MIN_ROWS - 1, GEMM_MIN_ROWS, GEMM_MIN_ROWS + NR + 3] {
+            // GEMV sizes, both sides of the switch, and GEMMs whose last panel is partial:
+            // more than half full (full-width tile) and at most half full (half-width tile).
+            let gemm = [GEMM_MIN_ROWS, GEMM_MIN_ROWS + NR / 2 + 3, GEMM_MIN_ROWS + NR + 3];
+            for &n in [1, 2, 3, NR + 3, GEMM_MIN_ROWS - 1].iter().chain(&gemm) {
                 check(t, rows, cols, n);
             }
         }
+    }
+}
+
+/// A row's GEMM result does not depend on the tile width its panel took: the rows of a call
+/// whose last panel is half-width match the same rows of a call where they sit in full tiles.
+#[test]
+fn gemm_rows_do_not_depend_on_tile_width() {
+    let (rows, cols) = (MC + 7, 2 * 256 + 32);
+    let w = sample(rows * cols, 11);
+    let (short, long) = (GEMM_MIN_ROWS + 3, GEMM_MIN_ROWS + NR / 2 + 3);
+    let x = sample(long * cols, 12);
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        let mut y_short = vec![0f32; short * rows];
+        let mut y_long = vec![0f32; long * rows];
+        matmul_with(t, Mat::F32(&w), rows, cols, &x[..short * cols], short, &mut y_short);
+        matmul_with(t, Mat::F32(&w), rows, cols, &x, long, &mut y_long);
+        assert_eq!(y_short[..], y_long[..short * rows], "{path:?}");
     }
 }
 

@@ -5,34 +5,48 @@ use super::super::gemm::{MR, NR};
 use super::super::{quant, reference, Mat};
 use core::arch::x86_64::*;
 
-/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < 6, j < 16: twelve accumulators, one
-/// fused multiply-add chain per output in ascending k.
-pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize) {
-    assert!(a.len() >= MR * kc && b.len() >= kc * NR && c.len() >= (MR - 1) * ldc + NR);
+/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < 6, j < nr (16, or 8 for a short last
+/// panel): one fused multiply-add chain per output in ascending k, so a column's result does
+/// not depend on the tile width.
+pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
+    assert!(nr == NR || nr == NR / 2);
+    assert!(a.len() >= MR * kc && b.len() >= kc * NR && c.len() >= (MR - 1) * ldc + nr);
     // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; bounds asserted above.
-    unsafe { tile_6x16(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc) }
+    unsafe {
+        if nr == NR {
+            tile_6xv::<2>(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc)
+        } else {
+            tile_6xv::<1>(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc)
+        }
+    }
 }
 
+/// The 6 × 8V tile: 6·V accumulators of 8 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_6x16(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
+unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut acc = [[_mm256_setzero_ps(); V]; MR];
         for (i, row) in acc.iter_mut().enumerate() {
-            row[0] = _mm256_loadu_ps(c.add(i * ldc));
-            row[1] = _mm256_loadu_ps(c.add(i * ldc + 8));
+            for (v, r) in row.iter_mut().enumerate() {
+                *r = _mm256_loadu_ps(c.add(i * ldc + 8 * v));
+            }
         }
         for k in 0..kc {
-            let b0 = _mm256_loadu_ps(b.add(k * NR));
-            let b1 = _mm256_loadu_ps(b.add(k * NR + 8));
+            let mut bv = [_mm256_setzero_ps(); V];
+            for (v, r) in bv.iter_mut().enumerate() {
+                *r = _mm256_loadu_ps(b.add(k * NR + 8 * v));
+            }
             for (i, row) in acc.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*a.add(i * kc + k));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                for (r, &bj) in row.iter_mut().zip(&bv) {
+                    *r = _mm256_fmadd_ps(av, bj, *r);
+                }
             }
         }
         for (i, row) in acc.iter().enumerate() {
-            _mm256_storeu_ps(c.add(i * ldc), row[0]);
-            _mm256_storeu_ps(c.add(i * ldc + 8), row[1]);
+            for (v, r) in row.iter().enumerate() {
+                _mm256_storeu_ps(c.add(i * ldc + 8 * v), *r);
+            }
         }
     }
 }
