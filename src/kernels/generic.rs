@@ -54,8 +54,9 @@ pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
     }
 }
 
-/// y[i] += a · x[i] (x a float vector of y's length).
+/// y[i] += a · x[i] (x a float vector of at least y's length; shorter panics, as on every path).
 pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
+    assert!(x.len() >= y.len(), "axpy: x holds {} elements, y {}", x.len(), y.len());
     match x {
         Mat::F32(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v),
         Mat::F16(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * reference::f16_to_f32(v)),

@@ -288,6 +288,20 @@ fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
     }
 }
 
+/// A short x is refused on every path (no path may read past it or silently truncate).
+#[test]
+fn axpy_refuses_a_short_x_on_every_path() {
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        let x = vec![1f32; 7];
+        let r = std::panic::catch_unwind(|| {
+            let mut y = vec![0f32; 8];
+            (t.axpy)(1.0, Mat::F32(&x), &mut y);
+        });
+        assert!(r.is_err(), "{path:?} accepted 7 elements for 8 outputs");
+    }
+}
+
 #[test]
 fn axpy_matches_the_reference_on_every_path() {
     for path in available_paths() {
