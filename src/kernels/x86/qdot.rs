@@ -42,7 +42,7 @@ unsafe fn offset_sums(x: __m256i) -> __m256i {
 }
 
 /// out[r] = row r (of R rows, `row_bytes` apart, scales `nb` apart) · activation row (xq, xd).
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // j indexes blocks and scales alike
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_dot<const Q4: bool, const R: usize>(
@@ -60,9 +60,12 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
         let mut b = 0;
         while b + 8 <= nb {
             let xdv = _mm256_loadu_ps(xd.add(b));
-            let mut dd = [_mm256_setzero_ps(); R];
+            // dw·dx of the next 8 blocks per row, kept in memory: the inner loop broadcasts each
+            // from there (a load instead of a lane shuffle: +2–4 % q8 decode measured).
+            let mut dd = [[0f32; 8]; R];
             for (r, ddr) in dd.iter_mut().enumerate() {
-                *ddr = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast())), xdv);
+                let v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(r * nb + b).cast())), xdv);
+                _mm256_storeu_ps(ddr.as_mut_ptr(), v);
                 // The next row group's bytes at this column: rows are short (a few KiB), so the
                 // hardware streams restart every group; fetching one group ahead keeps them busy.
                 let ahead = qs.wrapping_add((r + R) * row_bytes + b * bbytes);
@@ -73,11 +76,10 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
             for j in 0..8 {
                 let x = _mm256_loadu_si256(xq.add((b + j) * QK).cast());
                 let off = if Q4 { offset_sums(x) } else { _mm256_setzero_si256() };
-                let lane = _mm256_set1_epi32(j as i32);
                 for r in 0..R {
                     let p = block_dot::<Q4>(qs.add(r * row_bytes + (b + j) * bbytes), x);
                     let p = if Q4 { _mm256_sub_epi32(p, off) } else { p };
-                    let s = _mm256_permutevar8x32_ps(dd[r], lane);
+                    let s = _mm256_broadcast_ss(&dd[r][j]);
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r]);
                 }
             }
@@ -114,6 +116,8 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
     let mut r = rows.start;
     while r < rows.end {
         let (qr, dr) = (qs.wrapping_add(r * row_bytes), d[r * nb..].as_ptr());
+        // Four rows per pass (eight measured 15 % slower for q4 here: more live registers
+        // and prefetch streams than the integer pipeline gains).
         let take = if rows.end - r >= 4 { 4 } else { 1 };
         // Every activation row against this block of weight rows while it is in L1.
         for t in 0..n {
