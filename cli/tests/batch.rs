@@ -42,6 +42,16 @@ fn last() -> ForwardOptions {
     ForwardOptions { logits: LogitsMode::Last, ..Default::default() }
 }
 
+/// One batch entry per session: its token input and its options.
+fn sequences<'a>(sessions: &'a mut [Session], inputs: &'a [Vec<u32>], opts: &[ForwardOptions]) -> Vec<Sequence<'a>> {
+    sessions
+        .iter_mut()
+        .zip(inputs)
+        .zip(opts)
+        .map(|((s, input), o)| Sequence { session: s, input: Input::Tokens(input), opts: *o })
+        .collect()
+}
+
 /// Run `inputs` with `opts` through `solo` (one `forward` call per session) and through
 /// `batched` (one `forward_batch`); check positions, routing traces and logits agree. Returns
 /// the largest logit difference relative to max|logit|.
@@ -55,12 +65,7 @@ fn step(
     for ((s, input), o) in solo.iter_mut().zip(inputs).zip(opts) {
         forward(model, s, Input::Tokens(input), o).unwrap();
     }
-    let mut batch: Vec<Sequence<'_>> = batched
-        .iter_mut()
-        .zip(inputs)
-        .zip(opts)
-        .map(|((s, input), o)| Sequence { session: s, input: Input::Tokens(input), opts: *o })
-        .collect();
+    let mut batch = sequences(batched, inputs, opts);
     forward_batch(model, &mut batch).unwrap();
     let mut worst = 0f64;
     for (i, (a, b)) in solo.iter_mut().zip(batched.iter_mut()).enumerate() {
@@ -232,12 +237,7 @@ fn a_rejected_batch_leaves_every_session_unchanged() {
     ];
     for (what, inputs, opts, needle) in &cases {
         let before: Vec<_> = batched.iter_mut().map(snapshot).collect();
-        let mut batch: Vec<Sequence<'_>> = batched
-            .iter_mut()
-            .zip(inputs)
-            .zip(opts)
-            .map(|((s, input), o)| Sequence { session: s, input: Input::Tokens(input), opts: *o })
-            .collect();
+        let mut batch = sequences(&mut batched, inputs, opts);
         let err = forward_batch(&model, &mut batch).expect_err(what);
         assert!(
             matches!(&err, Error::InvalidArgument { reason } if reason.contains(needle) && reason.contains("of the batch")),
