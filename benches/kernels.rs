@@ -43,22 +43,33 @@ impl Weights {
             "f32" => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             "bf16" => v.iter().flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes()).collect(),
             "f16" => v.iter().flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes()).collect(),
-            "q8" => {
-                let n = rows * cols;
-                let mut qs = vec![0i8; n];
-                let mut d = vec![0u16; n / quant::QK];
-                quant::quantize_row_q8(&v, &mut qs, &mut d);
-                qs.iter().map(|&q| q as u8).chain(d.iter().flat_map(|x| x.to_le_bytes())).collect()
-            }
             _ => {
                 let n = rows * cols;
-                let mut qs = vec![0u8; n / 2];
                 let mut d = vec![0u16; n / quant::QK];
-                quant::quantize_row_q4(&v, &mut qs, &mut d);
+                let mut qs = if dtype.starts_with("q8") {
+                    let mut q = vec![0i8; n];
+                    quant::quantize_row_q8(&v, &mut q, &mut d);
+                    q.iter().map(|&q| q as u8).collect()
+                } else {
+                    let mut q = vec![0u8; n / 2];
+                    quant::quantize_row_q4(&v, &mut q, &mut d);
+                    q
+                };
+                if dtype.ends_with("r8") {
+                    let nb = cols / quant::QK;
+                    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
+                    quant::interleave_quants(&qs, qs.len() / d.len(), nb, &mut qi);
+                    quant::interleave_scales(&d, nb, &mut di);
+                    (qs, d) = (qi, di);
+                }
                 qs.into_iter().chain(d.iter().flat_map(|x| x.to_le_bytes())).collect()
             }
         };
         Weights { rows, cols, bytes, dtype }
+    }
+
+    fn grouped(&self) -> quant::Layout {
+        quant::Layout::interleaved(self.rows, self.cols).expect("rows a multiple of 8")
     }
 
     fn mat(&self) -> Mat<'_> {
@@ -70,13 +81,15 @@ impl Weights {
             "f32" => Mat::F32(unsafe { self.bytes.align_to::<f32>().1 }),
             "bf16" => Mat::BF16(halfs()),
             "f16" => Mat::F16(halfs()),
-            "q8" => Mat::Q8(quant::Q8::from_bytes(&self.bytes, n).expect("q8 layout")),
-            _ => Mat::Q4(quant::Q4::from_bytes(&self.bytes, n).expect("q4 layout")),
+            "q8" => Mat::Q8(quant::Q8::from_bytes(&self.bytes, n, quant::Layout::Rows).expect("q8 layout")),
+            "q4" => Mat::Q4(quant::Q4::from_bytes(&self.bytes, n, quant::Layout::Rows).expect("q4 layout")),
+            "q8r8" => Mat::Q8(quant::Q8::from_bytes(&self.bytes, n, self.grouped()).expect("q8r8 layout")),
+            _ => Mat::Q4(quant::Q4::from_bytes(&self.bytes, n, self.grouped()).expect("q4r8 layout")),
         }
     }
 }
 
-const DTYPES: [&str; 5] = ["f32", "bf16", "f16", "q8", "q4"];
+const DTYPES: [&str; 7] = ["f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8"];
 
 /// One Mixtral expert projection (14336 × 4096) times one activation row: decode.
 #[divan::bench(args = DTYPES, sample_count = 20)]
@@ -91,7 +104,7 @@ fn gemv_14336x4096(b: Bencher, dtype: &'static str) {
 }
 
 /// The same weights against 4 activation rows (batched decode of 4 sequences).
-#[divan::bench(args = ["bf16", "q8", "q4"], sample_count = 20)]
+#[divan::bench(args = ["bf16", "q8", "q4", "q8r8", "q4r8"], sample_count = 20)]
 fn gemv_14336x4096_n4(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 14336, 4096);
     let x = values(4 * 4096);
@@ -103,7 +116,7 @@ fn gemv_14336x4096_n4(b: Bencher, dtype: &'static str) {
 }
 
 /// A Qwen-MoE expert gate projection (1408 × 2048) over 512 tokens: prefill GEMM.
-#[divan::bench(args = ["f32", "bf16", "q8", "q4"], sample_count = 10)]
+#[divan::bench(args = ["f32", "bf16", "q8", "q4", "q4r8"], sample_count = 10)]
 fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 1408, 2048);
     let x = values(512 * 2048);
@@ -191,4 +204,14 @@ fn matmul_16384x2048_q4(b: Bencher, n: usize) {
 #[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
 fn matmul_16384x2048_q8(b: Bencher, n: usize) {
     matmul_n(b, "q8", n);
+}
+
+#[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
+fn matmul_16384x2048_q4r8(b: Bencher, n: usize) {
+    matmul_n(b, "q4r8", n);
+}
+
+#[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
+fn matmul_16384x2048_q8r8(b: Bencher, n: usize) {
+    matmul_n(b, "q8r8", n);
 }

@@ -3,7 +3,7 @@
 //! read as `kernels::quant` matrices (and dequantised only by the f32 accessors for tools).
 
 use crate::format::{DType, TensorKind, TensorRecord};
-use crate::kernels::quant::{self, Q4, Q8};
+use crate::kernels::quant::{self, Layout, Q4, Q8};
 use half::{bf16, f16};
 
 /// A borrowed tensor.
@@ -108,6 +108,16 @@ impl<'a> TensorView<'a> {
         self.shape.iter().product::<u64>() as usize
     }
 
+    /// Where a block matrix keeps its blocks (row-major unless the dtype is interleaved; a
+    /// matrix whose rows are not whole groups gets no valid layout and reads as empty).
+    fn layout(&self) -> Layout {
+        if self.dtype.is_interleaved() {
+            Layout::interleaved(self.rows(), self.cols()).unwrap_or(Layout::Interleaved { nb: 0 })
+        } else {
+            Layout::Rows
+        }
+    }
+
     /// The elements, typed (plain tensors and single experts; float stacks include their gaps).
     pub fn elements(&self) -> Elements<'a> {
         // Data offsets are multiples of 64 and mappings are page-aligned, so these casts are
@@ -116,11 +126,19 @@ impl<'a> TensorView<'a> {
             DType::F32 => Elements::F32(cast(self.bytes)),
             DType::F16 => Elements::F16(cast(self.bytes)),
             DType::BF16 => Elements::BF16(cast(self.bytes)),
-            DType::Q8 => {
-                Elements::Q8(Q8::from_bytes(self.bytes, self.matrix_elements()).unwrap_or(Q8 { qs: &[], d: &[] }))
+            DType::Q8 | DType::Q8R8 => {
+                Elements::Q8(Q8::from_bytes(self.bytes, self.matrix_elements(), self.layout()).unwrap_or(Q8 {
+                    qs: &[],
+                    d: &[],
+                    layout: Layout::Rows,
+                }))
             }
-            DType::Q4 => {
-                Elements::Q4(Q4::from_bytes(self.bytes, self.matrix_elements()).unwrap_or(Q4 { qs: &[], d: &[] }))
+            DType::Q4 | DType::Q4R8 => {
+                Elements::Q4(Q4::from_bytes(self.bytes, self.matrix_elements(), self.layout()).unwrap_or(Q4 {
+                    qs: &[],
+                    d: &[],
+                    layout: Layout::Rows,
+                }))
             }
         }
     }

@@ -578,9 +578,9 @@ fn c09_dtype_3() {
 }
 
 #[test]
-fn c09_dtype_18_the_first_unknown_block_type() {
-    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 18);
-    expect_open_err("dtype 18", &b, "unknown_dtype", &["layers.1.moe.experts.down", "dtype id 18"]);
+fn c09_dtype_20_the_first_unknown_block_type() {
+    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 20);
+    expect_open_err("dtype 20", &b, "unknown_dtype", &["layers.1.moe.experts.down", "dtype id 20"]);
 }
 
 #[test]
@@ -1436,8 +1436,8 @@ fn q00_quantised_base_file_is_valid_and_reads_back() {
 
 #[test]
 fn q01_unknown_block_dtype_ids() {
-    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.attn.q") + R_DTYPE, 18));
-    expect_open_err("q8 → id 18", &b, "unknown_dtype", &["layers.0.attn.q", "dtype id 18"]);
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.attn.q") + R_DTYPE, 20));
+    expect_open_err("q8 → id 20", &b, "unknown_dtype", &["layers.0.attn.q", "dtype id 20"]);
     let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.moe.experts.up") + R_DTYPE, 31));
     expect_open_err("q4 → id 31", &b, "unknown_dtype", &["layers.0.moe.experts.up", "dtype id 31"]);
 }
@@ -1505,6 +1505,48 @@ fn q06_nan_and_inf_scales_are_caught_by_verify() {
             fix_checksum(b, l, l.index(name));
         });
         expect_verify_err(&format!("scale {bits:#x} in {name}"), &b, "non_finite", &[name, needle, "scale"]);
+    }
+}
+
+#[test]
+fn q08_interleaved_rows_must_be_whole_groups_of_8() {
+    // attn.q is [32, 32] q8: as q8r8 with the same elements re-shaped to [4, 256] (same bytes),
+    // its 4 rows are not a row group.
+    let b = qpatched(|b, l| {
+        let r = l.rec("layers.0.attn.q");
+        put_u32(b, r + R_DTYPE, DType::Q8R8.id());
+        put_u64(b, r + R_DIMS, 4);
+        put_u64(b, r + R_DIMS + 8, 256);
+    });
+    expect_open_err("q8r8 [4, 256]", &b, "bad_shape", &["layers.0.attn.q", "4 rows", "q8r8", "8"]);
+}
+
+#[test]
+fn q09_a_row_major_matrix_relabelled_interleaved_reads_its_bytes_in_the_interleaved_order() {
+    // Same bytes, other layout: valid on disk (the checksum covers bytes, not meaning), and the
+    // values read are those bytes taken in the interleaved order: the dtype decides the layout.
+    use colibri::kernels::quant::Layout;
+    let name = "layers.0.attn.k";
+    let b = qpatched(|b, l| put_u32(b, l.rec(name) + R_DTYPE, DType::Q8R8.id()));
+    let s = Scratch::new();
+    let path = s.write("b.colibri", &b);
+    for (mode, mmap) in MODES {
+        let m = open(&path, mmap).unwrap();
+        m.verify().unwrap_or_else(|e| panic!("({mode}) verify: {e}"));
+        let t = m.tensor(name).unwrap();
+        assert_eq!(t.dtype, DType::Q8R8);
+        let (rows, cols) = (t.rows(), t.cols());
+        let layout = Layout::interleaved(rows, cols).expect("whole groups");
+        let (qs, d) = t.bytes.split_at(rows * cols);
+        let got = t.to_f32_vec();
+        for blk in 0..rows * cols / 32 {
+            let at = layout.scale_pos(blk) * 2;
+            let scale = half::f16::from_le_bytes([d[at], d[at + 1]]).to_f32();
+            for i in 0..32 {
+                let want = scale * f32::from(qs[layout.byte_pos(blk, i, 32)] as i8);
+                assert_eq!(got[blk * 32 + i], want, "({mode}) block {blk} element {i}");
+            }
+        }
     }
 }
 

@@ -47,6 +47,10 @@ enum Command {
         /// Quantise only these classes (comma list of experts, shared, attn, mlp, lm_head).
         #[arg(long, requires = "quantize", value_delimiter = ',', value_parser = convert::quantize::parse_class)]
         quantize_only: Option<Vec<colibri::model::QuantClass>>,
+        /// Store quantised matrices row-major (q8 / q4) instead of in 8-row interleaved groups
+        /// (q8r8 / q4r8, the default: same bytes and values, faster matrix-vector kernels).
+        #[arg(long, requires = "quantize")]
+        no_interleave: bool,
         /// Attach this file's bytes as user metadata (read back with `inspect` and the API).
         #[arg(long)]
         user_metadata: Option<PathBuf>,
@@ -136,12 +140,23 @@ fn parse_dtype(s: &str) -> Result<colibri::format::DType, String> {
 
 fn run(cli: Cli) -> Result<(), colibri::Error> {
     match cli.command {
-        Command::Convert { input, output, dtype, quantize, quantize_only, user_metadata, no_progress } => {
+        Command::Convert {
+            input,
+            output,
+            dtype,
+            quantize,
+            quantize_only,
+            no_interleave,
+            user_metadata,
+            no_progress,
+        } => {
             let args = convert::ConvertArgs {
                 input,
                 output,
                 dtype,
-                quantize: quantize.map(|scheme| convert::quantize::Quantize::new(scheme, quantize_only)),
+                quantize: quantize.map(|scheme| {
+                    convert::quantize::Quantize::new(scheme, quantize_only).with_interleave(!no_interleave)
+                }),
                 user_metadata,
                 progress: !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             };

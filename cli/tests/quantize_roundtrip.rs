@@ -10,7 +10,7 @@ mod common;
 
 use colibri::format::{DType, TensorKind};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
-use colibri::kernels::quant::{self, QK};
+use colibri::kernels::quant::{self, Layout, QK};
 use colibri::model::{tensor_specs, QuantClass, TensorSpec};
 use colibri::state::{Session, SessionOptions};
 use colibri::tensor::TensorView;
@@ -55,10 +55,20 @@ fn rows_whole(spec: &TensorSpec) -> bool {
     spec.shape.last().is_some_and(|&c| c % QK as u64 == 0)
 }
 
-/// The values `x` of one matrix quantised by the reference quantisers: quants, then scales.
-fn requantise(dtype: DType, x: &[f32]) -> Vec<u8> {
+/// Where a stored block matrix of `dtype` ([rows, cols]) keeps its blocks.
+fn layout_of(dtype: DType, rows: usize, cols: usize) -> Layout {
+    if dtype.is_interleaved() {
+        Layout::interleaved(rows, cols).expect("interleaved rows are whole groups")
+    } else {
+        Layout::Rows
+    }
+}
+
+/// The values `x` of one matrix ([_, cols]) quantised by the reference quantisers: quants, then
+/// scales, reordered into row groups for the interleaved dtypes.
+fn requantise(dtype: DType, x: &[f32], cols: usize) -> Vec<u8> {
     let mut d = vec![0u16; x.len() / QK];
-    let mut out = if dtype == DType::Q8 {
+    let mut out = if dtype.encoding() == DType::Q8 {
         let mut qs = vec![0i8; x.len()];
         quant::quantize_row_q8(x, &mut qs, &mut d);
         qs.iter().map(|&q| q as u8).collect()
@@ -67,6 +77,14 @@ fn requantise(dtype: DType, x: &[f32]) -> Vec<u8> {
         quant::quantize_row_q4(x, &mut qs, &mut d);
         qs
     };
+    if dtype.is_interleaved() {
+        let nb = cols / QK;
+        let mut grouped = vec![0u8; out.len()];
+        quant::interleave_quants(&out, out.len() / d.len(), nb, &mut grouped);
+        let mut dg = vec![0u16; d.len()];
+        quant::interleave_scales(&d, nb, &mut dg);
+        (out, d) = (grouped, dg);
+    }
     out.extend(d.iter().flat_map(|s| s.to_le_bytes()));
     out
 }
@@ -77,16 +95,19 @@ fn requantise(dtype: DType, x: &[f32]) -> Vec<u8> {
 /// to exactly 7 steps: within one step, plus the f16 rounding of d (|m| / |d| ≤ 8·(1 + 2⁻¹¹),
 /// so the error is at most |d|·(1 + 2⁻⁸); a source holding both +a and −a as its extreme hits it).
 fn check_block_matrix(what: &str, unit: &TensorView<'_>, src: &[f32]) -> usize {
-    assert_eq!(unit.bytes, requantise(unit.dtype, src), "{what}: bytes differ from the re-quantised source");
+    let cols = unit.cols();
+    assert_eq!(unit.bytes, requantise(unit.dtype, src, cols), "{what}: bytes differ from the re-quantised source");
     let deq = unit.to_f32_vec();
     assert_eq!(deq.len(), src.len(), "{what}: element count");
     let scales = &unit.bytes[unit.bytes.len() - 2 * src.len() / QK..];
+    let layout = layout_of(unit.dtype, unit.rows(), cols);
     let mut clamped = 0;
     for (b, (xs, ys)) in src.chunks(QK).zip(deq.chunks(QK)).enumerate() {
-        let d = half::f16::from_bits(u16::from_le_bytes([scales[2 * b], scales[2 * b + 1]])).to_f32();
+        let at = 2 * layout.scale_pos(b);
+        let d = half::f16::from_bits(u16::from_le_bytes([scales[at], scales[at + 1]])).to_f32();
         for (i, (&x, &y)) in xs.iter().zip(ys).enumerate() {
             let steps = if d == 0.0 { 0.0 } else { x / d };
-            let bound = if unit.dtype == DType::Q4 && steps > 7.5 {
+            let bound = if unit.dtype.encoding() == DType::Q4 && steps > 7.5 {
                 clamped += 1;
                 assert_eq!(y, 7.0 * d, "{what}[{}]: {x} beyond +7 steps must clamp to 7 d", b * QK + i);
                 d.abs() * (1.0 + 1.0 / 256.0)
@@ -99,13 +120,20 @@ fn check_block_matrix(what: &str, unit: &TensorView<'_>, src: &[f32]) -> usize {
     clamped
 }
 
-/// What a conversion was asked for: the block dtype, the classes selected, the float dtype of
-/// selected matrices whose rows are not whole groups, and `--dtype` (None: keep the source's).
+/// What a conversion was asked for: the block dtype (row-major name), the classes selected, the
+/// float dtype of selected matrices whose rows are not whole groups, `--dtype` (None: keep the
+/// source's), and whether matrices of whole 8-row groups are interleaved (no `--no-interleave`).
 struct Expect<'a> {
     block: DType,
     classes: &'a [QuantClass],
     fallback: DType,
     dtype: Option<DType>,
+    interleave: bool,
+}
+
+/// True when a matrix's rows are whole groups of the interleaved layout.
+fn rows_grouped(spec: &TensorSpec) -> bool {
+    spec.shape.len() >= 2 && spec.shape[spec.shape.len() - 2] % quant::GROUP_ROWS as u64 == 0
 }
 
 /// Check every tensor of a converted `model` against the sources of `dir`: dtype by class, bytes
@@ -120,6 +148,7 @@ fn check_model(dir: &Path, model: &Model, x: &Expect<'_>) -> [Vec<String>; 2] {
         let view = model.tensor(&rec.name).unwrap();
         let selected = spec.quant.is_some_and(|c| x.classes.contains(&c));
         let want = match (selected, rows_whole(spec)) {
+            (true, true) if x.interleave && rows_grouped(spec) => x.block.interleaved(),
             (true, true) => x.block,
             (true, false) => x.fallback,
             (false, _) => x.dtype.unwrap_or_else(|| {
@@ -144,7 +173,7 @@ fn check_model(dir: &Path, model: &Model, x: &Expect<'_>) -> [Vec<String>; 2] {
             clamped += check_block_matrix(&format!("{}[{e}]", rec.name), &unit, &to_f32_vec(sd, &sb));
         }
     }
-    if x.block == DType::Q4 && !quantised.is_empty() {
+    if x.block.encoding() == DType::Q4 && !quantised.is_empty() {
         assert!(clamped > 0, "no q4 value needed the +7 clamp: the clamp branch of the check is untested");
     }
     [quantised, kept]
@@ -173,6 +202,7 @@ fn every_quantisable_matrix_is_requantised_exactly_and_within_half_a_step() {
                     classes: &QuantClass::ALL,
                     fallback: DType::F16,
                     dtype: None,
+                    interleave: true,
                 };
                 let [quantised, kept] = check_model(&dir, &model, &expect);
                 for name in &kept {
@@ -200,7 +230,13 @@ fn quantize_only_narrows_the_classes() {
         let out = tmp.path().join("m.colibri");
         convert(&dir, &out, &["--quantize", "q8", "--quantize-only", "experts"]);
         let model = open(&out, true);
-        let expect = Expect { block: DType::Q8, classes: &[QuantClass::Experts], fallback: DType::F16, dtype: None };
+        let expect = Expect {
+            block: DType::Q8,
+            classes: &[QuantClass::Experts],
+            fallback: DType::F16,
+            dtype: None,
+            interleave: true,
+        };
         let [quantised, _] = check_model(&dir, &model, &expect);
         assert!(quantised.iter().all(|n| n.contains(".moe.experts.")), "{quantised:?}");
         stacks += quantised.len();
@@ -211,7 +247,7 @@ fn quantize_only_narrows_the_classes() {
     let out = tmp.path().join("m.colibri");
     convert(&dir, &out, &["--quantize", "w4a16", "--quantize-only", "shared,attn,lm_head"]);
     let classes = [QuantClass::Shared, QuantClass::Attn, QuantClass::LmHead];
-    let expect = Expect { block: DType::Q4, classes: &classes, fallback: DType::F16, dtype: None };
+    let expect = Expect { block: DType::Q4, classes: &classes, fallback: DType::F16, dtype: None, interleave: true };
     let [quantised, _] = check_model(&dir, &open(&out, true), &expect);
     assert!(quantised.iter().any(|n| n.contains(".moe.shared.")) && quantised.contains(&"lm_head".to_string()));
 }
@@ -227,11 +263,16 @@ fn rows_not_a_multiple_of_32_stay_float_with_a_warning() {
         let stderr = convert(&dir, &out, &[&["--quantize", "q8"], extra].concat());
         let model = open(&out, true);
         assert_eq!(model.tensor("layers.0.moe.experts.down").unwrap().dtype, fallback);
-        assert_eq!(model.tensor("layers.0.moe.experts.gate").unwrap().dtype, DType::Q8);
+        // [8, 16, 64] stacks: rows of 64 are whole blocks, 16 rows whole groups of 8.
+        assert_eq!(model.tensor("layers.0.moe.experts.gate").unwrap().dtype, DType::Q8R8);
         let warning = stderr.lines().find(|l| l.starts_with("warning:") && l.contains("not a multiple of 32"));
         let warning = warning.unwrap_or_else(|| panic!("no warning in {stderr}"));
         assert!(warning.contains("layers.0.moe.experts.down") && warning.contains(fallback.name()), "{warning}");
-        check_model(&dir, &model, &Expect { block: DType::Q8, classes: &QuantClass::ALL, fallback, dtype });
+        check_model(
+            &dir,
+            &model,
+            &Expect { block: DType::Q8, classes: &QuantClass::ALL, fallback, dtype, interleave: true },
+        );
     }
 }
 
@@ -290,10 +331,10 @@ fn inspect_and_dump_show_block_tensors() {
     let t = r["tensors"].as_array().unwrap().iter().find(|t| t["name"] == "layers.1.moe.experts.gate").unwrap();
     assert_eq!(
         (t["dtype"].as_str(), t["group_size"].as_u64(), t["bits_per_weight"].as_f64()),
-        (Some("q4"), Some(32), Some(4.5))
+        (Some("q4r8"), Some(32), Some(4.5))
     );
     let by_dtype = r["weights"]["by_dtype"].as_array().unwrap();
-    let q4 = by_dtype.iter().find(|d| d["dtype"] == "q4").expect("q4 in the weights summary");
+    let q4 = by_dtype.iter().find(|d| d["dtype"] == "q4r8").expect("q4r8 in the weights summary");
     assert_eq!(q4["bits_per_weight"].as_f64(), Some(4.5));
     let total: u64 = by_dtype.iter().map(|d| d["bytes"].as_u64().unwrap()).sum();
     assert_eq!(r["weights"]["bytes"].as_u64(), Some(total));
@@ -301,13 +342,13 @@ fn inspect_and_dump_show_block_tensors() {
     assert_eq!(r["provenance"]["quantization"]["classes"], serde_json::json!(["experts"]));
     let text = String::from_utf8(colibri(&["inspect", s(&out)]).stdout).unwrap();
     assert!(
-        text.lines().any(|l| l.starts_with("weights") && l.contains("q4") && l.contains("bits per weight")),
+        text.lines().any(|l| l.starts_with("weights") && l.contains("q4r8") && l.contains("bits per weight")),
         "{text}"
     );
 
     let o = colibri(&["dump", s(&out), "--tensor", "moe.experts.up", "--layer", "1", "--expert", "3", "--rows", "2"]);
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(o.status.success() && text.starts_with("layers.1.moe.experts.up: q4 [16, 64]"), "{text}");
+    assert!(o.status.success() && text.starts_with("layers.1.moe.experts.up: q4r8 [16, 64]"), "{text}");
     let model = open(&out, true);
     let row = model.tensor("layers.1.moe.experts.up").unwrap().expert(3).unwrap().row_f32(1).unwrap();
     let shown: Vec<f32> = text.lines().nth(2).unwrap()["[1] [".len()..]
@@ -358,6 +399,48 @@ fn the_engine_runs_on_quantised_files_and_q8_logits_track_f32() {
         }
     }
     eprintln!("max |Δlogit| / std(logits) vs f32: {report:?}");
+}
+
+#[test]
+fn interleaved_and_row_major_files_hold_the_same_values_and_give_the_same_logits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut grouped = 0;
+    for dir in fixtures() {
+        for scheme in ["q8", "w4a16"] {
+            let (il, rm) = (tmp.path().join("il.colibri"), tmp.path().join("rm.colibri"));
+            convert(&dir, &il, &["--quantize", scheme]);
+            convert(&dir, &rm, &["--quantize", scheme, "--no-interleave"]);
+            let (il, rm) = (open(&il, true), open(&rm, true));
+            let expect = Expect {
+                block: scheme_dtype(scheme),
+                classes: &QuantClass::ALL,
+                fallback: DType::F16,
+                dtype: None,
+                interleave: false,
+            };
+            check_model(&dir, &rm, &expect);
+            for (a, b) in il.parsed().tensors.iter().zip(&rm.parsed().tensors) {
+                assert_eq!(a.dtype.encoding(), b.dtype.encoding(), "{}", a.name);
+                grouped += usize::from(a.dtype.is_interleaved());
+                let (va, vb) = (il.tensor(&a.name).unwrap(), rm.tensor(&b.name).unwrap());
+                assert_eq!(va.to_f32_vec(), vb.to_f32_vec(), "{}: values differ between layouts", a.name);
+            }
+            let vocab = il.config().vocab_size as u32;
+            let ids: Vec<u32> = (0..24u32).map(|i| (i * 41 + 3) % vocab).collect();
+            let (la, lb) = (logits(&il, &ids), logits(&rm, &ids));
+            // The same integer block sums; only the float summation order of the kernels differs.
+            let r = relative_max_diff(&la, &lb);
+            assert!(r < 1e-4, "{} {scheme}: interleaved vs row-major max |Δlogit| / std = {r:e}", dir.display());
+            let v = vocab as usize;
+            for (p, (ra, rb)) in la.chunks(v).zip(lb.chunks(v)).enumerate() {
+                let top = |r: &[f32]| {
+                    r.iter().enumerate().fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m }).0
+                };
+                assert_eq!(top(ra), top(rb), "{} {scheme}: greedy token at position {p}", dir.display());
+            }
+        }
+    }
+    assert!(grouped > 50, "only {grouped} interleaved tensors: the fixtures do not exercise the layout");
 }
 
 /// Bounds on max |Δlogit| / std(f32 logits) over 24 tokens, all positions. Measured on the 7

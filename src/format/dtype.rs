@@ -20,10 +20,15 @@ pub enum DType {
     Q8,
     /// 4-bit blocks of 32: packed nibbles, then one f16 scale per block (`kernels::quant` q4).
     Q4,
+    /// Q8 blocks in 8-row interleaved groups (`kernels::quant::Layout::Interleaved`); rows a
+    /// multiple of 8.
+    Q8R8,
+    /// Q4 blocks in 8-row interleaved groups; rows a multiple of 8.
+    Q4R8,
 }
 
 impl DType {
-    /// Parse an on-disk id; ids 3..=15 are reserved for further float types and 18.. for
+    /// Parse an on-disk id; ids 3..=15 are reserved for further float types and 20.. for
     /// further block-quantised types.
     pub fn from_id(id: u32) -> Option<DType> {
         match id {
@@ -32,11 +37,15 @@ impl DType {
             2 => Some(DType::BF16),
             16 => Some(DType::Q8),
             17 => Some(DType::Q4),
+            18 => Some(DType::Q4R8),
+            19 => Some(DType::Q8R8),
             _ => None,
         }
     }
 
-    /// The on-disk id.
+    /// The on-disk id. Two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8,
+    /// q4/q4r8) have ids two bits apart, so one flipped bit of a dtype field never turns a valid
+    /// tensor into another valid one (the byte length check catches every other flip).
     pub fn id(self) -> u32 {
         match self {
             DType::F32 => 0,
@@ -44,12 +53,38 @@ impl DType {
             DType::BF16 => 2,
             DType::Q8 => 16,
             DType::Q4 => 17,
+            DType::Q4R8 => 18,
+            DType::Q8R8 => 19,
         }
     }
 
     /// True for the block-quantised types.
     pub fn is_quantized(self) -> bool {
-        matches!(self, DType::Q8 | DType::Q4)
+        matches!(self, DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8)
+    }
+
+    /// True for the block types stored in 8-row interleaved groups (their rows must be a
+    /// multiple of `kernels::quant::GROUP_ROWS`).
+    pub fn is_interleaved(self) -> bool {
+        matches!(self, DType::Q8R8 | DType::Q4R8)
+    }
+
+    /// The block encoding, whatever the layout: Q8 for Q8/Q8R8, Q4 for Q4/Q4R8, else itself.
+    pub fn encoding(self) -> DType {
+        match self {
+            DType::Q8R8 => DType::Q8,
+            DType::Q4R8 => DType::Q4,
+            d => d,
+        }
+    }
+
+    /// The same encoding stored in 8-row interleaved groups (block types; floats unchanged).
+    pub fn interleaved(self) -> DType {
+        match self {
+            DType::Q8 => DType::Q8R8,
+            DType::Q4 => DType::Q4R8,
+            d => d,
+        }
     }
 
     /// The `group_size` a tensor record of this dtype carries: `GROUP` for block-quantised
@@ -67,11 +102,12 @@ impl DType {
         match self {
             DType::F32 => Some(4),
             DType::F16 | DType::BF16 => Some(2),
-            DType::Q8 | DType::Q4 => None,
+            DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => None,
         }
     }
 
-    /// Lower-case name used by the CLI and in JSON ("f32", "f16", "bf16", "q8", "q4").
+    /// Lower-case name used by the CLI and in JSON ("f32", "f16", "bf16", "q8", "q4", "q8r8",
+    /// "q4r8").
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -79,6 +115,8 @@ impl DType {
             DType::BF16 => "bf16",
             DType::Q8 => "q8",
             DType::Q4 => "q4",
+            DType::Q8R8 => "q8r8",
+            DType::Q4R8 => "q4r8",
         }
     }
 
@@ -90,6 +128,8 @@ impl DType {
             "bf16" | "bfloat16" => Some(DType::BF16),
             "q8" => Some(DType::Q8),
             "q4" => Some(DType::Q4),
+            "q8r8" => Some(DType::Q8R8),
+            "q4r8" => Some(DType::Q4R8),
             _ => None,
         }
     }
@@ -106,7 +146,7 @@ impl DType {
         }
         // Bounded so the formulas of `quant` (at most 17/16 · n) cannot overflow.
         let n = usize::try_from(elements).ok().filter(|&n| n <= usize::MAX / 2)?;
-        let bytes = if self == DType::Q8 { quant::q8_bytes(n) } else { quant::q4_bytes(n) };
+        let bytes = if self.encoding() == DType::Q8 { quant::q8_bytes(n) } else { quant::q4_bytes(n) };
         u64::try_from(bytes).ok()
     }
 
@@ -136,15 +176,22 @@ mod tests {
         assert_eq!(DType::F16.bytes_for(3), Some(6));
         assert_eq!(DType::Q8.bits_per_weight(), 8.5);
         assert_eq!(DType::Q4.bits_per_weight(), 4.5);
+        assert_eq!(DType::Q4R8.bytes_for(64), Some(32 + 4));
+        assert_eq!(DType::Q8R8.bits_per_weight(), 8.5);
     }
 
     #[test]
     fn ids_round_trip() {
-        for d in [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4] {
+        for d in [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8] {
             assert_eq!(DType::from_id(d.id()), Some(d));
             assert_eq!(DType::from_name(d.name()), Some(d));
+            assert_eq!(d.interleaved().encoding(), d.encoding());
         }
-        assert_eq!(DType::from_id(18), None);
+        assert_eq!(DType::from_id(20), None);
+        let same_size = [(DType::F16, DType::BF16), (DType::Q8, DType::Q8R8), (DType::Q4, DType::Q4R8)];
+        for (a, b) in same_size {
+            assert!((a.id() ^ b.id()).count_ones() >= 2, "{a} and {b} are one bit flip apart");
+        }
         assert_eq!(DType::from_id(3), None);
     }
 }

@@ -36,7 +36,7 @@ fn is_nonfinite(dtype: DType, chunk: &[u8]) -> bool {
         DType::F32 => u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) & 0x7f80_0000 == 0x7f80_0000,
         DType::F16 => f16_nonfinite(u16::from_le_bytes([chunk[0], chunk[1]])),
         DType::BF16 => u16::from_le_bytes([chunk[0], chunk[1]]) & 0x7f80 == 0x7f80,
-        DType::Q8 | DType::Q4 => false,
+        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => false,
     }
 }
 

@@ -46,14 +46,14 @@
 //! tensor table (at table_offset): tensor_count records of 96 bytes, in data order:
 //!   0   u32      name_offset   into the string table      4  u32  name_len (1..=256)
 //!   8   u32      dtype         0 F32, 1 F16, 2 BF16 (3..=15 reserved for float types),
-//!                              16 Q8, 17 Q4 (block-quantised; 18.. reserved)
+//!                              16 Q8, 17 Q4, 18 Q4R8, 19 Q8R8 (block-quantised; 20.. reserved)
 //!   12  u32      ndim          1..=4
 //!   16  u64[4]   dims          outermost first; unused dims are 0; used dims ≥ 1
 //!   48  u64      data_offset   absolute; multiple of 64 (4096 for expert stacks)
 //!   56  u64      byte_length
 //!   64  u64      expert_stride bytes between consecutive experts of an expert stack, else 0
 //!   72  u64      checksum      xxHash64 (seed 0) of the byte_length bytes at data_offset
-//!   80  u32      group_size    elements per quantisation block: 32 for Q8/Q4, 0 for float dtypes
+//!   80  u32      group_size    elements per quantisation block: 32 for block dtypes, 0 for floats
 //!   84  u32      kind          0 plain, 1 router, 2 expert stack
 //!   88  u64      reserved      0
 //!
@@ -67,7 +67,7 @@
 //!   byte_length = expert_stride × (E − 1) + (bytes of one expert); the gap after each expert is zero.
 //!   Router tensors ([E, hidden]) come first, contiguously in layer order, starting at routing_offset.
 //!
-//! block-quantised tensors (Q8, Q4): a 2-D matrix [rows, cols] or an expert stack [E, rows, cols],
+//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8): a 2-D matrix [rows, cols] or an expert stack [E, rows, cols],
 //!   cols a multiple of 32. Each matrix (the tensor, or each expert of a stack at its 4096-aligned
 //!   stride) is self-contained: blocks of 32 consecutive elements of a row, each with one IEEE
 //!   binary16 scale d; all the quants first, then all the scales (block b of row r is block
@@ -77,7 +77,10 @@
 //!     Q4: qs u8 [rows·cols/2]         value = d · (q − 8),  q ∈ [0, 15]
 //!         d  f16 [rows·cols/32]       bytes = n/2 + n/16                   (4.5 bits per weight)
 //!   Q4 packs a block's 32 nibbles into 16 bytes: byte j holds element j in its low nibble and
-//!   element j+16 in its high nibble. The reference quantisers and dequantisers are
+//!   element j+16 in its high nibble. Q8R8 / Q4R8 hold the same blocks and bytes in 8-row
+//!   interleaved groups (rows a multiple of 8): for row group g and block column b, a unit of
+//!   8 blocks at unit index g·nb + b (nb = cols/32) holds byte i of row 8g + j at
+//!   ((i / 4)·8 + j)·4 + i % 4, and its 8 scales are scales (g·nb + b)·8 + j. The reference quantisers and dequantisers are
 //!   `kernels::quant`. Only attention q/k/v/o, routed expert stacks, shared-expert gate/up/down,
 //!   dense MLP gate/up/down and lm_head may be quantised; routers, the shared expert gate, norms,
 //!   biases and the embedding table stay float.

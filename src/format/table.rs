@@ -138,6 +138,11 @@ impl TensorRecord {
         if cols % u64::from(GROUP) != 0 {
             return Err(format!("row length {cols} is not a multiple of the {dtype} group size {GROUP}"));
         }
+        let rows = shape[shape.len() - 2];
+        let group_rows = crate::kernels::quant::GROUP_ROWS as u64;
+        if dtype.is_interleaved() && rows % group_rows != 0 {
+            return Err(format!("{rows} rows are not a multiple of the {dtype} row group {group_rows}"));
+        }
         Ok(())
     }
 

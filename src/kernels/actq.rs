@@ -9,7 +9,6 @@
 //! An activation block holding NaN gets a NaN scale, so NaN propagates as in the float paths.
 
 use super::quant::{Q4, Q8, QK};
-use super::reference::f16_to_f32;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How quantised weights meet their activations in matrix-vector products.
@@ -65,6 +64,8 @@ pub struct QuantizedActs {
     pub qs: Vec<i8>,
     /// Block scales dx_b.
     pub d: Vec<f32>,
+    /// Block sums Σ_i qx_i (what the q4 offset of 8 contributes, divided by −8).
+    pub sums: Vec<i32>,
 }
 
 impl QuantizedActs {
@@ -74,6 +75,7 @@ impl QuantizedActs {
         self.cols = cols;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
+        self.sums.resize(nb, 0);
         for (b, xb) in x[..n * cols].chunks_exact(QK).enumerate() {
             let amax = xb.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
             let d = amax / 127.0;
@@ -81,6 +83,7 @@ impl QuantizedActs {
             for (q, &v) in self.qs[b * QK..(b + 1) * QK].iter_mut().zip(xb) {
                 *q = (v * inv).round() as i8;
             }
+            self.sums[b] = self.qs[b * QK..(b + 1) * QK].iter().map(|&q| i32::from(q)).sum();
             self.d[b] = d;
         }
     }
@@ -99,6 +102,12 @@ impl QuantizedActs {
         let nb = self.cols / QK;
         (&self.qs[t * self.cols..(t + 1) * self.cols], &self.d[t * nb..(t + 1) * nb])
     }
+
+    /// Block sums Σ qx of activation row t.
+    pub fn row_sums(&self, t: usize) -> &[i32] {
+        let nb = self.cols / QK;
+        &self.sums[t * nb..(t + 1) * nb]
+    }
 }
 
 /// Reference W8A8 dot of row r of `w` with activation row t of `xa`.
@@ -107,9 +116,9 @@ pub fn dot_q8_i8(w: Q8<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     let nb = xa.cols / QK;
     let mut acc = 0f32;
     for b in 0..nb {
-        let wq = &w.qs[(r * nb + b) * QK..(r * nb + b + 1) * QK];
+        let wq = w.block(r * nb + b);
         let s: i32 = wq.iter().zip(&xq[b * QK..(b + 1) * QK]).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
-        acc += f16_to_f32(w.d[r * nb + b]) * xd[b] * s as f32;
+        acc += w.scale(r * nb + b) * xd[b] * s as f32;
     }
     acc
 }
@@ -120,14 +129,14 @@ pub fn dot_q4_i8(w: Q4<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     let nb = xa.cols / QK;
     let mut acc = 0f32;
     for b in 0..nb {
-        let wq = &w.qs[(r * nb + b) * QK / 2..(r * nb + b + 1) * QK / 2];
+        let wq = w.block(r * nb + b);
         let xb = &xq[b * QK..(b + 1) * QK];
         let mut s = 0i32;
         for j in 0..QK / 2 {
             s += (i32::from(wq[j] & 15) - 8) * i32::from(xb[j])
                 + (i32::from(wq[j] >> 4) - 8) * i32::from(xb[j + QK / 2]);
         }
-        acc += f16_to_f32(w.d[r * nb + b]) * xd[b] * s as f32;
+        acc += w.scale(r * nb + b) * xd[b] * s as f32;
     }
     acc
 }

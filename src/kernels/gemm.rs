@@ -216,8 +216,8 @@ fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: u
                 // Each row is a short run (kc elements) a whole row apart from the next, which
                 // the hardware prefetcher follows poorly: ask for the next block's run now.
                 let next = (k0 + KC).min(cols)..(k0 + 2 * KC).min(cols);
+                (t.widen)(w, cols, r0..r0 + mr, k0, &mut wb[..mr * kc]);
                 for i in 0..mr {
-                    (t.widen)(w, cols, r0 + i, k0, &mut wb[i * kc..(i + 1) * kc]);
                     w.prefetch(r0 + i, cols, next.start, next.end);
                 }
                 for p in 0..panels {

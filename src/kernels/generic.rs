@@ -42,6 +42,14 @@ pub fn dot(w: Mat<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
     }
 }
 
+/// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row (see `simd::WidenFn`).
+pub fn widen_rows(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    let kc = out.len() / rows.len().max(1);
+    for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
+        widen(w, cols, r, k0, o);
+    }
+}
+
 /// out = w[row, k0 .. k0 + out.len()] as f32 (k0 and the length multiples of 32 for quantised w).
 pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
     let s = row * cols + k0;

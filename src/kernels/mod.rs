@@ -14,7 +14,7 @@ mod x86;
 
 pub use actq::{quant_activations, set_quant_activations, QuantActivations};
 pub use gemm::{matmul, GEMM_MIN_ROWS};
-pub use quant::{Q4, Q8};
+pub use quant::{Layout, Q4, Q8};
 pub use simd::{active_path, available_paths, path_note, CpuPath};
 
 /// A row-major weight matrix as stored: [rows, cols] elements of one dtype.
@@ -52,11 +52,23 @@ impl Mat<'_> {
     #[inline]
     pub(crate) fn prefetch(&self, r: usize, cols: usize, k0: usize, k1: usize) {
         let e = r * cols + k0;
+        // An interleaved block matrix keeps 8 rows' blocks together: the first row of a group
+        // asks for all 8 (blocks k0/32 .. k1/32 of the group's units), the others for nothing.
+        let grouped = |qs: *const u8, bb: usize, layout: quant::Layout| -> (*const u8, usize) {
+            match layout {
+                quant::Layout::Interleaved { nb } if r % quant::GROUP_ROWS == 0 => {
+                    let unit = (r / quant::GROUP_ROWS * nb + k0 / quant::QK) * quant::GROUP_ROWS * bb;
+                    (qs.wrapping_add(unit), (k1 - k0) / quant::QK * quant::GROUP_ROWS * bb)
+                }
+                quant::Layout::Interleaved { .. } => (qs, 0),
+                quant::Layout::Rows => (qs.wrapping_add(e * bb / quant::QK), (k1 - k0) * bb / quant::QK),
+            }
+        };
         let (start, bytes): (*const u8, usize) = match self {
             Mat::F32(w) => (w.as_ptr().wrapping_add(e).cast(), (k1 - k0) * 4),
             Mat::F16(w) | Mat::BF16(w) => (w.as_ptr().wrapping_add(e).cast(), (k1 - k0) * 2),
-            Mat::Q8(q) => (q.qs.as_ptr().wrapping_add(e).cast(), k1 - k0),
-            Mat::Q4(q) => (q.qs.as_ptr().wrapping_add(e / 2), (k1 - k0) / 2),
+            Mat::Q8(q) => grouped(q.qs.as_ptr().cast(), quant::QK, q.layout),
+            Mat::Q4(q) => grouped(q.qs.as_ptr(), quant::QK / 2, q.layout),
         };
         #[cfg(target_arch = "x86_64")]
         for off in (0..bytes).step_by(64) {

@@ -15,8 +15,87 @@
 //!
 //! q4 packs a block's 32 nibbles into 16 bytes: byte j holds element j in its low nibble and
 //! element j+16 in its high nibble. Block b of row r is block index r·cols/32 + b in both regions.
+//!
+//! Each format also has an 8-row interleaved layout (`Layout::Interleaved`, the dtypes q8r8 and
+//! q4r8), for matrices whose rows are a multiple of 8: the same blocks with the same bytes,
+//! reordered so that one 32-byte load holds 4 bytes of each of 8 consecutive rows. For row group
+//! g (rows 8g .. 8g+8) and block column b, the 8 blocks form one unit of 8·bb bytes (bb = 32 for
+//! q8, 16 for q4), unit index g·nb + b (nb = cols/32), in which byte i of row 8g + j sits at
+//! ((i / 4)·8 + j)·4 + i % 4; the unit's 8 scales are scales g·nb·8 + b·8 + j. A matrix-vector
+//! kernel then meets 8 rows with one activation broadcast and gets their 8 sums in the 8 lanes
+//! of one vector, in row order, with no horizontal adds.
 
 use super::reference::f16_to_f32;
+
+/// Rows per group of the interleaved layout.
+pub const GROUP_ROWS: usize = 8;
+/// Bytes of one row per step of the interleaved layout.
+pub const CHUNK: usize = 4;
+
+/// Where a block matrix keeps block b of row r.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Row-major: block r·nb + b in both regions, its bytes contiguous.
+    Rows,
+    /// Groups of 8 rows interleaved in 4-byte chunks (see the module comment); `nb` blocks per
+    /// row.
+    Interleaved { nb: usize },
+}
+
+impl Layout {
+    /// Position in the scale region of row-major block `blk` (= r·nb + b).
+    #[inline]
+    pub fn scale_pos(self, blk: usize) -> usize {
+        match self {
+            Layout::Rows => blk,
+            Layout::Interleaved { nb } => {
+                let (r, b) = (blk / nb, blk % nb);
+                ((r / GROUP_ROWS) * nb + b) * GROUP_ROWS + r % GROUP_ROWS
+            }
+        }
+    }
+
+    /// Position in the quant region of byte `i` of row-major block `blk`, blocks of `bb` bytes.
+    #[inline]
+    pub fn byte_pos(self, blk: usize, i: usize, bb: usize) -> usize {
+        match self {
+            Layout::Rows => blk * bb + i,
+            Layout::Interleaved { nb } => {
+                let (r, b) = (blk / nb, blk % nb);
+                let unit = (r / GROUP_ROWS) * nb + b;
+                unit * GROUP_ROWS * bb + ((i / CHUNK) * GROUP_ROWS + r % GROUP_ROWS) * CHUNK + i % CHUNK
+            }
+        }
+    }
+
+    /// The layout of a [rows, cols] matrix stored interleaved, or None when rows are not whole
+    /// groups or cols not whole blocks.
+    pub fn interleaved(rows: usize, cols: usize) -> Option<Layout> {
+        (rows % GROUP_ROWS == 0 && cols % QK == 0 && cols > 0).then_some(Layout::Interleaved { nb: cols / QK })
+    }
+}
+
+/// Reorder the quant region `src` of a row-major block matrix (blocks of `bb` bytes, `nb` per
+/// row, rows a multiple of 8) into the interleaved layout in `dst` (same length).
+pub fn interleave_quants(src: &[u8], bb: usize, nb: usize, dst: &mut [u8]) {
+    assert!(src.len() == dst.len() && src.len() % (bb * nb * GROUP_ROWS) == 0);
+    let layout = Layout::Interleaved { nb };
+    for (blk, block) in src.chunks_exact(bb).enumerate() {
+        for (i, &v) in block.iter().enumerate() {
+            dst[layout.byte_pos(blk, i, bb)] = v;
+        }
+    }
+}
+
+/// Reorder the scale region `src` of a row-major block matrix (`nb` blocks per row, rows a
+/// multiple of 8) into the interleaved layout in `dst` (same length).
+pub fn interleave_scales(src: &[u16], nb: usize, dst: &mut [u16]) {
+    assert!(src.len() == dst.len() && src.len() % (nb * GROUP_ROWS) == 0);
+    let layout = Layout::Interleaved { nb };
+    for (blk, &d) in src.iter().enumerate() {
+        dst[layout.scale_pos(blk)] = d;
+    }
+}
 
 /// Elements per quantisation block (the group size recorded in the tensor table).
 pub const QK: usize = 32;
@@ -36,6 +115,7 @@ pub const fn q4_bytes(n: usize) -> usize {
 pub struct Q8<'a> {
     pub qs: &'a [i8],
     pub d: &'a [u16],
+    pub layout: Layout,
 }
 
 /// A borrowed q4 matrix: packed nibbles and per-block f16 scale bits.
@@ -43,29 +123,68 @@ pub struct Q8<'a> {
 pub struct Q4<'a> {
     pub qs: &'a [u8],
     pub d: &'a [u16],
+    pub layout: Layout,
 }
 
 impl<'a> Q8<'a> {
     /// Split the stored bytes of a matrix with `n` elements into its two regions.
-    pub fn from_bytes(bytes: &'a [u8], n: usize) -> Option<Q8<'a>> {
-        if n % QK != 0 || bytes.len() != q8_bytes(n) {
+    pub fn from_bytes(bytes: &'a [u8], n: usize, layout: Layout) -> Option<Q8<'a>> {
+        if n % QK != 0 || bytes.len() != q8_bytes(n) || !whole_groups(n, layout) {
             return None;
         }
         let (qs, d) = bytes.split_at(n);
         // SAFETY: i8 and u8 have the same size and any bit pattern is valid.
         let qs = unsafe { std::slice::from_raw_parts(qs.as_ptr().cast::<i8>(), qs.len()) };
-        Some(Q8 { qs, d: cast_u16(d)? })
+        Some(Q8 { qs, d: cast_u16(d)?, layout })
+    }
+
+    /// Scale of row-major block `blk` (= r·nb + b).
+    #[inline]
+    pub fn scale(&self, blk: usize) -> f32 {
+        f16_to_f32(self.d[self.layout.scale_pos(blk)])
+    }
+
+    /// Quants of row-major block `blk`.
+    #[inline]
+    pub fn block(&self, blk: usize) -> [i8; QK] {
+        match self.layout {
+            Layout::Rows => self.qs[blk * QK..(blk + 1) * QK].try_into().expect("32 quants"),
+            l => std::array::from_fn(|i| self.qs[l.byte_pos(blk, i, QK)]),
+        }
     }
 }
 
 impl<'a> Q4<'a> {
     /// Split the stored bytes of a matrix with `n` elements into its two regions.
-    pub fn from_bytes(bytes: &'a [u8], n: usize) -> Option<Q4<'a>> {
-        if n % QK != 0 || bytes.len() != q4_bytes(n) {
+    pub fn from_bytes(bytes: &'a [u8], n: usize, layout: Layout) -> Option<Q4<'a>> {
+        if n % QK != 0 || bytes.len() != q4_bytes(n) || !whole_groups(n, layout) {
             return None;
         }
         let (qs, d) = bytes.split_at(n / 2);
-        Some(Q4 { qs, d: cast_u16(d)? })
+        Some(Q4 { qs, d: cast_u16(d)?, layout })
+    }
+
+    /// Scale of row-major block `blk` (= r·nb + b).
+    #[inline]
+    pub fn scale(&self, blk: usize) -> f32 {
+        f16_to_f32(self.d[self.layout.scale_pos(blk)])
+    }
+
+    /// Packed nibbles of row-major block `blk`.
+    #[inline]
+    pub fn block(&self, blk: usize) -> [u8; QK / 2] {
+        match self.layout {
+            Layout::Rows => self.qs[blk * QK / 2..(blk + 1) * QK / 2].try_into().expect("16 bytes"),
+            l => std::array::from_fn(|i| self.qs[l.byte_pos(blk, i, QK / 2)]),
+        }
+    }
+}
+
+/// True when an interleaved layout's rows (n / (32·nb) of them) are whole groups of 8.
+fn whole_groups(n: usize, layout: Layout) -> bool {
+    match layout {
+        Layout::Rows => true,
+        Layout::Interleaved { nb } => nb > 0 && n % (nb * QK * GROUP_ROWS) == 0,
     }
 }
 
@@ -114,8 +233,8 @@ pub fn quantize_row_q4(x: &[f32], qs: &mut [u8], d: &mut [u16]) {
 pub fn dequantize_q8(m: Q8<'_>, start: usize, out: &mut [f32]) {
     for (b, ob) in out.chunks_exact_mut(QK).enumerate() {
         let blk = start / QK + b;
-        let d = f16_to_f32(m.d[blk]);
-        for (o, &q) in ob.iter_mut().zip(&m.qs[blk * QK..(blk + 1) * QK]) {
+        let d = m.scale(blk);
+        for (o, q) in ob.iter_mut().zip(m.block(blk)) {
             *o = d * f32::from(q);
         }
     }
@@ -125,8 +244,8 @@ pub fn dequantize_q8(m: Q8<'_>, start: usize, out: &mut [f32]) {
 pub fn dequantize_q4(m: Q4<'_>, start: usize, out: &mut [f32]) {
     for (b, ob) in out.chunks_exact_mut(QK).enumerate() {
         let blk = start / QK + b;
-        let d = f16_to_f32(m.d[blk]);
-        let qb = &m.qs[blk * QK / 2..(blk + 1) * QK / 2];
+        let d = m.scale(blk);
+        let qb = m.block(blk);
         for j in 0..QK / 2 {
             ob[j] = d * (f32::from(qb[j] & 15) - 8.0);
             ob[j + QK / 2] = d * (f32::from(qb[j] >> 4) - 8.0);
@@ -140,9 +259,9 @@ pub fn dot_q8(m: Q8<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
     let b0 = r * cols / QK;
     let mut acc = 0f32;
     for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
-        let qb = &m.qs[(b0 + b) * QK..(b0 + b + 1) * QK];
+        let qb = m.block(b0 + b);
         let s: f32 = qb.iter().zip(xb).map(|(&q, &v)| f32::from(q) * v).sum();
-        acc += f16_to_f32(m.d[b0 + b]) * s;
+        acc += m.scale(b0 + b) * s;
     }
     acc
 }
@@ -152,12 +271,12 @@ pub fn dot_q4(m: Q4<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
     let b0 = r * cols / QK;
     let mut acc = 0f32;
     for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
-        let qb = &m.qs[(b0 + b) * QK / 2..(b0 + b + 1) * QK / 2];
+        let qb = m.block(b0 + b);
         let mut s = 0f32;
         for j in 0..QK / 2 {
             s += (f32::from(qb[j] & 15) - 8.0) * xb[j] + (f32::from(qb[j] >> 4) - 8.0) * xb[j + QK / 2];
         }
-        acc += f16_to_f32(m.d[b0 + b]) * s;
+        acc += m.scale(b0 + b) * s;
     }
     acc
 }
@@ -187,7 +306,7 @@ mod tests {
         let qs_i8: &mut [i8] = unsafe { std::slice::from_raw_parts_mut(qs.as_mut_ptr().cast(), qs.len()) };
         quantize_row_q8(&x, qs_i8, &mut dv);
         d.copy_from_slice(unsafe { std::slice::from_raw_parts(dv.as_ptr().cast::<u8>(), dv.len() * 2) });
-        let m = Q8::from_bytes(&buf, x.len()).expect("layout");
+        let m = Q8::from_bytes(&buf, x.len(), Layout::Rows).expect("layout");
         let mut y = vec![0f32; x.len()];
         dequantize_q8(m, 0, &mut y);
         for (b, (xb, yb)) in x.chunks(QK).zip(y.chunks(QK)).enumerate() {
@@ -208,7 +327,7 @@ mod tests {
         quantize_row_q4(&x, &mut qs, &mut d);
         assert_eq!(qs[5] & 15, 0, "-3 is the most negative value: q = 0 (= -8 + 8)");
         assert_eq!(qs[16 + 8] & 15, 0, "element 40 is element 8 of block 1: low nibble of its byte 8");
-        let m = Q4 { qs: &qs, d: &d };
+        let m = Q4 { qs: &qs, d: &d, layout: Layout::Rows };
         let mut y = vec![0f32; 64];
         dequantize_q4(m, 0, &mut y);
         assert!((y[5] + 3.0).abs() < 3.0 * 1e-3);
@@ -235,7 +354,7 @@ mod tests {
             quantize_row_q8(wr, &mut q8[r * cols..(r + 1) * cols], &mut d8[r * 3..(r + 1) * 3]);
             quantize_row_q4(wr, &mut q4[r * cols / 2..(r + 1) * cols / 2], &mut d4[r * 3..(r + 1) * 3]);
         }
-        let (m8, m4) = (Q8 { qs: &q8, d: &d8 }, Q4 { qs: &q4, d: &d4 });
+        let (m8, m4) = (Q8 { qs: &q8, d: &d8, layout: Layout::Rows }, Q4 { qs: &q4, d: &d4, layout: Layout::Rows });
         for r in 0..rows {
             let mut deq = vec![0f32; cols];
             dequantize_q8(m8, r * cols, &mut deq);
@@ -245,5 +364,43 @@ mod tests {
             let want: f64 = deq.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
             assert!((f64::from(dot_q4(m4, r, cols, &x)) - want).abs() < 1e-4);
         }
+    }
+
+    #[test]
+    fn interleaving_moves_every_byte_and_scale_once_and_keeps_each_block() {
+        let (rows, cols) = (16, 96);
+        let nb = cols / QK;
+        let x = sample(rows * cols, 7);
+        let mut q4 = vec![0u8; rows * cols / 2];
+        let mut d = vec![0u16; rows * nb];
+        for r in 0..rows {
+            quantize_row_q4(
+                &x[r * cols..(r + 1) * cols],
+                &mut q4[r * cols / 2..(r + 1) * cols / 2],
+                &mut d[r * nb..(r + 1) * nb],
+            );
+        }
+        let layout = Layout::interleaved(rows, cols).expect("whole groups");
+        let mut seen = vec![false; q4.len()];
+        for blk in 0..rows * nb {
+            for i in 0..QK / 2 {
+                let p = layout.byte_pos(blk, i, QK / 2);
+                assert!(!seen[p], "byte position {p} used twice");
+                seen[p] = true;
+            }
+        }
+        let (mut qi, mut di) = (vec![0u8; q4.len()], vec![0u16; d.len()]);
+        interleave_quants(&q4, QK / 2, nb, &mut qi);
+        interleave_scales(&d, nb, &mut di);
+        let (a, b) = (Q4 { qs: &q4, d: &d, layout: Layout::Rows }, Q4 { qs: &qi, d: &di, layout });
+        for blk in 0..rows * nb {
+            assert_eq!(a.block(blk), b.block(blk), "block {blk}");
+            assert_eq!(a.scale(blk).to_bits(), b.scale(blk).to_bits(), "scale {blk}");
+        }
+        // Row 9's block 1 is in unit (group 1, block 1); its bytes 4..8 are the second chunk.
+        let unit = (nb + 1) * 8 * 16;
+        assert_eq!(qi[unit + (8 + 1) * 4..unit + (8 + 1) * 4 + 4], q4[(9 * nb + 1) * 16 + 4..(9 * nb + 1) * 16 + 8]);
+        assert!(Layout::interleaved(12, cols).is_none() && Layout::interleaved(8, 40).is_none());
+        assert!(Q4::from_bytes(&[0u8; q4_bytes(12 * 96)], 12 * 96, Layout::Interleaved { nb }).is_none());
     }
 }

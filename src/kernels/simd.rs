@@ -35,8 +35,9 @@ pub(crate) type GemvFn = fn(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f3
 /// The same for q8/q4 `w` against int8-quantised activation rows (W8A8 / W4A8).
 pub(crate) type GemvI8Fn =
     fn(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &super::actq::QuantizedActs, n: usize, out: &mut [f32]);
-/// Elements [k0, k0 + out.len()) of row `row` of `w` ([_, cols]) widened to f32.
-pub(crate) type WidenFn = fn(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]);
+/// Elements [k0, k0 + kc) of rows `rows` of `w` ([_, cols]) widened to f32 into out
+/// ([rows.len(), kc], kc = out.len() / rows.len()).
+pub(crate) type WidenFn = fn(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: usize, out: &mut [f32]);
 /// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr, k ascending;
 /// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
 pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
@@ -62,7 +63,7 @@ pub(crate) static GENERIC: Table = Table {
     dot_bf16: super::reference::dot_bf16,
     gemv: generic::gemv,
     gemv_i8: generic::gemv_i8,
-    widen: generic::widen,
+    widen: generic::widen_rows,
     tile: generic::tile,
     axpy: generic::axpy,
 };

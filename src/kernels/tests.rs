@@ -25,13 +25,25 @@ fn sample(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// A matrix in every stored dtype, built from the same f32 values.
+/// A matrix in every stored dtype, built from the same f32 values; block matrices also in the
+/// 8-row interleaved layout when the rows are whole groups.
 struct Stored {
+    cols: usize,
     f32: Vec<f32>,
     f16: Vec<u16>,
     bf16: Vec<u16>,
     q8: Option<(Vec<i8>, Vec<u16>)>,
     q4: Option<(Vec<u8>, Vec<u16>)>,
+    q8r8: Option<(Vec<i8>, Vec<u16>)>,
+    q4r8: Option<(Vec<u8>, Vec<u16>)>,
+}
+
+/// The interleaved copy of a row-major block matrix (quants as bytes, `bb` per block).
+fn interleaved(qs: &[u8], d: &[u16], bb: usize, nb: usize) -> (Vec<u8>, Vec<u16>) {
+    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
+    quant::interleave_quants(qs, bb, nb, &mut qi);
+    quant::interleave_scales(d, nb, &mut di);
+    (qi, di)
 }
 
 impl Stored {
@@ -64,12 +76,23 @@ impl Stored {
             }
             (q, d)
         });
+        let grouped = quantisable && cols > 0 && rows % quant::GROUP_ROWS == 0;
+        let nb = cols / quant::QK;
+        let q8r8 = q8.as_ref().filter(|_| grouped).map(|(q, d)| {
+            let bytes: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+            let (qi, di) = interleaved(&bytes, d, quant::QK, nb);
+            (qi.into_iter().map(|v| v as i8).collect(), di)
+        });
+        let q4r8 = q4.as_ref().filter(|_| grouped).map(|(q, d)| interleaved(q, d, quant::QK / 2, nb));
         Stored {
+            cols,
             f16: f.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect(),
             bf16: f.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect(),
             f32: f,
             q8,
             q4,
+            q8r8,
+            q4r8,
         }
     }
 
@@ -79,11 +102,19 @@ impl Stored {
             ("f16", Mat::F16(&self.f16), FLOAT_TOL),
             ("bf16", Mat::BF16(&self.bf16), FLOAT_TOL),
         ];
+        let rows = quant::Layout::Rows;
         if let Some((q, d)) = &self.q8 {
-            m.push(("q8", Mat::Q8(quant::Q8 { qs: q, d }), QUANT_TOL));
+            m.push(("q8", Mat::Q8(quant::Q8 { qs: q, d, layout: rows }), QUANT_TOL));
         }
         if let Some((q, d)) = &self.q4 {
-            m.push(("q4", Mat::Q4(quant::Q4 { qs: q, d }), QUANT_TOL));
+            m.push(("q4", Mat::Q4(quant::Q4 { qs: q, d, layout: rows }), QUANT_TOL));
+        }
+        let grouped = quant::Layout::Interleaved { nb: self.cols / quant::QK };
+        if let Some((q, d)) = &self.q8r8 {
+            m.push(("q8r8", Mat::Q8(quant::Q8 { qs: q, d, layout: grouped }), QUANT_TOL));
+        }
+        if let Some((q, d)) = &self.q4r8 {
+            m.push(("q4r8", Mat::Q4(quant::Q4 { qs: q, d, layout: grouped }), QUANT_TOL));
         }
         m
     }
@@ -134,7 +165,10 @@ fn check_mode(table: &Table, mode: QuantActivations, rows: usize, cols: usize, n
 fn matmul_matches_exact_sums_on_every_path() {
     for path in available_paths() {
         let t = table_for(path).expect("available");
-        for &(rows, cols) in &[(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)] {
+        let shapes = [(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)];
+        // Whole row groups of 8, for the interleaved block matrices.
+        let grouped = [(8, 32), (24, 96), (MC + 8, 160)];
+        for &(rows, cols) in shapes.iter().chain(&grouped) {
             // GEMV sizes, both sides of the switch, and GEMMs whose last panel is partial:
             // more than half full (full-width tile) and at most half full (half-width tile).
             let gemm = [GEMM_MIN_ROWS, GEMM_MIN_ROWS + NR / 2 + 3, GEMM_MIN_ROWS + NR + 3];
@@ -174,15 +208,18 @@ fn long_rows_stay_within_tolerance() {
 
 #[test]
 fn widen_is_exact_on_every_path() {
-    let s = Stored::new(4, 320, 5);
+    let s = Stored::new(16, 320, 5);
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for (name, w, _) in s.mats() {
             for (k0, len) in [(0, 320), (32, 256), (288, 32)] {
-                let (mut a, mut b) = (vec![0f32; len], vec![0f32; len]);
-                (t.widen)(w, 320, 3, k0, &mut a);
-                super::generic::widen(w, 320, 3, k0, &mut b);
-                assert_eq!(a, b, "{path:?} {name} widen k0 {k0}");
+                // Single rows, whole row groups, and ranges starting or ending inside a group.
+                for rows in [3..4, 8..9, 15..16, 0..16, 8..16, 3..13, 5..16] {
+                    let (mut a, mut b) = (vec![0f32; len * rows.len()], vec![0f32; len * rows.len()]);
+                    (t.widen)(w, 320, rows.clone(), k0, &mut a);
+                    super::generic::widen_rows(w, 320, rows.clone(), k0, &mut b);
+                    assert_eq!(a, b, "{path:?} {name} widen rows {rows:?} k0 {k0}");
+                }
             }
         }
     }
@@ -213,7 +250,8 @@ fn single_dots_agree_with_the_reference_closely() {
 
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
-    let s = Stored::new(300, 256, 8);
+    // 296 rows: whole groups of 8, but not of the 64-row tasks.
+    let s = Stored::new(296, 256, 8);
     let x = sample(20 * 256, 9);
     for path in available_paths() {
         let t = table_for(path).expect("available");
@@ -221,8 +259,8 @@ fn results_do_not_depend_on_the_thread_count() {
             for n in [1, 20] {
                 let run = |threads: usize| {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-                    let mut y = vec![0f32; n * 300];
-                    pool.install(|| matmul_with(t, w, 300, 256, &x, n, &mut y));
+                    let mut y = vec![0f32; n * 296];
+                    pool.install(|| matmul_with(t, w, 296, 256, &x, n, &mut y));
                     y
                 };
                 assert_eq!(run(1), run(3), "{path:?} {name} n {n}");
@@ -240,7 +278,9 @@ fn int8_activation_products_match_the_integer_reference() {
     let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
     for path in available_paths() {
         let t = table_for(path).expect("available");
-        for &(rows, cols) in &[(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32)] {
+        let shapes =
+            [(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32), (16, 256), (72, 32 * 9), (8, 4096 + 32)];
+        for &(rows, cols) in &shapes {
             for n in [1, 3] {
                 let s = Stored::new(rows, cols, (rows + cols) as u64);
                 let x = sample(n * cols, 7);
@@ -267,7 +307,7 @@ fn int8_activation_products_match_the_integer_reference() {
 #[test]
 fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
     let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
-    let (rows, cols) = (7, 256);
+    let (rows, cols) = (8, 256);
     let s = Stored::new(rows, cols, 17);
     let x = sample(cols, 18);
     let mut xa = QuantizedActs::default();
@@ -370,7 +410,7 @@ fn products_nested_in_parallel_tasks_are_correct() {
 fn malformed_quantised_operands_are_refused_on_every_path() {
     // 64 quants of 2 rows × 32 columns but a single scale: every path must refuse, not read on.
     let (qs, d) = ([1i8; 64], [0x3c00u16; 1]);
-    let w = Mat::Q8(quant::Q8 { qs: &qs, d: &d });
+    let w = Mat::Q8(quant::Q8 { qs: &qs, d: &d, layout: quant::Layout::Rows });
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for mode in [QuantActivations::Float, QuantActivations::Int8] {
@@ -430,32 +470,85 @@ fn w4a8_is_exact_in_integers_even_with_outliers_and_biased_activations() {
             &mut d[r * nb..(r + 1) * nb],
         );
     }
-    let w = Mat::Q4(quant::Q4 { qs: &q, d: &d });
+    let (qi, di) = interleaved(&q, &d, quant::QK / 2, cols / quant::QK);
+    let layouts = [(&q, &d, quant::Layout::Rows), (&qi, &di, quant::Layout::Interleaved { nb: cols / quant::QK })];
     let x: Vec<f32> = sample(cols, 6).iter().map(|v| v.abs() + 0.5).collect();
     let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
-    let (_, mag) = exact(w, rows, cols, &x, 1);
-    let mut want = vec![0f32; rows];
-    matmul_mode(generic, QuantActivations::Int8, w, rows, cols, &x, 1, &mut want);
+    for (q, d, layout) in layouts {
+        let w = Mat::Q4(quant::Q4 { qs: q, d, layout });
+        let (_, mag) = exact(w, rows, cols, &x, 1);
+        for mode in [QuantActivations::Int8, QuantActivations::Float] {
+            let mut want = vec![0f32; rows];
+            matmul_mode(generic, mode, w, rows, cols, &x, 1, &mut want);
+            let tol = if mode == QuantActivations::Int8 { INT8_ORDER_TOL } else { QUANT_TOL };
+            for path in available_paths() {
+                let mut got = vec![0f32; rows];
+                matmul_mode(table_for(path).expect("available"), mode, w, rows, cols, &x, 1, &mut got);
+                for i in 0..rows {
+                    let err = f64::from((got[i] - want[i]).abs());
+                    assert!(
+                        err <= tol * mag[i],
+                        "{path:?} {layout:?} {mode:?} row {i}: {} vs {} ({:e})",
+                        got[i],
+                        want[i],
+                        err / mag[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The interleaved kernels take whole row groups; any other row range (a single `dot_row`,
+/// a range starting or ending inside a group) must still give every row's product.
+#[test]
+fn interleaved_products_take_any_row_range() {
+    let (rows, cols) = (24, 96);
+    let s = Stored::new(rows, cols, 31);
+    let x = sample(3 * cols, 32);
+    let mut xa = QuantizedActs::default();
+    xa.quantize(&x, 3, cols);
+    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
     for path in available_paths() {
-        let mut got = vec![0f32; rows];
-        matmul_mode(table_for(path).expect("available"), QuantActivations::Int8, w, rows, cols, &x, 1, &mut got);
-        for i in 0..rows {
-            let err = f64::from((got[i] - want[i]).abs());
-            assert!(err <= INT8_ORDER_TOL * mag[i], "{path:?} row {i}: {} vs {} ({:e})", got[i], want[i], err / mag[i]);
+        let t = table_for(path).expect("available");
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.ends_with("r8")) {
+            let (_, mag) = exact(w, rows, cols, &x, 3);
+            for range in [0..1, 5..6, 3..21, 8..16, 7..24, 0..24] {
+                let len = range.len();
+                for int8 in [false, true] {
+                    let (mut got, mut want) = (vec![0f32; 3 * len], vec![0f32; 3 * len]);
+                    if int8 {
+                        (t.gemv_i8)(w, cols, range.clone(), &xa, 3, &mut got);
+                        (generic.gemv_i8)(w, cols, range.clone(), &xa, 3, &mut want);
+                    } else {
+                        (t.gemv)(w, cols, range.clone(), &x, 3, &mut got);
+                        (generic.gemv)(w, cols, range.clone(), &x, 3, &mut want);
+                    }
+                    for tok in 0..3 {
+                        for (i, r) in range.clone().enumerate() {
+                            let (g, e) = (got[tok * len + i], want[tok * len + i]);
+                            assert!(
+                                f64::from((g - e).abs()) <= QUANT_TOL * mag[tok * rows + r],
+                                "{path:?} {name} rows {range:?} int8 {int8}: row {r} token {tok}: {g} vs {e}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }
 
 #[test]
 fn nan_activations_propagate_in_int8_mode() {
-    let s = Stored::new(4, 64, 9);
+    let s = Stored::new(8, 64, 9);
     let mut x = sample(64, 10);
     x[40] = f32::NAN;
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
-            let mut y = vec![0f32; 4];
-            matmul_mode(t, QuantActivations::Int8, w, 4, 64, &x, 1, &mut y);
+            let mut y = vec![0f32; 8];
+            matmul_mode(t, QuantActivations::Int8, w, 8, 64, &x, 1, &mut y);
             assert!(y.iter().all(|v| v.is_nan()), "{path:?} {name}: NaN input gave {y:?}");
         }
     }

@@ -220,14 +220,29 @@ fn fill_values(n: usize, seed: u64, out: &mut Vec<f32>) {
     }));
 }
 
-/// `values` stored as one matrix of `dtype` (block types: quantised by the reference quantiser).
-pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+/// `values` stored as one matrix of `dtype` with rows of `cols` (block types: quantised by the
+/// reference quantiser; interleaved types then reordered into their row groups).
+pub fn encode(dtype: DType, values: &[f32], cols: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(dtype.bytes_for(values.len() as u64).unwrap_or(0) as usize);
     match dtype {
         DType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         DType::F16 => values.iter().for_each(|&v| out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
         DType::BF16 => values.iter().for_each(|&v| out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes())),
-        DType::Q8 | DType::Q4 => {
+        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 if dtype.is_interleaved() => {
+            // The row-major encoding, then reordered: rows of `cols`, as many as there are.
+            let rows_major = encode(dtype.encoding(), values, cols);
+            let (qs, d) = rows_major.split_at(rows_major.len() - values.len() / quant::QK * 2);
+            let nb = cols / quant::QK;
+            let bb = qs.len() / (values.len() / quant::QK);
+            let mut qi = vec![0u8; qs.len()];
+            quant::interleave_quants(qs, bb, nb, &mut qi);
+            let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            let mut di = vec![0u16; d.len()];
+            quant::interleave_scales(&d, nb, &mut di);
+            out.extend_from_slice(&qi);
+            di.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
+        }
+        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => {
             let mut d = vec![0u16; values.len() / quant::QK];
             if dtype == DType::Q8 {
                 let mut qs = vec![0i8; values.len()];
@@ -262,7 +277,8 @@ pub fn write_file(path: &Path, spec: &FileSpec) -> Vec<u8> {
         }
         // Each expert of a stack is its own matrix (for block types: its quants, then its scales).
         let units = if t.kind == TensorKind::Experts { t.shape[0] as usize } else { 1 };
-        let bytes: Vec<u8> = values.chunks(n / units).flat_map(|u| encode(t.dtype, u)).collect();
+        let cols = t.shape.last().copied().unwrap_or(1) as usize;
+        let bytes: Vec<u8> = values.chunks(n / units).flat_map(|u| encode(t.dtype, u, cols)).collect();
         w.tensor(&t.name, &bytes).expect("write tensor");
     }
     w.finish().expect("finish test file");

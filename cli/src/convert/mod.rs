@@ -44,9 +44,10 @@ pub struct ConvertReport {
     /// Stored bits per weight over all tensors.
     pub bits_per_weight: f64,
     pub tensors: usize,
-    /// Tensors stored block-quantised, and their dtype.
+    /// Tensors stored block-quantised, and their dtypes ("q4r8", or "q4r8/q4" when some
+    /// matrices' rows are not whole groups of 8).
     pub quantised: usize,
-    pub quant_dtype: Option<DType>,
+    pub quant_dtype: Option<String>,
     pub seconds: f64,
     pub output: PathBuf,
     pub warnings: Vec<String>,
@@ -116,7 +117,10 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
         bits_per_weight: plan.bits_per_weight(),
         tensors: plan.tensors.len(),
         quantised: plan.quantised,
-        quant_dtype: args.quantize.as_ref().map(|q| q.scheme.dtype()),
+        quant_dtype: args
+            .quantize
+            .as_ref()
+            .map(|_| plan.block_dtypes().iter().map(|d| d.name()).collect::<Vec<_>>().join("/")),
         seconds: start.elapsed().as_secs_f64(),
         output: summary.path,
         warnings,

@@ -41,12 +41,25 @@ impl Plan {
         self.tensors.iter().map(|t| t.dtype.bytes_for(t.shape.iter().product()).unwrap_or(0)).sum()
     }
 
+    /// The block dtypes the plan stores, in first-use order (q8r8 / q4r8 for interleaved
+    /// matrices, q8 / q4 for the rest).
+    pub fn block_dtypes(&self) -> Vec<DType> {
+        let mut seen = Vec::new();
+        for t in &self.tensors {
+            if t.dtype.is_quantized() && !seen.contains(&t.dtype) {
+                seen.push(t.dtype);
+            }
+        }
+        seen
+    }
+
     /// The provenance record of the quantisation (None without `--quantize`).
     pub fn provenance(&self, q: Option<&Quantize>) -> Option<Value> {
         let q = q?;
         Some(json!({
             "scheme": q.scheme.name(),
             "dtype": q.scheme.dtype().name(),
+            "stored_as": self.block_dtypes().iter().map(|d| d.name()).collect::<Vec<_>>(),
             "group_size": GROUP,
             "classes": q.classes().iter().map(|c| c.name()).collect::<Vec<_>>(),
             "tensors": self.quantised,
@@ -71,7 +84,10 @@ pub fn plan(
     let classes = quantize.map(Quantize::classes).unwrap_or_default();
     for r in resolved {
         let selected = match quantize {
-            Some(q) if r.spec.quant.is_some_and(|c| classes.contains(&c)) => Some(q.scheme.dtype()),
+            Some(q) if r.spec.quant.is_some_and(|c| classes.contains(&c)) => {
+                let rows = r.spec.shape.len().checked_sub(2).map_or(1, |i| r.spec.shape[i]);
+                Some(q.dtype_for(rows))
+            }
             _ => None,
         };
         let rows_whole = r.spec.shape.last().is_some_and(|&c| c % u64::from(GROUP) == 0);

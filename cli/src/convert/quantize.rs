@@ -57,6 +57,9 @@ pub struct Quantize {
     pub scheme: Scheme,
     /// The classes `--quantize-only` named; `None` selects every class.
     pub only: Option<Vec<QuantClass>>,
+    /// Store matrices whose rows are whole groups of 8 in the interleaved layout (q8r8 / q4r8,
+    /// the default); false keeps every matrix row-major (`--no-interleave`).
+    pub interleave: bool,
 }
 
 impl Quantize {
@@ -71,7 +74,24 @@ impl Quantize {
             }
             unique
         });
-        Quantize { scheme, only }
+        Quantize { scheme, only, interleave: true }
+    }
+
+    /// The same, storing every matrix row-major when `interleave` is false.
+    pub fn with_interleave(mut self, interleave: bool) -> Quantize {
+        self.interleave = interleave;
+        self
+    }
+
+    /// The block dtype of a selected matrix with `rows` rows: the scheme's, interleaved when
+    /// asked for and the rows are whole groups.
+    pub fn dtype_for(&self, rows: u64) -> DType {
+        let d = self.scheme.dtype();
+        if self.interleave && rows % quant::GROUP_ROWS as u64 == 0 {
+            d.interleaved()
+        } else {
+            d
+        }
     }
 
     /// The classes quantised.
@@ -89,29 +109,45 @@ pub struct ScaleOverflow {
     pub amax: f32,
 }
 
-/// Quantises one matrix at a time, streamed in chunks of whole blocks.
+/// Quantises one matrix at a time, streamed in chunks of whole blocks. For an interleaved
+/// dtype the quants of a row group are held until its 8 rows are complete, then written in the
+/// group's order; the scales are reordered at the end.
 pub struct MatrixQuantizer {
     dtype: DType,
+    /// Blocks per row.
+    nb: usize,
+    /// Row-major scales of the matrix so far.
     scales: Vec<u16>,
     q8: Vec<i8>,
+    /// Row-major quants of the current, incomplete row group (interleaved dtypes).
+    pending: Vec<u8>,
 }
 
 impl MatrixQuantizer {
-    /// A quantiser to `dtype` (Q8 or Q4).
-    pub fn new(dtype: DType) -> MatrixQuantizer {
-        debug_assert!(dtype.is_quantized());
-        MatrixQuantizer { dtype, scales: Vec::new(), q8: Vec::new() }
+    /// A quantiser to block dtype `dtype` for a matrix with `cols` columns (a multiple of 32).
+    pub fn new(dtype: DType, cols: usize) -> MatrixQuantizer {
+        debug_assert!(dtype.is_quantized() && cols % QK == 0);
+        MatrixQuantizer { dtype, nb: cols / QK, scales: Vec::new(), q8: Vec::new(), pending: Vec::new() }
+    }
+
+    /// Bytes of one block's quants.
+    fn block_bytes(&self) -> usize {
+        if self.dtype.encoding() == DType::Q8 {
+            QK
+        } else {
+            QK / 2
+        }
     }
 
     /// Quantise the next `x.len()` elements of the matrix (a multiple of 32) into `out`
-    /// (replaced by their quants); their scales are kept for `finish`.
+    /// (replaced by the quants ready to be written); their scales are kept for `finish`.
     pub fn push(&mut self, x: &[f32], out: &mut Vec<u8>) -> Result<(), ScaleOverflow> {
         debug_assert_eq!(x.len() % QK, 0);
         let first = self.scales.len();
         self.scales.resize(first + x.len() / QK, 0);
         let scales = &mut self.scales[first..];
         out.clear();
-        if self.dtype == DType::Q8 {
+        if self.dtype.encoding() == DType::Q8 {
             self.q8.resize(x.len(), 0);
             quant::quantize_row_q8(x, &mut self.q8, scales);
             out.extend(self.q8.iter().map(|&q| q as u8));
@@ -125,12 +161,35 @@ impl MatrixQuantizer {
                 return Err(ScaleOverflow { element: (first + b) * QK, amax });
             }
         }
+        if self.dtype.is_interleaved() {
+            self.regroup(out);
+        }
         Ok(())
     }
 
+    /// Move the row-major quants in `out` behind the pending ones and put back every complete
+    /// row group, interleaved.
+    fn regroup(&mut self, out: &mut Vec<u8>) {
+        let bb = self.block_bytes();
+        let group = self.nb * bb * quant::GROUP_ROWS;
+        self.pending.extend_from_slice(out);
+        let whole = self.pending.len() / group * group;
+        out.resize(whole, 0);
+        quant::interleave_quants(&self.pending[..whole], bb, self.nb, out);
+        self.pending.drain(..whole);
+    }
+
     /// The scale region of the matrix pushed so far, into `out` (replaced); resets for the next.
+    /// Panics if an interleaved matrix ended inside a row group (the plan admits only whole
+    /// groups).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         out.clear();
+        if self.dtype.is_interleaved() {
+            assert!(self.pending.is_empty(), "interleaved matrix ended inside a row group");
+            let mut grouped = vec![0u16; self.scales.len()];
+            quant::interleave_scales(&self.scales, self.nb, &mut grouped);
+            self.scales = grouped;
+        }
         out.extend(self.scales.iter().flat_map(|d| d.to_le_bytes()));
         self.scales.clear();
     }
@@ -146,9 +205,11 @@ mod tests {
 
     #[test]
     fn chunked_quantisation_equals_one_shot() {
-        for dtype in [DType::Q8, DType::Q4] {
-            let x = values(4 * 64);
-            let mut q = MatrixQuantizer::new(dtype);
+        // 16 rows of 64: chunks of 96 elements end inside rows and inside row groups.
+        let mut row_major = Vec::new();
+        for dtype in [DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8] {
+            let x = values(16 * 64);
+            let mut q = MatrixQuantizer::new(dtype, 64);
             let mut whole = Vec::new();
             q.push(&x, &mut whole).unwrap();
             let mut scales = Vec::new();
@@ -165,14 +226,36 @@ mod tests {
             chunked.extend_from_slice(&tail);
             assert_eq!(chunked, whole, "{dtype}");
             assert_eq!(whole.len() as u64, dtype.bytes_for(x.len() as u64).unwrap());
+            if !dtype.is_interleaved() {
+                row_major.push(whole);
+                continue;
+            }
+            // The interleaved file is the row-major one reordered.
+            let plain = &row_major[usize::from(dtype.encoding() == DType::Q4)];
+            let (qs, d) = plain.split_at(plain.len() - x.len() / QK * 2);
+            let mut want = vec![0u8; qs.len()];
+            quant::interleave_quants(qs, qs.len() / (x.len() / QK), 2, &mut want);
+            let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            let mut dw = vec![0u16; d.len()];
+            quant::interleave_scales(&d, 2, &mut dw);
+            want.extend(dw.iter().flat_map(|v| v.to_le_bytes()));
+            assert_eq!(whole, want, "{dtype}");
         }
+    }
+
+    #[test]
+    fn matrices_of_whole_row_groups_are_interleaved_unless_asked_not_to() {
+        let q = Quantize::new(Scheme::W4A16, None);
+        assert_eq!((q.dtype_for(16), q.dtype_for(12)), (DType::Q4R8, DType::Q4));
+        let q = Quantize::new(Scheme::Q8, None).with_interleave(false);
+        assert_eq!(q.dtype_for(16), DType::Q8);
     }
 
     #[test]
     fn a_scale_that_overflows_f16_is_an_error() {
         let mut x = values(64);
         x[40] = 1e7; // 1e7 / 127 > 65504
-        let mut q = MatrixQuantizer::new(DType::Q8);
+        let mut q = MatrixQuantizer::new(DType::Q8, 64);
         assert_eq!(q.push(&x, &mut Vec::new()), Err(ScaleOverflow { element: 32, amax: 1e7 }));
     }
 

@@ -101,7 +101,8 @@ impl Streamer {
         p: &PlannedTensor,
         progress: &dyn Fn(u64),
     ) -> Result<()> {
-        let mut q = MatrixQuantizer::new(p.dtype);
+        let cols = p.shape.last().copied().unwrap_or(0) as usize;
+        let mut q = MatrixQuantizer::new(p.dtype, cols);
         self.chunks(ck, piece, |s, _| {
             cast::widen(piece.tensor.dtype, &s.src, &mut s.wide);
             q.push(&s.wide, &mut s.out).map_err(|o| {

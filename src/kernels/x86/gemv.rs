@@ -190,6 +190,9 @@ unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize
 }
 
 fn gemv_quant(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    if super::qgroup::is_grouped(w, cols) {
+        return super::qgroup::gemv(w, cols, rows, x, n, out);
+    }
     let len = rows.len();
     let nb = cols / quant::QK;
     let scales = match w {

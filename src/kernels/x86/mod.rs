@@ -4,6 +4,7 @@
 
 mod gemv;
 mod qdot;
+mod qgroup;
 mod tile;
 
 use super::simd::{CpuPath, Table};

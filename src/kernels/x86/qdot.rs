@@ -104,6 +104,9 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
 
 /// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for q8 / q4 `w`.
 pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    if super::qgroup::is_grouped(w, cols) {
+        return super::qgroup::gemv_i8(w, cols, rows, xa, n, out);
+    }
     let nb = cols / QK;
     assert!(cols % QK == 0 && xa.cols == cols && xa.qs.len() >= n * cols && out.len() >= n * rows.len());
     let (qs, d, row_bytes, q4) = match w {

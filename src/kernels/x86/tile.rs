@@ -4,6 +4,7 @@
 use super::super::gemm::{MR, NR};
 use super::super::{quant, reference, Mat};
 use core::arch::x86_64::*;
+use std::ops::Range;
 
 /// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < 6, j < nr (16, or 8 for a short last
 /// panel): one fused multiply-add chain per output in ascending k, so a column's result does
@@ -51,8 +52,19 @@ unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *
     }
 }
 
-/// out = w[row, k0 .. k0 + out.len()] as f32 (see `simd::WidenFn`).
-pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
+/// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row (see `simd::WidenFn`).
+pub fn widen(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    if super::qgroup::is_grouped(w, cols) {
+        return super::qgroup::widen(w, cols, rows, k0, out);
+    }
+    let kc = out.len() / rows.len().max(1);
+    for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
+        widen_row(w, cols, r, k0, o);
+    }
+}
+
+/// out = w[row, k0 .. k0 + out.len()] as f32.
+fn widen_row(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
     let s = row * cols + k0;
     let n = out.len();
     assert!(k0 + n <= cols && (row + 1) * cols <= w.len());
@@ -97,11 +109,23 @@ unsafe fn widen_half<const BF16: bool>(src: &[u16], out: &mut [f32]) {
 unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
     unsafe {
         for (b, &db) in d.iter().enumerate() {
-            let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(db))));
-            for part in 0..4 {
-                let bytes = _mm_loadl_epi64(qs.add(b * 32 + part * 8).cast());
-                let v = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
-                _mm256_storeu_ps(out.as_mut_ptr().add(b * 32 + part * 8), v);
+            let q = qs.add(b * 32).cast::<__m128i>();
+            widen_q8_block(_mm_loadu_si128(q), _mm_loadu_si128(q.add(1)), db, out.as_mut_ptr().add(b * 32));
+        }
+    }
+}
+
+/// out[0..32] = d · q for one q8 block whose 32 quants are `first` then `second`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn widen_q8_block(first: __m128i, second: __m128i, d: u16, out: *mut f32) {
+    unsafe {
+        let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
+        for (h, v) in [first, second].into_iter().enumerate() {
+            for part in 0..2 {
+                let bytes = if part == 0 { v } else { _mm_srli_si128(v, 8) };
+                let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                _mm256_storeu_ps(out.add(h * 16 + part * 8), _mm256_mul_ps(dv, q));
             }
         }
     }
@@ -110,18 +134,26 @@ unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn widen_q4(qs: *const u8, d: &[u16], out: &mut [f32]) {
     unsafe {
+        for (b, &db) in d.iter().enumerate() {
+            widen_q4_block(_mm_loadu_si128(qs.add(b * 16).cast()), db, out.as_mut_ptr().add(b * 32));
+        }
+    }
+}
+
+/// out[0..32] = d · (q − 8) for one q4 block whose 16 packed bytes are `raw`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn widen_q4_block(raw: __m128i, d: u16, out: *mut f32) {
+    unsafe {
         let mask = _mm_set1_epi8(15);
         let eight = _mm256_set1_ps(8.0);
-        for (b, &db) in d.iter().enumerate() {
-            let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(db))));
-            let raw = _mm_loadu_si128(qs.add(b * 16).cast());
-            let halves = [_mm_and_si128(raw, mask), _mm_and_si128(_mm_srli_epi16(raw, 4), mask)];
-            for (h, v) in halves.into_iter().enumerate() {
-                for part in 0..2 {
-                    let bytes = if part == 0 { v } else { _mm_srli_si128(v, 8) };
-                    let q = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), eight);
-                    _mm256_storeu_ps(out.as_mut_ptr().add(b * 32 + h * 16 + part * 8), _mm256_mul_ps(dv, q));
-                }
+        let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
+        let halves = [_mm_and_si128(raw, mask), _mm_and_si128(_mm_srli_epi16(raw, 4), mask)];
+        for (h, v) in halves.into_iter().enumerate() {
+            for part in 0..2 {
+                let bytes = if part == 0 { v } else { _mm_srli_si128(v, 8) };
+                let q = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), eight);
+                _mm256_storeu_ps(out.add(h * 16 + part * 8), _mm256_mul_ps(dv, q));
             }
         }
     }
