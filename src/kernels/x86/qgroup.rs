@@ -149,6 +149,23 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
     );
 }
 
+/// How far ahead of the unit being read the matrix-vector kernels ask for weight bytes. The
+/// units of a matrix are one linear stream, but a task's stream is short (64 rows: 64–128 KiB
+/// of a small expert) and the hardware prefetcher ramps up too late for it: the weight loads
+/// took half the kernel's samples without this. 1 KiB measured best for q4 decode on
+/// qwen2moe-4l among 512 / 1024 / 2048 / 4096 (+15–25 % over none).
+const PREFETCH: usize = 1024;
+
+/// Ask for the unit `PREFETCH` bytes after `u` (a hint: never faults, any address is fine).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn prefetch_unit(g: Grouped, u: *const u8) {
+    let ahead = u.wrapping_add(PREFETCH);
+    for line in (0..GROUP_ROWS * g.bb).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+    }
+}
+
 /// One int8 activation row: quants, block scales, block sums.
 #[derive(Clone, Copy)]
 struct Acts {
@@ -179,6 +196,7 @@ unsafe fn group_q4_i8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> 
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..g.nb {
             let u = g.unit(grp, b);
+            prefetch_unit(g, u);
             let mut s16 = [_mm256_setzero_si256(); T];
             for c in 0..4 {
                 // Bytes 4c..4c+4 of each row: elements 4c.. in the low nibbles, 16+4c.. in the high.
@@ -210,6 +228,7 @@ unsafe fn group_q8_i8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> 
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..g.nb {
             let u = g.unit(grp, b);
+            prefetch_unit(g, u);
             let mut s = [_mm256_setzero_si256(); T];
             for c in 0..8 {
                 let w = _mm256_loadu_si256(u.add(c * 32).cast());
