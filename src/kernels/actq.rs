@@ -69,23 +69,15 @@ pub struct QuantizedActs {
 }
 
 impl QuantizedActs {
-    /// Quantise x ([n, cols], cols a multiple of 32): dx = max|x| / 127, qx = round(x / dx).
+    /// Quantise x ([n, cols], cols a multiple of 32): dx = max|x| / 127, qx = round(x / dx)
+    /// (`quantize_blocks`, on the active kernel path).
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
         let nb = n * cols / QK;
         self.cols = cols;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
         self.sums.resize(nb, 0);
-        for (b, xb) in x[..n * cols].chunks_exact(QK).enumerate() {
-            let amax = xb.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
-            let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            for (q, &v) in self.qs[b * QK..(b + 1) * QK].iter_mut().zip(xb) {
-                *q = (v * inv).round() as i8;
-            }
-            self.sums[b] = self.qs[b * QK..(b + 1) * QK].iter().map(|&q| i32::from(q)).sum();
-            self.d[b] = d;
-        }
+        (super::simd::table().quantize)(&x[..n * cols], &mut self.qs, &mut self.d, &mut self.sums);
     }
 
     /// The activations as the integer path sees them: out[i] = dx_b · qx_i ([n, cols]).
@@ -107,6 +99,22 @@ impl QuantizedActs {
     pub fn row_sums(&self, t: usize) -> &[i32] {
         let nb = self.cols / QK;
         &self.sums[t * nb..(t + 1) * nb]
+    }
+}
+
+/// Reference quantiser of activation blocks: for each block b of 32 values of x, d[b] =
+/// max|x| / 127 (NaN if the block holds a NaN), qs = round-half-away(x · (1 / d)) (0 for a block
+/// whose d is 0, NaN or infinite), sums[b] = Σ qs. Every path must give the same bits.
+pub fn quantize_blocks(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
+    for (b, xb) in x.chunks_exact(QK).enumerate() {
+        let amax = xb.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
+        let db = amax / 127.0;
+        let inv = if db > 0.0 { 1.0 / db } else { 0.0 };
+        for (q, &v) in qs[b * QK..(b + 1) * QK].iter_mut().zip(xb) {
+            *q = (v * inv).round() as i8;
+        }
+        sums[b] = qs[b * QK..(b + 1) * QK].iter().map(|&q| i32::from(q)).sum();
+        d[b] = db;
     }
 }
 

@@ -102,7 +102,11 @@ pub(crate) fn matmul_mode(
         return;
     }
     let int8 = matches!(w, Mat::Q8(_) | Mat::Q4(_)) && mode == QuantActivations::Int8;
-    match (n >= GEMM_MIN_ROWS && cols > 0, int8) {
+    // Interleaved block matrices in int8 mode take the integer kernel at every n: it meets four
+    // activation rows per weight unpack, and int8 products outrun widening to f32 for the FMA
+    // GEMM (measured: see docs/performance.md, "Kernel paths").
+    let gemm_from = if int8 && w.is_interleaved() { usize::MAX } else { GEMM_MIN_ROWS };
+    match (n >= gemm_from && cols > 0, int8) {
         (true, false) => gemm(t, w, rows, cols, x, n, y),
         (true, true) => with_buffer(&ACTS, |xa| {
             xa.quantize(x, n, cols);

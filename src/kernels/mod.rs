@@ -42,6 +42,15 @@ impl Mat<'_> {
         }
     }
 
+    /// True for block matrices stored in 8-row interleaved groups.
+    pub fn is_interleaved(&self) -> bool {
+        match self {
+            Mat::Q8(q) => q.layout != quant::Layout::Rows,
+            Mat::Q4(q) => q.layout != quant::Layout::Rows,
+            _ => false,
+        }
+    }
+
     /// True when the matrix holds no element.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

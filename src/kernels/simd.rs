@@ -42,6 +42,9 @@ pub(crate) type WidenFn = fn(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: us
 /// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
 pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
 
+/// Int8 activation blocks of x (a multiple of 32 values): quants, scales, sums per block.
+pub(crate) type QuantizeFn = fn(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]);
+
 /// Function table of one path.
 pub(crate) struct Table {
     pub path: CpuPath,
@@ -54,6 +57,8 @@ pub(crate) struct Table {
     pub tile: TileFn,
     /// y[i] += a · x[i] for a float vector x (attention's value accumulation).
     pub axpy: fn(a: f32, x: Mat<'_>, y: &mut [f32]),
+    /// Int8 activation blocks (`actq::quantize_blocks`).
+    pub quantize: QuantizeFn,
 }
 
 pub(crate) static GENERIC: Table = Table {
@@ -66,6 +71,7 @@ pub(crate) static GENERIC: Table = Table {
     widen: generic::widen_rows,
     tile: generic::tile,
     axpy: generic::axpy,
+    quantize: super::actq::quantize_blocks,
 };
 
 struct Choice {

@@ -553,3 +553,37 @@ fn nan_activations_propagate_in_int8_mode() {
         }
     }
 }
+
+/// The activation quantiser gives the reference's bits on every path: ordinary blocks, exact
+/// half-step ties (round half away from zero, which the vector rounding mode is not), zero,
+/// NaN and infinite blocks.
+#[test]
+fn activation_quantiser_matches_the_reference_bit_for_bit() {
+    let mut x = sample(32 * 40, 41);
+    // Block 1: values that land exactly on ±k.5 steps (max 127 → d = 1).
+    for (i, v) in x[32..64].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) + 0.5;
+    }
+    x[63] = 127.0;
+    x[64..96].fill(0.0); // block 2: all zero
+    x[100] = f32::NAN; // block 3
+    x[140] = f32::INFINITY; // block 4
+    x[170] = f32::NEG_INFINITY; // block 5
+    x[200] = -1e-30; // block 6: tiny values
+    let nb = x.len() / 32;
+    let want = {
+        let (mut q, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0i32; nb]);
+        super::actq::quantize_blocks(&x, &mut q, &mut d, &mut s);
+        (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s)
+    };
+    // −14.5 and 14.5 (elements 1 and 30 of block 1): half-to-even would give ∓14.
+    assert_eq!((want.0[33], want.0[62]), (-15, 15), "ties round away from zero");
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        let (mut q, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0i32; nb]);
+        (t.quantize)(&x, &mut q, &mut d, &mut s);
+        assert_eq!(q, want.0, "{path:?} quants");
+        assert_eq!(d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.1, "{path:?} scales");
+        assert_eq!(s, want.2, "{path:?} sums");
+    }
+}

@@ -2,6 +2,7 @@
 //! and reached only through the table below, which exists only when cpuid reports all three:
 //! the library itself is built for the baseline x86-64 target.
 
+mod actq;
 mod gemv;
 mod qdot;
 mod qgroup;
@@ -19,6 +20,7 @@ static AVX2: Table = Table {
     widen: tile::widen,
     tile: tile::tile,
     axpy: gemv::axpy,
+    quantize: actq::quantize_blocks,
 };
 
 /// True when this CPU runs the AVX2 path.

@@ -78,14 +78,19 @@ fn split(rows: Range<usize>) -> (Range<usize>, Range<usize>, Range<usize>) {
     (rows.start..a, a..b, b..rows.end)
 }
 
-/// Run `ragged(rows, out)` on the ragged ends of `rows` and `group(g, at)` for each whole group
-/// g, whose 8 results go to out[t·len + at ..] for each activation row t.
+/// Activation rows per pass over a task's row groups: the task's weights (64 rows) and this
+/// many int8 activation rows (64 × cols bytes) stay in L2 while every group meets them.
+const TOKEN_BLOCK: usize = 64;
+
+/// Run `ragged(rows, out)` on the ragged ends of `rows` and `group(g, at, out, tokens)` for each
+/// whole group g and each block of activation rows, whose 8 results per row t go to
+/// out[t·len + at ..].
 fn by_groups(
     rows: Range<usize>,
     n: usize,
     out: &mut [f32],
     ragged: impl Fn(Range<usize>, &mut [f32]),
-    mut group: impl FnMut(usize, usize, &mut [f32]),
+    mut group: impl FnMut(usize, usize, &mut [f32], Range<usize>),
 ) {
     let len = rows.len();
     let (head, groups, tail) = split(rows.clone());
@@ -101,8 +106,10 @@ fn by_groups(
             }
         }
     }
-    for r in groups.step_by(GROUP_ROWS) {
-        group(r / GROUP_ROWS, r - rows.start, out);
+    for t0 in (0..n).step_by(TOKEN_BLOCK) {
+        for r in groups.clone().step_by(GROUP_ROWS) {
+            group(r / GROUP_ROWS, r - rows.start, out, t0..(t0 + TOKEN_BLOCK).min(n));
+        }
     }
 }
 
@@ -112,36 +119,41 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * g.nb && out.len() >= n * rows.len());
     assert!(rows.end * cols <= w.len());
     let len = rows.len();
+    let acts = |t: usize| {
+        let (xq, xd) = xa.row(t);
+        Acts { q: xq.as_ptr(), d: xd.as_ptr(), sums: xa.row_sums(t).as_ptr() }
+    };
     by_groups(
         rows,
         n,
         out,
         |r, o| generic::gemv_i8(w, cols, r, xa, n, o),
-        |grp, at, out| {
-            // Activation rows in twos share each weight load and its unpacking (batched decode).
-            let mut t = 0;
-            while t < n {
-                let take = if n - t >= 2 { 2 } else { 1 };
-                let acts: [Acts; 2] = std::array::from_fn(|k| {
-                    let (xq, xd) = xa.row((t + k).min(n - 1));
-                    Acts { q: xq.as_ptr(), d: xd.as_ptr(), sums: xa.row_sums((t + k).min(n - 1)).as_ptr() }
-                });
-                let mut o = [[0f32; GROUP_ROWS]; 2];
+        |grp, at, out, tokens| {
+            // Activation rows in fours (then two, one) share each weight load and its unpacking.
+            let mut t = tokens.start;
+            while t < tokens.end {
+                let take = match tokens.end - t {
+                    k if k >= 4 => 4,
+                    k if k >= 2 => 2,
+                    _ => 1,
+                };
+                let x: [Acts; 4] = std::array::from_fn(|k| acts((t + k).min(tokens.end - 1)));
                 // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; group grp lies inside the matrix
-                // (rows.end·cols ≤ len asserted) and every activation row holds nb blocks.
+                // (rows.end·cols ≤ len asserted) and every activation row holds nb blocks; the
+                // stores cover out[(t+k)·len + at .. + 8] with at + 8 ≤ len, t + k < n.
                 unsafe {
-                    let v = match (g.q4, take) {
-                        (true, 2) => group_q4_i8::<2>(g, grp, &acts),
-                        (true, _) => pad(group_q4_i8::<1>(g, grp, &[acts[0]])),
-                        (false, 2) => group_q8_i8::<2>(g, grp, &acts),
-                        (false, _) => pad(group_q8_i8::<1>(g, grp, &[acts[0]])),
-                    };
-                    for k in 0..take {
-                        _mm256_storeu_ps(o[k].as_mut_ptr(), v[k]);
+                    let mut v = [_mm256_setzero_ps(); 4];
+                    match (g.q4, take) {
+                        (true, 4) => v = group_q4_i8::<4>(g, grp, &x),
+                        (true, 2) => v[..2].copy_from_slice(&group_q4_i8::<2>(g, grp, &[x[0], x[1]])),
+                        (true, _) => v[0] = group_q4_i8::<1>(g, grp, &[x[0]])[0],
+                        (false, 4) => v = group_q8_i8::<4>(g, grp, &x),
+                        (false, 2) => v[..2].copy_from_slice(&group_q8_i8::<2>(g, grp, &[x[0], x[1]])),
+                        (false, _) => v[0] = group_q8_i8::<1>(g, grp, &[x[0]])[0],
                     }
-                }
-                for (k, ok) in o.iter().enumerate().take(take) {
-                    out[(t + k) * len + at..(t + k) * len + at + GROUP_ROWS].copy_from_slice(ok);
+                    for (k, vk) in v.iter().enumerate().take(take) {
+                        _mm256_storeu_ps(out[(t + k) * len + at..(t + k) * len + at + GROUP_ROWS].as_mut_ptr(), *vk);
+                    }
                 }
                 t += take;
             }
@@ -172,12 +184,6 @@ struct Acts {
     q: *const i8,
     d: *const f32,
     sums: *const i32,
-}
-
-/// A one-row result widened to the two-row shape.
-#[inline]
-fn pad(v: [__m256; 1]) -> [__m256; 2] {
-    [v[0], v[0]]
 }
 
 /// Four activation bytes from `p` broadcast to every i32 lane.
@@ -260,8 +266,8 @@ pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, ou
         n,
         out,
         |r, o| generic::gemv(w, cols, r, x, n, o),
-        |grp, at, out| {
-            for t in 0..n {
+        |grp, at, out, tokens| {
+            for t in tokens {
                 let xt = x[t * cols..].as_ptr();
                 let mut o = [0f32; GROUP_ROWS];
                 // SAFETY: as in gemv_i8; x holds n·cols values (asserted).
