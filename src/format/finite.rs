@@ -40,9 +40,11 @@ fn is_nonfinite(dtype: DType, chunk: &[u8]) -> bool {
     }
 }
 
-/// First NaN/Inf of one stored matrix: `bytes` holds the elements of a float dtype, or one
-/// self-contained block matrix (all quants, then one f16 scale per block) of a block dtype.
-pub fn find_nonfinite(dtype: DType, bytes: &[u8]) -> Option<NonFinite> {
+/// First NaN/Inf of one stored matrix with rows of `cols` elements: `bytes` holds the elements
+/// of a float dtype, or one self-contained block matrix (all quants, then one f16 scale per
+/// block) of a block dtype, whose bad scale is reported as row-major block r·cols/32 + b
+/// whatever the layout.
+pub fn find_nonfinite(dtype: DType, bytes: &[u8], cols: u64) -> Option<NonFinite> {
     if let Some(size) = dtype.float_size() {
         let p = bytes.chunks_exact(size as usize).position(|c| is_nonfinite(dtype, c))?;
         return Some(NonFinite::Element(p as u64));
@@ -51,8 +53,16 @@ pub fn find_nonfinite(dtype: DType, bytes: &[u8]) -> Option<NonFinite> {
     let block = dtype.bytes_for(u64::from(GROUP)).unwrap_or(1) as usize;
     let scales = 2 * (bytes.len() / block);
     let tail = &bytes[bytes.len() - scales..];
-    let b = tail.chunks_exact(2).position(|c| f16_nonfinite(u16::from_le_bytes([c[0], c[1]])))?;
-    Some(NonFinite::Scale(b as u64))
+    let p = tail.chunks_exact(2).position(|c| f16_nonfinite(u16::from_le_bytes([c[0], c[1]])))? as u64;
+    if !dtype.is_interleaved() {
+        return Some(NonFinite::Scale(p));
+    }
+    // Stored position (g·nb + b)·8 + j is the scale of row 8g + j, block b.
+    let rows_per_group = crate::kernels::quant::GROUP_ROWS as u64;
+    let nb = (cols / u64::from(GROUP)).max(1);
+    let (unit, j) = (p / rows_per_group, p % rows_per_group);
+    let (g, b) = (unit / nb, unit % nb);
+    Some(NonFinite::Scale((g * rows_per_group + j) * nb + b))
 }
 
 #[cfg(test)]
@@ -65,12 +75,24 @@ mod tests {
         let mut b = vec![0xffu8; 64];
         b.extend_from_slice(&0x3c00u16.to_le_bytes());
         b.extend_from_slice(&0x7c00u16.to_le_bytes());
-        assert_eq!(find_nonfinite(DType::Q8, &b), Some(NonFinite::Scale(1)));
+        assert_eq!(find_nonfinite(DType::Q8, &b, 32), Some(NonFinite::Scale(1)));
         b[66..68].copy_from_slice(&0x3c00u16.to_le_bytes());
-        assert_eq!(find_nonfinite(DType::Q8, &b), None);
+        assert_eq!(find_nonfinite(DType::Q8, &b, 32), None);
         // One q4 block: 16 bytes of nibbles, then a NaN scale.
         let mut b = vec![0xffu8; 16];
         b.extend_from_slice(&0x7e00u16.to_le_bytes());
-        assert_eq!(find_nonfinite(DType::Q4, &b), Some(NonFinite::Scale(0)));
+        assert_eq!(find_nonfinite(DType::Q4, &b, 32), Some(NonFinite::Scale(0)));
+    }
+
+    #[test]
+    fn an_interleaved_bad_scale_is_named_by_its_row_major_block() {
+        // q4r8, 8 rows × 64 columns (nb = 2): the stored scale at position 11 is unit 1 (block
+        // column 1), row 3 — row-major block 3·2 + 1 = 7.
+        let mut b = vec![0u8; 8 * 64 / 2];
+        for p in 0..16u16 {
+            b.extend_from_slice(&(if p == 11 { 0x7c00u16 } else { 0x3c00 }).to_le_bytes());
+        }
+        assert_eq!(find_nonfinite(DType::Q4R8, &b, 64), Some(NonFinite::Scale(7)));
+        assert_eq!(find_nonfinite(DType::Q4, &b, 64), Some(NonFinite::Scale(11)));
     }
 }

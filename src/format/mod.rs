@@ -70,8 +70,8 @@
 //! block-quantised tensors (Q8, Q4, Q8R8, Q4R8): a 2-D matrix [rows, cols] or an expert stack [E, rows, cols],
 //!   cols a multiple of 32. Each matrix (the tensor, or each expert of a stack at its 4096-aligned
 //!   stride) is self-contained: blocks of 32 consecutive elements of a row, each with one IEEE
-//!   binary16 scale d; all the quants first, then all the scales (block b of row r is block
-//!   r·cols/32 + b in both regions):
+//!   binary16 scale d; all the quants first, then all the scales (for Q8 and Q4, block b of row r
+//!   is block r·cols/32 + b in both regions; Q8R8 / Q4R8 reorder them, below):
 //!     Q8: qs i8 [rows·cols]           value = d · q,        q ∈ [-127, 127] (-128 is accepted)
 //!         d  f16 [rows·cols/32]       bytes = n + n/16 for n = rows·cols   (8.5 bits per weight)
 //!     Q4: qs u8 [rows·cols/2]         value = d · (q − 8),  q ∈ [0, 15]

@@ -227,7 +227,7 @@ pub fn verify_data_with(file: &[u8], parsed: &ParsedFile, prefetch: &(dyn Fn(usi
         let stride = if t.kind == TensorKind::Experts { t.expert_stride as usize } else { data.len() };
         for (u, block) in data.chunks(stride.max(1)).enumerate() {
             let (values, pad) = block.split_at(unit.min(block.len()));
-            if let Some(at) = find_nonfinite(t.dtype, values) {
+            if let Some(at) = find_nonfinite(t.dtype, values, t.shape.last().copied().unwrap_or(1)) {
                 return Err(at.error(&t.name, u as u64 * unit_elements));
             }
             if let Some(p) = pad.iter().position(|&b| b != 0) {

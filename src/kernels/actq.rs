@@ -72,12 +72,17 @@ impl QuantizedActs {
     /// Quantise x ([n, cols], cols a multiple of 32): dx = max|x| / 127, qx = round(x / dx)
     /// (`quantize_blocks`, on the active kernel path).
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        self.quantize_with(super::simd::table().quantize, x, n, cols);
+    }
+
+    /// `quantize` with the quantiser of a given kernel path.
+    pub(crate) fn quantize_with(&mut self, f: super::simd::QuantizeFn, x: &[f32], n: usize, cols: usize) {
         let nb = n * cols / QK;
         self.cols = cols;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
         self.sums.resize(nb, 0);
-        (super::simd::table().quantize)(&x[..n * cols], &mut self.qs, &mut self.d, &mut self.sums);
+        f(&x[..n * cols], &mut self.qs, &mut self.d, &mut self.sums);
     }
 
     /// The activations as the integer path sees them: out[i] = dx_b · qx_i ([n, cols]).
@@ -103,13 +108,15 @@ impl QuantizedActs {
 }
 
 /// Reference quantiser of activation blocks: for each block b of 32 values of x, d[b] =
-/// max|x| / 127 (NaN if the block holds a NaN), qs = round-half-away(x · (1 / d)) (0 for a block
-/// whose d is 0, NaN or infinite), sums[b] = Σ qs. Every path must give the same bits.
+/// max|x| / 127 (NaN if the block holds a NaN), qs = round-half-away(x · (1 / d)), sums[b] = Σ qs.
+/// A block whose d is 0, NaN or infinite, or so small (subnormal) that 1 / d overflows, gets
+/// all-zero quants: every quant stays in [−127, 127] (the sign trick of the W8A8 kernels needs
+/// that). Every path must give the same bits.
 pub fn quantize_blocks(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
     for (b, xb) in x.chunks_exact(QK).enumerate() {
         let amax = xb.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
         let db = amax / 127.0;
-        let inv = if db > 0.0 { 1.0 / db } else { 0.0 };
+        let inv = if db > 0.0 && db.is_finite() && (1.0 / db).is_finite() { 1.0 / db } else { 0.0 };
         for (q, &v) in qs[b * QK..(b + 1) * QK].iter_mut().zip(xb) {
             *q = (v * inv).round() as i8;
         }

@@ -13,7 +13,7 @@
 //! the strategy), never split across tasks: the result does not depend on the thread count.
 
 use super::actq::{quant_activations, QuantActivations, QuantizedActs};
-use super::quant::QK;
+use super::quant::{Layout, GROUP_ROWS, QK};
 use super::simd::{table, Table};
 use super::Mat;
 use rayon::prelude::*;
@@ -105,17 +105,19 @@ pub(crate) fn matmul_mode(
     // Interleaved block matrices in int8 mode take the integer kernel at every n: it meets four
     // activation rows per weight unpack, and int8 products outrun widening to f32 for the FMA
     // GEMM (measured: see docs/performance.md, "Kernel paths").
-    let gemm_from = if int8 && w.is_interleaved() { usize::MAX } else { GEMM_MIN_ROWS };
+    // The portable path keeps the GEMM (its int8 kernel is the scalar reference).
+    let int8_kernel_only = int8 && w.is_interleaved() && t.path != super::simd::CpuPath::Generic;
+    let gemm_from = if int8_kernel_only { usize::MAX } else { GEMM_MIN_ROWS };
     match (n >= gemm_from && cols > 0, int8) {
         (true, false) => gemm(t, w, rows, cols, x, n, y),
         (true, true) => with_buffer(&ACTS, |xa| {
-            xa.quantize(x, n, cols);
+            xa.quantize_with(t.quantize, x, n, cols);
             let mut xr = vec![0f32; n * cols];
             xa.dequantize(&mut xr);
             gemm(t, w, rows, cols, &xr, n, y);
         }),
         (false, true) => with_buffer(&ACTS, |xa| {
-            xa.quantize(x, n, cols);
+            xa.quantize_with(t.quantize, x, n, cols);
             let xa = &*xa;
             gemv_by(rows, cols, n, y, |r, out| (t.gemv_i8)(w, cols, r, xa, n, out));
         }),
@@ -137,6 +139,17 @@ fn check_shapes(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &[
     };
     if let Some(d) = scales {
         assert!(cols % QK == 0 && d == elems / QK, "matmul: quantised rows of {cols} with {d} scales");
+    }
+    let layout = match w {
+        Mat::Q8(q) => q.layout,
+        Mat::Q4(q) => q.layout,
+        _ => Layout::Rows,
+    };
+    if layout != Layout::Rows {
+        assert!(
+            rows % GROUP_ROWS == 0 && layout == (Layout::Interleaved { nb: cols / QK }),
+            "matmul: {layout:?} block matrix of {rows} × {cols} is not whole 8-row groups of that width"
+        );
     }
 }
 

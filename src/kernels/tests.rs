@@ -281,7 +281,9 @@ fn int8_activation_products_match_the_integer_reference() {
         let shapes =
             [(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32), (16, 256), (72, 32 * 9), (8, 4096 + 32)];
         for &(rows, cols) in &shapes {
-            for n in [1, 3] {
+            // 4 and 7: the interleaved kernels' four- and two-row passes; 70: past a block of 64
+            // activation rows, and through the GEMM for the row-major layouts.
+            for n in [1, 3, 4, 7, 70] {
                 let s = Stored::new(rows, cols, (rows + cols) as u64);
                 let x = sample(n * cols, 7);
                 for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
@@ -420,6 +422,26 @@ fn malformed_quantised_operands_are_refused_on_every_path() {
                 y
             });
             assert!(r.is_err(), "{path:?} {mode:?}: read past the scales: {r:?}");
+        }
+    }
+}
+
+#[test]
+fn interleaved_operands_must_be_whole_row_groups_on_every_path() {
+    // 5 rows × 32 columns labelled interleaved: the kernels would read whole 8-row units.
+    let (qs, d) = ([0u8; 80], [0x3c00u16; 5]);
+    let w = Mat::Q4(quant::Q4 { qs: &qs, d: &d, layout: quant::Layout::Interleaved { nb: 1 } });
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for mode in [QuantActivations::Float, QuantActivations::Int8] {
+            for n in [1, GEMM_MIN_ROWS] {
+                let r = std::panic::catch_unwind(|| {
+                    let mut y = vec![0f32; 5 * n];
+                    matmul_mode(t, mode, w, 5, 32, &vec![1f32; 32 * n], n, &mut y);
+                    y
+                });
+                assert!(r.is_err(), "{path:?} {mode:?} n {n}: accepted a ragged interleaved matrix");
+            }
         }
     }
 }
@@ -569,7 +591,9 @@ fn activation_quantiser_matches_the_reference_bit_for_bit() {
     x[100] = f32::NAN; // block 3
     x[140] = f32::INFINITY; // block 4
     x[170] = f32::NEG_INFINITY; // block 5
-    x[200] = -1e-30; // block 6: tiny values
+    x[200] = -1e-30; // block 6: one tiny value
+    x[224..256].fill(1e-38); // block 7: all tiny: d is subnormal and 1/d overflows
+    x[256..288].iter_mut().enumerate().for_each(|(i, v)| *v = -1e-39 * (i as f32 + 1.0)); // block 8
     let nb = x.len() / 32;
     let want = {
         let (mut q, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0i32; nb]);
@@ -578,6 +602,8 @@ fn activation_quantiser_matches_the_reference_bit_for_bit() {
     };
     // −14.5 and 14.5 (elements 1 and 30 of block 1): half-to-even would give ∓14.
     assert_eq!((want.0[33], want.0[62]), (-15, 15), "ties round away from zero");
+    assert!(want.0.iter().all(|&q| q != -128), "a quant of −128 breaks the W8A8 sign trick");
+    assert!(want.0[224..288].iter().all(|&q| q == 0), "blocks whose 1/d overflows quantise to 0");
     for path in available_paths() {
         let t = table_for(path).expect("available");
         let (mut q, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0i32; nb]);

@@ -159,7 +159,7 @@ impl Model {
         for s in tensor_specs(&config).iter().filter(|s| s.role == Role::Norm) {
             if let Some(t) = parsed.tensor(&s.name) {
                 let view = TensorView::new(t, file);
-                if let Some(at) = format::find_nonfinite_in(view.dtype, view.bytes) {
+                if let Some(at) = format::find_nonfinite_in(view.dtype, view.bytes, view.cols() as u64) {
                     return Err(at.error(&s.name, 0));
                 }
             }

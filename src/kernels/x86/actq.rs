@@ -35,8 +35,8 @@ unsafe fn block(x: *const f32, q: *mut i8) -> (f32, i32) {
         let m = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
         let has_nan = _mm256_movemask_ps(nan) != 0;
         let d = if has_nan { f32::NAN } else { m / 127.0 };
-        if !(d > 0.0 && d.is_finite()) {
-            // d = 0, NaN or ∞: the reference's inverse is 0 (or ∞·0), every quant 0.
+        if !(d > 0.0 && d.is_finite() && (1.0 / d).is_finite()) {
+            // d = 0, NaN, ∞ or subnormal (1/d overflows): every quant 0, as in the reference.
             std::ptr::write_bytes(q, 0, QK);
             return (d, 0);
         }

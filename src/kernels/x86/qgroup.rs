@@ -38,15 +38,24 @@ impl Grouped {
     /// The interleaved matrix `w` with `cols` columns, or None for any other matrix. Panics
     /// when an interleaved layout was built for another row length.
     fn of(w: Mat<'_>, cols: usize) -> Option<Grouped> {
-        let (qs, d, layout, bb, q4) = match w {
-            Mat::Q8(q) => (q.qs.as_ptr().cast::<u8>(), q.d.as_ptr(), q.layout, QK, false),
-            Mat::Q4(q) => (q.qs.as_ptr(), q.d.as_ptr(), q.layout, QK / 2, true),
+        let (qs, d, d_len, layout, bb, q4) = match w {
+            Mat::Q8(q) => (q.qs.as_ptr().cast::<u8>(), q.d.as_ptr(), q.d.len(), q.layout, QK, false),
+            Mat::Q4(q) => (q.qs.as_ptr(), q.d.as_ptr(), q.d.len(), q.layout, QK / 2, true),
             _ => return None,
         };
         match layout {
             Layout::Rows => None,
             Layout::Interleaved { nb } => {
+                // The kernels read whole 8-row units (a ragged row's block is gathered from its
+                // group's unit) and 8 scales at a time: the matrix must be whole groups with
+                // one scale per block. `Q8/Q4::from_bytes` guarantee it; the fields are public,
+                // so check here too.
                 assert_eq!(nb * QK, cols, "interleaved block matrix of {nb} blocks per row used with {cols} columns");
+                let elements = w.len();
+                assert!(
+                    elements % (GROUP_ROWS * cols) == 0 && d_len * QK == elements,
+                    "interleaved block matrix of {elements} elements and {d_len} scales is not whole 8-row groups of {cols} columns"
+                );
                 Some(Grouped { qs, d, nb, bb, q4 })
             }
         }
