@@ -165,7 +165,7 @@ fn gemv_2048x2048_bf16(b: Bencher) {
 
 /// An OLMoE expert projection (1024 × 2048) against one activation row: short rows, many
 /// row groups — where prefetching across row groups shows.
-#[divan::bench(args = ["bf16", "q8", "q4"], sample_count = 50)]
+#[divan::bench(args = ["bf16", "q8", "q4", "q8r8", "q4r8"], sample_count = 50)]
 fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
     // 64 distinct matrices so that, as in a decode step, the weights come from memory.
     let ws: Vec<Weights> = (0..64).map(|_| Weights::new(dtype, 1024, 2048)).collect();
