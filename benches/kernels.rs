@@ -56,11 +56,7 @@ impl Weights {
                     q
                 };
                 if dtype.ends_with("r8") {
-                    let nb = cols / quant::QK;
-                    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
-                    quant::interleave_quants(&qs, qs.len() / d.len(), nb, &mut qi);
-                    quant::interleave_scales(&d, nb, &mut di);
-                    (qs, d) = (qi, di);
+                    (qs, d) = quant::interleave(&qs, &d, cols / quant::QK);
                 }
                 qs.into_iter().chain(d.iter().flat_map(|x| x.to_le_bytes())).collect()
             }

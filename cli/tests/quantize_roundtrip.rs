@@ -78,12 +78,7 @@ fn requantise(dtype: DType, x: &[f32], cols: usize) -> Vec<u8> {
         qs
     };
     if dtype.is_interleaved() {
-        let nb = cols / QK;
-        let mut grouped = vec![0u8; out.len()];
-        quant::interleave_quants(&out, out.len() / d.len(), nb, &mut grouped);
-        let mut dg = vec![0u16; d.len()];
-        quant::interleave_scales(&d, nb, &mut dg);
-        (out, d) = (grouped, dg);
+        (out, d) = quant::interleave(&out, &d, cols / QK);
     }
     out.extend(d.iter().flat_map(|s| s.to_le_bytes()));
     out
@@ -433,10 +428,7 @@ fn interleaved_and_row_major_files_hold_the_same_values_and_give_the_same_logits
             assert!(r < 1e-4, "{} {scheme}: interleaved vs row-major max |Δlogit| / std = {r:e}", dir.display());
             let v = vocab as usize;
             for (p, (ra, rb)) in la.chunks(v).zip(lb.chunks(v)).enumerate() {
-                let top = |r: &[f32]| {
-                    r.iter().enumerate().fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m }).0
-                };
-                assert_eq!(top(ra), top(rb), "{} {scheme}: greedy token at position {p}", dir.display());
+                assert_eq!(argmax(ra), argmax(rb), "{} {scheme}: greedy token at position {p}", dir.display());
             }
         }
     }

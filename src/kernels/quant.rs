@@ -87,6 +87,26 @@ pub fn interleave_quants(src: &[u8], bb: usize, nb: usize, dst: &mut [u8]) {
     }
 }
 
+/// The interleaved copy of a row-major block matrix given as quant bytes (`qs.len() / d.len()`
+/// per block) and scales, `nb` blocks per row.
+pub fn interleave(qs: &[u8], d: &[u16], nb: usize) -> (Vec<u8>, Vec<u16>) {
+    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
+    interleave_quants(qs, qs.len() / d.len().max(1), nb, &mut qi);
+    interleave_scales(d, nb, &mut di);
+    (qi, di)
+}
+
+/// The interleaved copy of a stored row-major block matrix (its quants, `bb` bytes per block,
+/// then its little-endian f16 scales), `nb` blocks per row: the bytes a q8r8 / q4r8 tensor holds.
+pub fn interleave_stored(bytes: &[u8], bb: usize, nb: usize) -> Vec<u8> {
+    let blocks = bytes.len() / (bb + 2);
+    let (qs, d) = bytes.split_at(blocks * bb);
+    let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    let (mut out, di) = interleave(qs, &d, nb);
+    out.extend(di.iter().flat_map(|v| v.to_le_bytes()));
+    out
+}
+
 /// Reorder the scale region `src` of a row-major block matrix (`nb` blocks per row, rows a
 /// multiple of 8) into the interleaved layout in `dst` (same length).
 pub fn interleave_scales(src: &[u16], nb: usize, dst: &mut [u16]) {
@@ -389,9 +409,7 @@ mod tests {
                 seen[p] = true;
             }
         }
-        let (mut qi, mut di) = (vec![0u8; q4.len()], vec![0u16; d.len()]);
-        interleave_quants(&q4, QK / 2, nb, &mut qi);
-        interleave_scales(&d, nb, &mut di);
+        let (qi, di) = interleave(&q4, &d, nb);
         let (a, b) = (Q4 { qs: &q4, d: &d, layout: Layout::Rows }, Q4 { qs: &qi, d: &di, layout });
         for blk in 0..rows * nb {
             assert_eq!(a.block(blk), b.block(blk), "block {blk}");

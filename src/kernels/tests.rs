@@ -38,14 +38,6 @@ struct Stored {
     q4r8: Option<(Vec<u8>, Vec<u16>)>,
 }
 
-/// The interleaved copy of a row-major block matrix (quants as bytes, `bb` per block).
-fn interleaved(qs: &[u8], d: &[u16], bb: usize, nb: usize) -> (Vec<u8>, Vec<u16>) {
-    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
-    quant::interleave_quants(qs, bb, nb, &mut qi);
-    quant::interleave_scales(d, nb, &mut di);
-    (qi, di)
-}
-
 impl Stored {
     fn new(rows: usize, cols: usize, seed: u64) -> Stored {
         let f = sample(rows * cols, seed);
@@ -80,10 +72,10 @@ impl Stored {
         let nb = cols / quant::QK;
         let q8r8 = q8.as_ref().filter(|_| grouped).map(|(q, d)| {
             let bytes: Vec<u8> = q.iter().map(|&v| v as u8).collect();
-            let (qi, di) = interleaved(&bytes, d, quant::QK, nb);
+            let (qi, di) = quant::interleave(&bytes, d, nb);
             (qi.into_iter().map(|v| v as i8).collect(), di)
         });
-        let q4r8 = q4.as_ref().filter(|_| grouped).map(|(q, d)| interleaved(q, d, quant::QK / 2, nb));
+        let q4r8 = q4.as_ref().filter(|_| grouped).map(|(q, d)| quant::interleave(q, d, nb));
         Stored {
             cols,
             f16: f.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect(),
@@ -492,7 +484,7 @@ fn w4a8_is_exact_in_integers_even_with_outliers_and_biased_activations() {
             &mut d[r * nb..(r + 1) * nb],
         );
     }
-    let (qi, di) = interleaved(&q, &d, quant::QK / 2, cols / quant::QK);
+    let (qi, di) = quant::interleave(&q, &d, cols / quant::QK);
     let layouts = [(&q, &d, quant::Layout::Rows), (&qi, &di, quant::Layout::Interleaved { nb: cols / quant::QK })];
     let x: Vec<f32> = sample(cols, 6).iter().map(|v| v.abs() + 0.5).collect();
     let generic = table_for(super::simd::CpuPath::Generic).expect("generic");

@@ -231,16 +231,8 @@ pub fn encode(dtype: DType, values: &[f32], cols: usize) -> Vec<u8> {
         DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 if dtype.is_interleaved() => {
             // The row-major encoding, then reordered: rows of `cols`, as many as there are.
             let rows_major = encode(dtype.encoding(), values, cols);
-            let (qs, d) = rows_major.split_at(rows_major.len() - values.len() / quant::QK * 2);
-            let nb = cols / quant::QK;
-            let bb = qs.len() / (values.len() / quant::QK);
-            let mut qi = vec![0u8; qs.len()];
-            quant::interleave_quants(qs, bb, nb, &mut qi);
-            let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-            let mut di = vec![0u16; d.len()];
-            quant::interleave_scales(&d, nb, &mut di);
-            out.extend_from_slice(&qi);
-            di.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
+            let bb = if dtype.encoding() == DType::Q8 { quant::QK } else { quant::QK / 2 };
+            out = quant::interleave_stored(&rows_major, bb, cols / quant::QK);
         }
         DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => {
             let mut d = vec![0u16; values.len() / quant::QK];

@@ -232,14 +232,8 @@ mod tests {
             }
             // The interleaved file is the row-major one reordered.
             let plain = &row_major[usize::from(dtype.encoding() == DType::Q4)];
-            let (qs, d) = plain.split_at(plain.len() - x.len() / QK * 2);
-            let mut want = vec![0u8; qs.len()];
-            quant::interleave_quants(qs, qs.len() / (x.len() / QK), 2, &mut want);
-            let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-            let mut dw = vec![0u16; d.len()];
-            quant::interleave_scales(&d, 2, &mut dw);
-            want.extend(dw.iter().flat_map(|v| v.to_le_bytes()));
-            assert_eq!(whole, want, "{dtype}");
+            let bb = if dtype.encoding() == DType::Q8 { QK } else { QK / 2 };
+            assert_eq!(whole, quant::interleave_stored(plain, bb, 2), "{dtype}");
         }
     }
 
