@@ -7,7 +7,8 @@
 //!
 //! Matrices are bigger than the last-level cache, so matrix-vector figures measure memory reads.
 
-use colibri::kernels::{self, quant, Mat};
+use colibri::format::DType;
+use colibri::kernels::{self, Kernels, Mat};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 
@@ -20,8 +21,10 @@ fn main() {
 struct Weights {
     rows: usize,
     cols: usize,
-    bytes: Vec<u8>,
-    dtype: &'static str,
+    /// The stored bytes in u64 words, so that every dtype's elements are aligned.
+    words: Vec<u64>,
+    len: usize,
+    dtype: DType,
 }
 
 fn values(n: usize) -> Vec<f32> {
@@ -38,50 +41,24 @@ fn values(n: usize) -> Vec<f32> {
 
 impl Weights {
     fn new(dtype: &'static str, rows: usize, cols: usize) -> Weights {
-        let v = values(rows * cols);
-        let bytes = match dtype {
-            "f32" => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            "bf16" => v.iter().flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes()).collect(),
-            "f16" => v.iter().flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes()).collect(),
-            _ => {
-                let n = rows * cols;
-                let mut d = vec![0u16; n / quant::QK];
-                let mut qs = if dtype.starts_with("q8") {
-                    let mut q = vec![0i8; n];
-                    quant::quantize_row_q8(&v, &mut q, &mut d);
-                    q.iter().map(|&q| q as u8).collect()
-                } else {
-                    let mut q = vec![0u8; n / 2];
-                    quant::quantize_row_q4(&v, &mut q, &mut d);
-                    q
-                };
-                if dtype.ends_with("r8") {
-                    (qs, d) = quant::interleave(&qs, &d, cols / quant::QK);
-                }
-                qs.into_iter().chain(d.iter().flat_map(|x| x.to_le_bytes())).collect()
-            }
-        };
-        Weights { rows, cols, bytes, dtype }
+        let dtype = DType::from_name(dtype).expect("a dtype name");
+        let bytes = dtype.encode(&values(rows * cols), cols);
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            *w = u64::from_le_bytes(b);
+        }
+        Weights { rows, cols, words, len: bytes.len(), dtype }
     }
 
-    fn grouped(&self) -> quant::Layout {
-        quant::Layout::interleaved(self.rows, self.cols).expect("rows a multiple of 8")
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: u64 words are plain bytes; `len` is at most their byte length.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
 
     fn mat(&self) -> Mat<'_> {
-        let n = self.rows * self.cols;
-        // SAFETY (casts): Vec<u8> from the global allocator is at least 8-aligned in practice;
-        // align_to returns an empty slice otherwise and the bench would panic on the length check.
-        let halfs = || unsafe { self.bytes.align_to::<u16>().1 };
-        match self.dtype {
-            "f32" => Mat::F32(unsafe { self.bytes.align_to::<f32>().1 }),
-            "bf16" => Mat::BF16(halfs()),
-            "f16" => Mat::F16(halfs()),
-            "q8" => Mat::Q8(quant::Q8::from_bytes(&self.bytes, n, quant::Layout::Rows).expect("q8 layout")),
-            "q4" => Mat::Q4(quant::Q4::from_bytes(&self.bytes, n, quant::Layout::Rows).expect("q4 layout")),
-            "q8r8" => Mat::Q8(quant::Q8::from_bytes(&self.bytes, n, self.grouped()).expect("q8r8 layout")),
-            _ => Mat::Q4(quant::Q4::from_bytes(&self.bytes, n, self.grouped()).expect("q4r8 layout")),
-        }
+        Mat::new(self.dtype, self.rows, self.cols, self.bytes()).expect("bench matrix binds")
     }
 }
 
@@ -93,8 +70,8 @@ fn gemv_14336x4096(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 14336, 4096);
     let x = values(4096);
     let mut y = vec![0f32; 14336];
-    b.counter(BytesCount::new(w.bytes.len())).bench_local(|| {
-        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 1, &mut y);
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
         black_box(&y);
     });
 }
@@ -105,8 +82,8 @@ fn gemv_14336x4096_n4(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 14336, 4096);
     let x = values(4 * 4096);
     let mut y = vec![0f32; 4 * 14336];
-    b.counter(BytesCount::new(w.bytes.len())).bench_local(|| {
-        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 4, &mut y);
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), 4, &mut y);
         black_box(&y);
     });
 }
@@ -118,7 +95,7 @@ fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
     let x = values(512 * 2048);
     let mut y = vec![0f32; 512 * 1408];
     b.counter(ItemsCount::new(512 * 2048 * 1408usize)).bench_local(|| {
-        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 512, &mut y);
+        Kernels::default().matmul(w.mat(), black_box(&x), 512, &mut y);
         black_box(&y);
     });
 }
@@ -130,7 +107,7 @@ fn gemm_64x2048x1024(b: Bencher, dtype: &'static str) {
     let x = values(64 * 2048);
     let mut y = vec![0f32; 64 * 1024];
     b.counter(ItemsCount::new(64 * 2048 * 1024usize)).bench_local(|| {
-        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 64, &mut y);
+        Kernels::default().matmul(w.mat(), black_box(&x), 64, &mut y);
         black_box(&y);
     });
 }
@@ -153,8 +130,8 @@ fn gemv_2048x2048_bf16(b: Bencher) {
     let w = Weights::new("bf16", 2048, 2048);
     let x = values(2048);
     let mut y = vec![0f32; 2048];
-    b.counter(BytesCount::new(w.bytes.len())).bench_local(|| {
-        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), 1, &mut y);
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
         black_box(&y);
     });
 }
@@ -168,9 +145,9 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
     let x = values(2048);
     let mut y = vec![0f32; 1024];
     let mut i = 0;
-    b.counter(BytesCount::new(ws[0].bytes.len())).bench_local(|| {
+    b.counter(BytesCount::new(ws[0].len)).bench_local(|| {
         i = (i + 1) % ws.len();
-        kernels::matmul(ws[i].mat(), 1024, 2048, black_box(&x), 1, &mut y);
+        Kernels::default().matmul(ws[i].mat(), black_box(&x), 1, &mut y);
         black_box(&y);
     });
 }
@@ -182,7 +159,7 @@ fn matmul_n(b: Bencher, dtype: &'static str, n: usize) {
     let x = values(n * 2048);
     let mut y = vec![0f32; n * 16384];
     b.counter(ItemsCount::new(n * 2048 * 16384usize)).bench_local(|| {
-        kernels::matmul(w.mat(), w.rows, w.cols, black_box(&x), n, &mut y);
+        Kernels::default().matmul(w.mat(), black_box(&x), n, &mut y);
         black_box(&y);
     });
 }

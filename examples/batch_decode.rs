@@ -11,7 +11,7 @@
 //! produce the same tokens. Defaults: models/default.colibri, 2 threads, 32 steps, 3 runs.
 
 use colibri::forward::{forward, forward_batch, ForwardOptions, Input, Sequence};
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use std::path::PathBuf;
 use std::time::Instant;

@@ -69,6 +69,9 @@ pub enum Error {
     Checksum { tensor: String, expected: u64, found: u64 },
     /// A caller passed an invalid argument.
     InvalidArgument { reason: String },
+    /// The new tokens do not fit the session's context: `cached` already there, `new` asked
+    /// for, room for `n_ctx`; `sequence` names the sequence of a batch.
+    ContextFull { cached: usize, new: usize, n_ctx: usize, sequence: Option<usize> },
     /// The requested feature or input kind is not supported (by this build or this version).
     Unsupported { what: String },
     /// Converting a checkpoint failed for a reason specific to the source files.
@@ -107,6 +110,7 @@ impl Error {
             Error::NonFinite { .. } | Error::NonFiniteScale { .. } => "non_finite",
             Error::Checksum { .. } => "checksum",
             Error::InvalidArgument { .. } => "invalid_argument",
+            Error::ContextFull { .. } => "context_full",
             Error::Unsupported { .. } => "unsupported",
             Error::Convert { .. } => "convert",
         }
@@ -188,6 +192,13 @@ impl fmt::Display for Error {
                 write!(f, "checksum mismatch in tensor '{tensor}': recorded {expected:016x}, data gives {found:016x}")
             }
             Error::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
+            Error::ContextFull { cached, new, n_ctx, sequence } => {
+                write!(f, "context full: {cached} cached + {new} new tokens exceed the context of {n_ctx} tokens")?;
+                match sequence {
+                    Some(i) => write!(f, " (sequence {i} of the batch)"),
+                    None => Ok(()),
+                }
+            }
             Error::Unsupported { what } => write!(f, "unsupported: {what}"),
             Error::Convert { reason } => write!(f, "conversion failed: {reason}"),
         }

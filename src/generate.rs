@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingOptions};
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerParams};
-use crate::state::Session;
+use crate::session::Session;
 use crate::stop::StopMatcher;
 use crate::tokenizer::Tokenizer;
 use std::time::Instant;

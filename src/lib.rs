@@ -5,12 +5,13 @@
 //! - [`generate`]: prompt → tokens loop with sampling and stop conditions.
 //! - [`tokenizer`], [`sampler`]: text ↔ ids, logits → next id.
 //! - [`forward`]: the forward pass (layer loop; attention, router, experts, ffn helpers).
-//! - [`state`]: per-session KV cache and buffers.
-//! - [`kernels`]: math on slices (scalar reference + run-time chosen SIMD).
-//! - [`model`]: Config + Weights + metadata of an opened file (`Model::open`).
-//! - [`tensor`]: zero-copy typed views of tensors.
+//! - [`session`]: per-session KV cache, position, routing state and logits.
+//! - [`model`]: Config + Weights (bound matrices) + metadata of an opened file (`Model::open`).
+//! - [`tensor`]: zero-copy views of tensors, bound as kernel operands.
+//! - [`kernels`]: math on bound matrices and slices (scalar reference + run-time chosen SIMD).
 //! - [`mmap`]: the OS mapping (or aligned read) of a file.
-//! - [`format`]: the on-disk contract: byte layout, parser, validator, streaming writer.
+//! - [`format`]: the on-disk contract: byte layout, dtype table, block layouts, parser,
+//!   validator, streaming writer.
 //! - [`error`]: the crate's one error type; [`rng`]: the seeded PRNG.
 
 /// cbindgen:ignore
@@ -33,7 +34,7 @@ pub mod rng;
 /// cbindgen:ignore
 pub mod sampler;
 /// cbindgen:ignore
-pub mod state;
+pub mod session;
 /// cbindgen:ignore
 pub mod stop;
 /// cbindgen:ignore

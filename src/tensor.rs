@@ -1,10 +1,10 @@
-//! Typed, zero-copy views of tensors borrowed from a mapping. A view is a record (dtype, shape,
-//! expert stride) plus the bytes it covers; it never copies weights. Block-quantised views are
-//! read as `kernels::quant` matrices (and dequantised only by the f32 accessors for tools).
+//! Zero-copy views of tensors borrowed from a mapping: a record (name, dtype, shape, expert
+//! stride) plus the bytes it covers. `mat()` binds a plain tensor or one expert as a kernel
+//! operand (checked once, when the model is opened); the f32 accessors are for tools and tests.
 
+use crate::error::{Error, Result};
 use crate::format::{DType, TensorKind, TensorRecord};
-use crate::kernels::quant::{self, Layout, Q4, Q8};
-use half::{bf16, f16};
+use crate::kernels::Mat;
 
 /// A borrowed tensor.
 #[derive(Clone, Copy, Debug)]
@@ -17,35 +17,6 @@ pub struct TensorView<'a> {
     pub expert_stride: usize,
     /// All bytes of the tensor (for stacks: including the zero gaps between experts).
     pub bytes: &'a [u8],
-}
-
-/// Element data of a view, typed. A block-quantised view that is not one matrix (a whole
-/// expert stack, whose bytes include the gaps) gives an empty block matrix.
-#[derive(Clone, Copy, Debug)]
-pub enum Elements<'a> {
-    F32(&'a [f32]),
-    F16(&'a [f16]),
-    BF16(&'a [bf16]),
-    Q8(Q8<'a>),
-    Q4(Q4<'a>),
-}
-
-impl Elements<'_> {
-    /// Number of elements held.
-    pub fn len(&self) -> usize {
-        match self {
-            Elements::F32(x) => x.len(),
-            Elements::F16(x) => x.len(),
-            Elements::BF16(x) => x.len(),
-            Elements::Q8(m) => m.qs.len(),
-            Elements::Q4(m) => m.qs.len() * 2,
-        }
-    }
-
-    /// True when no element is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl<'a> TensorView<'a> {
@@ -103,83 +74,54 @@ impl<'a> TensorView<'a> {
         *self.shape.last().unwrap_or(&1) as usize
     }
 
-    /// Elements of the matrix (product of the shape).
-    fn matrix_elements(&self) -> usize {
+    /// Elements of the view (product of the shape; a stack counts every expert).
+    pub fn len(&self) -> usize {
         self.shape.iter().product::<u64>() as usize
     }
 
-    /// Where a block matrix keeps its blocks (row-major unless the dtype is interleaved; a
-    /// matrix whose rows are not whole groups gets no valid layout and reads as empty).
-    fn layout(&self) -> Layout {
-        if self.dtype.is_interleaved() {
-            Layout::interleaved(self.rows(), self.cols()).unwrap_or(Layout::Interleaved { nb: 0 })
-        } else {
-            Layout::Rows
-        }
+    /// True when the view holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
-    /// The elements, typed (plain tensors and single experts; float stacks include their gaps).
-    pub fn elements(&self) -> Elements<'a> {
-        // Data offsets are multiples of 64 and mappings are page-aligned, so these casts are
-        // aligned; `align_to` keeps this safe even if that ever stopped holding (empty prefix).
-        match self.dtype {
-            DType::F32 => Elements::F32(cast(self.bytes)),
-            DType::F16 => Elements::F16(cast(self.bytes)),
-            DType::BF16 => Elements::BF16(cast(self.bytes)),
-            DType::Q8 | DType::Q8R8 => {
-                Elements::Q8(Q8::from_bytes(self.bytes, self.matrix_elements(), self.layout()).unwrap_or(Q8 {
-                    qs: &[],
-                    d: &[],
-                    layout: Layout::Rows,
-                }))
-            }
-            DType::Q4 | DType::Q4R8 => {
-                Elements::Q4(Q4::from_bytes(self.bytes, self.matrix_elements(), self.layout()).unwrap_or(Q4 {
-                    qs: &[],
-                    d: &[],
-                    layout: Layout::Rows,
-                }))
-            }
+    /// The tensor (a plain tensor, a vector as one row, or one expert) as a kernel operand.
+    /// An expert stack as a whole is not one matrix: bind its experts.
+    pub fn mat(&self) -> Result<Mat<'a>> {
+        if self.kind == TensorKind::Experts || self.shape.len() > 2 {
+            return Err(self.mismatch("an expert stack is bound one expert at a time".into()));
         }
+        Mat::new(self.dtype, self.rows(), self.cols(), self.bytes).map_err(|reason| self.mismatch(reason))
     }
 
-    /// The elements as a kernel matrix operand (plain tensors and single experts).
-    pub fn mat(&self) -> crate::kernels::Mat<'a> {
-        use crate::kernels::Mat;
-        match self.elements() {
-            Elements::F32(x) => Mat::F32(x),
-            Elements::F16(_) => Mat::F16(cast(self.bytes)),
-            Elements::BF16(_) => Mat::BF16(cast(self.bytes)),
-            Elements::Q8(m) => Mat::Q8(m),
-            Elements::Q4(m) => Mat::Q4(m),
+    /// Every expert of a stack bound as a kernel operand, in order.
+    pub fn expert_mats(&self) -> Result<Vec<Mat<'a>>> {
+        if self.kind != TensorKind::Experts {
+            return Err(self.mismatch("not an expert stack".into()));
         }
+        (0..self.n_experts())
+            .map(|e| {
+                let x = self.expert(e).ok_or_else(|| self.mismatch(format!("expert {e} runs past the tensor")))?;
+                x.mat()
+            })
+            .collect()
     }
 
-    /// The f32 elements if the dtype is F32.
-    pub fn as_f32(&self) -> Option<&'a [f32]> {
-        match self.elements() {
-            Elements::F32(x) => Some(x),
-            _ => None,
-        }
+    fn mismatch(&self, reason: String) -> Error {
+        Error::TensorMismatch { name: self.name.to_string(), reason }
     }
 
     /// Elements `start .. start + out.len()` (row-major, of a plain tensor or single expert)
     /// converted to f32 into `out`; block types are dequantised, so both bounds must then be
-    /// multiples of the group. `None` when the range is outside the tensor or not whole blocks.
+    /// whole blocks. `None` when the range is outside the tensor or not whole blocks, or the view
+    /// is a whole stack.
     pub fn read_f32(&self, start: usize, out: &mut [f32]) -> Option<()> {
+        let m = self.mat().ok()?;
         let end = start.checked_add(out.len())?;
-        let elements = self.elements();
-        if end > elements.len() {
+        let block = self.dtype.block();
+        if end > m.len() || start % block != 0 || out.len() % block != 0 {
             return None;
         }
-        let whole_blocks = start % quant::QK == 0 && out.len() % quant::QK == 0;
-        match elements {
-            Elements::F32(x) => out.copy_from_slice(&x[start..end]),
-            Elements::F16(x) => out.iter_mut().zip(&x[start..end]).for_each(|(o, v)| *o = v.to_f32()),
-            Elements::BF16(x) => out.iter_mut().zip(&x[start..end]).for_each(|(o, v)| *o = v.to_f32()),
-            Elements::Q8(m) => quant::dequantize_q8(m, start, whole_blocks.then_some(out)?),
-            Elements::Q4(m) => quant::dequantize_q4(m, start, whole_blocks.then_some(out)?),
-        }
+        m.dequantize(start, out);
         Some(())
     }
 
@@ -195,29 +137,10 @@ impl<'a> TensorView<'a> {
         if self.kind == TensorKind::Experts {
             return (0..self.n_experts()).filter_map(|e| self.expert(e)).flat_map(|v| v.to_f32_vec()).collect();
         }
-        let mut all = vec![0f32; self.elements().len()];
+        let mut all = vec![0f32; self.len()];
         match self.read_f32(0, &mut all) {
             Some(()) => all,
             None => Vec::new(),
         }
     }
 }
-
-/// Reinterpret bytes as a slice of plain-old-data numbers (2- or 4-byte float types).
-fn cast<T: Pod>(bytes: &[u8]) -> &[T] {
-    // SAFETY: T is a plain number type valid for any bit pattern; align_to only returns an
-    // aligned middle part.
-    let (pre, mid, _) = unsafe { bytes.align_to::<T>() };
-    if pre.is_empty() {
-        mid
-    } else {
-        &[]
-    }
-}
-
-/// Types valid for any bit pattern.
-trait Pod: Copy {}
-impl Pod for f32 {}
-impl Pod for f16 {}
-impl Pod for bf16 {}
-impl Pod for u16 {}

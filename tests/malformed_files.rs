@@ -1525,7 +1525,7 @@ fn q08_interleaved_rows_must_be_whole_groups_of_8() {
 fn q09_a_row_major_matrix_relabelled_interleaved_reads_its_bytes_in_the_interleaved_order() {
     // Same bytes, other layout: valid on disk (the checksum covers bytes, not meaning), and the
     // values read are those bytes taken in the interleaved order: the dtype decides the layout.
-    use colibri::kernels::quant::Layout;
+    use colibri::format::blocks::Layout;
     let name = "layers.0.attn.k";
     let b = qpatched(|b, l| put_u32(b, l.rec(name) + R_DTYPE, DType::Q8R8.id()));
     let s = Scratch::new();

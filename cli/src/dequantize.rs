@@ -70,7 +70,7 @@ fn write_dequantised(
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
     debug_assert_eq!(CHUNK_ELEMENTS % GROUP as usize, 0);
-    let n = unit.elements().len();
+    let n = unit.len();
     let mut start = 0;
     while start < n {
         wide.resize((n - start).min(CHUNK_ELEMENTS), 0.0);

@@ -3,7 +3,7 @@
 
 use crate::{model_path, npy, run::init_threads};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::{Error, LoadOptions, Model};
 use std::path::Path;
 

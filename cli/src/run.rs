@@ -6,7 +6,7 @@ use crate::{model_path, npy};
 use colibri::forward::{Input, RoutingMode, RoutingOptions};
 use colibri::generate::{generate, GenerateParams, StopReason};
 use colibri::sampler::SamplerParams;
-use colibri::state::{KvDtype, RouteRecord, Session, SessionOptions};
+use colibri::session::{KvDtype, RouteRecord, Session, SessionOptions};
 use colibri::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::io::{BufRead, Write};
@@ -149,7 +149,10 @@ fn params(a: &RunArgs) -> GenerateParams {
 
 fn session(a: &RunArgs, model: &Model) -> Result<Session, Error> {
     let kv_dtype = KvDtype::from_name(&a.kv_type).unwrap_or(KvDtype::F32);
-    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: a.ctx, kv_dtype, seed: a.seed })?;
+    let mut s = Session::new(
+        model.config(),
+        &SessionOptions { n_ctx: a.ctx, kv_dtype, routing_seed: a.seed, ..Default::default() },
+    )?;
     s.set_trace(a.debug_routing);
     Ok(s)
 }

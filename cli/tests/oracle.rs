@@ -7,7 +7,7 @@
 mod common;
 
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use common::{argmax, convert, fixture_dirs, ids};
 use std::path::Path;
@@ -136,8 +136,9 @@ fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
     let (_, want) = read_npy_f32(&dir.join("oracle/logits_f32.npy"));
     let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
     let all = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
-    for kv_dtype in [colibri::state::KvDtype::F16, colibri::state::KvDtype::BF16] {
-        let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 64, kv_dtype, seed: 0 }).unwrap();
+    for kv_dtype in [colibri::session::KvDtype::F16, colibri::session::KvDtype::BF16] {
+        let mut s =
+            Session::new(model.config(), &SessionOptions { n_ctx: 64, kv_dtype, ..Default::default() }).unwrap();
         forward(&model, &mut s, Input::Tokens(&input), &all).unwrap();
         let d = s.logits().iter().zip(&want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
         assert!(d <= 2e-2 * max_abs, "{kv_dtype:?} KV cache: {d}");

@@ -8,11 +8,11 @@
 
 mod common;
 
+use colibri::format::blocks::{self as quant, Layout, QK};
 use colibri::format::{DType, TensorKind};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
-use colibri::kernels::quant::{self, Layout, QK};
 use colibri::model::{tensor_specs, QuantClass, TensorSpec};
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::tensor::TensorView;
 use colibri::{LoadOptions, Model};
 use common::*;

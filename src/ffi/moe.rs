@@ -5,7 +5,7 @@
 use super::handle::*;
 use super::panic::{guard, guard_or, Failure};
 use super::status::*;
-use crate::kernels::{self, Mat};
+use crate::kernels::{Kernels, Mat};
 
 /// 64 bytes of floats: the unit of the aligned weight copy.
 #[repr(C, align(64))]
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn colibri_moe_infer(
         let mut y = vec![0f32; m.out_len];
         for (&e, &w) in chosen.iter().zip(&ex) {
             let rows = m.experts[e].1;
-            kernels::matmul(Mat::F32(m.weights(e)), rows, m.hidden, x, 1, &mut y[..rows]);
+            Kernels::default().matmul(Mat::f32s(m.weights(e), rows, m.hidden), x, 1, &mut y[..rows]);
             for (o, &v) in out[..rows].iter_mut().zip(&y[..rows]) {
                 *o += (w / sum) * v;
             }

@@ -8,7 +8,7 @@ use super::panic::{guard, guard_or, Failure};
 use super::status::*;
 use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingMode, RoutingOptions};
 use crate::model::Model;
-use crate::state::{KvDtype, Session, SessionOptions};
+use crate::session::{KvDtype, Session, SessionOptions};
 use crate::tokenizer::Tokenizer;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
@@ -148,7 +148,8 @@ impl colibri_session {
         let routing = routing_of(p.routing_mode, p.moe_top_k)?;
         let c = m.model.config();
         crate::forward::check_routing(c, &routing)?;
-        let session = Session::new(c, &SessionOptions { n_ctx: p.n_ctx as usize, kv_dtype, seed: p.seed })?;
+        let opts = SessionOptions { n_ctx: p.n_ctx as usize, kv_dtype, routing_seed: p.seed, ..Default::default() };
+        let session = Session::new(c, &opts)?;
         Ok(colibri_session {
             model: m.model.clone(),
             tokenizer: m.tokenizer.clone(),

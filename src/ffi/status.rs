@@ -30,14 +30,41 @@ pub const COLIBRI_STATUS_PANIC: colibri_status = 8;
 /// A params struct has a struct_size this library does not know.
 pub const COLIBRI_STATUS_BAD_STRUCT_SIZE: colibri_status = 9;
 
-/// Map a library error to its status.
+/// Map a library error to its status, by variant: every variant is listed, so a new one must
+/// be given its status here (no message text is ever read).
 pub(crate) fn status_of(e: &Error) -> colibri_status {
     match e {
         Error::Io { .. } | Error::NotAFile { .. } => COLIBRI_STATUS_IO,
-        Error::InvalidArgument { reason } if reason.starts_with("context full") => COLIBRI_STATUS_CONTEXT_FULL,
         Error::InvalidArgument { .. } => COLIBRI_STATUS_INVALID_ARGUMENT,
+        Error::ContextFull { .. } => COLIBRI_STATUS_CONTEXT_FULL,
         Error::Unsupported { .. } => COLIBRI_STATUS_UNSUPPORTED,
-        _ => COLIBRI_STATUS_INVALID_MODEL,
+        Error::FileTooSmall { .. }
+        | Error::BadMagic { .. }
+        | Error::UnsupportedVersion { .. }
+        | Error::BadHeader { .. }
+        | Error::TooLarge { .. }
+        | Error::OutOfBounds { .. }
+        | Error::Layout { .. }
+        | Error::NonZeroPadding { .. }
+        | Error::Truncated { .. }
+        | Error::TrailingBytes { .. }
+        | Error::BadTensorName { .. }
+        | Error::DuplicateTensor { .. }
+        | Error::UnknownDtype { .. }
+        | Error::BadShape { .. }
+        | Error::ByteLength { .. }
+        | Error::Misaligned { .. }
+        | Error::TruncatedData { .. }
+        | Error::MissingTensor { .. }
+        | Error::UnexpectedTensor { .. }
+        | Error::TensorMismatch { .. }
+        | Error::BadConfig { .. }
+        | Error::HeaderMismatch { .. }
+        | Error::Metadata { .. }
+        | Error::NonFinite { .. }
+        | Error::NonFiniteScale { .. }
+        | Error::Checksum { .. }
+        | Error::Convert { .. } => COLIBRI_STATUS_INVALID_MODEL,
     }
 }
 

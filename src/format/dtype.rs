@@ -1,13 +1,19 @@
-//! Element types of tensors in a .colibri file: their ids on disk and how many bytes a given
-//! number of elements takes. Float types store one value per element; block-quantised types
-//! store blocks of `GROUP` elements in the layout of `kernels::quant` (quants, then f16 scales).
+//! Element types of tensors in a .colibri file, as one table (the shape of ggml's type traits):
+//! each dtype has one row saying its on-disk id, name, block geometry, row grouping and what its
+//! bytes mean (reference dequantiser, NaN/Inf scan, reference encoder). `DType` is an index into
+//! that table; nothing else in the crate matches on dtypes to learn those facts. The kernels keep
+//! their own per-dtype rows (`kernels::table`), keyed by the same index.
+//!
+//! Adding a dtype: one variant here, one row in `ROWS` (plus its layout in `blocks` if it is a
+//! new block encoding), one row in `kernels::reference::ROWS` — SIMD rows are optional.
 
-use crate::kernels::quant;
+use super::blocks::{self, Layout, Q4, Q8, QK};
+use super::finite::{self, NonFinite};
 
 /// Elements per quantisation block of the block-quantised dtypes (the table's `group_size`).
-pub const GROUP: u32 = quant::QK as u32;
+pub const GROUP: u32 = QK as u32;
 
-/// A tensor element type. The numeric ids are frozen (they are written to disk).
+/// A tensor element type: an index into the dtype table. The on-disk ids (`id()`) are frozen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// IEEE-754 binary32.
@@ -16,82 +22,195 @@ pub enum DType {
     F16,
     /// bfloat16 (the top half of a binary32).
     BF16,
-    /// 8-bit blocks of 32: i8 quants, then one f16 scale per block (`kernels::quant` q8).
+    /// 8-bit blocks of 32: i8 quants, then one f16 scale per block (`blocks`, q8).
     Q8,
-    /// 4-bit blocks of 32: packed nibbles, then one f16 scale per block (`kernels::quant` q4).
+    /// 4-bit blocks of 32: packed nibbles, then one f16 scale per block (`blocks`, q4).
     Q4,
-    /// Q8 blocks in 8-row interleaved groups (`kernels::quant::Layout::Interleaved`); rows a
-    /// multiple of 8.
+    /// Q8 blocks in 8-row interleaved groups; rows a multiple of 8.
     Q8R8,
     /// Q4 blocks in 8-row interleaved groups; rows a multiple of 8.
     Q4R8,
 }
 
+/// What one dtype is: a row of the table.
+pub struct DTypeInfo {
+    pub dtype: DType,
+    /// The id written to disk. Two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8,
+    /// q4/q4r8) have ids two bits apart, so one flipped bit of a dtype field never turns a valid
+    /// tensor into another valid one (the byte length check catches every other flip).
+    pub id: u32,
+    /// Lower-case name used by the CLI and in JSON; `aliases` are accepted too.
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    /// Elements per block: 1 for floats, 32 for the block-quantised types.
+    pub block: u32,
+    /// Bytes per block (for block types: quants and scale together).
+    pub block_bytes: u32,
+    /// Rows stored together (8 for the interleaved layouts, else 1): a matrix's rows must be a
+    /// multiple of it.
+    pub row_group: u32,
+    /// The same values stored row-major (itself unless interleaved).
+    pub row_major: DType,
+    /// The same values in the interleaved layout (itself when there is none).
+    pub interleaved: DType,
+    /// out = elements [start, start + out.len()) of a stored matrix with rows of `cols`
+    /// elements, as f32: what the bytes mean. Block types need whole blocks.
+    pub dequantize: fn(bytes: &[u8], cols: usize, start: usize, out: &mut [f32]),
+    /// First NaN/Inf value of a stored matrix (float elements; block scales).
+    pub find_nonfinite: fn(bytes: &[u8], cols: usize) -> Option<NonFinite>,
+    /// The stored bytes of f32 values [x.len() / cols, cols] (reference encoder).
+    pub encode: fn(x: &[f32], cols: usize) -> Vec<u8>,
+}
+
+/// The dtype table, in `DType` order.
+static ROWS: [DTypeInfo; DType::COUNT] = [
+    float_row(DType::F32, 0, "f32", &["float32"], 4, deq_f32, finite::f32_elements, enc_f32),
+    float_row(DType::F16, 1, "f16", &["float16"], 2, deq_f16, finite::f16_elements, enc_f16),
+    float_row(DType::BF16, 2, "bf16", &["bfloat16"], 2, deq_bf16, finite::bf16_elements, enc_bf16),
+    block_row(DType::Q8, 16, "q8", 34, Q8_TWINS, deq_q8::<false>, finite::block_scales::<34, false>, enc_q8::<false>),
+    block_row(DType::Q4, 17, "q4", 18, Q4_TWINS, deq_q4::<false>, finite::block_scales::<18, false>, enc_q4::<false>),
+    block_row(DType::Q8R8, 19, "q8r8", 34, Q8_TWINS, deq_q8::<true>, finite::block_scales::<34, true>, enc_q8::<true>),
+    block_row(DType::Q4R8, 18, "q4r8", 18, Q4_TWINS, deq_q4::<true>, finite::block_scales::<18, true>, enc_q4::<true>),
+];
+
+const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
+const Q4_TWINS: [DType; 2] = [DType::Q4, DType::Q4R8];
+
+type Dequantize = fn(&[u8], usize, usize, &mut [f32]);
+type Scan = fn(&[u8], usize) -> Option<NonFinite>;
+type Encode = fn(&[f32], usize) -> Vec<u8>;
+
+#[allow(clippy::too_many_arguments)]
+const fn float_row(
+    dtype: DType,
+    id: u32,
+    name: &'static str,
+    aliases: &'static [&'static str],
+    size: u32,
+    dequantize: Dequantize,
+    find_nonfinite: Scan,
+    encode: Encode,
+) -> DTypeInfo {
+    DTypeInfo {
+        dtype,
+        id,
+        name,
+        aliases,
+        block: 1,
+        block_bytes: size,
+        row_group: 1,
+        row_major: dtype,
+        interleaved: dtype,
+        dequantize,
+        find_nonfinite,
+        encode,
+    }
+}
+
+/// A row of the 32-element block types; `twins` = [row-major, interleaved] of its encoding.
+#[allow(clippy::too_many_arguments)]
+const fn block_row(
+    dtype: DType,
+    id: u32,
+    name: &'static str,
+    block_bytes: u32,
+    twins: [DType; 2],
+    dequantize: Dequantize,
+    scan: Scan,
+    encode: Encode,
+) -> DTypeInfo {
+    let grouped = twins[1] as usize == dtype as usize;
+    DTypeInfo {
+        dtype,
+        id,
+        name,
+        aliases: &[],
+        block: GROUP,
+        block_bytes,
+        row_group: if grouped { blocks::GROUP_ROWS as u32 } else { 1 },
+        row_major: twins[0],
+        interleaved: twins[1],
+        dequantize,
+        find_nonfinite: scan,
+        encode,
+    }
+}
+
 impl DType {
+    /// Number of dtypes (rows of the table).
+    pub const COUNT: usize = 7;
+    /// Every dtype, in table order.
+    pub const ALL: [DType; DType::COUNT] =
+        [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8];
+
+    /// This dtype's row of the table.
+    #[inline]
+    pub fn info(self) -> &'static DTypeInfo {
+        &ROWS[self as usize]
+    }
+
+    /// Position in the dtype tables (also `kernels::table`'s rows).
+    #[inline]
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
     /// Parse an on-disk id; ids 3..=15 are reserved for further float types and 20.. for
     /// further block-quantised types.
     pub fn from_id(id: u32) -> Option<DType> {
-        match id {
-            0 => Some(DType::F32),
-            1 => Some(DType::F16),
-            2 => Some(DType::BF16),
-            16 => Some(DType::Q8),
-            17 => Some(DType::Q4),
-            18 => Some(DType::Q4R8),
-            19 => Some(DType::Q8R8),
-            _ => None,
-        }
+        ROWS.iter().find(|r| r.id == id).map(|r| r.dtype)
     }
 
-    /// The on-disk id. Two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8,
-    /// q4/q4r8) have ids two bits apart, so one flipped bit of a dtype field never turns a valid
-    /// tensor into another valid one (the byte length check catches every other flip).
+    /// The on-disk id.
     pub fn id(self) -> u32 {
-        match self {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::BF16 => 2,
-            DType::Q8 => 16,
-            DType::Q4 => 17,
-            DType::Q4R8 => 18,
-            DType::Q8R8 => 19,
-        }
+        self.info().id
     }
 
     /// True for the block-quantised types.
     pub fn is_quantized(self) -> bool {
-        matches!(self, DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8)
+        self.info().block > 1
     }
 
-    /// True for the block types stored in 8-row interleaved groups (their rows must be a
-    /// multiple of `kernels::quant::GROUP_ROWS`).
+    /// True for the block types stored in row groups (their rows must be a multiple of
+    /// `row_group()`).
     pub fn is_interleaved(self) -> bool {
-        matches!(self, DType::Q8R8 | DType::Q4R8)
+        self.info().row_group > 1
     }
 
-    /// The block encoding, whatever the layout: Q8 for Q8/Q8R8, Q4 for Q4/Q4R8, else itself.
+    /// Rows stored together (1 unless interleaved).
+    pub fn row_group(self) -> usize {
+        self.info().row_group as usize
+    }
+
+    /// Elements per block (1 for floats).
+    pub fn block(self) -> usize {
+        self.info().block as usize
+    }
+
+    /// The block encoding whatever the layout: Q8 for Q8/Q8R8, Q4 for Q4/Q4R8, else itself.
     pub fn encoding(self) -> DType {
-        match self {
-            DType::Q8R8 => DType::Q8,
-            DType::Q4R8 => DType::Q4,
-            d => d,
-        }
+        self.info().row_major
     }
 
-    /// The same encoding stored in 8-row interleaved groups (block types; floats unchanged).
+    /// The same encoding stored in interleaved groups (block types; floats unchanged).
     pub fn interleaved(self) -> DType {
-        match self {
-            DType::Q8 => DType::Q8R8,
-            DType::Q4 => DType::Q4R8,
-            d => d,
+        self.info().interleaved
+    }
+
+    /// Where a block matrix of this dtype with `cols` columns keeps its blocks.
+    pub fn layout(self, cols: usize) -> Layout {
+        if self.is_interleaved() {
+            Layout::Interleaved { nb: cols / QK }
+        } else {
+            Layout::Rows
         }
     }
 
-    /// The `group_size` a tensor record of this dtype carries: `GROUP` for block-quantised
-    /// types, 0 for floats.
+    /// The `group_size` a tensor record of this dtype carries: the block size for
+    /// block-quantised types, 0 for floats.
     pub fn group_size(self) -> u32 {
         if self.is_quantized() {
-            GROUP
+            self.info().block
         } else {
             0
         }
@@ -99,61 +218,49 @@ impl DType {
 
     /// Bytes per element of a float type; `None` for block-quantised types (use `bytes_for`).
     pub fn float_size(self) -> Option<u64> {
-        match self {
-            DType::F32 => Some(4),
-            DType::F16 | DType::BF16 => Some(2),
-            DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => None,
-        }
+        (!self.is_quantized()).then_some(u64::from(self.info().block_bytes))
     }
 
     /// Lower-case name used by the CLI and in JSON ("f32", "f16", "bf16", "q8", "q4", "q8r8",
     /// "q4r8").
     pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::Q8 => "q8",
-            DType::Q4 => "q4",
-            DType::Q8R8 => "q8r8",
-            DType::Q4R8 => "q4r8",
-        }
+        self.info().name
     }
 
-    /// Parse a CLI/JSON name.
+    /// Parse a CLI/JSON name (or alias, any case).
     pub fn from_name(name: &str) -> Option<DType> {
-        match name.to_ascii_lowercase().as_str() {
-            "f32" | "float32" => Some(DType::F32),
-            "f16" | "float16" => Some(DType::F16),
-            "bf16" | "bfloat16" => Some(DType::BF16),
-            "q8" => Some(DType::Q8),
-            "q4" => Some(DType::Q4),
-            "q8r8" => Some(DType::Q8R8),
-            "q4r8" => Some(DType::Q4R8),
-            _ => None,
-        }
+        let name = name.to_ascii_lowercase();
+        ROWS.iter().find(|r| r.name == name || r.aliases.contains(&name.as_str())).map(|r| r.dtype)
     }
 
-    /// Bytes needed for `elements` elements stored as one matrix (for block types: all quants,
-    /// then all scales); `None` on overflow, or for block types when `elements` is not a
-    /// multiple of `GROUP`.
+    /// Bytes needed for `elements` elements stored as one matrix; `None` on overflow, or for
+    /// block types when `elements` is not a multiple of the block or above usize::MAX / 2 (no
+    /// block matrix that large can be addressed).
     pub fn bytes_for(self, elements: u64) -> Option<u64> {
-        if let Some(size) = self.float_size() {
-            return elements.checked_mul(size);
-        }
-        if elements % u64::from(GROUP) != 0 {
+        let info = self.info();
+        let block = u64::from(info.block);
+        if elements % block != 0 || (block > 1 && elements > (usize::MAX / 2) as u64) {
             return None;
         }
-        // Bounded so the formulas of `quant` (at most 17/16 · n) cannot overflow.
-        let n = usize::try_from(elements).ok().filter(|&n| n <= usize::MAX / 2)?;
-        let bytes = if self.encoding() == DType::Q8 { quant::q8_bytes(n) } else { quant::q4_bytes(n) };
-        u64::try_from(bytes).ok()
+        (elements / block).checked_mul(u64::from(info.block_bytes))
     }
 
     /// Stored bits per weight (8.5 for q8, 4.5 for q4: the f16 scale of each block included).
     pub fn bits_per_weight(self) -> f64 {
-        let g = u64::from(GROUP);
-        self.bytes_for(g).map_or(0.0, |b| (b * 8) as f64 / g as f64)
+        let info = self.info();
+        f64::from(info.block_bytes * 8) / f64::from(info.block)
+    }
+
+    /// The reference dequantisation of elements [start, start + out.len()) of a stored matrix
+    /// with rows of `cols` elements (see `DTypeInfo::dequantize`).
+    pub fn dequantize(self, bytes: &[u8], cols: usize, start: usize, out: &mut [f32]) {
+        (self.info().dequantize)(bytes, cols, start, out)
+    }
+
+    /// The stored bytes of a matrix of f32 values with rows of `cols` (the reference encoder:
+    /// floats round to nearest even, block types quantise with `blocks`' quantisers).
+    pub fn encode(self, x: &[f32], cols: usize) -> Vec<u8> {
+        (self.info().encode)(x, cols)
     }
 }
 
@@ -161,6 +268,66 @@ impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+fn deq_f32(bytes: &[u8], _cols: usize, start: usize, out: &mut [f32]) {
+    let src = bytes[start * 4..].chunks_exact(4);
+    out.iter_mut().zip(src).for_each(|(o, b)| *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+}
+
+fn deq_f16(bytes: &[u8], _cols: usize, start: usize, out: &mut [f32]) {
+    let src = bytes[start * 2..].chunks_exact(2);
+    out.iter_mut().zip(src).for_each(|(o, b)| *o = blocks::f16_to_f32(u16::from_le_bytes([b[0], b[1]])));
+}
+
+fn deq_bf16(bytes: &[u8], _cols: usize, start: usize, out: &mut [f32]) {
+    let src = bytes[start * 2..].chunks_exact(2);
+    out.iter_mut().zip(src).for_each(|(o, b)| *o = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16));
+}
+
+/// Block count × 32 of a whole stored block matrix of `bb`-byte blocks.
+fn block_elements(bytes: &[u8], block_bytes: usize) -> usize {
+    bytes.len() / block_bytes * QK
+}
+
+fn grouping<const GROUPED: bool>(cols: usize) -> Layout {
+    if GROUPED {
+        Layout::Interleaved { nb: cols / QK }
+    } else {
+        Layout::Rows
+    }
+}
+
+fn deq_q8<const GROUPED: bool>(bytes: &[u8], cols: usize, start: usize, out: &mut [f32]) {
+    let m = Q8::from_bytes(bytes, block_elements(bytes, 34), grouping::<GROUPED>(cols))
+        .expect("dequantize: a whole, 2-aligned q8 matrix");
+    blocks::dequantize_q8(m, start, out)
+}
+
+fn deq_q4<const GROUPED: bool>(bytes: &[u8], cols: usize, start: usize, out: &mut [f32]) {
+    let m = Q4::from_bytes(bytes, block_elements(bytes, 18), grouping::<GROUPED>(cols))
+        .expect("dequantize: a whole, 2-aligned q4 matrix");
+    blocks::dequantize_q4(m, start, out)
+}
+
+fn enc_f32(x: &[f32], _cols: usize) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn enc_f16(x: &[f32], _cols: usize) -> Vec<u8> {
+    x.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect()
+}
+
+fn enc_bf16(x: &[f32], _cols: usize) -> Vec<u8> {
+    x.iter().flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
+}
+
+fn enc_q8<const GROUPED: bool>(x: &[f32], cols: usize) -> Vec<u8> {
+    blocks::quantize_matrix(x, cols, true, GROUPED)
+}
+
+fn enc_q4<const GROUPED: bool>(x: &[f32], cols: usize) -> Vec<u8> {
+    blocks::quantize_matrix(x, cols, false, GROUPED)
 }
 
 #[cfg(test)]
@@ -193,5 +360,38 @@ mod tests {
             assert!((a.id() ^ b.id()).count_ones() >= 2, "{a} and {b} are one bit flip apart");
         }
         assert_eq!(DType::from_id(3), None);
+    }
+
+    #[test]
+    fn the_table_is_in_dtype_order_with_unique_ids_and_names() {
+        for (i, d) in DType::ALL.iter().enumerate() {
+            assert_eq!((d.index(), d.info().dtype), (i, *d), "row {i}");
+        }
+        for a in DType::ALL {
+            for b in DType::ALL.into_iter().filter(|&b| b != a) {
+                assert!(a.id() != b.id() && a.name() != b.name(), "{a} and {b} share an id or name");
+            }
+            assert_eq!(a.bytes_for(a.block() as u64), Some(u64::from(a.info().block_bytes)));
+        }
+    }
+
+    #[test]
+    fn every_dtype_encodes_and_dequantises_back() {
+        let (rows, cols) = (16, 64);
+        let x: Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+        for d in DType::ALL {
+            let bytes = d.encode(&x, cols);
+            assert_eq!(bytes.len() as u64, d.bytes_for((rows * cols) as u64).unwrap(), "{d}");
+            let mut y = vec![0f32; rows * cols];
+            d.dequantize(&bytes, cols, 0, &mut y);
+            let step = if d.is_quantized() { 50.0 / 64.0 / 7.0 } else { 1e-2 };
+            for (i, (a, b)) in x.iter().zip(&y).enumerate() {
+                assert!((a - b).abs() <= step, "{d} element {i}: {a} vs {b}");
+            }
+            // The interleaved twin holds the same values.
+            let mut z = vec![0f32; rows * cols];
+            d.interleaved().dequantize(&d.interleaved().encode(&x, cols), cols, 0, &mut z);
+            assert_eq!(y, z, "{d} and {}", d.interleaved());
+        }
     }
 }

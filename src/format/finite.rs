@@ -1,7 +1,8 @@
-//! The NaN/Inf scan of stored values: every element of a float matrix, every f16 scale of a
-//! block-quantised matrix (their quants are integers: every bit pattern is a valid value).
+//! The NaN/Inf scans of stored values, one per dtype family (the dtype table points at them):
+//! every element of a float matrix, every f16 scale of a block-quantised matrix (their quants
+//! are integers: every bit pattern is a valid value).
 
-use super::dtype::GROUP;
+use super::blocks::{GROUP_ROWS, QK};
 use super::DType;
 use crate::error::Error;
 
@@ -10,7 +11,7 @@ use crate::error::Error;
 pub enum NonFinite {
     /// Element index (float dtypes).
     Element(u64),
-    /// Block index, whose f16 scale is NaN/Inf (block-quantised dtypes).
+    /// Row-major block index, whose f16 scale is NaN/Inf (block-quantised dtypes).
     Scale(u64),
 }
 
@@ -20,46 +21,54 @@ impl NonFinite {
     pub fn error(self, tensor: &str, first: u64) -> Error {
         match self {
             NonFinite::Element(i) => Error::NonFinite { tensor: tensor.to_string(), index: first + i },
-            NonFinite::Scale(b) => {
-                Error::NonFiniteScale { tensor: tensor.to_string(), block: first / u64::from(GROUP) + b }
-            }
+            NonFinite::Scale(b) => Error::NonFiniteScale { tensor: tensor.to_string(), block: first / QK as u64 + b },
         }
     }
+}
+
+/// First NaN/Inf of one stored matrix of `dtype` with rows of `cols` elements (see the dtype
+/// table's `find_nonfinite`).
+pub fn find_nonfinite(dtype: DType, bytes: &[u8], cols: u64) -> Option<NonFinite> {
+    (dtype.info().find_nonfinite)(bytes, cols as usize)
 }
 
 fn f16_nonfinite(bits: u16) -> bool {
     bits & 0x7c00 == 0x7c00
 }
 
-fn is_nonfinite(dtype: DType, chunk: &[u8]) -> bool {
-    match dtype {
-        DType::F32 => u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) & 0x7f80_0000 == 0x7f80_0000,
-        DType::F16 => f16_nonfinite(u16::from_le_bytes([chunk[0], chunk[1]])),
-        DType::BF16 => u16::from_le_bytes([chunk[0], chunk[1]]) & 0x7f80 == 0x7f80,
-        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => false,
-    }
+/// First element whose `size` little-endian bytes are NaN/Inf by `bad`.
+fn elements(bytes: &[u8], size: usize, bad: impl Fn(&[u8]) -> bool) -> Option<NonFinite> {
+    bytes.chunks_exact(size).position(bad).map(|p| NonFinite::Element(p as u64))
 }
 
-/// First NaN/Inf of one stored matrix with rows of `cols` elements: `bytes` holds the elements
-/// of a float dtype, or one self-contained block matrix (all quants, then one f16 scale per
-/// block) of a block dtype, whose bad scale is reported as row-major block r·cols/32 + b
-/// whatever the layout.
-pub fn find_nonfinite(dtype: DType, bytes: &[u8], cols: u64) -> Option<NonFinite> {
-    if let Some(size) = dtype.float_size() {
-        let p = bytes.chunks_exact(size as usize).position(|c| is_nonfinite(dtype, c))?;
-        return Some(NonFinite::Element(p as u64));
-    }
-    // A block takes bytes_for(GROUP) bytes of which the last 2 (its scale) sit in the tail region.
-    let block = dtype.bytes_for(u64::from(GROUP)).unwrap_or(1) as usize;
-    let scales = 2 * (bytes.len() / block);
-    let tail = &bytes[bytes.len() - scales..];
+/// Scan of f32 elements.
+pub fn f32_elements(bytes: &[u8], _cols: usize) -> Option<NonFinite> {
+    elements(bytes, 4, |c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) & 0x7f80_0000 == 0x7f80_0000)
+}
+
+/// Scan of f16 elements.
+pub fn f16_elements(bytes: &[u8], _cols: usize) -> Option<NonFinite> {
+    elements(bytes, 2, |c| f16_nonfinite(u16::from_le_bytes([c[0], c[1]])))
+}
+
+/// Scan of bf16 elements.
+pub fn bf16_elements(bytes: &[u8], _cols: usize) -> Option<NonFinite> {
+    elements(bytes, 2, |c| u16::from_le_bytes([c[0], c[1]]) & 0x7f80 == 0x7f80)
+}
+
+/// Scan of the scale region of one self-contained block matrix of `BLOCK_BYTES`-byte blocks (all
+/// quants, then one f16 scale per block of 32): the bad scale is reported as row-major block
+/// r·cols/32 + b whatever the layout (`GROUPED`: the 8-row interleaved one).
+pub fn block_scales<const BLOCK_BYTES: usize, const GROUPED: bool>(bytes: &[u8], cols: usize) -> Option<NonFinite> {
+    let blocks = bytes.len() / BLOCK_BYTES;
+    let tail = &bytes[bytes.len() - 2 * blocks..];
     let p = tail.chunks_exact(2).position(|c| f16_nonfinite(u16::from_le_bytes([c[0], c[1]])))? as u64;
-    if !dtype.is_interleaved() {
+    if !GROUPED {
         return Some(NonFinite::Scale(p));
     }
     // Stored position (g·nb + b)·8 + j is the scale of row 8g + j, block b.
-    let rows_per_group = crate::kernels::quant::GROUP_ROWS as u64;
-    let nb = (cols / u64::from(GROUP)).max(1);
+    let rows_per_group = GROUP_ROWS as u64;
+    let nb = (cols as u64 / QK as u64).max(1);
     let (unit, j) = (p / rows_per_group, p % rows_per_group);
     let (g, b) = (unit / nb, unit % nb);
     Some(NonFinite::Scale((g * rows_per_group + j) * nb + b))

@@ -67,23 +67,15 @@
 //!   byte_length = expert_stride × (E − 1) + (bytes of one expert); the gap after each expert is zero.
 //!   Router tensors ([E, hidden]) come first, contiguously in layer order, starting at routing_offset.
 //!
-//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8): a 2-D matrix [rows, cols] or an expert stack [E, rows, cols],
-//!   cols a multiple of 32. Each matrix (the tensor, or each expert of a stack at its 4096-aligned
-//!   stride) is self-contained: blocks of 32 consecutive elements of a row, each with one IEEE
-//!   binary16 scale d; all the quants first, then all the scales (for Q8 and Q4, block b of row r
-//!   is block r·cols/32 + b in both regions; Q8R8 / Q4R8 reorder them, below):
-//!     Q8: qs i8 [rows·cols]           value = d · q,        q ∈ [-127, 127] (-128 is accepted)
-//!         d  f16 [rows·cols/32]       bytes = n + n/16 for n = rows·cols   (8.5 bits per weight)
-//!     Q4: qs u8 [rows·cols/2]         value = d · (q − 8),  q ∈ [0, 15]
-//!         d  f16 [rows·cols/32]       bytes = n/2 + n/16                   (4.5 bits per weight)
-//!   Q4 packs a block's 32 nibbles into 16 bytes: byte j holds element j in its low nibble and
-//!   element j+16 in its high nibble. Q8R8 / Q4R8 hold the same blocks and bytes in 8-row
-//!   interleaved groups (rows a multiple of 8): for row group g and block column b, a unit of
-//!   8 blocks at unit index g·nb + b (nb = cols/32) holds byte i of row 8g + j at
-//!   ((i / 4)·8 + j)·4 + i % 4, and its 8 scales are scales (g·nb + b)·8 + j. The reference quantisers and dequantisers are
-//!   `kernels::quant`. Only attention q/k/v/o, routed expert stacks, shared-expert gate/up/down,
-//!   dense MLP gate/up/down and lm_head may be quantised; routers, the shared expert gate, norms,
-//!   biases and the embedding table stay float.
+//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8): a 2-D matrix [rows, cols] or an expert stack
+//!   [E, rows, cols], cols a multiple of the block (32), rows a multiple of the dtype's row group
+//!   (8 for Q8R8 / Q4R8). Each matrix (the tensor, or each expert of a stack at its 4096-aligned
+//!   stride) is self-contained; its bytes are laid out as format::blocks describes (the one
+//!   description of the block layouts, with the reference quantisers and dequantisers). Only
+//!   attention q/k/v/o, routed expert stacks, shared-expert gate/up/down, dense MLP gate/up/down
+//!   and lm_head may be quantised; routers, the shared expert gate, norms, biases and the
+//!   embedding table stay float. Every dtype's id, block geometry and meaning is one row of the
+//!   table in format::dtype.
 //! ```
 //!
 //! Validation order when opening: header (against the real file size) → section layout →
@@ -91,6 +83,7 @@
 //! read by [`parse`]; checksums, padding and NaN/Inf scans of the data (float elements and block
 //! scales) are done by the full validation.
 
+pub mod blocks;
 mod dtype;
 mod finite;
 mod header;
@@ -99,7 +92,7 @@ mod parse;
 mod table;
 mod writer;
 
-pub use dtype::{DType, GROUP};
+pub use dtype::{DType, DTypeInfo, GROUP};
 pub use finite::{find_nonfinite as find_nonfinite_in, NonFinite};
 pub use header::{Header, HEADER_SIZE, MAGIC, RESERVED_OFFSET, VERSION};
 pub use metadata::{MetaEntry, MetaKind, MAX_META_ENTRIES, MAX_META_KEY};

@@ -2,7 +2,6 @@
 //! checked on its own (shape, dtype, byte length, alignment). Cross-record rules (order, gaps,
 //! overlaps) are checked in `parse`.
 
-use super::dtype::GROUP;
 use super::{DType, EXPERT_ALIGN, TENSOR_ALIGN};
 use crate::error::{Error, Result};
 
@@ -134,13 +133,13 @@ impl TensorRecord {
                 shape.len()
             ));
         }
-        let cols = shape.last().copied().unwrap_or(0);
-        if cols % u64::from(GROUP) != 0 {
-            return Err(format!("row length {cols} is not a multiple of the {dtype} group size {GROUP}"));
+        let (cols, block) = (shape.last().copied().unwrap_or(0), dtype.block() as u64);
+        if cols % block != 0 {
+            return Err(format!("row length {cols} is not a multiple of the {dtype} group size {block}"));
         }
         let rows = shape[shape.len() - 2];
-        let group_rows = crate::kernels::quant::GROUP_ROWS as u64;
-        if dtype.is_interleaved() && rows % group_rows != 0 {
+        let group_rows = dtype.row_group() as u64;
+        if rows % group_rows != 0 {
             return Err(format!("{rows} rows are not a multiple of the {dtype} row group {group_rows}"));
         }
         Ok(())
@@ -203,7 +202,7 @@ impl TensorRecord {
             return Err(Error::shape(
                 &name,
                 if dtype.is_quantized() {
-                    format!("group size {group_size} given for {dtype}, which is stored in groups of {GROUP}")
+                    format!("group size {group_size} given for {dtype}, which is stored in groups of {}", dtype.block())
                 } else {
                     format!("group size {group_size} given for float dtype {dtype}")
                 },

@@ -3,17 +3,17 @@
 //! read once per step), scatter back weighted. Adds the Qwen2-MoE shared expert, scaled by
 //! sigmoid(shared_expert_gate · x). Mirrors `MixtralSparseMoeBlock` / `Qwen2MoeSparseMoeBlock`.
 
-use super::ffn::Mlp;
+use super::ffn::mlp;
 use super::router::Routes;
-use crate::kernels;
-use crate::model::{Config, MoeWeights};
+use crate::kernels::{self, Kernels};
+use crate::model::{MlpWeights, MoeWeights};
 use rayon::prelude::*;
 
 /// out ([n, hidden]) = Σ_chosen w·expert(xn) (+ shared expert) for the n rows of `xn`. Each row
 /// brings its own number of choices (`routes.row(t)`), so rows of sequences with different
 /// top-k share one pass.
-pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Routes, out: &mut [f32]) {
-    let (h, e_count, slots) = (c.hidden_size, c.moe.n_experts, routes.experts.len());
+pub fn moe(k: &Kernels, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Routes, out: &mut [f32]) {
+    let (h, e_count, slots) = (mw.router.cols(), mw.experts.len(), routes.experts.len());
     debug_assert_eq!(routes.rows(), n);
     // Count and prefix-sum: slot ranges per expert.
     let mut offsets = vec![0usize; e_count + 1];
@@ -41,27 +41,20 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
     // One job per selected expert over its gathered rows, plus the shared expert over all rows.
     let mut y = vec![0f32; slots * h];
     let mut ys = vec![0f32; if mw.shared.is_some() { n * h } else { 0 }];
-    let mut jobs: Vec<Job<'_>> = Vec::new();
+    let mut jobs: Vec<ExpertJob<'_>> = Vec::new();
     let mut rest = &mut y[..];
-    for e in 0..e_count {
+    for (e, w) in mw.experts.iter().enumerate() {
         let (lo, hi) = (offsets[e], offsets[e + 1]);
         let (seg, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) * h);
         rest = tail;
-        if lo == hi {
-            continue;
+        if lo < hi {
+            jobs.push(ExpertJob { w, x: &gathered[lo * h..hi * h], rows: hi - lo, y: seg });
         }
-        let (Some(gate), Some(up), Some(down)) = (mw.gate.expert(e), mw.up.expert(e), mw.down.expert(e)) else {
-            continue;
-        };
-        let mlp = Mlp { gate: gate.mat(), up: up.mat(), down: down.mat(), ffn: c.moe.expert_ffn, hidden: h };
-        jobs.push(Job { mlp, x: &gathered[lo * h..hi * h], rows: hi - lo, y: seg });
     }
-    if let Some(shared) = &mw.shared {
-        let fs = c.moe.shared_expert_ffn;
-        let mlp = Mlp { gate: shared.gate.mat(), up: shared.up.mat(), down: shared.down.mat(), ffn: fs, hidden: h };
-        jobs.push(Job { mlp, x: xn, rows: n, y: &mut ys });
+    if let Some(w) = &mw.shared {
+        jobs.push(ExpertJob { w, x: xn, rows: n, y: &mut ys });
     }
-    run_jobs(jobs);
+    run_jobs(k, jobs);
 
     // Scatter in expert order (a fixed accumulation order per token), then the shared expert.
     out[..n * h].fill(0.0);
@@ -75,7 +68,7 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
         for t in 0..n {
             let scale = match &mw.shared_gate {
                 Some(g) => {
-                    let z = kernels::dot_row(g.mat(), 0, h, &xn[t * h..(t + 1) * h]);
+                    let z = k.dot_row(*g, 0, &xn[t * h..(t + 1) * h]);
                     1.0 / (1.0 + (-z).exp())
                 }
                 None => 1.0,
@@ -88,8 +81,8 @@ pub fn moe(c: &Config, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Route
 }
 
 /// One expert MLP over its rows: y ([rows, hidden]) = mlp(x ([rows, hidden])).
-struct Job<'a> {
-    mlp: Mlp<'a>,
+struct ExpertJob<'a> {
+    w: &'a MlpWeights<'a>,
     x: &'a [f32],
     rows: usize,
     y: &'a mut [f32],
@@ -100,13 +93,13 @@ struct Job<'a> {
 /// three per expert, and rayon's work stealing splits the rows of a big expert (or the shared
 /// one) when the other threads run out. Larger jobs run one after the other, each using every
 /// thread inside its GEMMs. Every job's result is the same either way.
-fn run_jobs(jobs: Vec<Job<'_>>) {
+fn run_jobs(k: &Kernels, jobs: Vec<ExpertJob<'_>>) {
     let small = jobs.iter().all(|j| j.rows < kernels::GEMM_MIN_ROWS);
     if small && jobs.len() > 1 && rayon::current_num_threads() > 1 {
-        jobs.into_par_iter().for_each(|j| j.mlp.forward(j.x, j.rows, j.y));
+        jobs.into_par_iter().for_each(|j| mlp(k, j.w, j.x, j.rows, j.y));
     } else {
         for j in jobs {
-            j.mlp.forward(j.x, j.rows, j.y);
+            mlp(k, j.w, j.x, j.rows, j.y);
         }
     }
 }

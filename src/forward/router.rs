@@ -4,7 +4,7 @@
 //! `Qwen2MoeTopKRouter`.
 
 use crate::error::{Error, Result};
-use crate::kernels::{self, Mat};
+use crate::kernels::{self, Kernels, Mat};
 use crate::rng::Rng;
 
 /// How experts are chosen.
@@ -75,9 +75,9 @@ pub fn effective_top_k(opts: &RoutingOptions, n_experts: usize, model_top_k: usi
 
 /// Router logits `out` ([n, n_experts]) of the n rows of `xn` ([n, hidden]) with router `w`
 /// ([n_experts, hidden]).
-pub fn logits(w: Mat<'_>, n_experts: usize, hidden: usize, xn: &[f32], n: usize, out: &mut Vec<f32>) {
-    out.resize(n * n_experts, 0.0);
-    kernels::matmul(w, n_experts, hidden, xn, n, out);
+pub fn logits(k: &Kernels, w: Mat<'_>, xn: &[f32], n: usize, out: &mut Vec<f32>) {
+    out.resize(n * w.rows(), 0.0);
+    k.matmul(w, xn, n, out);
 }
 
 /// How one sequence chooses its experts.

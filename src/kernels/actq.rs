@@ -8,10 +8,11 @@
 //!   W4A8: y = Σ_b dw_b · dx_b · Σ_i (qw_i − 8) · qx_i
 //! An activation block holding NaN gets a NaN scale, so NaN propagates as in the float paths.
 
-use super::quant::{Q4, Q8, QK};
-use std::sync::atomic::{AtomicU8, Ordering};
+use super::mat::Mat;
+use crate::format::blocks::{Q4, Q8, QK};
+use std::sync::OnceLock;
 
-/// How quantised weights meet their activations in matrix-vector products.
+/// How quantised weights meet their activations in matrix products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantActivations {
     /// Activations quantised to int8 blocks per call (W8A8 / W4A8): integer dot products.
@@ -28,34 +29,25 @@ impl QuantActivations {
             QuantActivations::Float => "float",
         }
     }
-}
 
-const UNSET: u8 = 0;
-const INT8: u8 = 1;
-const FLOAT: u8 = 2;
-static MODE: AtomicU8 = AtomicU8::new(UNSET);
-
-/// The mode in use: `set_quant_activations`, else `COLIBRI_QUANT_ACT=int8|float`, else int8.
-pub fn quant_activations() -> QuantActivations {
-    let mut m = MODE.load(Ordering::Relaxed);
-    if m == UNSET {
-        m = match std::env::var("COLIBRI_QUANT_ACT").as_deref().map(str::trim) {
-            Ok("float") | Ok("f32") => FLOAT,
-            _ => INT8,
-        };
-        MODE.store(m, Ordering::Relaxed);
-    }
-    if m == FLOAT {
-        QuantActivations::Float
-    } else {
-        QuantActivations::Int8
+    /// The default for new sessions: `COLIBRI_QUANT_ACT=int8|float` (read once), else int8.
+    pub fn from_env() -> QuantActivations {
+        static DEFAULT: OnceLock<QuantActivations> = OnceLock::new();
+        *DEFAULT.get_or_init(|| match std::env::var("COLIBRI_QUANT_ACT").as_deref().map(str::trim) {
+            Ok("float") | Ok("f32") => QuantActivations::Float,
+            _ => QuantActivations::Int8,
+        })
     }
 }
 
-/// Choose the mode for the whole process (overrides the environment).
-pub fn set_quant_activations(mode: QuantActivations) {
-    MODE.store(if mode == QuantActivations::Float { FLOAT } else { INT8 }, Ordering::Relaxed);
+impl Default for QuantActivations {
+    fn default() -> Self {
+        QuantActivations::from_env()
+    }
 }
+
+/// Int8 activation blocks of x (a multiple of 32 values): quants, scales, sums per block.
+pub(crate) type QuantizeFn = fn(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]);
 
 /// n activation rows of `cols` values quantised per block: qs [n, cols], d [n, cols/32].
 #[derive(Default)]
@@ -69,14 +61,9 @@ pub struct QuantizedActs {
 }
 
 impl QuantizedActs {
-    /// Quantise x ([n, cols], cols a multiple of 32): dx = max|x| / 127, qx = round(x / dx)
-    /// (`quantize_blocks`, on the active kernel path).
-    pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
-        self.quantize_with(super::simd::table().quantize, x, n, cols);
-    }
-
-    /// `quantize` with the quantiser of a given kernel path.
-    pub(crate) fn quantize_with(&mut self, f: super::simd::QuantizeFn, x: &[f32], n: usize, cols: usize) {
+    /// Quantise x ([n, cols], cols a multiple of 32) with a path's quantiser `f`: dx = max|x| /
+    /// 127, qx = round(x / dx) (see `quantize_blocks`).
+    pub(crate) fn quantize_with(&mut self, f: QuantizeFn, x: &[f32], n: usize, cols: usize) {
         let nb = n * cols / QK;
         self.cols = cols;
         self.qs.resize(n * cols, 0);
@@ -125,8 +112,9 @@ pub fn quantize_blocks(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]
     }
 }
 
-/// Reference W8A8 dot of row r of `w` with activation row t of `xa`.
-pub fn dot_q8_i8(w: Q8<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+/// Reference W8A8 dot of row r of a q8 / q8r8 `w` with activation row t of `xa`.
+pub fn dot_q8_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let w: Q8<'_> = w.q8();
     let (xq, xd) = xa.row(t);
     let nb = xa.cols / QK;
     let mut acc = 0f32;
@@ -138,8 +126,9 @@ pub fn dot_q8_i8(w: Q8<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     acc
 }
 
-/// Reference W4A8 dot of row r of `w` with activation row t of `xa`.
-pub fn dot_q4_i8(w: Q4<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+/// Reference W4A8 dot of row r of a q4 / q4r8 `w` with activation row t of `xa`.
+pub fn dot_q4_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let w: Q4<'_> = w.q4();
     let (xq, xd) = xa.row(t);
     let nb = xa.cols / QK;
     let mut acc = 0f32;

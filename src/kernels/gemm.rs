@@ -12,18 +12,14 @@
 //! Every output element is one sum over k in ascending order (an 8-lane or per-k chain, fixed by
 //! the strategy), never split across tasks: the result does not depend on the thread count.
 
-use super::actq::{quant_activations, QuantActivations, QuantizedActs};
-use super::quant::{Layout, GROUP_ROWS, QK};
-use super::simd::{table, Table};
-use super::Mat;
+use super::actq::{QuantActivations, QuantizedActs};
+use super::dispatch::Kernels;
+use super::mat::Mat;
+use super::table::{MatKernels, Table, MR, NR};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
-/// Register tile: weight rows per micro-tile.
-pub const MR: usize = 6;
-/// Register tile: activation rows (tokens) per micro-tile, two 8-lane vectors.
-pub const NR: usize = 16;
 /// Columns (k) per block: a weight block [MC, KC] of f32 stays in L2, a panel slice in L1.
 pub const KC: usize = 256;
 /// Weight rows per task (a multiple of MR).
@@ -73,84 +69,57 @@ impl OutPtr {
     }
 }
 
-/// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < rows.
-/// Shapes: w [rows, cols], x [n, cols], y [n, rows].
-pub fn matmul(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
-    matmul_with(table(), w, rows, cols, x, n, y);
-}
-
-pub(crate) fn matmul_with(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
-    matmul_mode(t, quant_activations(), w, rows, cols, x, n, y);
-}
-
-/// `matmul` on table `t` with quantised weights meeting their activations as `mode` says. In
-/// int8 mode the GEMM strategy multiplies the widened weights by the int8-rounded activations
-/// (dx·qx), so a row's result does not change meaning with the number of rows in the call.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul_mode(
-    t: &Table,
-    mode: QuantActivations,
-    w: Mat<'_>,
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    n: usize,
-    y: &mut [f32],
-) {
-    check_shapes(w, rows, cols, x, n, y);
-    if n == 0 || rows == 0 {
-        return;
+impl Kernels {
+    /// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < w.rows(): x [n, cols], y [n, rows]. With
+    /// quantised weights in int8 mode the GEMM strategy multiplies the widened weights by the
+    /// int8-rounded activations (dx·qx), so a row's result does not change meaning with the
+    /// number of rows in the call.
+    pub fn matmul(&self, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+        let (t, rows, cols) = (self.table(), w.rows(), w.cols());
+        check_shapes(w, x, n, y);
+        if n == 0 || rows == 0 {
+            return;
+        }
+        let ops = t.mat(w.dtype());
+        let int8 = match ops.gemv_i8 {
+            Some(kernel) if self.act() == QuantActivations::Int8 => Some(kernel),
+            _ => None,
+        };
+        // A dtype whose int8 kernel beats widening for the FMA GEMM takes it at every n (measured:
+        // see docs/performance.md, "Kernel paths").
+        let gemm_from = if int8.is_some() && ops.int8_at_any_n { usize::MAX } else { GEMM_MIN_ROWS };
+        match (n >= gemm_from && cols > 0, int8) {
+            (true, None) => gemm(t, ops, w, x, n, y),
+            (true, Some(_)) => with_buffer(&ACTS, |xa| {
+                xa.quantize_with(t.quantize, x, n, cols);
+                let mut xr = vec![0f32; n * cols];
+                xa.dequantize(&mut xr);
+                gemm(t, ops, w, &xr, n, y);
+            }),
+            (false, Some(kernel)) => with_buffer(&ACTS, |xa| {
+                xa.quantize_with(t.quantize, x, n, cols);
+                let xa = &*xa;
+                gemv_by(rows, cols, n, y, |r, out| kernel(w, r, xa, n, out));
+            }),
+            (false, None) => gemv_by(rows, cols, n, y, |r, out| (ops.gemv)(w, r, x, n, out)),
+        }
     }
-    let int8 = matches!(w, Mat::Q8(_) | Mat::Q4(_)) && mode == QuantActivations::Int8;
-    // Interleaved block matrices in int8 mode take the integer kernel at every n: it meets four
-    // activation rows per weight unpack, and int8 products outrun widening to f32 for the FMA
-    // GEMM (measured: see docs/performance.md, "Kernel paths").
-    // The portable path keeps the GEMM (its int8 kernel is the scalar reference).
-    let int8_kernel_only = int8 && w.is_interleaved() && t.path != super::simd::CpuPath::Generic;
-    let gemm_from = if int8_kernel_only { usize::MAX } else { GEMM_MIN_ROWS };
-    match (n >= gemm_from && cols > 0, int8) {
-        (true, false) => gemm(t, w, rows, cols, x, n, y),
-        (true, true) => with_buffer(&ACTS, |xa| {
-            xa.quantize_with(t.quantize, x, n, cols);
-            let mut xr = vec![0f32; n * cols];
-            xa.dequantize(&mut xr);
-            gemm(t, w, rows, cols, &xr, n, y);
-        }),
-        (false, true) => with_buffer(&ACTS, |xa| {
-            xa.quantize_with(t.quantize, x, n, cols);
-            let xa = &*xa;
-            gemv_by(rows, cols, n, y, |r, out| (t.gemv_i8)(w, cols, r, xa, n, out));
-        }),
-        (false, false) => gemv_by(rows, cols, n, y, |r, out| (t.gemv)(w, cols, r, x, n, out)),
+
+    /// Row `r` of `w` · x (x of w.cols() values).
+    pub fn dot_row(&self, w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+        assert!(r < w.rows() && x.len() >= w.cols(), "dot_row: row {r} of {} × {}", w.rows(), w.cols());
+        let mut y = [0f32];
+        (self.table().mat(w.dtype()).gemv)(w, r..r + 1, x, 1, &mut y);
+        y[0]
     }
 }
 
-/// Panic unless w is [rows, cols] (for quantised w: whole blocks, quants and scales both
-/// complete), x holds n rows and y n·rows outputs. The kernels rely on these bounds.
-fn check_shapes(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &[f32]) {
-    let elems = rows.checked_mul(cols).expect("matmul: rows × cols overflows");
-    assert!(w.len() == elems, "matmul: weight holds {} elements, not {rows} × {cols}", w.len());
+/// Panic unless x holds n rows of w.cols() and y n·w.rows() outputs (the matrix itself was
+/// checked when it was bound). The kernels rely on these bounds.
+fn check_shapes(w: Mat<'_>, x: &[f32], n: usize, y: &[f32]) {
+    let (rows, cols) = (w.rows(), w.cols());
     assert!(n.checked_mul(cols).is_some_and(|v| x.len() >= v), "matmul: x shorter than {n} × {cols}");
     assert!(n.checked_mul(rows).is_some_and(|v| y.len() >= v), "matmul: y shorter than {n} × {rows}");
-    let scales = match w {
-        Mat::Q8(q) => Some(q.d.len()),
-        Mat::Q4(q) => Some(q.d.len()),
-        _ => None,
-    };
-    if let Some(d) = scales {
-        assert!(cols % QK == 0 && d == elems / QK, "matmul: quantised rows of {cols} with {d} scales");
-    }
-    let layout = match w {
-        Mat::Q8(q) => q.layout,
-        Mat::Q4(q) => q.layout,
-        _ => Layout::Rows,
-    };
-    if layout != Layout::Rows {
-        assert!(
-            rows % GROUP_ROWS == 0 && layout == (Layout::Interleaved { nb: cols / QK }),
-            "matmul: {layout:?} block matrix of {rows} × {cols} is not whole 8-row groups of that width"
-        );
-    }
 }
 
 /// Run `body` over `tasks` indices, in parallel when the call is big enough.
@@ -204,15 +173,16 @@ fn pack_activations(x: &[f32], n: usize, cols: usize, xp: &mut Vec<f32>) {
     }
 }
 
-fn gemm(t: &Table, w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32]) {
+fn gemm(t: &Table, ops: &MatKernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     with_buffer(&PANELS, |xp| {
-        pack_activations(x, n, cols, xp);
-        gemm_packed(t, w, rows, cols, xp, n, y);
+        pack_activations(x, n, w.cols(), xp);
+        gemm_packed(t, ops, w, xp, n, y);
     });
 }
 
 /// The GEMM over activations already packed by `pack_activations`.
-fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: usize, y: &mut [f32]) {
+fn gemm_packed(t: &Table, ops: &MatKernels, w: Mat<'_>, xp: &[f32], n: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows(), w.cols());
     let panels = n.div_ceil(NR);
     let ldc = panels * NR;
     let out = OutPtr(y.as_mut_ptr());
@@ -233,9 +203,9 @@ fn gemm_packed(t: &Table, w: Mat<'_>, rows: usize, cols: usize, xp: &[f32], n: u
                 // Each row is a short run (kc elements) a whole row apart from the next, which
                 // the hardware prefetcher follows poorly: ask for the next block's run now.
                 let next = (k0 + KC).min(cols)..(k0 + 2 * KC).min(cols);
-                (t.widen)(w, cols, r0..r0 + mr, k0, &mut wb[..mr * kc]);
+                (ops.widen)(w, r0..r0 + mr, k0, &mut wb[..mr * kc]);
                 for i in 0..mr {
-                    w.prefetch(r0 + i, cols, next.start, next.end);
+                    w.prefetch(r0 + i, next.start, next.end);
                 }
                 for p in 0..panels {
                     let b = &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];

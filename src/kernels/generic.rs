@@ -1,76 +1,92 @@
-//! The portable path's matrix kernels, written as plainly as possible from the scalar reference:
-//! what every SIMD path in `simd` is measured against.
+//! The portable path: its table, and its matrix kernels written as plainly as possible from the
+//! scalar reference (`reference::ROWS` for each dtype's products, the format's dequantisers for
+//! widening). What every SIMD path is measured against, and what an arch table starts from.
 
-use super::actq::{self, QuantizedActs};
-use super::gemm::{MR, NR};
-use super::{quant, reference, Mat};
+use super::actq::{quantize_blocks, QuantizedActs};
+use super::mat::Mat;
+use super::reference;
+use super::table::{CpuPath, MatKernels, Table, MR, NR};
+use crate::format::DType;
 use std::ops::Range;
 
-/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `simd::GemvFn`).
-pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
-    let len = rows.len();
+/// The portable kernels of every dtype: an arch table copies this and replaces the rows it
+/// implements.
+pub(crate) const MATS: [MatKernels; DType::COUNT] = {
+    let mut m = [MatKernels { gemv, gemv_i8: None, widen: widen_rows, int8_at_any_n: false }; DType::COUNT];
+    let mut i = 0;
+    while i < DType::COUNT {
+        if reference::ROWS[i].dot_i8.is_some() {
+            m[i].gemv_i8 = Some(gemv_i8);
+        }
+        i += 1;
+    }
+    m
+};
+
+pub(crate) static GENERIC: Table = Table {
+    path: CpuPath::Generic,
+    mats: MATS,
+    dot_f32: reference::dot_f32,
+    dot_f16: reference::dot_f16,
+    dot_bf16: reference::dot_bf16,
+    axpy_f32,
+    axpy_f16,
+    axpy_bf16,
+    tile,
+    quantize: quantize_blocks,
+};
+
+/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `table::GemvFn`).
+pub fn gemv(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let (len, cols, dot) = (rows.len(), w.cols(), reference::row(w.dtype()).dot);
     for (i, r) in rows.enumerate() {
         for t in 0..n {
-            out[t * len + i] = dot(w, r, cols, &x[t * cols..(t + 1) * cols]);
+            out[t * len + i] = dot(w, r, &x[t * cols..(t + 1) * cols]);
         }
     }
 }
 
-/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for q8/q4 `w` (W8A8 / W4A8).
-pub fn gemv_i8(w: Mat<'_>, _cols: usize, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for block-quantised `w`
+/// (W8A8 / W4A8).
+pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let dot = reference::row(w.dtype()).dot_i8.expect("gemv_i8 takes block-quantised matrices");
     let len = rows.len();
     for (i, r) in rows.enumerate() {
         for t in 0..n {
-            out[t * len + i] = match w {
-                Mat::Q8(q) => actq::dot_q8_i8(q, r, xa, t),
-                Mat::Q4(q) => actq::dot_q4_i8(q, r, xa, t),
-                _ => panic!("gemv_i8 takes quantised matrices"),
-            };
+            out[t * len + i] = dot(w, r, xa, t);
         }
     }
 }
 
-/// Reference dot of row `r` of `w` with `x`, for every dtype.
-pub fn dot(w: Mat<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
-    let s = r * cols;
-    match w {
-        Mat::F32(w) => reference::dot_f32(&w[s..s + cols], x),
-        Mat::F16(w) => reference::dot_f16(&w[s..s + cols], x),
-        Mat::BF16(w) => reference::dot_bf16(&w[s..s + cols], x),
-        Mat::Q8(q) => quant::dot_q8(q, r, cols, x),
-        Mat::Q4(q) => quant::dot_q4(q, r, cols, x),
-    }
-}
-
-/// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row (see `simd::WidenFn`).
-pub fn widen_rows(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+/// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row (see `table::WidenFn`).
+pub fn widen_rows(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
     let kc = out.len() / rows.len().max(1);
     for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
-        widen(w, cols, r, k0, o);
+        widen(w, r, k0, o);
     }
 }
 
-/// out = w[row, k0 .. k0 + out.len()] as f32 (k0 and the length multiples of 32 for quantised w).
-pub fn widen(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
-    let s = row * cols + k0;
-    match w {
-        Mat::F32(w) => out.copy_from_slice(&w[s..s + out.len()]),
-        Mat::F16(w) => out.iter_mut().zip(&w[s..]).for_each(|(o, &b)| *o = reference::f16_to_f32(b)),
-        Mat::BF16(w) => out.iter_mut().zip(&w[s..]).for_each(|(o, &b)| *o = reference::bf16_to_f32(b)),
-        Mat::Q8(q) => quant::dequantize_q8(q, s, out),
-        Mat::Q4(q) => quant::dequantize_q4(q, s, out),
-    }
+/// out = w[row, k0 .. k0 + out.len()] as f32 (k0 and the length on block boundaries).
+pub fn widen(w: Mat<'_>, row: usize, k0: usize, out: &mut [f32]) {
+    w.dequantize(row * w.cols() + k0, out)
 }
 
-/// y[i] += a · x[i] (x a float vector of at least y's length; shorter panics, as on every path).
-pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
-    assert!(x.len() >= y.len(), "axpy: x holds {} elements, y {}", x.len(), y.len());
-    match x {
-        Mat::F32(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v),
-        Mat::F16(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * reference::f16_to_f32(v)),
-        Mat::BF16(x) => y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * reference::bf16_to_f32(v)),
-        Mat::Q8(_) | Mat::Q4(_) => panic!("axpy takes float vectors"),
-    }
+/// y[i] += a · x[i] for x of at least y's length (shorter panics, as on every path).
+fn axpy_by(a: f32, x_len: usize, x: impl Fn(usize) -> f32, y: &mut [f32]) {
+    assert!(x_len >= y.len(), "axpy: x holds {x_len} elements, y {}", y.len());
+    y.iter_mut().enumerate().for_each(|(i, o)| *o += a * x(i));
+}
+
+pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+    axpy_by(a, x.len(), |i| x[i], y)
+}
+
+pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    axpy_by(a, x.len(), |i| reference::f16_to_f32(x[i]), y)
+}
+
+pub fn axpy_bf16(a: f32, x: &[u16], y: &mut [f32]) {
+    axpy_by(a, x.len(), |i| reference::bf16_to_f32(x[i]), y)
 }
 
 /// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr (≤ NR), k ascending.

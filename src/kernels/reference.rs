@@ -1,4 +1,10 @@
-//! Scalar reference kernels: the specification every SIMD path is tested against.
+//! Scalar reference kernels: the specification every SIMD path is tested against — float dots,
+//! RMSNorm, softmax, SiLU, and one row per dtype with its reference products (`ROWS`).
+
+use super::actq::{self, QuantizedActs};
+use super::mat::Mat;
+use crate::format::blocks::QK;
+use crate::format::DType;
 
 /// bfloat16 bits → f32 (exact).
 #[inline]
@@ -6,11 +12,7 @@ pub fn bf16_to_f32(b: u16) -> f32 {
     f32::from_bits(u32::from(b) << 16)
 }
 
-/// binary16 bits → f32 (exact).
-#[inline]
-pub fn f16_to_f32(b: u16) -> f32 {
-    half::f16::from_bits(b).to_f32()
-}
+pub use crate::format::blocks::f16_to_f32;
 
 /// Σ w[i]·x[i] with 8 partial sums in a fixed order (the order every path reproduces).
 /// Multiply then add (no fused multiply-add: without the `fma` target feature `mul_add` is a
@@ -78,4 +80,123 @@ pub fn softmax(x: &mut [f32]) {
 #[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// Reference W8A16 dot of row `r` of a q8 / q8r8 matrix with f32 activations: Σ_b d_b · Σ_i q·x,
+/// each block summed in f32 in element order, blocks accumulated in order.
+pub fn dot_q8(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let (m, cols) = (w.q8(), w.cols());
+    let b0 = r * cols / QK;
+    let mut acc = 0f32;
+    for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
+        let qb = m.block(b0 + b);
+        let s: f32 = qb.iter().zip(xb).map(|(&q, &v)| f32::from(q) * v).sum();
+        acc += m.scale(b0 + b) * s;
+    }
+    acc
+}
+
+/// Reference W4A16 dot of row `r` of a q4 / q4r8 matrix with f32 activations.
+pub fn dot_q4(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let (m, cols) = (w.q4(), w.cols());
+    let b0 = r * cols / QK;
+    let mut acc = 0f32;
+    for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
+        let qb = m.block(b0 + b);
+        let mut s = 0f32;
+        for j in 0..QK / 2 {
+            s += (f32::from(qb[j] & 15) - 8.0) * xb[j] + (f32::from(qb[j] >> 4) - 8.0) * xb[j + QK / 2];
+        }
+        acc += m.scale(b0 + b) * s;
+    }
+    acc
+}
+
+/// Row `r` of a float matrix · x.
+fn dot_row_f32(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let c = w.cols();
+    dot_f32(&w.as_f32()[r * c..(r + 1) * c], x)
+}
+
+fn dot_row_f16(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let c = w.cols();
+    dot_f16(&w.as_u16()[r * c..(r + 1) * c], x)
+}
+
+fn dot_row_bf16(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let c = w.cols();
+    dot_bf16(&w.as_u16()[r * c..(r + 1) * c], x)
+}
+
+/// Row r of w · x (f32 activations).
+pub(crate) type RowDot = fn(w: Mat<'_>, r: usize, x: &[f32]) -> f32;
+/// Row r of w · activation row t of int8 blocks.
+pub(crate) type RowDotI8 = fn(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32;
+
+/// The scalar specification of one dtype's products, which the portable path runs and every
+/// SIMD path is tested against.
+pub(crate) struct RefKernels {
+    pub dot: RowDot,
+    /// Block dtypes only.
+    pub dot_i8: Option<RowDotI8>,
+}
+
+/// The reference rows, indexed by `DType::index()` (the format's dtype table order).
+pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
+    RefKernels { dot: dot_row_f32, dot_i8: None },
+    RefKernels { dot: dot_row_f16, dot_i8: None },
+    RefKernels { dot: dot_row_bf16, dot_i8: None },
+    RefKernels { dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
+    RefKernels { dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
+    RefKernels { dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
+    RefKernels { dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
+];
+
+/// The reference row of `dtype`.
+#[inline]
+pub(crate) fn row(dtype: DType) -> &'static RefKernels {
+    &ROWS[dtype.index()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32 - 0.5) * 2.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reference_dots_equal_dot_of_dequantised_rows() {
+        let (rows, cols) = (3, 96);
+        let w = sample(rows * cols, 3);
+        let x = sample(cols, 4);
+        let (b8, b4) = (DType::Q8.encode(&w, cols), DType::Q4.encode(&w, cols));
+        let m8 = Mat::new(DType::Q8, rows, cols, &b8).unwrap();
+        let m4 = Mat::new(DType::Q4, rows, cols, &b4).unwrap();
+        for r in 0..rows {
+            let mut deq = vec![0f32; cols];
+            m8.row_to_f32(r, &mut deq);
+            let want: f64 = deq.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            assert!((f64::from(dot_q8(m8, r, &x)) - want).abs() < 1e-4);
+            m4.row_to_f32(r, &mut deq);
+            let want: f64 = deq.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            assert!((f64::from(dot_q4(m4, r, &x)) - want).abs() < 1e-4);
+        }
+    }
+
+    #[test]
+    fn the_rows_follow_the_dtype_table() {
+        for d in DType::ALL {
+            assert_eq!(row(d).dot_i8.is_some(), d.is_quantized(), "{d}");
+        }
+    }
 }

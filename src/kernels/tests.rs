@@ -3,9 +3,12 @@
 //! activation-row counts on both sides of the GEMM threshold.
 
 use super::actq::{QuantActivations, QuantizedActs};
-use super::gemm::{matmul_mode, matmul_with, GEMM_MIN_ROWS, MC, NR};
-use super::simd::{available_paths, table_for, Table};
-use super::{quant, Mat};
+use super::dispatch::{available_paths, table_for, Kernels};
+use super::gemm::{GEMM_MIN_ROWS, MC};
+use super::table::{CpuPath, Table, NR};
+use super::Mat;
+use crate::format::blocks::{self, QK};
+use crate::format::DType;
 
 /// Largest error allowed for a float-weight product, relative to Σ|w·x| of the output: f32
 /// accumulation in a different order (8 lanes vs one chain per k) and fused vs separate rounding.
@@ -25,99 +28,62 @@ fn sample(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// A matrix in every stored dtype, built from the same f32 values; block matrices also in the
-/// 8-row interleaved layout when the rows are whole groups.
+/// The kernels of `path` in activation mode `mode`.
+fn kernels(path: CpuPath, mode: QuantActivations) -> Kernels {
+    Kernels::on(path, mode).expect("available")
+}
+
+/// A matrix in every stored dtype, built from the same f32 values: the float dtypes always,
+/// the block dtypes when the columns are whole blocks (the interleaved ones when the rows are
+/// also whole 8-row groups).
 struct Stored {
+    rows: usize,
     cols: usize,
     f32: Vec<f32>,
     f16: Vec<u16>,
     bf16: Vec<u16>,
-    q8: Option<(Vec<i8>, Vec<u16>)>,
-    q4: Option<(Vec<u8>, Vec<u16>)>,
-    q8r8: Option<(Vec<i8>, Vec<u16>)>,
-    q4r8: Option<(Vec<u8>, Vec<u16>)>,
+    /// (dtype, stored bytes) of the block dtypes that fit the shape.
+    blocks: Vec<(DType, Vec<u8>)>,
 }
 
 impl Stored {
     fn new(rows: usize, cols: usize, seed: u64) -> Stored {
         let f = sample(rows * cols, seed);
-        let quantisable = cols % quant::QK == 0;
-        let q8 = quantisable.then(|| {
-            let mut q = vec![0i8; rows * cols];
-            let mut d = vec![0u16; rows * cols / quant::QK];
-            for r in 0..rows {
-                let nb = cols / quant::QK;
-                quant::quantize_row_q8(
-                    &f[r * cols..(r + 1) * cols],
-                    &mut q[r * cols..(r + 1) * cols],
-                    &mut d[r * nb..(r + 1) * nb],
-                );
-            }
-            (q, d)
-        });
-        let q4 = quantisable.then(|| {
-            let mut q = vec![0u8; rows * cols / 2];
-            let mut d = vec![0u16; rows * cols / quant::QK];
-            for r in 0..rows {
-                let nb = cols / quant::QK;
-                quant::quantize_row_q4(
-                    &f[r * cols..(r + 1) * cols],
-                    &mut q[r * cols / 2..(r + 1) * cols / 2],
-                    &mut d[r * nb..(r + 1) * nb],
-                );
-            }
-            (q, d)
-        });
-        let grouped = quantisable && cols > 0 && rows % quant::GROUP_ROWS == 0;
-        let nb = cols / quant::QK;
-        let q8r8 = q8.as_ref().filter(|_| grouped).map(|(q, d)| {
-            let bytes: Vec<u8> = q.iter().map(|&v| v as u8).collect();
-            let (qi, di) = quant::interleave(&bytes, d, nb);
-            (qi.into_iter().map(|v| v as i8).collect(), di)
-        });
-        let q4r8 = q4.as_ref().filter(|_| grouped).map(|(q, d)| quant::interleave(q, d, nb));
+        let quantisable = cols % QK == 0 && cols > 0;
+        let grouped = quantisable && rows % blocks::GROUP_ROWS == 0;
+        let block_dtypes =
+            [(DType::Q8, quantisable), (DType::Q4, quantisable), (DType::Q8R8, grouped), (DType::Q4R8, grouped)];
         Stored {
+            rows,
             cols,
             f16: f.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect(),
             bf16: f.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect(),
+            blocks: block_dtypes.iter().filter(|(_, fits)| *fits).map(|&(d, _)| (d, d.encode(&f, cols))).collect(),
             f32: f,
-            q8,
-            q4,
-            q8r8,
-            q4r8,
         }
     }
 
     fn mats(&self) -> Vec<(&'static str, Mat<'_>, f64)> {
+        let (r, c) = (self.rows, self.cols);
         let mut m = vec![
-            ("f32", Mat::F32(&self.f32), FLOAT_TOL),
-            ("f16", Mat::F16(&self.f16), FLOAT_TOL),
-            ("bf16", Mat::BF16(&self.bf16), FLOAT_TOL),
+            ("f32", Mat::f32s(&self.f32, r, c), FLOAT_TOL),
+            ("f16", Mat::halves(DType::F16, &self.f16, r, c), FLOAT_TOL),
+            ("bf16", Mat::halves(DType::BF16, &self.bf16, r, c), FLOAT_TOL),
         ];
-        let rows = quant::Layout::Rows;
-        if let Some((q, d)) = &self.q8 {
-            m.push(("q8", Mat::Q8(quant::Q8 { qs: q, d, layout: rows }), QUANT_TOL));
-        }
-        if let Some((q, d)) = &self.q4 {
-            m.push(("q4", Mat::Q4(quant::Q4 { qs: q, d, layout: rows }), QUANT_TOL));
-        }
-        let grouped = quant::Layout::Interleaved { nb: self.cols / quant::QK };
-        if let Some((q, d)) = &self.q8r8 {
-            m.push(("q8r8", Mat::Q8(quant::Q8 { qs: q, d, layout: grouped }), QUANT_TOL));
-        }
-        if let Some((q, d)) = &self.q4r8 {
-            m.push(("q4r8", Mat::Q4(quant::Q4 { qs: q, d, layout: grouped }), QUANT_TOL));
+        for (d, bytes) in &self.blocks {
+            m.push((d.name(), Mat::new(*d, r, c, bytes).expect("a quantised matrix binds"), QUANT_TOL));
         }
         m
     }
 }
 
 /// Exact y = x·wᵀ in f64 from the stored (dequantised) values, and Σ|w·x| per output.
-fn exact(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+fn exact(w: Mat<'_>, x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let (rows, cols) = (w.rows(), w.cols());
     let mut wr = vec![0f32; cols];
     let (mut y, mut mag) = (vec![0f64; n * rows], vec![0f64; n * rows]);
     for o in 0..rows {
-        super::generic::widen(w, cols, o, 0, &mut wr);
+        super::generic::widen(w, o, 0, &mut wr);
         for t in 0..n {
             for (a, b) in wr.iter().zip(&x[t * cols..(t + 1) * cols]) {
                 y[t * rows + o] += f64::from(*a) * f64::from(*b);
@@ -128,23 +94,19 @@ fn exact(w: Mat<'_>, rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f64>
     (y, mag)
 }
 
-fn check(table: &Table, rows: usize, cols: usize, n: usize) {
-    check_mode(table, QuantActivations::Float, rows, cols, n);
-}
-
-fn check_mode(table: &Table, mode: QuantActivations, rows: usize, cols: usize, n: usize) {
+fn check(path: CpuPath, rows: usize, cols: usize, n: usize) {
+    let k = kernels(path, QuantActivations::Float);
     let s = Stored::new(rows, cols, (rows * 31 + cols * 7 + n) as u64);
     let x = sample(n * cols, 99 + n as u64);
     for (name, w, tol) in s.mats() {
-        let (want, mag) = exact(w, rows, cols, &x, n);
+        let (want, mag) = exact(w, &x, n);
         let mut y = vec![f32::NAN; n * rows];
-        matmul_mode(table, mode, w, rows, cols, &x, n, &mut y);
+        k.matmul(w, &x, n, &mut y);
         for i in 0..n * rows {
             let err = (f64::from(y[i]) - want[i]).abs();
             assert!(
                 err <= tol * mag[i] + 1e-30,
-                "{:?} {name} rows {rows} cols {cols} n {n}: y[{i}] = {} vs exact {} (err {err:e}, Σ|wx| {:e})",
-                table.path,
+                "{path:?} {name} rows {rows} cols {cols} n {n}: y[{i}] = {} vs exact {} (err {err:e}, Σ|wx| {:e})",
                 y[i],
                 want[i],
                 mag[i]
@@ -156,7 +118,6 @@ fn check_mode(table: &Table, mode: QuantActivations, rows: usize, cols: usize, n
 #[test]
 fn matmul_matches_exact_sums_on_every_path() {
     for path in available_paths() {
-        let t = table_for(path).expect("available");
         let shapes = [(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)];
         // Whole row groups of 8, for the interleaved block matrices.
         let grouped = [(8, 32), (24, 96), (MC + 8, 160)];
@@ -165,7 +126,7 @@ fn matmul_matches_exact_sums_on_every_path() {
             // more than half full (full-width tile) and at most half full (half-width tile).
             let gemm = [GEMM_MIN_ROWS, GEMM_MIN_ROWS + NR / 2 + 3, GEMM_MIN_ROWS + NR + 3];
             for &n in [1, 2, 3, NR + 3, GEMM_MIN_ROWS - 1].iter().chain(&gemm) {
-                check(t, rows, cols, n);
+                check(path, rows, cols, n);
             }
         }
     }
@@ -180,11 +141,11 @@ fn gemm_rows_do_not_depend_on_tile_width() {
     let (short, long) = (GEMM_MIN_ROWS + 3, GEMM_MIN_ROWS + NR / 2 + 3);
     let x = sample(long * cols, 12);
     for path in available_paths() {
-        let t = table_for(path).expect("available");
+        let k = kernels(path, QuantActivations::Float);
         let mut y_short = vec![0f32; short * rows];
         let mut y_long = vec![0f32; long * rows];
-        matmul_with(t, Mat::F32(&w), rows, cols, &x[..short * cols], short, &mut y_short);
-        matmul_with(t, Mat::F32(&w), rows, cols, &x, long, &mut y_long);
+        k.matmul(Mat::f32s(&w, rows, cols), &x[..short * cols], short, &mut y_short);
+        k.matmul(Mat::f32s(&w, rows, cols), &x, long, &mut y_long);
         assert_eq!(y_short[..], y_long[..short * rows], "{path:?}");
     }
 }
@@ -192,9 +153,8 @@ fn gemm_rows_do_not_depend_on_tile_width() {
 #[test]
 fn long_rows_stay_within_tolerance() {
     for path in available_paths() {
-        let t = table_for(path).expect("available");
-        check(t, 9, 4096 + 32, 1);
-        check(t, 9, 4096 + 32, 2 * NR);
+        check(path, 9, 4096 + 32, 1);
+        check(path, 9, 4096 + 32, 2 * NR);
     }
 }
 
@@ -208,8 +168,8 @@ fn widen_is_exact_on_every_path() {
                 // Single rows, whole row groups, and ranges starting or ending inside a group.
                 for rows in [3..4, 8..9, 15..16, 0..16, 8..16, 3..13, 5..16] {
                     let (mut a, mut b) = (vec![0f32; len * rows.len()], vec![0f32; len * rows.len()]);
-                    (t.widen)(w, 320, rows.clone(), k0, &mut a);
-                    super::generic::widen_rows(w, 320, rows.clone(), k0, &mut b);
+                    (t.mat(w.dtype()).widen)(w, rows.clone(), k0, &mut a);
+                    super::generic::widen_rows(w, rows.clone(), k0, &mut b);
                     assert_eq!(a, b, "{path:?} {name} widen rows {rows:?} k0 {k0}");
                 }
             }
@@ -246,13 +206,13 @@ fn results_do_not_depend_on_the_thread_count() {
     let s = Stored::new(296, 256, 8);
     let x = sample(20 * 256, 9);
     for path in available_paths() {
-        let t = table_for(path).expect("available");
+        let k = kernels(path, QuantActivations::Float);
         for (name, w, _) in s.mats() {
             for n in [1, 20] {
                 let run = |threads: usize| {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                     let mut y = vec![0f32; n * 296];
-                    pool.install(|| matmul_with(t, w, 296, 256, &x, n, &mut y));
+                    pool.install(|| k.matmul(w, &x, n, &mut y));
                     y
                 };
                 assert_eq!(run(1), run(3), "{path:?} {name} n {n}");
@@ -267,9 +227,9 @@ const INT8_ORDER_TOL: f64 = 1e-6;
 
 #[test]
 fn int8_activation_products_match_the_integer_reference() {
-    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
+    let generic = kernels(CpuPath::Generic, QuantActivations::Int8);
     for path in available_paths() {
-        let t = table_for(path).expect("available");
+        let k = kernels(path, QuantActivations::Int8);
         let shapes =
             [(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32), (16, 256), (72, 32 * 9), (8, 4096 + 32)];
         for &(rows, cols) in &shapes {
@@ -279,10 +239,10 @@ fn int8_activation_products_match_the_integer_reference() {
                 let s = Stored::new(rows, cols, (rows + cols) as u64);
                 let x = sample(n * cols, 7);
                 for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
-                    let (_, mag) = exact(w, rows, cols, &x, n);
+                    let (_, mag) = exact(w, &x, n);
                     let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
-                    matmul_mode(generic, QuantActivations::Int8, w, rows, cols, &x, n, &mut want);
-                    matmul_mode(t, QuantActivations::Int8, w, rows, cols, &x, n, &mut got);
+                    generic.matmul(w, &x, n, &mut want);
+                    k.matmul(w, &x, n, &mut got);
                     for i in 0..n * rows {
                         let err = f64::from((got[i] - want[i]).abs());
                         assert!(
@@ -300,19 +260,19 @@ fn int8_activation_products_match_the_integer_reference() {
 
 #[test]
 fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
-    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
+    let generic = kernels(CpuPath::Generic, QuantActivations::Int8);
     let (rows, cols) = (8, 256);
     let s = Stored::new(rows, cols, 17);
     let x = sample(cols, 18);
     let mut xa = QuantizedActs::default();
-    xa.quantize(&x, 1, cols);
+    xa.quantize_with(generic.table().quantize, &x, 1, cols);
     for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
-        let (want, _) = exact(w, rows, cols, &x, 1);
+        let (want, _) = exact(w, &x, 1);
         let mut got = vec![0f32; rows];
-        matmul_mode(generic, QuantActivations::Int8, w, rows, cols, &x, 1, &mut got);
+        generic.matmul(w, &x, 1, &mut got);
         let mut wr = vec![0f32; cols];
         for o in 0..rows {
-            super::generic::widen(w, cols, o, 0, &mut wr);
+            super::generic::widen(w, o, 0, &mut wr);
             // |Σ w·(x − dx·qx)| ≤ Σ |w| · dx/2, plus float rounding.
             let bound: f64 =
                 wr.iter().enumerate().map(|(i, v)| f64::from(v.abs()) * f64::from(xa.d[i / 32]) * 0.5).sum();
@@ -322,17 +282,28 @@ fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
     }
 }
 
+/// y += a · x with the table's axpy for x's float dtype.
+fn axpy(t: &Table, a: f32, x: Mat<'_>, y: &mut [f32]) {
+    match x.dtype() {
+        DType::F32 => (t.axpy_f32)(a, x.as_f32(), y),
+        DType::F16 => (t.axpy_f16)(a, x.as_u16(), y),
+        _ => (t.axpy_bf16)(a, x.as_u16(), y),
+    }
+}
+
 /// A short x is refused on every path (no path may read past it or silently truncate).
 #[test]
 fn axpy_refuses_a_short_x_on_every_path() {
     for path in available_paths() {
         let t = table_for(path).expect("available");
-        let x = vec![1f32; 7];
-        let r = std::panic::catch_unwind(|| {
-            let mut y = vec![0f32; 8];
-            (t.axpy)(1.0, Mat::F32(&x), &mut y);
-        });
-        assert!(r.is_err(), "{path:?} accepted 7 elements for 8 outputs");
+        let (x, h) = (vec![1f32; 7], vec![0x3c00u16; 7]);
+        for (name, x) in [("f32", Mat::f32s(&x, 1, 7)), ("f16", Mat::halves(DType::F16, &h, 1, 7))] {
+            let r = std::panic::catch_unwind(|| {
+                let mut y = vec![0f32; 8];
+                axpy(t, 1.0, x, &mut y);
+            });
+            assert!(r.is_err(), "{path:?} {name} accepted 7 elements for 8 outputs");
+        }
     }
 }
 
@@ -345,8 +316,8 @@ fn axpy_matches_the_reference_on_every_path() {
             let y0 = sample(len, 3);
             for (name, x, tol) in s.mats().into_iter().filter(|m| !m.0.starts_with('q')) {
                 let (mut a, mut b) = (y0.clone(), y0.clone());
-                (t.axpy)(0.37, x, &mut a);
-                super::generic::axpy(0.37, x, &mut b);
+                axpy(t, 0.37, x, &mut a);
+                axpy(&super::generic::GENERIC, 0.37, x, &mut b);
                 for i in 0..len {
                     // One fused vs separate rounding per element.
                     assert!(
@@ -375,7 +346,7 @@ fn products_nested_in_parallel_tasks_are_correct() {
             .iter()
             .map(|&n| {
                 let mut y = vec![0f32; n * 200];
-                super::matmul(w, 200, 256, &x, n, &mut y);
+                Kernels::default().matmul(w, &x, n, &mut y);
                 y
             })
             .collect();
@@ -387,7 +358,7 @@ fn products_nested_in_parallel_tasks_are_correct() {
                         .iter()
                         .map(|&n| {
                             let mut y = vec![0f32; n * 200];
-                            super::matmul(w, 200, 256, &x, n, &mut y);
+                            Kernels::default().matmul(w, &x, n, &mut y);
                             y
                         })
                         .collect()
@@ -400,42 +371,18 @@ fn products_nested_in_parallel_tasks_are_correct() {
     }
 }
 
+/// Operands the kernels would read past cannot exist: binding refuses them, so no path ever
+/// sees one (the kernels trust a bound `Mat`).
 #[test]
-fn malformed_quantised_operands_are_refused_on_every_path() {
-    // 64 quants of 2 rows × 32 columns but a single scale: every path must refuse, not read on.
-    let (qs, d) = ([1i8; 64], [0x3c00u16; 1]);
-    let w = Mat::Q8(quant::Q8 { qs: &qs, d: &d, layout: quant::Layout::Rows });
-    for path in available_paths() {
-        let t = table_for(path).expect("available");
-        for mode in [QuantActivations::Float, QuantActivations::Int8] {
-            let r = std::panic::catch_unwind(|| {
-                let mut y = [0f32; 2];
-                matmul_mode(t, mode, w, 2, 32, &[1f32; 32], 1, &mut y);
-                y
-            });
-            assert!(r.is_err(), "{path:?} {mode:?}: read past the scales: {r:?}");
-        }
-    }
-}
-
-#[test]
-fn interleaved_operands_must_be_whole_row_groups_on_every_path() {
+fn malformed_quantised_operands_cannot_be_bound() {
+    // 64 quants of 2 rows × 32 columns but a single scale.
+    let mut short = vec![1u8; 64];
+    short.extend_from_slice(&0x3c00u16.to_le_bytes());
+    assert!(Mat::new(DType::Q8, 2, 32, &short).is_err(), "bound a q8 matrix missing a scale");
     // 5 rows × 32 columns labelled interleaved: the kernels would read whole 8-row units.
-    let (qs, d) = ([0u8; 80], [0x3c00u16; 5]);
-    let w = Mat::Q4(quant::Q4 { qs: &qs, d: &d, layout: quant::Layout::Interleaved { nb: 1 } });
-    for path in available_paths() {
-        let t = table_for(path).expect("available");
-        for mode in [QuantActivations::Float, QuantActivations::Int8] {
-            for n in [1, GEMM_MIN_ROWS] {
-                let r = std::panic::catch_unwind(|| {
-                    let mut y = vec![0f32; 5 * n];
-                    matmul_mode(t, mode, w, 5, 32, &vec![1f32; 32 * n], n, &mut y);
-                    y
-                });
-                assert!(r.is_err(), "{path:?} {mode:?} n {n}: accepted a ragged interleaved matrix");
-            }
-        }
-    }
+    let ragged = DType::Q4.encode(&[0.5; 5 * 32], 32);
+    assert!(Mat::new(DType::Q4R8, 5, 32, &ragged).is_err(), "bound a ragged interleaved matrix");
+    assert!(Mat::new(DType::Q4, 5, 32, &ragged).is_ok());
 }
 
 #[test]
@@ -445,13 +392,13 @@ fn an_int8_row_result_does_not_depend_on_the_row_count() {
     let s = Stored::new(rows, cols, 3);
     let x = sample(GEMM_MIN_ROWS * 2 * cols, 4);
     for path in available_paths() {
-        let t = table_for(path).expect("available");
+        let k = kernels(path, QuantActivations::Int8);
         for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
             let n = GEMM_MIN_ROWS * 2;
             let (mut y1, mut yn) = (vec![0f32; rows], vec![0f32; n * rows]);
-            matmul_mode(t, QuantActivations::Int8, w, rows, cols, &x, 1, &mut y1);
-            matmul_mode(t, QuantActivations::Int8, w, rows, cols, &x, n, &mut yn);
-            let (_, mag) = exact(w, rows, cols, &x, 1);
+            k.matmul(w, &x, 1, &mut y1);
+            k.matmul(w, &x, n, &mut yn);
+            let (_, mag) = exact(w, &x, 1);
             for i in 0..rows {
                 let err = f64::from((y1[i] - yn[i]).abs());
                 assert!(
@@ -474,30 +421,18 @@ fn w4a8_is_exact_in_integers_even_with_outliers_and_biased_activations() {
     for b in 0..rows * cols / 32 {
         wv[b * 32 + 7] = 3.0;
     }
-    let mut q = vec![0u8; rows * cols / 2];
-    let mut d = vec![0u16; rows * cols / 32];
-    for r in 0..rows {
-        let nb = cols / 32;
-        quant::quantize_row_q4(
-            &wv[r * cols..(r + 1) * cols],
-            &mut q[r * cols / 2..(r + 1) * cols / 2],
-            &mut d[r * nb..(r + 1) * nb],
-        );
-    }
-    let (qi, di) = quant::interleave(&q, &d, cols / quant::QK);
-    let layouts = [(&q, &d, quant::Layout::Rows), (&qi, &di, quant::Layout::Interleaved { nb: cols / quant::QK })];
     let x: Vec<f32> = sample(cols, 6).iter().map(|v| v.abs() + 0.5).collect();
-    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
-    for (q, d, layout) in layouts {
-        let w = Mat::Q4(quant::Q4 { qs: q, d, layout });
-        let (_, mag) = exact(w, rows, cols, &x, 1);
+    for layout in [DType::Q4, DType::Q4R8] {
+        let bytes = layout.encode(&wv, cols);
+        let w = Mat::new(layout, rows, cols, &bytes).expect("binds");
+        let (_, mag) = exact(w, &x, 1);
         for mode in [QuantActivations::Int8, QuantActivations::Float] {
             let mut want = vec![0f32; rows];
-            matmul_mode(generic, mode, w, rows, cols, &x, 1, &mut want);
+            kernels(CpuPath::Generic, mode).matmul(w, &x, 1, &mut want);
             let tol = if mode == QuantActivations::Int8 { INT8_ORDER_TOL } else { QUANT_TOL };
             for path in available_paths() {
                 let mut got = vec![0f32; rows];
-                matmul_mode(table_for(path).expect("available"), mode, w, rows, cols, &x, 1, &mut got);
+                kernels(path, mode).matmul(w, &x, 1, &mut got);
                 for i in 0..rows {
                     let err = f64::from((got[i] - want[i]).abs());
                     assert!(
@@ -520,23 +455,24 @@ fn interleaved_products_take_any_row_range() {
     let (rows, cols) = (24, 96);
     let s = Stored::new(rows, cols, 31);
     let x = sample(3 * cols, 32);
+    let generic = table_for(CpuPath::Generic).expect("generic");
     let mut xa = QuantizedActs::default();
-    xa.quantize(&x, 3, cols);
-    let generic = table_for(super::simd::CpuPath::Generic).expect("generic");
+    xa.quantize_with(generic.quantize, &x, 3, cols);
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for (name, w, _) in s.mats().into_iter().filter(|m| m.0.ends_with("r8")) {
-            let (_, mag) = exact(w, rows, cols, &x, 3);
+            let (_, mag) = exact(w, &x, 3);
+            let (ops, reference) = (t.mat(w.dtype()), generic.mat(w.dtype()));
             for range in [0..1, 5..6, 3..21, 8..16, 7..24, 0..24] {
                 let len = range.len();
                 for int8 in [false, true] {
                     let (mut got, mut want) = (vec![0f32; 3 * len], vec![0f32; 3 * len]);
                     if int8 {
-                        (t.gemv_i8)(w, cols, range.clone(), &xa, 3, &mut got);
-                        (generic.gemv_i8)(w, cols, range.clone(), &xa, 3, &mut want);
+                        (ops.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, 3, &mut got);
+                        (reference.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, 3, &mut want);
                     } else {
-                        (t.gemv)(w, cols, range.clone(), &x, 3, &mut got);
-                        (generic.gemv)(w, cols, range.clone(), &x, 3, &mut want);
+                        (ops.gemv)(w, range.clone(), &x, 3, &mut got);
+                        (reference.gemv)(w, range.clone(), &x, 3, &mut want);
                     }
                     for tok in 0..3 {
                         for (i, r) in range.clone().enumerate() {
@@ -559,10 +495,10 @@ fn nan_activations_propagate_in_int8_mode() {
     let mut x = sample(64, 10);
     x[40] = f32::NAN;
     for path in available_paths() {
-        let t = table_for(path).expect("available");
+        let k = kernels(path, QuantActivations::Int8);
         for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
             let mut y = vec![0f32; 8];
-            matmul_mode(t, QuantActivations::Int8, w, 8, 64, &x, 1, &mut y);
+            k.matmul(w, &x, 1, &mut y);
             assert!(y.iter().all(|v| v.is_nan()), "{path:?} {name}: NaN input gave {y:?}");
         }
     }

@@ -1,40 +1,41 @@
-//! Weights: zero-copy views bound by name, one struct per block, shapes as in `names`.
+//! Weights: every tensor the config implies, bound once (when the model is opened) as a typed,
+//! checked kernel operand borrowed from the mapping — one struct per block, shapes as in
+//! `names`. The forward pass sees only bound matrices: a missing or malformed tensor is an error
+//! at open, never a silent zero at run time.
 
 use super::config::Config;
 use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, LM_HEAD};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
+use crate::kernels::Mat;
 use crate::tensor::TensorView;
 
 /// A gated (SwiGLU) MLP: down(silu(gate·x) ⊙ up·x).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct MlpWeights<'a> {
     /// [ffn, hidden]
-    pub gate: TensorView<'a>,
+    pub gate: Mat<'a>,
     /// [ffn, hidden]
-    pub up: TensorView<'a>,
+    pub up: Mat<'a>,
     /// [hidden, ffn]
-    pub down: TensorView<'a>,
+    pub down: Mat<'a>,
 }
 
 /// A MoE block.
 #[derive(Clone, Debug)]
 pub struct MoeWeights<'a> {
     /// [n_experts, hidden]
-    pub router: TensorView<'a>,
-    /// Stacks [n_experts, expert_ffn, hidden], [n_experts, expert_ffn, hidden], [n_experts, hidden, expert_ffn].
-    pub gate: TensorView<'a>,
-    pub up: TensorView<'a>,
-    pub down: TensorView<'a>,
+    pub router: Mat<'a>,
+    /// [n_experts] routed experts, each [expert_ffn, hidden] ×2 and [hidden, expert_ffn].
+    pub experts: Vec<MlpWeights<'a>>,
     /// Shared expert (Qwen2-MoE).
     pub shared: Option<MlpWeights<'a>>,
     /// [1, hidden]: the shared expert's sigmoid gate.
-    pub shared_gate: Option<TensorView<'a>>,
+    pub shared_gate: Option<Mat<'a>>,
 }
 
 /// The feed-forward part of a layer.
 #[derive(Clone, Debug)]
-#[allow(clippy::large_enum_variant)] // built once per model; no hot-path copies
 pub enum FfnWeights<'a> {
     Moe(MoeWeights<'a>),
     Dense(MlpWeights<'a>),
@@ -44,21 +45,21 @@ pub enum FfnWeights<'a> {
 #[derive(Clone, Debug)]
 pub struct LayerWeights<'a> {
     /// [hidden]
-    pub attn_norm: TensorView<'a>,
+    pub attn_norm: Mat<'a>,
     /// [n_heads·head_dim, hidden], [n_kv_heads·head_dim, hidden] ×2, [hidden, n_heads·head_dim]
-    pub wq: TensorView<'a>,
-    pub wk: TensorView<'a>,
-    pub wv: TensorView<'a>,
-    pub wo: TensorView<'a>,
+    pub wq: Mat<'a>,
+    pub wk: Mat<'a>,
+    pub wv: Mat<'a>,
+    pub wo: Mat<'a>,
     /// q/k/v biases (Qwen2-MoE).
-    pub bq: Option<TensorView<'a>>,
-    pub bk: Option<TensorView<'a>>,
-    pub bv: Option<TensorView<'a>>,
+    pub bq: Option<Mat<'a>>,
+    pub bk: Option<Mat<'a>>,
+    pub bv: Option<Mat<'a>>,
     /// q/k RMSNorm weights: [head_dim] per head, or the full projection width.
-    pub q_norm: Option<TensorView<'a>>,
-    pub k_norm: Option<TensorView<'a>>,
+    pub q_norm: Option<Mat<'a>>,
+    pub k_norm: Option<Mat<'a>>,
     /// [hidden]
-    pub ffn_norm: TensorView<'a>,
+    pub ffn_norm: Mat<'a>,
     pub ffn: FfnWeights<'a>,
 }
 
@@ -66,12 +67,12 @@ pub struct LayerWeights<'a> {
 #[derive(Clone, Debug)]
 pub struct Weights<'a> {
     /// [vocab, hidden]
-    pub embed: TensorView<'a>,
+    pub embed: Mat<'a>,
     pub layers: Vec<LayerWeights<'a>>,
     /// [hidden]
-    pub norm: TensorView<'a>,
+    pub norm: Mat<'a>,
     /// [vocab, hidden]; the embedding when tied.
-    pub lm_head: TensorView<'a>,
+    pub lm_head: Mat<'a>,
 }
 
 struct Binder<'a> {
@@ -80,13 +81,17 @@ struct Binder<'a> {
 }
 
 impl<'a> Binder<'a> {
-    fn get(&self, name: &str) -> Result<TensorView<'a>> {
+    fn view(&self, name: &str) -> Result<TensorView<'a>> {
         let rec = self.parsed.tensor(name).ok_or_else(|| Error::MissingTensor { name: name.to_string() })?;
         Ok(TensorView::new(rec, self.file))
     }
 
-    fn opt(&self, name: &str) -> Option<TensorView<'a>> {
-        self.parsed.tensor(name).map(|rec| TensorView::new(rec, self.file))
+    fn get(&self, name: &str) -> Result<Mat<'a>> {
+        self.view(name)?.mat()
+    }
+
+    fn opt(&self, name: &str) -> Result<Option<Mat<'a>>> {
+        self.parsed.tensor(name).map(|rec| TensorView::new(rec, self.file).mat()).transpose()
     }
 
     fn mlp(&self, l: usize, g: &str, u: &str, d: &str) -> Result<MlpWeights<'a>> {
@@ -95,6 +100,15 @@ impl<'a> Binder<'a> {
             up: self.get(&layer_name(l, u))?,
             down: self.get(&layer_name(l, d))?,
         })
+    }
+
+    /// The routed experts of layer `l`: expert e's gate, up and down from the three stacks.
+    fn experts(&self, l: usize) -> Result<Vec<MlpWeights<'a>>> {
+        use suffix::{EXPERTS_DOWN, EXPERTS_GATE, EXPERTS_UP};
+        let stacks = [EXPERTS_GATE, EXPERTS_UP, EXPERTS_DOWN].map(|s| self.view(&layer_name(l, s)));
+        let [gate, up, down] = stacks;
+        let (gate, up, down) = (gate?.expert_mats()?, up?.expert_mats()?, down?.expert_mats()?);
+        Ok(gate.into_iter().zip(up).zip(down).map(|((gate, up), down)| MlpWeights { gate, up, down }).collect())
     }
 }
 
@@ -109,15 +123,13 @@ impl<'a> Weights<'a> {
             let ffn = if spec.moe {
                 FfnWeights::Moe(MoeWeights {
                     router: b.get(&n(ROUTER))?,
-                    gate: b.get(&n(EXPERTS_GATE))?,
-                    up: b.get(&n(EXPERTS_UP))?,
-                    down: b.get(&n(EXPERTS_DOWN))?,
+                    experts: b.experts(l)?,
                     shared: if c.moe.shared_expert_ffn > 0 {
                         Some(b.mlp(l, SHARED_GATE_PROJ, SHARED_UP, SHARED_DOWN)?)
                     } else {
                         None
                     },
-                    shared_gate: b.opt(&n(SHARED_EXPERT_GATE)),
+                    shared_gate: b.opt(&n(SHARED_EXPERT_GATE))?,
                 })
             } else {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
@@ -128,11 +140,11 @@ impl<'a> Weights<'a> {
                 wk: b.get(&n(K))?,
                 wv: b.get(&n(V))?,
                 wo: b.get(&n(O))?,
-                bq: b.opt(&n(Q_BIAS)),
-                bk: b.opt(&n(K_BIAS)),
-                bv: b.opt(&n(V_BIAS)),
-                q_norm: b.opt(&n(Q_NORM)),
-                k_norm: b.opt(&n(K_NORM)),
+                bq: b.opt(&n(Q_BIAS))?,
+                bk: b.opt(&n(K_BIAS))?,
+                bv: b.opt(&n(V_BIAS))?,
+                q_norm: b.opt(&n(Q_NORM))?,
+                k_norm: b.opt(&n(K_NORM))?,
                 ffn_norm: b.get(&n(FFN_NORM))?,
                 ffn,
             });

@@ -6,7 +6,6 @@
 use colibri::format::{
     self, DType, FileWriter, Header, MetaKind, PlannedTensor, TensorKind, TensorRecord, HEADER_SIZE, RECORD_SIZE,
 };
-use colibri::kernels::quant;
 use colibri::model::{tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, QuantClass, Role, Rope, RopeScaling};
 use colibri::{Error, LoadOptions, Model};
 use std::path::{Path, PathBuf};
@@ -220,34 +219,10 @@ fn fill_values(n: usize, seed: u64, out: &mut Vec<f32>) {
     }));
 }
 
-/// `values` stored as one matrix of `dtype` with rows of `cols` (block types: quantised by the
-/// reference quantiser; interleaved types then reordered into their row groups).
+/// `values` stored as one matrix of `dtype` with rows of `cols` (the dtype table's reference
+/// encoder: block types quantised, interleaved types reordered into their row groups).
 pub fn encode(dtype: DType, values: &[f32], cols: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(dtype.bytes_for(values.len() as u64).unwrap_or(0) as usize);
-    match dtype {
-        DType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DType::F16 => values.iter().for_each(|&v| out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
-        DType::BF16 => values.iter().for_each(|&v| out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes())),
-        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 if dtype.is_interleaved() => {
-            // The row-major encoding, then reordered: rows of `cols`, as many as there are.
-            let rows_major = encode(dtype.encoding(), values, cols);
-            let bb = if dtype.encoding() == DType::Q8 { quant::QK } else { quant::QK / 2 };
-            out = quant::interleave_stored(&rows_major, bb, cols / quant::QK);
-        }
-        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => {
-            let mut d = vec![0u16; values.len() / quant::QK];
-            if dtype == DType::Q8 {
-                let mut qs = vec![0i8; values.len()];
-                quant::quantize_row_q8(values, &mut qs, &mut d);
-                out.extend(qs.iter().map(|&q| q as u8));
-            } else {
-                out.resize(values.len() / 2, 0);
-                quant::quantize_row_q4(values, &mut out, &mut d);
-            }
-            d.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
-        }
-    }
-    out
+    dtype.encode(values, cols)
 }
 
 fn is_norm_name(name: &str) -> bool {

@@ -8,7 +8,7 @@
 
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::rng::Rng;
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::{Error, Model};
 use std::time::Instant;
 

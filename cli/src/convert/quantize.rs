@@ -1,10 +1,10 @@
 //! What `--quantize` / `--quantize-only` ask for, and the streaming block quantiser: a matrix
 //! arrives in chunks of whole blocks of f32 values; its quants are returned chunk by chunk (to be
 //! written at once) and its f16 scales are held (2 bytes per 32 elements) until the matrix ends,
-//! when they follow the quants — the layout of `colibri::kernels::quant`.
+//! when they follow the quants — the layout of `colibri::format::blocks`.
 
+use colibri::format::blocks::{self as quant, QK};
 use colibri::format::DType;
-use colibri::kernels::quant::{self, QK};
 use colibri::model::QuantClass;
 
 /// A quantisation scheme of the CLI.

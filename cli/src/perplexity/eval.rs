@@ -2,7 +2,7 @@
 //! keep the logits of the rows that are scored.
 
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
-use colibri::state::Session;
+use colibri::session::Session;
 use colibri::{Error, Model};
 use std::ops::Range;
 

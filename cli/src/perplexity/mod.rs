@@ -9,7 +9,7 @@ mod eval;
 mod score;
 
 use crate::{model_path, run::init_threads};
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::tokenizer::Tokenizer;
 use colibri::{Error, LoadOptions, Model};
 use score::Mean;

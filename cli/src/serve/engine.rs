@@ -3,7 +3,7 @@
 //! Shared as `Arc<Engine>`: a request keeps the engine it started with, so a reload never
 //! changes the model under a running sequence, and the mapping goes when the last user does.
 
-use colibri::state::DEFAULT_CTX_CAP;
+use colibri::session::DEFAULT_CTX_CAP;
 use colibri::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::path::Path;

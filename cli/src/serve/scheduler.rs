@@ -12,7 +12,7 @@ use super::logprobs::token_logprob;
 use super::metrics::Metrics;
 use colibri::forward::{forward_batch, ForwardOptions, Input, LogitsMode, Sequence};
 use colibri::sampler::Sampler;
-use colibri::state::{Session, SessionOptions};
+use colibri::session::{Session, SessionOptions};
 use colibri::stop::StopMatcher;
 use colibri::tokenizer::DecodeState;
 use colibri::Error;
@@ -81,7 +81,7 @@ impl Active {
     fn start(job: Box<Job>) -> Result<Active, Error> {
         let engine = &job.engine;
         let need = (job.prompt.len() + job.params.max_tokens).min(engine.n_ctx).max(1);
-        let opts = SessionOptions { n_ctx: need, seed: job.params.routing_seed, ..SessionOptions::default() };
+        let opts = SessionOptions { n_ctx: need, routing_seed: job.params.routing_seed, ..SessionOptions::default() };
         let mut session = Session::new(engine.model.config(), &opts)?;
         session.set_trace(true);
         let sampler = Sampler::new(job.params.sampler.clone())?;

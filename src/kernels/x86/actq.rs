@@ -2,7 +2,7 @@
 //! `actq::quantize_blocks` (same division and multiplication; round-half-away-from-zero built
 //! from truncation, since the vector rounding mode is half-to-even).
 
-use super::super::quant::QK;
+use crate::format::blocks::QK;
 use core::arch::x86_64::*;
 
 /// See `actq::quantize_blocks` (x.len() a multiple of 32; qs, d, sums sized for it).

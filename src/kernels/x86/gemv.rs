@@ -4,13 +4,16 @@
 //! (cols mod 8) added in scalar. Four weight rows share each activation load; up to two
 //! activation rows share each weight load.
 
-use super::super::{quant, reference, Mat};
+use super::super::mat::Mat;
+use super::super::reference;
+use crate::format::blocks::QK;
 use core::arch::x86_64::*;
 use std::ops::Range;
 
-const F32: u8 = 0;
-const F16: u8 = 1;
-const BF16: u8 = 2;
+/// Element kinds of the float kernels (const parameters).
+pub const F32: u8 = 0;
+pub const F16: u8 = 1;
+pub const BF16: u8 = 2;
 
 /// 8 consecutive elements of dtype `K` from element `i` of `p`, as f32.
 #[inline]
@@ -97,7 +100,7 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
     }
 }
 
-/// The matrix-vector product for float dtype K over `rows` (see `simd::GemvFn`).
+/// The matrix-vector product for float dtype K over `rows` (see `table::GemvFn`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemv_float<const K: u8>(
     w: *const u8,
@@ -162,7 +165,7 @@ unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize
         let eight = _mm256_set1_ps(8.0);
         let mask = _mm_set1_epi8(15);
         for b in 0..nblocks {
-            let xb = x.add(b * quant::QK);
+            let xb = x.add(b * QK);
             let mut s = _mm256_setzero_ps();
             if Q4 {
                 let raw = _mm_loadu_si128(qs.add(b * 16).cast());
@@ -189,49 +192,37 @@ unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize
     }
 }
 
-fn gemv_quant(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
-    if super::qgroup::is_grouped(w, cols) {
-        return super::qgroup::gemv(w, cols, rows, x, n, out);
-    }
-    let len = rows.len();
-    let nb = cols / quant::QK;
-    let scales = match w {
-        Mat::Q8(q) => q.d.len(),
-        Mat::Q4(q) => q.d.len(),
-        _ => 0,
+/// W8A16 / W4A16 product of a row-major q8 / q4 matrix (see `table::GemvFn`).
+pub fn gemv_quant<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let (len, cols) = (rows.len(), w.cols());
+    let nb = cols / QK;
+    assert!(rows.end <= w.rows() && x.len() >= n * cols && out.len() >= n * len);
+    let (qs, d, row_bytes) = if Q4 {
+        let q = w.q4();
+        (q.qs.as_ptr(), q.d.as_ptr(), cols / 2)
+    } else {
+        let q = w.q8();
+        (q.qs.as_ptr().cast::<u8>(), q.d.as_ptr(), cols)
     };
-    assert!(cols % quant::QK == 0 && rows.end * nb <= scales);
     for (i, r) in rows.enumerate() {
         for t in 0..n {
             let xt = x[t * cols..(t + 1) * cols].as_ptr();
-            // SAFETY: the table holding this function exists only on AVX2+FMA+F16C CPUs; block
-            // r·nb .. (r+1)·nb is inside the matrix (callers pass rows < rows of w).
-            out[t * len + i] = unsafe {
-                match w {
-                    Mat::Q8(q) => {
-                        dot_quant::<false>(q.qs.as_ptr().cast::<u8>().add(r * cols), q.d.as_ptr().add(r * nb), nb, xt)
-                    }
-                    Mat::Q4(q) => dot_quant::<true>(q.qs.as_ptr().add(r * cols / 2), q.d.as_ptr().add(r * nb), nb, xt),
-                    _ => unreachable!("gemv_quant takes quantised matrices"),
-                }
-            };
+            // SAFETY: the table holding this function exists only on AVX2+FMA+F16C CPUs; row r
+            // (< w.rows(), asserted) has blocks r·nb .. (r+1)·nb inside the bound matrix.
+            out[t * len + i] = unsafe { dot_quant::<Q4>(qs.add(r * row_bytes), d.add(r * nb), nb, xt) };
         }
     }
 }
 
-/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `simd::GemvFn`).
-pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
-    assert!(rows.end * cols <= w.len() && x.len() >= n * cols && out.len() >= n * rows.len());
+/// out[t·rows.len() + i] = w[rows.start + i] · x[t] for a float matrix of kind K (see
+/// `table::GemvFn`).
+pub fn gemv<const K: u8>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let cols = w.cols();
+    assert!(rows.end <= w.rows() && x.len() >= n * cols && out.len() >= n * rows.len());
+    let esize = if K == F32 { 4 } else { 2 };
     // SAFETY: the AVX2 table is only reachable when the CPU has AVX2, FMA and F16C; the bounds
     // of every row read are asserted above.
-    unsafe {
-        match w {
-            Mat::F32(v) => gemv_float::<F32>(v.as_ptr().cast(), 4, cols, rows, x, n, out),
-            Mat::F16(v) => gemv_float::<F16>(v.as_ptr().cast(), 2, cols, rows, x, n, out),
-            Mat::BF16(v) => gemv_float::<BF16>(v.as_ptr().cast(), 2, cols, rows, x, n, out),
-            Mat::Q8(_) | Mat::Q4(_) => gemv_quant(w, cols, rows, x, n, out),
-        }
-    }
+    unsafe { gemv_float::<K>(w.bytes().as_ptr(), esize, cols, rows, x, n, out) }
 }
 
 fn dot_one<const K: u8>(w: *const u8, cols: usize, x: &[f32]) -> f32 {
@@ -274,15 +265,22 @@ unsafe fn axpy_float<const K: u8>(a: f32, x: *const u8, y: &mut [f32]) {
 }
 
 /// y[i] += a · x[i] (fused multiply-add over 8 lanes; the tail in scalar).
-pub fn axpy(a: f32, x: Mat<'_>, y: &mut [f32]) {
+pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
     assert!(x.len() >= y.len());
     // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; x holds y.len() elements (asserted).
-    unsafe {
-        match x {
-            Mat::F32(v) => axpy_float::<F32>(a, v.as_ptr().cast(), y),
-            Mat::F16(v) => axpy_float::<F16>(a, v.as_ptr().cast(), y),
-            Mat::BF16(v) => axpy_float::<BF16>(a, v.as_ptr().cast(), y),
-            Mat::Q8(_) | Mat::Q4(_) => panic!("axpy takes float vectors"),
-        }
-    }
+    unsafe { axpy_float::<F32>(a, x.as_ptr().cast(), y) }
+}
+
+/// y[i] += a · f16(x[i]).
+pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    assert!(x.len() >= y.len());
+    // SAFETY: as in axpy_f32.
+    unsafe { axpy_float::<F16>(a, x.as_ptr().cast(), y) }
+}
+
+/// y[i] += a · bf16(x[i]).
+pub fn axpy_bf16(a: f32, x: &[u16], y: &mut [f32]) {
+    assert!(x.len() >= y.len());
+    // SAFETY: as in axpy_f32.
+    unsafe { axpy_float::<BF16>(a, x.as_ptr().cast(), y) }
 }

@@ -1,6 +1,7 @@
 //! x86-64 kernels. Each function is compiled for AVX2 + FMA + F16C with `#[target_feature]`
 //! and reached only through the table below, which exists only when cpuid reports all three:
-//! the library itself is built for the baseline x86-64 target.
+//! the library itself is built for the baseline x86-64 target. The table starts from the
+//! portable rows and registers, per dtype, the kernels this file set implements.
 
 mod actq;
 mod gemv;
@@ -8,18 +9,50 @@ mod qdot;
 mod qgroup;
 mod tile;
 
-use super::simd::{CpuPath, Table};
+use super::generic;
+use super::table::{CpuPath, MatKernels, Table};
+use crate::format::DType;
+
+/// The AVX2 rows: every dtype has float-activation, int8-activation (block types) and widening
+/// kernels; the interleaved block types take their int8 kernel at every row count.
+const MATS: [MatKernels; DType::COUNT] = {
+    let mut m = generic::MATS;
+    m[DType::F32.index()] = float(gemv::gemv::<{ gemv::F32 }>, tile::widen_float::<{ gemv::F32 }>);
+    m[DType::F16.index()] = float(gemv::gemv::<{ gemv::F16 }>, tile::widen_float::<{ gemv::F16 }>);
+    m[DType::BF16.index()] = float(gemv::gemv::<{ gemv::BF16 }>, tile::widen_float::<{ gemv::BF16 }>);
+    m[DType::Q8.index()] = MatKernels {
+        gemv: gemv::gemv_quant::<false>,
+        gemv_i8: Some(qdot::gemv_i8::<false>),
+        widen: tile::widen_quant::<false>,
+        int8_at_any_n: false,
+    };
+    m[DType::Q4.index()] = MatKernels {
+        gemv: gemv::gemv_quant::<true>,
+        gemv_i8: Some(qdot::gemv_i8::<true>),
+        widen: tile::widen_quant::<true>,
+        int8_at_any_n: false,
+    };
+    let grouped =
+        MatKernels { gemv: qgroup::gemv, gemv_i8: Some(qgroup::gemv_i8), widen: qgroup::widen, int8_at_any_n: true };
+    m[DType::Q8R8.index()] = grouped;
+    m[DType::Q4R8.index()] = grouped;
+    m
+};
+
+const fn float(gemv: super::table::GemvFn, widen: super::table::WidenFn) -> MatKernels {
+    MatKernels { gemv, gemv_i8: None, widen, int8_at_any_n: false }
+}
 
 static AVX2: Table = Table {
     path: CpuPath::Avx2,
+    mats: MATS,
     dot_f32: gemv::dot_f32,
     dot_f16: gemv::dot_f16,
     dot_bf16: gemv::dot_bf16,
-    gemv: gemv::gemv,
-    gemv_i8: qdot::gemv_i8,
-    widen: tile::widen,
+    axpy_f32: gemv::axpy_f32,
+    axpy_f16: gemv::axpy_f16,
+    axpy_bf16: gemv::axpy_bf16,
     tile: tile::tile,
-    axpy: gemv::axpy,
     quantize: actq::quantize_blocks,
 };
 

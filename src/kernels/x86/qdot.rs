@@ -7,9 +7,9 @@
 //! exactly the reference's. Four weight rows share each activation load.
 
 use super::super::actq::QuantizedActs;
-use super::super::quant::QK;
-use super::super::Mat;
+use super::super::mat::Mat;
 use super::gemv::hsum;
+use crate::format::blocks::QK;
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -102,19 +102,19 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
     }
 }
 
-/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for q8 / q4 `w`.
-pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    if super::qgroup::is_grouped(w, cols) {
-        return super::qgroup::gemv_i8(w, cols, rows, xa, n, out);
-    }
+/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for a row-major q8 / q4 `w`.
+pub fn gemv_i8<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let cols = w.cols();
     let nb = cols / QK;
-    assert!(cols % QK == 0 && xa.cols == cols && xa.qs.len() >= n * cols && out.len() >= n * rows.len());
-    let (qs, d, row_bytes, q4) = match w {
-        Mat::Q8(q) => (q.qs.as_ptr().cast::<u8>(), q.d, cols, false),
-        Mat::Q4(q) => (q.qs.as_ptr(), q.d, cols / 2, true),
-        _ => panic!("gemv_i8 takes quantised matrices"),
+    assert!(xa.cols == cols && xa.qs.len() >= n * cols && out.len() >= n * rows.len());
+    let (qs, d, row_bytes) = if Q4 {
+        let q = w.q4();
+        (q.qs.as_ptr(), q.d, cols / 2)
+    } else {
+        let q = w.q8();
+        (q.qs.as_ptr().cast::<u8>(), q.d, cols)
     };
-    assert!(rows.end * nb <= d.len() && rows.end * cols <= w.len());
+    assert!(rows.end <= w.rows());
     let len = rows.len();
     let mut r = rows.start;
     while r < rows.end {
@@ -128,24 +128,15 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
             let (xq, xd) = (xq.as_ptr(), xd.as_ptr());
             let at = t * len + r - rows.start;
             // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; rows r..r+take are
-            // below rows.end, whose blocks lie inside the matrix (scale count asserted above; the
-            // quant region holds row_bytes per row by construction of Q8/Q4).
+            // below rows.end ≤ w.rows() (asserted), whose blocks lie inside the bound matrix.
             unsafe {
                 if take == 4 {
                     let mut o = [0f32; 4];
-                    if q4 {
-                        rows_dot::<true, 4>(qr, row_bytes, dr, nb, xq, xd, &mut o)
-                    } else {
-                        rows_dot::<false, 4>(qr, row_bytes, dr, nb, xq, xd, &mut o)
-                    }
+                    rows_dot::<Q4, 4>(qr, row_bytes, dr, nb, xq, xd, &mut o);
                     out[at..at + 4].copy_from_slice(&o);
                 } else {
                     let mut o = [0f32; 1];
-                    if q4 {
-                        rows_dot::<true, 1>(qr, row_bytes, dr, nb, xq, xd, &mut o)
-                    } else {
-                        rows_dot::<false, 1>(qr, row_bytes, dr, nb, xq, xd, &mut o)
-                    }
+                    rows_dot::<Q4, 1>(qr, row_bytes, dr, nb, xq, xd, &mut o);
                     out[at] = o[0];
                 }
             }

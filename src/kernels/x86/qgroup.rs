@@ -17,8 +17,10 @@
 //! the blocks' scaled sums differs (fused multiply-add).
 
 use super::super::actq::QuantizedActs;
-use super::super::quant::{Layout, CHUNK, GROUP_ROWS, QK};
-use super::super::{generic, Mat};
+use super::super::generic;
+use super::super::mat::Mat;
+use crate::format::blocks::{Layout, CHUNK, GROUP_ROWS, QK};
+use crate::format::DType;
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -35,30 +37,19 @@ struct Grouped {
 }
 
 impl Grouped {
-    /// The interleaved matrix `w` with `cols` columns, or None for any other matrix. Panics
-    /// when an interleaved layout was built for another row length.
-    fn of(w: Mat<'_>, cols: usize) -> Option<Grouped> {
-        let (qs, d, d_len, layout, bb, q4) = match w {
-            Mat::Q8(q) => (q.qs.as_ptr().cast::<u8>(), q.d.as_ptr(), q.d.len(), q.layout, QK, false),
-            Mat::Q4(q) => (q.qs.as_ptr(), q.d.as_ptr(), q.d.len(), q.layout, QK / 2, true),
-            _ => return None,
+    /// The parts of interleaved `w` (q8r8 or q4r8; whole 8-row groups, one scale per block, as
+    /// binding guarantees).
+    fn of(w: Mat<'_>) -> Grouped {
+        let q4 = w.dtype().encoding() == DType::Q4;
+        let (qs, d, layout, bb) = if q4 {
+            let q = w.q4();
+            (q.qs.as_ptr(), q.d.as_ptr(), q.layout, QK / 2)
+        } else {
+            let q = w.q8();
+            (q.qs.as_ptr().cast::<u8>(), q.d.as_ptr(), q.layout, QK)
         };
-        match layout {
-            Layout::Rows => None,
-            Layout::Interleaved { nb } => {
-                // The kernels read whole 8-row units (a ragged row's block is gathered from its
-                // group's unit) and 8 scales at a time: the matrix must be whole groups with
-                // one scale per block. `Q8/Q4::from_bytes` guarantee it; the fields are public,
-                // so check here too.
-                assert_eq!(nb * QK, cols, "interleaved block matrix of {nb} blocks per row used with {cols} columns");
-                let elements = w.len();
-                assert!(
-                    elements % (GROUP_ROWS * cols) == 0 && d_len * QK == elements,
-                    "interleaved block matrix of {elements} elements and {d_len} scales is not whole 8-row groups of {cols} columns"
-                );
-                Some(Grouped { qs, d, nb, bb, q4 })
-            }
-        }
+        let Layout::Interleaved { nb } = layout else { panic!("qgroup kernels take interleaved block matrices") };
+        Grouped { qs, d, nb, bb, q4 }
     }
 
     /// First byte of the unit (row group g, block column b).
@@ -72,11 +63,6 @@ impl Grouped {
     fn scales(&self, g: usize, b: usize) -> *const u16 {
         self.d.wrapping_add((g * self.nb + b) * GROUP_ROWS)
     }
-}
-
-/// True when `w` is stored interleaved (the kernels of this file apply).
-pub fn is_grouped(w: Mat<'_>, cols: usize) -> bool {
-    Grouped::of(w, cols).is_some()
 }
 
 /// Split `rows` into (rows before the first whole group, whole groups, rows after): the
@@ -122,11 +108,11 @@ fn by_groups(
     }
 }
 
-/// W8A8 / W4A8 product of interleaved `w` (see `simd::GemvI8Fn`).
-pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let g = Grouped::of(w, cols).expect("qgroup::gemv_i8 takes interleaved block matrices");
+/// W8A8 / W4A8 product of interleaved `w` (see `table::GemvI8Fn`).
+pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let (g, cols) = (Grouped::of(w), w.cols());
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * g.nb && out.len() >= n * rows.len());
-    assert!(rows.end * cols <= w.len());
+    assert!(rows.end <= w.rows());
     let len = rows.len();
     let acts = |t: usize| {
         let (xq, xd) = xa.row(t);
@@ -136,7 +122,7 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
         rows,
         n,
         out,
-        |r, o| generic::gemv_i8(w, cols, r, xa, n, o),
+        |r, o| generic::gemv_i8(w, r, xa, n, o),
         |grp, at, out, tokens| {
             // Activation rows in fours (then two, one) share each weight load and its unpacking.
             let mut t = tokens.start;
@@ -148,7 +134,7 @@ pub fn gemv_i8(w: Mat<'_>, cols: usize, rows: Range<usize>, xa: &QuantizedActs, 
                 };
                 let x: [Acts; 4] = std::array::from_fn(|k| acts((t + k).min(tokens.end - 1)));
                 // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; group grp lies inside the matrix
-                // (rows.end·cols ≤ len asserted) and every activation row holds nb blocks; the
+                // (rows.end ≤ w.rows() asserted) and every activation row holds nb blocks; the
                 // stores cover out[(t+k)·len + at .. + 8] with at + 8 ≤ len, t + k < n.
                 unsafe {
                     let mut v = [_mm256_setzero_ps(); 4];
@@ -265,16 +251,16 @@ unsafe fn group_q8_i8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> 
     }
 }
 
-/// W8A16 / W4A16 product of interleaved `w` with float activations (see `simd::GemvFn`).
-pub fn gemv(w: Mat<'_>, cols: usize, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
-    let g = Grouped::of(w, cols).expect("qgroup::gemv takes interleaved block matrices");
-    assert!(x.len() >= n * cols && out.len() >= n * rows.len() && rows.end * cols <= w.len());
+/// W8A16 / W4A16 product of interleaved `w` with float activations (see `table::GemvFn`).
+pub fn gemv(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let (g, cols) = (Grouped::of(w), w.cols());
+    assert!(x.len() >= n * cols && out.len() >= n * rows.len() && rows.end <= w.rows());
     let len = rows.len();
     by_groups(
         rows,
         n,
         out,
-        |r, o| generic::gemv(w, cols, r, x, n, o),
+        |r, o| generic::gemv(w, r, x, n, o),
         |grp, at, out, tokens| {
             for t in tokens {
                 let xt = x[t * cols..].as_ptr();
@@ -381,10 +367,10 @@ unsafe fn transpose_chunks(p: *const u8) -> [__m256i; 4] {
 
 /// out[i] = row rows.start + i of interleaved `w`, elements [k0, k0 + kc) (multiples of 32),
 /// as f32; whole row groups are taken apart a unit at a time, other rows block by block.
-pub fn widen(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: usize, out: &mut [f32]) {
-    let g = Grouped::of(w, cols).expect("qgroup::widen takes interleaved block matrices");
+pub fn widen(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    let (g, cols) = (Grouped::of(w), w.cols());
     let kc = out.len() / rows.len().max(1);
-    assert!(k0 % QK == 0 && kc % QK == 0 && k0 + kc <= cols && rows.end * cols <= w.len());
+    assert!(k0 % QK == 0 && kc % QK == 0 && k0 + kc <= cols && rows.end <= w.rows());
     assert!(out.len() == rows.len() * kc);
     let (head, groups, tail) = split(rows.clone());
     // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; every unit and block read lies inside

@@ -1,8 +1,11 @@
 //! AVX2 pieces of the blocked GEMM (see `kernels::gemm`): the 6×16 register tile and the
 //! widening of stored weight rows (any dtype, dequantising q8/q4) to f32.
 
-use super::super::gemm::{MR, NR};
-use super::super::{quant, reference, Mat};
+use super::super::mat::Mat;
+use super::super::reference;
+use super::super::table::{MR, NR};
+use super::gemv::{F16, F32};
+use crate::format::blocks::QK;
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -52,35 +55,46 @@ unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *
     }
 }
 
-/// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row (see `simd::WidenFn`).
-pub fn widen(w: Mat<'_>, cols: usize, rows: Range<usize>, k0: usize, out: &mut [f32]) {
-    if super::qgroup::is_grouped(w, cols) {
-        return super::qgroup::widen(w, cols, rows, k0, out);
-    }
-    let kc = out.len() / rows.len().max(1);
+/// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row of a float matrix of kind K
+/// (see `table::WidenFn`).
+pub fn widen_float<const K: u8>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    let (cols, kc) = (w.cols(), out.len() / rows.len().max(1));
+    assert!(k0 + kc <= cols && rows.end <= w.rows());
     for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
-        widen_row(w, cols, r, k0, o);
+        let s = r * cols + k0;
+        match K {
+            F32 => o.copy_from_slice(&w.as_f32()[s..s + kc]),
+            // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; the slice holds the row's range.
+            F16 => unsafe { widen_half::<false>(&w.as_u16()[s..s + kc], o) },
+            // SAFETY: as above.
+            _ => unsafe { widen_half::<true>(&w.as_u16()[s..s + kc], o) },
+        }
     }
 }
 
-/// out = w[row, k0 .. k0 + out.len()] as f32.
-fn widen_row(w: Mat<'_>, cols: usize, row: usize, k0: usize, out: &mut [f32]) {
-    let s = row * cols + k0;
-    let n = out.len();
-    assert!(k0 + n <= cols && (row + 1) * cols <= w.len());
-    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; element range asserted inside the matrix.
-    unsafe {
-        match w {
-            Mat::F32(v) => out.copy_from_slice(&v[s..s + n]),
-            Mat::F16(v) => widen_half::<false>(&v[s..s + n], out),
-            Mat::BF16(v) => widen_half::<true>(&v[s..s + n], out),
-            Mat::Q8(q) => {
-                assert!(s % quant::QK == 0 && n % quant::QK == 0);
-                widen_q8(q.qs[s..s + n].as_ptr(), &q.d[s / quant::QK..(s + n) / quant::QK], out)
-            }
-            Mat::Q4(q) => {
-                assert!(s % quant::QK == 0 && n % quant::QK == 0);
-                widen_q4(q.qs[s / 2..(s + n) / 2].as_ptr(), &q.d[s / quant::QK..(s + n) / quant::QK], out)
+/// The same for a row-major q8 (`Q4` false) or q4 matrix, dequantising (k0 and the width whole
+/// blocks).
+pub fn widen_quant<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    let (cols, kc) = (w.cols(), out.len() / rows.len().max(1));
+    assert!(k0 + kc <= cols && rows.end <= w.rows() && k0 % QK == 0 && kc % QK == 0);
+    let (qs, d, bb): (&[u8], &[u16], usize) = if Q4 {
+        let q = w.q4();
+        (q.qs, q.d, QK / 2)
+    } else {
+        let q = w.q8();
+        // SAFETY: i8 and u8 have the same size and any bit pattern is valid.
+        (unsafe { std::slice::from_raw_parts(q.qs.as_ptr().cast::<u8>(), q.qs.len()) }, q.d, QK)
+    };
+    for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
+        let (b0, b1) = ((r * cols + k0) / QK, (r * cols + k0 + kc) / QK);
+        let (q, d) = (qs[b0 * bb..b1 * bb].as_ptr(), &d[b0..b1]);
+        // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; blocks b0..b1 are inside the bound
+        // matrix (asserted above), their quants and scales inside the slices taken.
+        unsafe {
+            if Q4 {
+                widen_q4(q, d, o)
+            } else {
+                widen_q8(q.cast::<i8>(), d, o)
             }
         }
     }

@@ -1,35 +1,37 @@
-//! Block-quantised weight formats: their byte layout, the reference quantisers and
-//! dequantisers, and the scalar reference dot products every SIMD path is tested against.
+//! The block-quantised layouts of the format: what the bytes of a q8, q4, q8r8 or q4r8 matrix
+//! are, the reference quantisers that make them and the dequantisers that read them back. This
+//! is the one description of those layouts; the kernels import it (the shape of ggml-common.h).
 //!
-//! Both formats quantise a row-major matrix [rows, cols] (cols a multiple of 32) in blocks of
-//! `QK` = 32 consecutive elements of a row, each block with one IEEE binary16 scale `d`. A matrix
-//! is stored as two regions, quants first, then scales (struct of arrays, so a block's quants
-//! are one aligned 32- or 16-byte load):
+//! Every block dtype quantises a row-major matrix [rows, cols] (cols a multiple of 32) in blocks
+//! of `QK` = 32 consecutive elements of a row, each block with one IEEE binary16 scale d. A
+//! matrix (a tensor, or one expert of a stack) is self-contained and stored as two regions,
+//! all the quants first, then all the scales (struct of arrays: a block's quants are one aligned
+//! 32- or 16-byte load):
 //!
 //! ```text
-//! q8: qs  i8 [rows·cols]            value = d · q,        q ∈ [-127, 127]
-//!     d   f16 [rows·cols/32]
-//! q4: qs  u8 [rows·cols/2]          value = d · (q − 8),  q ∈ [0, 15]
-//!     d   f16 [rows·cols/32]
+//! q8: qs  i8 [rows·cols]      value = d · q        q ∈ [-127, 127] (−128 is accepted on read)
+//!     d   f16 [rows·cols/32]  bytes = n + n/16 for n = rows·cols          (8.5 bits per weight)
+//! q4: qs  u8 [rows·cols/2]    value = d · (q − 8)  q ∈ [0, 15]
+//!     d   f16 [rows·cols/32]  bytes = n/2 + n/16                          (4.5 bits per weight)
 //! ```
 //!
 //! q4 packs a block's 32 nibbles into 16 bytes: byte j holds element j in its low nibble and
-//! element j+16 in its high nibble. Block b of row r is block index r·cols/32 + b in both regions.
+//! element j+16 in its high nibble. In the row-major layouts (q8, q4) block b of row r is block
+//! r·cols/32 + b in both regions.
 //!
-//! Each format also has an 8-row interleaved layout (`Layout::Interleaved`, the dtypes q8r8 and
-//! q4r8), for matrices whose rows are a multiple of 8: the same blocks with the same bytes,
-//! reordered so that one 32-byte load holds 4 bytes of each of 8 consecutive rows. For row group
-//! g (rows 8g .. 8g+8) and block column b, the 8 blocks form one unit of 8·bb bytes (bb = 32 for
-//! q8, 16 for q4), unit index g·nb + b (nb = cols/32), in which byte i of row 8g + j sits at
-//! ((i / 4)·8 + j)·4 + i % 4; the unit's 8 scales are scales g·nb·8 + b·8 + j. A matrix-vector
-//! kernel then meets 8 rows with one activation broadcast and gets their 8 sums in the 8 lanes
-//! of one vector, in row order, with no horizontal adds.
+//! q8r8 and q4r8 hold the same blocks with the same bytes in 8-row interleaved groups (rows a
+//! multiple of `GROUP_ROWS` = 8), so that one 32-byte load holds `CHUNK` = 4 bytes of each of
+//! 8 consecutive rows: for row group g (rows 8g .. 8g+8) and block column b, the 8 blocks form one
+//! unit of 8·bb bytes (bb = 32 for q8, 16 for q4) at unit index g·nb + b (nb = cols/32), in which
+//! byte i of row 8g + j sits at ((i / 4)·8 + j)·4 + i % 4; the unit's 8 scales are scales
+//! (g·nb + b)·8 + j. A matrix-vector kernel then meets 8 rows with one activation broadcast and
+//! gets their 8 sums in the 8 lanes of one vector, in row order, with no horizontal adds.
 
-use super::reference::f16_to_f32;
-
-/// Rows per group of the interleaved layout.
+/// Elements per quantisation block (the group size recorded in the tensor table).
+pub const QK: usize = 32;
+/// Rows per group of the interleaved layouts.
 pub const GROUP_ROWS: usize = 8;
-/// Bytes of one row per step of the interleaved layout.
+/// Bytes of one row per step of the interleaved layouts.
 pub const CHUNK: usize = 4;
 
 /// Where a block matrix keeps block b of row r.
@@ -75,51 +77,6 @@ impl Layout {
     }
 }
 
-/// Reorder the quant region `src` of a row-major block matrix (blocks of `bb` bytes, `nb` per
-/// row, rows a multiple of 8) into the interleaved layout in `dst` (same length).
-pub fn interleave_quants(src: &[u8], bb: usize, nb: usize, dst: &mut [u8]) {
-    assert!(src.len() == dst.len() && src.len() % (bb * nb * GROUP_ROWS) == 0);
-    let layout = Layout::Interleaved { nb };
-    for (blk, block) in src.chunks_exact(bb).enumerate() {
-        for (i, &v) in block.iter().enumerate() {
-            dst[layout.byte_pos(blk, i, bb)] = v;
-        }
-    }
-}
-
-/// The interleaved copy of a row-major block matrix given as quant bytes (`qs.len() / d.len()`
-/// per block) and scales, `nb` blocks per row.
-pub fn interleave(qs: &[u8], d: &[u16], nb: usize) -> (Vec<u8>, Vec<u16>) {
-    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
-    interleave_quants(qs, qs.len() / d.len().max(1), nb, &mut qi);
-    interleave_scales(d, nb, &mut di);
-    (qi, di)
-}
-
-/// The interleaved copy of a stored row-major block matrix (its quants, `bb` bytes per block,
-/// then its little-endian f16 scales), `nb` blocks per row: the bytes a q8r8 / q4r8 tensor holds.
-pub fn interleave_stored(bytes: &[u8], bb: usize, nb: usize) -> Vec<u8> {
-    let blocks = bytes.len() / (bb + 2);
-    let (qs, d) = bytes.split_at(blocks * bb);
-    let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-    let (mut out, di) = interleave(qs, &d, nb);
-    out.extend(di.iter().flat_map(|v| v.to_le_bytes()));
-    out
-}
-
-/// Reorder the scale region `src` of a row-major block matrix (`nb` blocks per row, rows a
-/// multiple of 8) into the interleaved layout in `dst` (same length).
-pub fn interleave_scales(src: &[u16], nb: usize, dst: &mut [u16]) {
-    assert!(src.len() == dst.len() && src.len() % (nb * GROUP_ROWS) == 0);
-    let layout = Layout::Interleaved { nb };
-    for (blk, &d) in src.iter().enumerate() {
-        dst[layout.scale_pos(blk)] = d;
-    }
-}
-
-/// Elements per quantisation block (the group size recorded in the tensor table).
-pub const QK: usize = 32;
-
 /// Bytes of a q8 matrix with `n` elements (n a multiple of 32).
 pub const fn q8_bytes(n: usize) -> usize {
     n + n / QK * 2
@@ -130,7 +87,7 @@ pub const fn q4_bytes(n: usize) -> usize {
     n / 2 + n / QK * 2
 }
 
-/// A borrowed q8 matrix: quants and per-block f16 scale bits.
+/// A borrowed q8 matrix: quants and per-block f16 scale bits, in `layout`.
 #[derive(Clone, Copy, Debug)]
 pub struct Q8<'a> {
     pub qs: &'a [i8],
@@ -138,7 +95,7 @@ pub struct Q8<'a> {
     pub layout: Layout,
 }
 
-/// A borrowed q4 matrix: packed nibbles and per-block f16 scale bits.
+/// A borrowed q4 matrix: packed nibbles and per-block f16 scale bits, in `layout`.
 #[derive(Clone, Copy, Debug)]
 pub struct Q4<'a> {
     pub qs: &'a [u8],
@@ -147,7 +104,8 @@ pub struct Q4<'a> {
 }
 
 impl<'a> Q8<'a> {
-    /// Split the stored bytes of a matrix with `n` elements into its two regions.
+    /// Split the stored bytes of a matrix with `n` elements into its two regions (None when the
+    /// length, the groups or the scale alignment do not fit).
     pub fn from_bytes(bytes: &'a [u8], n: usize, layout: Layout) -> Option<Q8<'a>> {
         if n % QK != 0 || bytes.len() != q8_bytes(n) || !whole_groups(n, layout) {
             return None;
@@ -215,8 +173,56 @@ fn cast_u16(b: &[u8]) -> Option<&[u16]> {
     (pre.is_empty() && post.is_empty()).then_some(mid)
 }
 
+/// binary16 bits → f32 (exact).
+#[inline]
+pub fn f16_to_f32(b: u16) -> f32 {
+    half::f16::from_bits(b).to_f32()
+}
+
 fn f32_to_f16_bits(v: f32) -> u16 {
     half::f16::from_f32(v).to_bits()
+}
+
+/// Reorder the quant region `src` of a row-major block matrix (blocks of `bb` bytes, `nb` per
+/// row, rows a multiple of 8) into the interleaved layout in `dst` (same length).
+pub fn interleave_quants(src: &[u8], bb: usize, nb: usize, dst: &mut [u8]) {
+    assert!(src.len() == dst.len() && src.len() % (bb * nb * GROUP_ROWS) == 0);
+    let layout = Layout::Interleaved { nb };
+    for (blk, block) in src.chunks_exact(bb).enumerate() {
+        for (i, &v) in block.iter().enumerate() {
+            dst[layout.byte_pos(blk, i, bb)] = v;
+        }
+    }
+}
+
+/// Reorder the scale region `src` of a row-major block matrix (`nb` blocks per row, rows a
+/// multiple of 8) into the interleaved layout in `dst` (same length).
+pub fn interleave_scales(src: &[u16], nb: usize, dst: &mut [u16]) {
+    assert!(src.len() == dst.len() && src.len() % (nb * GROUP_ROWS) == 0);
+    let layout = Layout::Interleaved { nb };
+    for (blk, &d) in src.iter().enumerate() {
+        dst[layout.scale_pos(blk)] = d;
+    }
+}
+
+/// The interleaved copy of a row-major block matrix given as quant bytes (`qs.len() / d.len()`
+/// per block) and scales, `nb` blocks per row.
+pub fn interleave(qs: &[u8], d: &[u16], nb: usize) -> (Vec<u8>, Vec<u16>) {
+    let (mut qi, mut di) = (vec![0u8; qs.len()], vec![0u16; d.len()]);
+    interleave_quants(qs, qs.len() / d.len().max(1), nb, &mut qi);
+    interleave_scales(d, nb, &mut di);
+    (qi, di)
+}
+
+/// The interleaved copy of a stored row-major block matrix (its quants, `bb` bytes per block,
+/// then its little-endian f16 scales), `nb` blocks per row: the bytes a q8r8 / q4r8 tensor holds.
+pub fn interleave_stored(bytes: &[u8], bb: usize, nb: usize) -> Vec<u8> {
+    let blocks = bytes.len() / (bb + 2);
+    let (qs, d) = bytes.split_at(blocks * bb);
+    let d: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    let (mut out, di) = interleave(qs, &d, nb);
+    out.extend(di.iter().flat_map(|v| v.to_le_bytes()));
+    out
 }
 
 /// Quantise one row (len a multiple of 32) to q8: d = max|x|/127 (rounded to f16),
@@ -249,6 +255,26 @@ pub fn quantize_row_q4(x: &[f32], qs: &mut [u8], d: &mut [u16]) {
     }
 }
 
+/// The stored bytes of a block matrix ([x.len() / cols, cols], cols a multiple of 32) quantised
+/// with the reference quantisers: q8 when `q8`, else q4; interleaved when `interleaved` (rows a
+/// multiple of 8).
+pub fn quantize_matrix(x: &[f32], cols: usize, q8: bool, interleaved: bool) -> Vec<u8> {
+    let n = x.len();
+    assert!(cols > 0 && cols % QK == 0 && n % cols == 0, "quantize_matrix: {n} values in rows of {cols}");
+    let mut d = vec![0u16; n / QK];
+    let qs: Vec<u8> = if q8 {
+        let mut q = vec![0i8; n];
+        quantize_row_q8(x, &mut q, &mut d);
+        q.iter().map(|&v| v as u8).collect()
+    } else {
+        let mut q = vec![0u8; n / 2];
+        quantize_row_q4(x, &mut q, &mut d);
+        q
+    };
+    let (qs, d) = if interleaved { interleave(&qs, &d, cols / QK) } else { (qs, d) };
+    qs.into_iter().chain(d.iter().flat_map(|v| v.to_le_bytes())).collect()
+}
+
 /// Dequantise `out.len()` elements of a q8 matrix starting at element `start` (both multiples of 32).
 pub fn dequantize_q8(m: Q8<'_>, start: usize, out: &mut [f32]) {
     for (b, ob) in out.chunks_exact_mut(QK).enumerate() {
@@ -273,34 +299,6 @@ pub fn dequantize_q4(m: Q4<'_>, start: usize, out: &mut [f32]) {
     }
 }
 
-/// Reference W8A16 dot of row `r` (length `cols`) with f32 activations: Σ_b d_b · Σ_i q·x,
-/// each block summed in f32 in element order, blocks accumulated in order.
-pub fn dot_q8(m: Q8<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
-    let b0 = r * cols / QK;
-    let mut acc = 0f32;
-    for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
-        let qb = m.block(b0 + b);
-        let s: f32 = qb.iter().zip(xb).map(|(&q, &v)| f32::from(q) * v).sum();
-        acc += m.scale(b0 + b) * s;
-    }
-    acc
-}
-
-/// Reference W4A16 dot of row `r` (length `cols`) with f32 activations.
-pub fn dot_q4(m: Q4<'_>, r: usize, cols: usize, x: &[f32]) -> f32 {
-    let b0 = r * cols / QK;
-    let mut acc = 0f32;
-    for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
-        let qb = m.block(b0 + b);
-        let mut s = 0f32;
-        for j in 0..QK / 2 {
-            s += (f32::from(qb[j] & 15) - 8.0) * xb[j] + (f32::from(qb[j] >> 4) - 8.0) * xb[j + QK / 2];
-        }
-        acc += m.scale(b0 + b) * s;
-    }
-    acc
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,12 +318,7 @@ mod tests {
     #[test]
     fn q8_roundtrip_error_is_within_half_a_step() {
         let x = sample(4 * 64, 1);
-        let mut buf = vec![0u8; q8_bytes(x.len())];
-        let (qs, d) = buf.split_at_mut(x.len());
-        let mut dv = vec![0u16; x.len() / QK];
-        let qs_i8: &mut [i8] = unsafe { std::slice::from_raw_parts_mut(qs.as_mut_ptr().cast(), qs.len()) };
-        quantize_row_q8(&x, qs_i8, &mut dv);
-        d.copy_from_slice(unsafe { std::slice::from_raw_parts(dv.as_ptr().cast::<u8>(), dv.len() * 2) });
+        let buf = quantize_matrix(&x, 64, true, false);
         let m = Q8::from_bytes(&buf, x.len(), Layout::Rows).expect("layout");
         let mut y = vec![0f32; x.len()];
         dequantize_q8(m, 0, &mut y);
@@ -357,32 +350,6 @@ mod tests {
             for (a, c) in xb.iter().zip(yb) {
                 assert!((a - c).abs() <= step * 0.5 + 1e-6, "block {b}: {a} vs {c}");
             }
-        }
-    }
-
-    #[test]
-    fn reference_dots_equal_dot_of_dequantised_rows() {
-        let (rows, cols) = (3, 96);
-        let w = sample(rows * cols, 3);
-        let x = sample(cols, 4);
-        let mut q8 = vec![0i8; rows * cols];
-        let mut d8 = vec![0u16; rows * cols / QK];
-        let mut q4 = vec![0u8; rows * cols / 2];
-        let mut d4 = vec![0u16; rows * cols / QK];
-        for r in 0..rows {
-            let wr = &w[r * cols..(r + 1) * cols];
-            quantize_row_q8(wr, &mut q8[r * cols..(r + 1) * cols], &mut d8[r * 3..(r + 1) * 3]);
-            quantize_row_q4(wr, &mut q4[r * cols / 2..(r + 1) * cols / 2], &mut d4[r * 3..(r + 1) * 3]);
-        }
-        let (m8, m4) = (Q8 { qs: &q8, d: &d8, layout: Layout::Rows }, Q4 { qs: &q4, d: &d4, layout: Layout::Rows });
-        for r in 0..rows {
-            let mut deq = vec![0f32; cols];
-            dequantize_q8(m8, r * cols, &mut deq);
-            let want: f64 = deq.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
-            assert!((f64::from(dot_q8(m8, r, cols, &x)) - want).abs() < 1e-4);
-            dequantize_q4(m4, r * cols, &mut deq);
-            let want: f64 = deq.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
-            assert!((f64::from(dot_q4(m4, r, cols, &x)) - want).abs() < 1e-4);
         }
     }
 

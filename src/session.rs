@@ -1,10 +1,10 @@
-//! Per-session state: the KV cache and every activation buffer, sized once from the config and
-//! the context length (buffers for prefill grow to the largest batch seen, then stay), the
-//! routing RNG and the optional routing trace. One session is used by one thread at a time; many
-//! sessions share one `Model`.
+//! Per-session state: the KV cache sized once from the config and the context length, the
+//! position, the routing RNG, the optional routing trace, the last logits and the activation
+//! mode its steps compute with. One session is used by one thread at a time; many sessions
+//! share one `Model`. (A step's activation buffers belong to the step: `forward::step`.)
 
 use crate::error::{Error, Result};
-use crate::kernels::Mat;
+use crate::kernels::{Kernels, QuantActivations};
 use crate::model::Config;
 use crate::rng::Rng;
 
@@ -43,7 +43,9 @@ pub struct SessionOptions {
     pub n_ctx: usize,
     pub kv_dtype: KvDtype,
     /// Seed of the routing RNG (Gumbel routing).
-    pub seed: u64,
+    pub routing_seed: u64,
+    /// How quantised weights meet their activations (default: `COLIBRI_QUANT_ACT`, else int8).
+    pub quant_act: QuantActivations,
 }
 
 /// Default context cap when the caller does not choose one (keeps the KV cache predictable).
@@ -51,7 +53,7 @@ pub const DEFAULT_CTX_CAP: usize = 4096;
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { n_ctx: 0, kv_dtype: KvDtype::F32, seed: 0 }
+        SessionOptions { n_ctx: 0, kv_dtype: KvDtype::F32, routing_seed: 0, quant_act: QuantActivations::from_env() }
     }
 }
 
@@ -107,23 +109,23 @@ impl KvCache {
 
     /// Dot product of `q` (length head_dim) with cached K of (layer, pos, kv_head).
     #[inline]
-    pub fn k_dot(&self, layer: usize, pos: usize, kv_head: usize, q: &[f32]) -> f32 {
+    pub fn k_dot(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, q: &[f32]) -> f32 {
         let at = self.at(layer, pos) + kv_head * q.len();
         match &self.store_k {
-            Store::F32(d) => crate::kernels::dot_f32(&d[at..at + q.len()], q),
-            Store::Half { bits, bf16: true } => crate::kernels::dot_bf16(&bits[at..at + q.len()], q),
-            Store::Half { bits, bf16: false } => crate::kernels::dot_f16(&bits[at..at + q.len()], q),
+            Store::F32(d) => k.dot_f32(&d[at..at + q.len()], q),
+            Store::Half { bits, bf16: true } => k.dot_bf16(&bits[at..at + q.len()], q),
+            Store::Half { bits, bf16: false } => k.dot_f16(&bits[at..at + q.len()], q),
         }
     }
 
     /// out += p · V(layer, pos, kv_head).
     #[inline]
-    pub fn v_axpy(&self, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
+    pub fn v_axpy(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
         let at = self.at(layer, pos) + kv_head * out.len();
         match &self.store_v {
-            Store::F32(d) => crate::kernels::axpy(p, Mat::F32(&d[at..at + out.len()]), out),
-            Store::Half { bits, bf16: true } => crate::kernels::axpy(p, Mat::BF16(&bits[at..at + out.len()]), out),
-            Store::Half { bits, bf16: false } => crate::kernels::axpy(p, Mat::F16(&bits[at..at + out.len()]), out),
+            Store::F32(d) => k.axpy_f32(p, &d[at..at + out.len()], out),
+            Store::Half { bits, bf16: true } => k.axpy_bf16(p, &bits[at..at + out.len()], out),
+            Store::Half { bits, bf16: false } => k.axpy_f16(p, &bits[at..at + out.len()], out),
         }
     }
 
@@ -151,57 +153,17 @@ pub struct RouteRecord {
     pub weights: Vec<f32>,
 }
 
-/// Activation buffers for a batch of up to `cap` tokens (the rows of one or more sequences).
-/// Shapes are per token. A batched step borrows the first session's scratch.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    pub cap: usize,
-    /// [n, hidden] residual stream
-    pub x: Vec<f32>,
-    /// [n, hidden] normed input of a block
-    pub xn: Vec<f32>,
-    /// [n, n_heads·head_dim]
-    pub q: Vec<f32>,
-    /// [n, n_kv_heads·head_dim]
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-    /// [n, n_heads·head_dim] attention output before o-proj
-    pub att: Vec<f32>,
-    /// [n, hidden] block output
-    pub out: Vec<f32>,
-    /// [n, rot_dim/2] RoPE rows of the batch (filled per step, grown as needed)
-    pub cos: Vec<f32>,
-    pub sin: Vec<f32>,
-}
-
-impl Scratch {
-    pub fn ensure(&mut self, c: &Config, n: usize) {
-        if n <= self.cap {
-            return;
-        }
-        let (h, q, kv) = (c.hidden_size, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
-        self.x = vec![0.0; n * h];
-        self.xn = vec![0.0; n * h];
-        self.q = vec![0.0; n * q];
-        self.k = vec![0.0; n * kv];
-        self.v = vec![0.0; n * kv];
-        self.att = vec![0.0; n * q];
-        self.out = vec![0.0; n * h];
-        self.cap = n;
-    }
-}
-
-/// A sequence being processed: KV cache, position, buffers, routing RNG and trace.
+/// A sequence being processed: KV cache, position, routing RNG and trace, last logits.
 pub struct Session {
     pub(crate) kv: KvCache,
     /// Tokens already in the cache.
     pub(crate) pos: usize,
-    pub(crate) scratch: Scratch,
     pub(crate) rng: Rng,
     pub(crate) trace: Option<Vec<RouteRecord>>,
     /// Logits of the last call: [n_out, vocab].
     pub(crate) logits: Vec<f32>,
     kv_dtype: KvDtype,
+    quant_act: QuantActivations,
 }
 
 impl Session {
@@ -214,11 +176,11 @@ impl Session {
         Ok(Session {
             kv: KvCache::new(c, n_ctx, opts.kv_dtype)?,
             pos: 0,
-            scratch: Scratch::default(),
-            rng: Rng::new(opts.seed),
+            rng: Rng::new(opts.routing_seed),
             trace: None,
             logits: Vec::new(),
             kv_dtype: opts.kv_dtype,
+            quant_act: opts.quant_act,
         })
     }
 
@@ -235,6 +197,11 @@ impl Session {
     /// Element type of the KV cache.
     pub fn kv_dtype(&self) -> KvDtype {
         self.kv_dtype
+    }
+
+    /// How this session's quantised products meet their activations.
+    pub fn quant_act(&self) -> QuantActivations {
+        self.quant_act
     }
 
     /// Forget every cached token (the buffers stay allocated).

@@ -1,0 +1,58 @@
+//! What a forward step works on, shared by the step's plumbing (`step`) and the blocks: each
+//! sequence's lane (its rows, KV cache and routing state) and the step's activation buffers.
+
+use super::router::RoutingMode;
+use crate::model::Config;
+use crate::rng::Rng;
+use crate::session::{KvCache, RouteRecord};
+use std::ops::Range;
+
+/// One sequence's share of a step: its rows of the batch (sequences are listed in row order,
+/// rows contiguous and ascending), its KV cache and position, and its routing state.
+pub struct Lane<'s> {
+    pub kv: &'s mut KvCache,
+    /// Position of the sequence's first new token.
+    pub pos0: usize,
+    pub rows: Range<usize>,
+    pub top_k: usize,
+    pub mode: RoutingMode,
+    pub rng: &'s mut Rng,
+    pub trace: Option<&'s mut Vec<RouteRecord>>,
+}
+
+/// Activation buffers of a step over n rows (the rows of every sequence).
+pub struct Scratch {
+    /// [n, hidden] residual stream
+    pub x: Vec<f32>,
+    /// [n, hidden] normed input of a block
+    pub xn: Vec<f32>,
+    /// [n, n_heads·head_dim]
+    pub q: Vec<f32>,
+    /// [n, n_kv_heads·head_dim]
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    /// [n, n_heads·head_dim] attention output before the output projection
+    pub att: Vec<f32>,
+    /// [n, hidden] block output
+    pub out: Vec<f32>,
+    /// [n, rot_dim/2] RoPE cos and sin of each row's position
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new(c: &Config, n: usize) -> Scratch {
+        let (h, q, kv) = (c.hidden_size, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+        Scratch {
+            x: vec![0.0; n * h],
+            xn: vec![0.0; n * h],
+            q: vec![0.0; n * q],
+            k: vec![0.0; n * kv],
+            v: vec![0.0; n * kv],
+            att: vec![0.0; n * q],
+            out: vec![0.0; n * h],
+            cos: Vec::new(),
+            sin: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The plumbing of one forward step over a batch, so that the layer loop in `mod.rs` reads like
+//! the math: which batch rows belong to which sequence, each sequence's attention and routing
+//! state (borrowed from its session for the step), the activation buffers (owned by the step),
+//! the kernels, and the MoE block's routing.
+
+use super::attention::attention;
+use super::experts;
+use super::ffn::mlp;
+use super::lanes::{Lane, Scratch};
+use super::rope::Rope;
+use super::router::{self, Routes};
+use super::{Input, Sequence};
+use crate::kernels::{self, Kernels, Mat};
+use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights};
+use crate::session::RouteRecord;
+use std::ops::Range;
+
+/// A step in progress: the batch's rows embedded in `sc.x`, ready for the layers.
+pub struct Step<'s> {
+    pub c: &'s Config,
+    pub k: Kernels,
+    pub rope: Rope,
+    pub sc: Scratch,
+    pub lanes: Vec<Lane<'s>>,
+    /// [n, n_experts] router logits of the current layer.
+    gate: Vec<f32>,
+    routes: Routes,
+}
+
+impl<'s> Step<'s> {
+    /// Plan a step over the (already checked) batch of n rows: embed every sequence's input
+    /// into x and fill each row's RoPE cos/sin at its own position.
+    pub fn new(model: &'s Model, batch: &'s mut [Sequence<'_>], n: usize, k: Kernels) -> Step<'s> {
+        let c = model.config();
+        let h = c.hidden_size;
+        let rope = Rope::new(c);
+        let mut sc = Scratch::new(c, n);
+        let mut lanes = Vec::with_capacity(batch.len());
+        let mut row = 0;
+        for q in batch.iter_mut() {
+            let rows = row..row + q.input.len(h);
+            row = rows.end;
+            let s = &mut *q.session;
+            // x = embed(tokens)
+            let x = &mut sc.x[rows.start * h..rows.end * h];
+            match q.input {
+                Input::Tokens(ids) => {
+                    for (xt, &id) in x.chunks_exact_mut(h).zip(ids) {
+                        model.weights().embed.row_to_f32(id as usize, xt);
+                    }
+                }
+                Input::Embeddings(e) => x.copy_from_slice(e),
+            }
+            rope.extend_table(s.pos, rows.len(), &mut sc.cos, &mut sc.sin);
+            let top_k = q.opts.routing.top_k.unwrap_or(c.moe.top_k); // validated by the checks
+            let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
+            lanes.push(Lane { kv, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
+        }
+        Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() }
+    }
+
+    /// Rows in the step.
+    fn n(&self) -> usize {
+        self.lanes.last().map_or(0, |l| l.rows.end)
+    }
+
+    /// xn = rmsnorm(x) with weight `w`.
+    pub fn norm(&mut self, w: Mat<'_>) {
+        let nh = self.n() * self.c.hidden_size;
+        kernels::rmsnorm(&self.sc.x[..nh], w, self.c.rms_norm_eps as f32, &mut self.sc.xn[..nh]);
+    }
+
+    /// x += out.
+    pub fn residual(&mut self) {
+        let nh = self.n() * self.c.hidden_size;
+        self.sc.x[..nh].iter_mut().zip(&self.sc.out[..nh]).for_each(|(a, b)| *a += b);
+    }
+
+    /// out = attention(xn) of layer `l`, appending each sequence's K/V to its cache.
+    pub fn attention(&mut self, l: usize, lw: &LayerWeights<'_>) {
+        attention(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc);
+    }
+
+    /// out = mlp(xn) (a dense layer).
+    pub fn mlp(&mut self, w: &MlpWeights<'_>) {
+        let n = self.n();
+        mlp(&self.k, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
+    }
+
+    /// out = moe(xn) of layer `l`: router logits for every row at once; each sequence then
+    /// chooses its experts with its own k, mode and RNG (recording them when traced); the chosen
+    /// experts run once over all the rows that chose them.
+    pub fn moe(&mut self, l: usize, mw: &MoeWeights<'_>) {
+        let (n, h) = (self.n(), self.c.hidden_size);
+        let xn = &self.sc.xn[..n * h];
+        router::logits(&self.k, mw.router, xn, n, &mut self.gate);
+        self.routes.clear();
+        let e = mw.router.rows();
+        for lane in self.lanes.iter_mut() {
+            let r = lane.rows.clone();
+            let mut choice = router::Choice {
+                k: lane.top_k,
+                renormalise: self.c.moe.norm_topk_prob,
+                mode: lane.mode,
+                rng: &mut *lane.rng,
+            };
+            router::select(&self.gate[r.start * e..r.end * e], e, &mut choice, &mut self.routes);
+            if let Some(trace) = lane.trace.as_deref_mut() {
+                record(trace, &self.routes, r, l, lane.pos0);
+            }
+        }
+        experts::moe(&self.k, mw, xn, n, &self.routes, &mut self.sc.out[..n * h]);
+    }
+
+    /// End the layers: the residual stream [n, hidden].
+    pub fn into_residual(self) -> Vec<f32> {
+        self.sc.x
+    }
+}
+
+/// Append the routing of one sequence's rows `rows` (batch rows; positions from `pos0`).
+fn record(trace: &mut Vec<RouteRecord>, routes: &Routes, rows: Range<usize>, layer: usize, pos0: usize) {
+    let first = rows.start;
+    for t in rows {
+        let (experts, weights) = routes.row(t);
+        trace.push(RouteRecord {
+            position: pos0 + t - first,
+            layer,
+            experts: experts.to_vec(),
+            weights: weights.to_vec(),
+        });
+    }
+}

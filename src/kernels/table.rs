@@ -1,0 +1,86 @@
+//! What a kernel path provides: the function types, one `MatKernels` row per dtype (indexed like
+//! the format's dtype table) and the `Table` of a path. The leaf of the kernels: the arch files,
+//! the portable kernels and the strategies depend on it; it depends on none of them.
+
+use super::actq::{QuantizeFn, QuantizedActs};
+use super::mat::Mat;
+use crate::format::DType;
+use std::ops::Range;
+
+/// Register tile of the blocked GEMM: weight rows per micro-tile.
+pub const MR: usize = 6;
+/// Register tile: activation rows (tokens) per micro-tile, two 8-lane vectors.
+pub const NR: usize = 16;
+
+/// A kernel path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuPath {
+    /// Portable scalar reference.
+    Generic,
+    /// x86-64 with AVX2, FMA and F16C.
+    Avx2,
+}
+
+impl CpuPath {
+    /// Lower-case name, as `COLIBRI_CPU` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuPath::Generic => "generic",
+            CpuPath::Avx2 => "avx2",
+        }
+    }
+}
+
+/// y block of a matrix-vector product: for rows `rows` of `w` and n activation rows `x`
+/// ([n, cols]), out[t·rows.len() + i] = w[rows.start + i] · x[t].
+pub(crate) type GemvFn = fn(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]);
+/// The same for a block-quantised `w` against int8-quantised activation rows (W8A8 / W4A8).
+pub(crate) type GemvI8Fn = fn(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]);
+/// Elements [k0, k0 + kc) of rows `rows` of `w` widened to f32 into out ([rows.len(), kc],
+/// kc = out.len() / rows.len()).
+pub(crate) type WidenFn = fn(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]);
+/// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr, k ascending;
+/// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
+pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
+/// Σ w[i]·x[i] over a float vector (f32, or f16 / bf16 bits).
+pub(crate) type DotFn<T> = fn(w: &[T], x: &[f32]) -> f32;
+/// y[i] += a · x[i] for a float vector x of at least y's length (shorter panics on every path).
+pub(crate) type AxpyFn<T> = fn(a: f32, x: &[T], y: &mut [f32]);
+
+/// The kernels of one dtype on one path.
+#[derive(Clone, Copy)]
+pub(crate) struct MatKernels {
+    pub gemv: GemvFn,
+    /// Int8-activation products (block dtypes only).
+    pub gemv_i8: Option<GemvI8Fn>,
+    pub widen: WidenFn,
+    /// Capability: in int8 mode this dtype's int8 kernel outruns widening for the GEMM at every
+    /// activation-row count (it meets several activation rows per weight unpack), so products
+    /// take it whatever n is.
+    pub int8_at_any_n: bool,
+}
+
+/// The function table of one path: a row per dtype plus the dtype-free kernels.
+pub(crate) struct Table {
+    pub path: CpuPath,
+    /// Indexed by `DType::index()`.
+    pub mats: [MatKernels; DType::COUNT],
+    pub dot_f32: DotFn<f32>,
+    pub dot_f16: DotFn<u16>,
+    pub dot_bf16: DotFn<u16>,
+    /// Attention's value accumulation over cached rows.
+    pub axpy_f32: AxpyFn<f32>,
+    pub axpy_f16: AxpyFn<u16>,
+    pub axpy_bf16: AxpyFn<u16>,
+    pub tile: TileFn,
+    /// Int8 activation blocks (`actq::quantize_blocks`).
+    pub quantize: QuantizeFn,
+}
+
+impl Table {
+    /// The kernels of `dtype` on this path.
+    #[inline]
+    pub fn mat(&self, dtype: DType) -> &MatKernels {
+        &self.mats[dtype.index()]
+    }
+}
