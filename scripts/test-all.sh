@@ -18,12 +18,13 @@ echo "== cargo test (release)"
 cargo test --workspace --release
 
 # The oracle and engine tests again on every other kernel path this CPU can run (the default run
-# above used the best one). The kernel unit tests already cover every path in one process.
+# above used the best one). The kernel unit tests already cover every path in one process. The
+# oracle and batch tests are the library's (tests/); engine_cli and quantize_roundtrip the CLI's.
 for path in generic avx2; do
     if [ "$path" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then continue; fi
     echo "== oracle tests with COLIBRI_CPU=$path"
-    COLIBRI_CPU=$path cargo test --release -p colibri-cli --test oracle --test engine_cli --test batch \
-        --test quantize_roundtrip
+    COLIBRI_CPU=$path cargo test --release -p colibri --test oracle --test batch
+    COLIBRI_CPU=$path cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
 done
 echo "== quantised-engine tests with float activations (W8A16/W4A16, COLIBRI_QUANT_ACT=float)"
 COLIBRI_QUANT_ACT=float cargo test --release -p colibri-cli --test quantize_roundtrip

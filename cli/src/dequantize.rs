@@ -3,10 +3,10 @@
 //! The input is fully verified first (so a corrupt file is not re-checksummed into a valid one);
 //! the output goes through the writer's temp file + rename, one bounded chunk at a time.
 
-use crate::convert::cast;
 use colibri::format::{DType, FileWriter, PlannedTensor, GROUP};
 use colibri::tensor::TensorView;
 use colibri::{Error, LoadOptions, Model};
+use colibri_convert::cast;
 use std::path::Path;
 
 /// Elements dequantised per step (a multiple of the group).

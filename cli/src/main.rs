@@ -42,10 +42,10 @@ enum Command {
         /// Block-quantise the attention, expert, shared-expert, dense MLP and lm_head matrices:
         /// q8 (8-bit) or w4a16 (4-bit weights, stored as q4). Matrices whose rows are not a
         /// multiple of 32 stay float (f16, or --dtype), with a warning.
-        #[arg(long, value_parser = convert::quantize::Scheme::parse)]
-        quantize: Option<convert::quantize::Scheme>,
+        #[arg(long, value_parser = colibri_convert::quantize::Scheme::parse)]
+        quantize: Option<colibri_convert::quantize::Scheme>,
         /// Quantise only these classes (comma list of experts, shared, attn, mlp, lm_head).
-        #[arg(long, requires = "quantize", value_delimiter = ',', value_parser = convert::quantize::parse_class)]
+        #[arg(long, requires = "quantize", value_delimiter = ',', value_parser = colibri_convert::quantize::parse_class)]
         quantize_only: Option<Vec<colibri::model::QuantClass>>,
         /// Store quantised matrices row-major (q8 / q4) instead of in 8-row interleaved groups
         /// (q8r8 / q4r8, the default: same bytes and values, faster matrix-vector kernels).
@@ -150,17 +150,18 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
             user_metadata,
             no_progress,
         } => {
-            let args = convert::ConvertArgs {
+            let args = colibri_convert::ConvertArgs {
                 input,
                 output,
                 dtype,
                 quantize: quantize.map(|scheme| {
-                    convert::quantize::Quantize::new(scheme, quantize_only).with_interleave(!no_interleave)
+                    colibri_convert::quantize::Quantize::new(scheme, quantize_only).with_interleave(!no_interleave)
                 }),
                 user_metadata,
-                progress: !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             };
-            let r = convert::convert(&args)?;
+            let bar = convert::Bar::default();
+            let progress = !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let r = colibri_convert::convert(&args, progress.then_some(&bar as &dyn colibri_convert::Progress))?;
             for w in &r.warnings {
                 eprintln!("warning: {w}");
             }

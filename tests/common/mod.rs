@@ -1,7 +1,13 @@
-//! Shared helpers of the file-format integration tests: build small valid .colibri files with
-//! `FileWriter` (deterministic finite weights, norms of 1.0), locate every field of the written
-//! file (header, metadata directory, tensor records, names, data) and patch bytes in place.
+//! Shared helpers of the library's integration tests. Here, for the file-format tests: build
+//! small valid .colibri files with `FileWriter` (deterministic finite weights, norms of 1.0),
+//! locate every field of the written file (header, metadata directory, tensor records, names,
+//! data) and patch bytes in place. `fixtures`: the HF fixture checkpoints and their conversion,
+//! for the engine, batch and C ABI tests.
 #![allow(dead_code)] // each test binary uses a different subset
+
+mod fixtures;
+#[allow(unused_imports)] // the file-format tests use none of them
+pub use fixtures::*;
 
 use colibri::format::{
     self, DType, FileWriter, Header, MetaKind, PlannedTensor, TensorKind, TensorRecord, HEADER_SIZE, RECORD_SIZE,

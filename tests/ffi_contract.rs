@@ -3,15 +3,16 @@
 //! reported with the size needed and change nothing; panics become COLIBRI_STATUS_PANIC; params
 //! structs are versioned by struct_size; the layer-level MoE primitive matches a scalar reference.
 
+mod common;
+
 use colibri::ffi::*;
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::ptr::{null, null_mut};
 use std::sync::OnceLock;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+    common::models_root().join(name)
 }
 
 fn model_file() -> &'static CString {
@@ -20,14 +21,7 @@ fn model_file() -> &'static CString {
         .get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("m.colibri");
-            let o = Command::new(env!("CARGO_BIN_EXE_colibri"))
-                .arg("convert")
-                .arg(fixture("qwen2_moe_shared"))
-                .arg("-o")
-                .arg(&out)
-                .output()
-                .unwrap();
-            assert!(o.status.success());
+            common::convert_as(&fixture("qwen2_moe_shared"), &out, None);
             let c = CString::new(out.to_str().unwrap()).unwrap();
             (dir, c)
         })
@@ -689,7 +683,7 @@ fn infer_batch_equals_separate_infer_calls_and_checks_every_argument() {
             routes.clear();
             let st = colibri_infer_batch(m, ss.as_ptr(), ptrs.as_ptr(), lens.as_ptr(), 3, got.as_mut_ptr(), got.len());
             assert_eq!(st, COLIBRI_STATUS_OK, "{}", last_error());
-            // Bit-identical today (see cli/tests/batch.rs); a tolerance for future kernels.
+            // Bit-identical today (see tests/batch.rs); a tolerance for future kernels.
             let tol = 1e-5 * want.iter().fold(0f32, |m, v| m.max(v.abs()));
             assert!(max_diff(&got, &want) <= tol, "step {step}: batched logits differ");
             assert_eq!(routes.len(), lens[0] * 2, "session 0's route callback: two MoE layers per token");

@@ -1,17 +1,17 @@
-//! Contract: for every fixture checkpoint, `colibri convert` then `Model::open` gives back every
+//! Contract: for every fixture checkpoint, the converter then `Model::open` gives back every
 //! source tensor — bit-exact when the dtype is kept, correctly rounded (round-to-nearest-even)
 //! when converting f32 → f16/bf16. The source is read with the independent `safetensors` crate
 //! and the HF→colibri name mapping is restated here, so a wrong mapping in the converter fails.
 
-mod common;
+#[path = "../../tests/common/fixtures.rs"]
+mod fixtures;
 
 use colibri::format::{DType, TensorKind};
 use colibri::{LoadOptions, Model};
-use common::*;
+use fixtures::*;
 use half::f16;
 use safetensors::Dtype;
 use std::path::Path;
-use std::process::Command;
 
 /// Round-to-nearest-even f32 → bf16, written out independently of `half`.
 fn bf16_rne(x: f32) -> u16 {
@@ -60,14 +60,9 @@ fn check_tensor(name: &str, src_dtype: Dtype, src: &[u8], out_dtype: DType, out:
     }
 }
 
+/// As `colibri convert DIR -o OUT [--dtype DTYPE]`, through the library.
 fn convert(dir: &Path, out: &Path, dtype: Option<&str>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_colibri"));
-    cmd.arg("convert").arg(dir).arg("-o").arg(out);
-    if let Some(d) = dtype {
-        cmd.args(["--dtype", d]);
-    }
-    let o = cmd.output().unwrap();
-    assert!(o.status.success(), "convert {} failed: {}", dir.display(), String::from_utf8_lossy(&o.stderr));
+    convert_as(dir, out, dtype.map(|d| DType::from_name(d).unwrap_or_else(|| panic!("unknown dtype {d}"))));
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! `colibri convert`: HuggingFace checkpoint directory → one .colibri file, optionally with
-//! block-quantised matrices. Streams tensor by tensor (bounded buffers, positioned reads), writes
-//! through a temp file + fsync + rename.
+//! The colibri converter (`colibri convert` in the CLI): HuggingFace checkpoint directory → one
+//! .colibri file, optionally with block-quantised matrices. Streams tensor by tensor (bounded
+//! buffers, positioned reads), writes through a temp file + fsync + rename. Progress is reported
+//! through the `Progress` trait; drawing it is the caller's business.
 
 pub mod cast;
 mod hf_config;
@@ -29,7 +30,27 @@ pub struct ConvertArgs {
     /// Block quantisation of the quantisable matrices, if asked for.
     pub quantize: Option<quantize::Quantize>,
     pub user_metadata: Option<PathBuf>,
-    pub progress: bool,
+}
+
+/// Observer of the payload writing (the CLI draws its progress bar with it). Called from the
+/// converting thread: `start` once before the first tensor, `advance` as bytes are written,
+/// `finish` once the file is complete (not when the conversion fails).
+pub trait Progress {
+    /// `total` payload bytes are about to be written.
+    fn start(&self, total: u64);
+    /// `bytes` more payload bytes were written.
+    fn advance(&self, bytes: u64);
+    /// Every byte is written and the file renamed into place.
+    fn finish(&self);
+}
+
+/// The `Progress` of a conversion nobody watches.
+struct Silent;
+
+impl Progress for Silent {
+    fn start(&self, _: u64) {}
+    fn advance(&self, _: u64) {}
+    fn finish(&self) {}
 }
 
 /// Figures printed in the summary line.
@@ -57,8 +78,8 @@ fn fail(reason: impl Into<String>) -> Error {
     Error::Convert { reason: reason.into() }
 }
 
-/// Run a conversion.
-pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
+/// Run a conversion, reporting the bytes written to `progress` if given.
+pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<ConvertReport> {
     let start = Instant::now();
     let dir = &args.input;
     if !dir.is_dir() {
@@ -90,7 +111,8 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
     meta.push(metadata::provenance(dir, &config, args, plan.provenance(args.quantize.as_ref())));
     meta.extend(metadata::user_blob(args)?);
 
-    let bar = progress_bar(args.progress, plan.payload_bytes());
+    let progress = progress.unwrap_or(&Silent);
+    progress.start(plan.payload_bytes());
     let mut writer = FileWriter::create(
         &args.output,
         config.n_layers as u32,
@@ -101,10 +123,10 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
     )?;
     let mut streamer = stream::Streamer::default();
     for (r, p) in resolved.iter().zip(&plan.tensors) {
-        streamer.tensor(&ck, &mut writer, r, p, &|n| bar.inc(n))?;
+        streamer.tensor(&ck, &mut writer, r, p, &|n| progress.advance(n))?;
     }
     let summary = writer.finish()?;
-    bar.finish_and_clear();
+    progress.finish();
     let params = param_count(&config);
     Ok(ConvertReport {
         family: config.family.name(),
@@ -127,21 +149,8 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport> {
     })
 }
 
-fn progress_bar(enabled: bool, total: u64) -> indicatif::ProgressBar {
-    if !enabled {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-    ) {
-        bar.set_style(style);
-    }
-    bar
-}
-
 /// The directory name shown in provenance (never an absolute path).
-pub fn source_name(dir: &Path) -> String {
+pub(crate) fn source_name(dir: &Path) -> String {
     std::fs::canonicalize(dir)
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

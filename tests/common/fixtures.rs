@@ -1,0 +1,207 @@
+//! Shared by the converter and engine tests: the fixture checkpoints, their tensors read with
+//! the independent `safetensors` crate, the HF → colibri name mapping restated independently of
+//! the converter (so a wrong mapping in the converter fails the tests), the fixtures' oracle
+//! metadata, conversion through the converter library, argmax. A submodule of `common` for the
+//! library's tests; the converter's and the CLI's tests include this file by path.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use colibri::format::DType;
+use colibri_convert::{ConvertArgs, ConvertReport};
+use half::{bf16, f16};
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The repository's tests/fixtures/models, found from the package whose test includes this file
+/// (the root package, or a member crate in a subdirectory).
+pub fn models_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = manifest.ancestors().map(|d| d.join("tests/fixtures/models")).find(|p| p.is_dir());
+    found.unwrap_or_else(|| manifest.join("tests/fixtures/models"))
+}
+
+pub fn fixtures() -> Vec<PathBuf> {
+    let root = models_root();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("tests/fixtures/models exists")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.join("config.json").is_file())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 4, "expected fixtures of every family, found {v:?}");
+    v
+}
+
+/// A source tensor, its elements as f32 plus their raw bytes and dtype.
+pub struct Src {
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub bytes: Vec<u8>,
+}
+
+pub fn load_sources(dir: &Path) -> HashMap<String, Src> {
+    let mut out = HashMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            let data = std::fs::read(&p).unwrap();
+            let st = SafeTensors::deserialize(&data).unwrap();
+            for (name, view) in st.tensors() {
+                out.insert(
+                    name,
+                    Src { dtype: view.dtype(), shape: view.shape().to_vec(), bytes: view.data().to_vec() },
+                );
+            }
+        }
+    }
+    out
+}
+
+pub fn elem_size(d: Dtype) -> usize {
+    match d {
+        Dtype::F32 => 4,
+        Dtype::F16 | Dtype::BF16 => 2,
+        other => panic!("fixture dtype {other:?}"),
+    }
+}
+
+pub fn to_f32(d: Dtype, b: &[u8]) -> f32 {
+    match d {
+        Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        Dtype::F16 => f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        Dtype::BF16 => bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        other => panic!("fixture dtype {other:?}"),
+    }
+}
+
+/// The bytes of the source that should become expert `e` (or the whole tensor) of `name`.
+pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usize>, rows: usize) -> (Dtype, Vec<u8>) {
+    let simple: Option<String> = match name {
+        "tok_embeddings" => Some("model.embed_tokens.weight".into()),
+        "norm" => Some("model.norm.weight".into()),
+        "lm_head" => Some("lm_head.weight".into()),
+        _ => None,
+    };
+    if let Some(n) = simple {
+        let s = &src[&n];
+        return (s.dtype, s.bytes.clone());
+    }
+    let rest = name.strip_prefix("layers.").unwrap();
+    let (l, sfx) = rest.split_once('.').unwrap();
+    let base = format!("model.layers.{l}");
+    let leaf = match sfx {
+        "attn_norm" => "input_layernorm.weight".to_string(),
+        "ffn_norm" => "post_attention_layernorm.weight".to_string(),
+        s if s.starts_with("attn.") => {
+            let p = &s[5..];
+            match p {
+                "q_bias" | "k_bias" | "v_bias" => format!("self_attn.{}_proj.bias", &p[..1]),
+                "q_norm" | "k_norm" => format!("self_attn.{p}.weight"),
+                _ => format!("self_attn.{p}_proj.weight"),
+            }
+        }
+        "mlp.gate" | "mlp.up" | "mlp.down" => format!("mlp.{}_proj.weight", &sfx[4..]),
+        "moe.shared.gate" | "moe.shared.up" | "moe.shared.down" => {
+            format!("mlp.shared_expert.{}_proj.weight", &sfx[11..])
+        }
+        "moe.shared_expert_gate" => "mlp.shared_expert_gate.weight".to_string(),
+        "moe.router" => {
+            let a = format!("{base}.mlp.gate.weight");
+            let b = format!("{base}.block_sparse_moe.gate.weight");
+            let s = src.get(&a).or_else(|| src.get(&b)).expect("router source");
+            return (s.dtype, s.bytes.clone());
+        }
+        s if s.starts_with("moe.experts.") => {
+            let proj = &s[12..];
+            let e = expert.unwrap();
+            let (mixtral_leaf, hf_leaf) = match proj {
+                "gate" => ("w1", "gate_proj"),
+                "up" => ("w3", "up_proj"),
+                _ => ("w2", "down_proj"),
+            };
+            for cand in [
+                format!("{base}.block_sparse_moe.experts.{e}.{mixtral_leaf}.weight"),
+                format!("{base}.mlp.experts.{e}.{hf_leaf}.weight"),
+            ] {
+                if let Some(s) = src.get(&cand) {
+                    return (s.dtype, s.bytes.clone());
+                }
+            }
+            // Fused transformers-5 layout.
+            let fused = if proj == "down" {
+                format!("{base}.mlp.experts.down_proj")
+            } else {
+                format!("{base}.mlp.experts.gate_up_proj")
+            };
+            let s = src.get(&fused).unwrap_or_else(|| panic!("no source for {name} expert {e}"));
+            let row_bytes = s.shape[2] * elem_size(s.dtype);
+            let per_expert_rows = s.shape[1];
+            let first_row = e * per_expert_rows + if proj == "up" { rows } else { 0 };
+            let start = first_row * row_bytes;
+            return (s.dtype, s.bytes[start..start + rows * row_bytes].to_vec());
+        }
+        other => panic!("no mapping for {other}"),
+    };
+    let s = &src[&format!("{base}.{leaf}")];
+    (s.dtype, s.bytes.clone())
+}
+
+/// The source elements of `bytes` (of `dtype`) widened to f32.
+pub fn to_f32_vec(dtype: Dtype, bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(elem_size(dtype)).map(|b| to_f32(dtype, b)).collect()
+}
+
+/// Every fixture directory with an oracle, sorted by name.
+pub fn fixture_dirs() -> Vec<PathBuf> {
+    let root = models_root();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("oracle/meta.json").is_file())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 4);
+    v
+}
+
+/// The fixture's oracle/meta.json.
+pub fn meta(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("oracle/meta.json")).unwrap()).unwrap()
+}
+
+/// A JSON array of ids.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// `colibri convert DIR -o OUT --dtype DTYPE`, through the converter library.
+pub fn convert(dir: &Path, out: &Path, dtype: &str) {
+    let dtype = DType::from_name(dtype).unwrap_or_else(|| panic!("unknown dtype {dtype}"));
+    convert_as(dir, out, Some(dtype));
+}
+
+/// Convert `dir` to `out` with the converter library, every tensor stored as `dtype` (None keeps
+/// each tensor's source dtype); panics with the converter's message if it fails.
+pub fn convert_as(dir: &Path, out: &Path, dtype: Option<DType>) -> ConvertReport {
+    let args =
+        ConvertArgs { input: dir.to_path_buf(), output: out.to_path_buf(), dtype, quantize: None, user_metadata: None };
+    colibri_convert::convert(&args, None).unwrap_or_else(|e| panic!("convert {} failed: {e}", dir.display()))
+}
+
+/// Index of the largest value (ties to the lowest index).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// max |a - b| over two equally long slices.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).fold(0f64, |m, (&x, &y)| m.max((f64::from(x) - f64::from(y)).abs()))
+}
