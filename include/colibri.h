@@ -13,17 +13,13 @@
 #define COLIBRI_VERSION_MAJOR 0
 #define COLIBRI_VERSION_MINOR 1
 #define COLIBRI_VERSION_PATCH 0
-#define COLIBRI_ABI_VERSION 0
 
 /**
- * Most template steps (minijinja fuel: instructions plus allocation) one render may take.
+ * Major version of the C ABI. Bumped only on an incompatible change; it is the SONAME suffix
+ * (`libcolibri.so.<abi>`, which build.rs reads from this line) and the header's macro.
+ * 1: colibri_generate takes generation parameters with stop strings and reports why it ended.
  */
-#define MAX_RENDER_FUEL 1000000
-
-/**
- * Most bytes one render may produce.
- */
-#define MAX_RENDER_OUTPUT (1 << 20)
+#define COLIBRI_ABI_VERSION 1
 
 /**
  * An opened model (opaque to C).
@@ -46,37 +42,43 @@ typedef struct colibri_session colibri_session;
 typedef int32_t colibri_status;
 
 /**
- * Sampling and stopping options. Fill with `colibri_sampler_params_init`.
+ * Sampling, limits and stop strings of one generation. Fill with `colibri_generate_params_init`.
  */
 typedef struct {
   /**
-   * sizeof(colibri_sampler_params).
+   * sizeof(colibri_generate_params).
    */
   uint32_t struct_size;
   /**
-   * 0 = greedy (default 0.8).
+   * Softmax temperature, finite and >= 0; 0 = greedy (default 0.8).
    */
   float temperature;
   /**
-   * 0 = off (default 40).
+   * Keep the top_k most likely tokens; 0 = off (default 40).
    */
   int32_t top_k;
   /**
-   * 1 = off (default 0.95).
+   * Nucleus mass in (0, 1]; 1 = off (default 0.95).
    */
   float top_p;
   /**
-   * 0 = off (default 0.05).
+   * Drop tokens below min_p · p_max, in [0, 1]; 0 = off (default 0.05).
    */
   float min_p;
   /**
-   * 1 = off (default).
+   * Divides positive / multiplies negative logits of recent tokens, > 0; 1 = off (default).
    */
   float repetition_penalty;
+  /**
+   * Subtracted once from the logit of every recent token; 0 = off (default).
+   */
   float presence_penalty;
+  /**
+   * Subtracted per occurrence of a recent token; 0 = off (default).
+   */
   float frequency_penalty;
   /**
-   * Last tokens the penalties look at (default 64).
+   * How many of the last ids (prompt included) the penalties look at (default 64).
    */
   int32_t penalty_last_n;
   /**
@@ -84,16 +86,56 @@ typedef struct {
    */
   int32_t max_tokens;
   /**
-   * 1: keep going past end-of-sequence tokens.
+   * 1: keep going past end-of-sequence tokens (default 0).
    */
   int32_t ignore_eos;
+  /**
+   * Seed of the sampler's random numbers (default 0).
+   */
   uint64_t seed;
-} colibri_sampler_params;
+  /**
+   * `n_stop` NUL-terminated UTF-8 stop strings, read during the call only (NULL when
+   * n_stop is 0). Generation ends when the text contains one; it is not delivered. They need
+   * the model's tokenizer (COLIBRI_STATUS_UNSUPPORTED without one).
+   */
+  const char *const *stop;
+  size_t n_stop;
+} colibri_generate_params;
+
+/**
+ * Why `colibri_generate` ended (`colibri_generate_result.finish_reason`). Frozen numbers.
+ */
+typedef int32_t colibri_finish_reason;
+
+/**
+ * What `colibri_generate` did. Set `struct_size` before the call
+ * (`colibri_generate_result_init` does); the library fills the fields the caller's size has.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_generate_result).
+   */
+  uint32_t struct_size;
+  /**
+   * Why generation ended: a COLIBRI_FINISH_* value.
+   */
+  colibri_finish_reason finish_reason;
+  /**
+   * Tokens delivered (to the callback, and to tokens_out when given). An end-of-sequence
+   * token that ended the generation is not delivered.
+   */
+  size_t n_tokens;
+  /**
+   * Tokens in the session's KV cache when generation ended (the last delivered token is
+   * not in it yet: feed it to continue).
+   */
+  size_t n_cached;
+} colibri_generate_result;
 
 /**
  * Per-token callback: the sampled id and the text it completes (`text_len` bytes, not
  * NUL-terminated; may be 0). A last call with token -1 may flush held-back text at the end.
- * Return non-zero to stop generating.
+ * Return 0 to continue, non-zero to stop generating (finish reason COLIBRI_FINISH_CALLBACK).
  */
 typedef int32_t (*colibri_token_callback)(void *userdata,
                                           int32_t token,
@@ -119,6 +161,11 @@ typedef struct {
 } colibri_model_params;
 
 /**
+ * A model family (`colibri_model_info.family`). Frozen numbers.
+ */
+typedef int32_t colibri_family;
+
+/**
  * Facts about a model, filled by `colibri_model_get_info`.
  */
 typedef struct {
@@ -127,9 +174,9 @@ typedef struct {
    */
   uint32_t struct_size;
   /**
-   * 0 Mixtral, 1 Qwen2-MoE, 2 Qwen3-MoE, 3 OLMoE.
+   * A COLIBRI_FAMILY_* value.
    */
-  int32_t family;
+  colibri_family family;
   uint32_t vocab_size;
   /**
    * Trained context length (max_position_embeddings).
@@ -155,6 +202,21 @@ typedef struct {
 } colibri_model_info;
 
 /**
+ * Element type of a session's KV cache (`kv_type`). Frozen numbers.
+ */
+typedef int32_t colibri_kv_type;
+
+/**
+ * How a session chooses experts (`routing_mode`). Frozen numbers.
+ */
+typedef int32_t colibri_routing_mode;
+
+/**
+ * How quantised weights meet their activations (`quant_act`). Frozen numbers.
+ */
+typedef int32_t colibri_quant_act;
+
+/**
  * Options of a session. Fill with `colibri_session_params_init`.
  */
 typedef struct {
@@ -167,25 +229,29 @@ typedef struct {
    */
   uint32_t n_ctx;
   /**
-   * KV cache element type: 0 f32 (default), 1 f16, 2 bf16.
+   * KV cache element type: a COLIBRI_KV_* value (default COLIBRI_KV_F32).
    */
-  int32_t kv_type;
+  colibri_kv_type kv_type;
   /**
    * 0: colibri_infer returns the last position's logits; 1: every new position's.
    */
   int32_t all_logits;
   /**
-   * 0 deterministic top-k (default), 1 Gumbel top-k.
+   * A COLIBRI_ROUTING_* value (default COLIBRI_ROUTING_TOPK).
    */
-  int32_t routing_mode;
+  colibri_routing_mode routing_mode;
   /**
    * Experts per token; 0 = the model's top_k.
    */
   int32_t moe_top_k;
   /**
-   * Seed of the routing RNG (Gumbel).
+   * Seed of the routing RNG (Gumbel routing; default 0).
    */
-  uint64_t seed;
+  uint64_t routing_seed;
+  /**
+   * A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
+   */
+  colibri_quant_act quant_act;
 } colibri_session_params;
 
 /**
@@ -208,15 +274,16 @@ typedef struct {
    * As in colibri_session_params.
    */
   uint32_t n_ctx;
-  int32_t kv_type;
+  colibri_kv_type kv_type;
   int32_t all_logits;
-  int32_t routing_mode;
+  colibri_routing_mode routing_mode;
   int32_t moe_top_k;
-  uint64_t seed;
+  uint64_t routing_seed;
+  colibri_quant_act quant_act;
 } colibri_params;
 
 /**
- * The design-card name of a session.
+ * A session made by `colibri_init` (the one-call entry path).
  */
 typedef colibri_session colibri_ctx;
 
@@ -245,6 +312,70 @@ typedef struct {
    */
   const char *content;
 } colibri_chat_message;
+
+/**
+ * `max_tokens` (or `tokens_cap`) tokens were generated.
+ */
+#define COLIBRI_FINISH_LENGTH 0
+
+/**
+ * A stop string appeared (it is not delivered).
+ */
+#define COLIBRI_FINISH_STOP 1
+
+/**
+ * An end-of-sequence token was sampled (it is not delivered).
+ */
+#define COLIBRI_FINISH_EOS 2
+
+/**
+ * The session's context is full.
+ */
+#define COLIBRI_FINISH_CONTEXT_FULL 3
+
+/**
+ * The callback returned non-zero.
+ */
+#define COLIBRI_FINISH_CALLBACK 4
+
+#define COLIBRI_FAMILY_MIXTRAL 0
+
+#define COLIBRI_FAMILY_QWEN2_MOE 1
+
+#define COLIBRI_FAMILY_QWEN3_MOE 2
+
+#define COLIBRI_FAMILY_OLMOE 3
+
+#define COLIBRI_KV_F32 0
+
+#define COLIBRI_KV_F16 1
+
+#define COLIBRI_KV_BF16 2
+
+/**
+ * The k largest router probabilities (ties to the lowest expert index). The reference.
+ */
+#define COLIBRI_ROUTING_TOPK 0
+
+/**
+ * The k largest of logit + Gumbel noise from the session's seeded RNG; weights un-noised.
+ */
+#define COLIBRI_ROUTING_GUMBEL 1
+
+/**
+ * The process default: `COLIBRI_QUANT_ACT=int8|float` from the environment, else int8.
+ */
+#define COLIBRI_QUANT_ACT_DEFAULT 0
+
+/**
+ * Activations quantised to int8 blocks per product (W8A8 / W4A8): faster.
+ */
+#define COLIBRI_QUANT_ACT_INT8 1
+
+/**
+ * Activations stay f32 (W8A16 / W4A16).
+ */
+#define COLIBRI_QUANT_ACT_FLOAT 2
 
 /**
  * Success.
@@ -350,28 +481,38 @@ colibri_status colibri_infer_batch(const colibri_model *model,
  * # Safety
  * `params` must be NULL or writable.
  */
-void colibri_sampler_params_init(colibri_sampler_params *params);
+void colibri_generate_params_init(colibri_generate_params *params);
 
 /**
- * Feed `n_prompt` ids (as given: no BOS or template is added) and generate. Each token goes to
- * `callback` (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation
- * then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number of
- * tokens delivered (an end-of-sequence token that stopped generation is not delivered). A
- * registered routing-trace callback is called after the generation. Not thread-safe per
- * session.
+ * Fill `result` with its struct_size set (call before colibri_generate). Thread-safe.
  *
  * # Safety
- * `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints.
+ * `result` must be NULL or writable.
+ */
+void colibri_generate_result_init(colibri_generate_result *result);
+
+/**
+ * Feed `n_prompt` ids (as given: no BOS or template is added), appending them to the
+ * session's KV cache after what it already holds, and generate. Each token goes to `callback`
+ * (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation then also
+ * ends (COLIBRI_FINISH_LENGTH) when `tokens_cap` tokens are stored. `result` (may be NULL;
+ * its struct_size set by the caller) says why generation ended and how many tokens were
+ * delivered. A registered routing-trace callback is called after the generation. `params` may
+ * be NULL for the defaults. Not thread-safe per session.
+ *
+ * # Safety
+ * `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints;
+ * `params` NULL or a valid struct whose stop strings are readable; `result` NULL or writable.
  */
 colibri_status colibri_generate(colibri_session *session,
                                 const int32_t *prompt,
                                 size_t n_prompt,
-                                const colibri_sampler_params *params,
+                                const colibri_generate_params *params,
                                 colibri_token_callback callback,
                                 void *userdata,
                                 int32_t *tokens_out,
                                 size_t tokens_cap,
-                                size_t *n_tokens_out);
+                                colibri_generate_result *result);
 
 /**
  * Fill `params` with the defaults (mmap on, mlock off). Thread-safe.
@@ -599,15 +740,15 @@ colibri_status colibri_session_position(const colibri_session *session,
                                         size_t *n_ctx_out);
 
 /**
- * Routing of later calls: mode 0 top-k / 1 Gumbel, the Gumbel RNG seed, experts per token
- * (0 = the model's top_k, else 1..n_experts).
+ * Routing of later calls: a COLIBRI_ROUTING_* mode, the seed of the Gumbel RNG, experts per
+ * token (0 = the model's top_k, else 1..n_experts).
  *
  * # Safety
  * `session` must be a live session.
  */
 colibri_status colibri_session_set_routing(colibri_session *session,
-                                           int32_t mode,
-                                           uint64_t seed,
+                                           colibri_routing_mode mode,
+                                           uint64_t routing_seed,
                                            int32_t moe_top_k);
 
 /**

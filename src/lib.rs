@@ -2,7 +2,9 @@
 //!
 //! Module map (imports go one way, top to bottom):
 //! - [`ffi`]: the C ABI (`include/colibri.h`).
-//! - [`generate`]: prompt → tokens loop with sampling and stop conditions.
+//! - [`generate`]: prompt → tokens loop on one session.
+//! - [`decoder`]: one generation's decisions (sampling, end of sequence, text, stop strings),
+//!   shared by `generate` and the server.
 //! - [`tokenizer`], [`sampler`]: text ↔ ids, logits → next id.
 //! - [`forward`]: the forward pass (layer loop; attention, router, experts, ffn helpers).
 //! - [`session`]: per-session KV cache, position, routing state and logits.
@@ -15,7 +17,10 @@
 //! - [`error`]: the crate's one error type; [`rng`]: the seeded PRNG.
 
 /// cbindgen:ignore
+pub mod decoder;
+/// cbindgen:ignore
 pub mod error;
+/// The C ABI: the only module cbindgen reads (every other one is `cbindgen:ignore`).
 pub mod ffi;
 /// cbindgen:ignore
 pub mod format;
@@ -41,6 +46,7 @@ pub mod stop;
 pub mod tensor;
 /// cbindgen:ignore
 pub mod threads;
+/// cbindgen:ignore
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -72,14 +72,51 @@ fn header_version_macros_match_cargo() {
         let want = format!("#define COLIBRI_VERSION_{name} {}", parts.next().unwrap());
         assert!(h.contains(&want), "header lacks `{want}`");
     }
-    assert!(h.contains(&format!("#define COLIBRI_ABI_VERSION {}", colibri::ffi::ABI_VERSION)));
+    assert!(h.contains(&format!("#define COLIBRI_ABI_VERSION {}", colibri::ffi::COLIBRI_ABI_VERSION)));
+}
+
+/// The name a top-level line of the header declares, if it declares one: a macro, a typedef
+/// (also of a function pointer), the end of a struct, or a function.
+fn declared_name(line: &str) -> Option<&str> {
+    let line = line.split("//").next()?.trim();
+    if line.ends_with('{') || line == "}" {
+        return None;
+    }
+    if let Some(rest) = line.strip_prefix("#define ") {
+        return rest.split_whitespace().next();
+    }
+    if line.starts_with("typedef") && line.contains("(*") {
+        return line.split("(*").nth(1)?.split(')').next();
+    }
+    if line.starts_with("typedef") || line.starts_with('}') {
+        return line.trim_end_matches(';').split_whitespace().last();
+    }
+    if line.contains('(') && !line.starts_with('#') && !line.starts_with("extern") {
+        return line.split('(').next()?.split_whitespace().last().map(|n| n.trim_start_matches('*'));
+    }
+    None
+}
+
+/// Every name the header declares (macros, typedefs, structs, functions, constants) is in the
+/// colibri_ / COLIBRI_ namespace: nothing of the crate outside the C ABI leaks into it.
+#[test]
+fn header_declares_only_prefixed_names() {
+    let h = std::fs::read_to_string(root().join("include/colibri.h")).unwrap();
+    let top_level = h.lines().filter(|l| !l.starts_with(' ') && !l.starts_with('/') && !l.starts_with('*'));
+    let names: Vec<&str> = top_level.filter_map(declared_name).collect();
+    let foreign: Vec<&&str> = names
+        .iter()
+        .filter(|n| !n.starts_with("colibri_") && !n.starts_with("COLIBRI_") && **n != "COLIBRI_H")
+        .collect();
+    assert!(names.len() > 80, "too few declarations found: {names:?}");
+    assert!(foreign.is_empty(), "the header declares names outside the colibri namespace: {foreign:?}");
 }
 
 #[test]
 fn shared_library_has_soname_and_exports_only_colibri_symbols() {
     let so = lib_dir().join("libcolibri.so");
     let dynamic = run(Command::new("readelf").arg("-d").arg(&so));
-    let want = format!("[libcolibri.so.{}]", colibri::ffi::ABI_VERSION);
+    let want = format!("[libcolibri.so.{}]", colibri::ffi::COLIBRI_ABI_VERSION);
     assert!(dynamic.contains(&want), "SONAME {want} missing:\n{dynamic}");
     let syms = run(Command::new("nm").args(["-D", "--defined-only"]).arg(&so));
     let exported: Vec<&str> = syms
@@ -103,8 +140,9 @@ fn c_example_links_against_shared_and_static_library() {
     // development symlink.
     let libs = tmp.path().join("lib");
     std::fs::create_dir(&libs).unwrap();
-    std::fs::copy(lib_dir().join("libcolibri.so"), libs.join("libcolibri.so.0")).unwrap();
-    std::os::unix::fs::symlink("libcolibri.so.0", libs.join("libcolibri.so")).unwrap();
+    let soname = format!("libcolibri.so.{}", colibri::ffi::COLIBRI_ABI_VERSION);
+    std::fs::copy(lib_dir().join("libcolibri.so"), libs.join(&soname)).unwrap();
+    std::os::unix::fs::symlink(&soname, libs.join("libcolibri.so")).unwrap();
     let shared = tmp.path().join("version_shared");
     run(Command::new("cc")
         .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I"])

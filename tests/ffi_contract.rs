@@ -310,18 +310,21 @@ fn generate_streams_greedy_tokens_and_routing_trace() {
         let m = open_model();
         let mut s = null_mut();
         assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
-        let mut p = std::mem::zeroed::<colibri_sampler_params>();
-        colibri_sampler_params_init(&mut p);
+        let mut p = std::mem::zeroed::<colibri_generate_params>();
+        colibri_generate_params_init(&mut p);
         p.temperature = 0.0;
         p.max_tokens = 32;
         p.ignore_eos = 1;
         let mut out = vec![0i32; 32];
-        let mut n = 0usize;
+        let mut r = std::mem::zeroed::<colibri_generate_result>();
+        colibri_generate_result_init(&mut r);
         assert_eq!(
-            colibri_generate(s, prompt.as_ptr(), prompt.len(), &p, None, null_mut(), out.as_mut_ptr(), 32, &mut n),
+            colibri_generate(s, prompt.as_ptr(), prompt.len(), &p, None, null_mut(), out.as_mut_ptr(), 32, &mut r),
             COLIBRI_STATUS_OK
         );
-        assert_eq!((n, &out), (32, &want), "greedy tokens");
+        assert_eq!((r.n_tokens, &out), (32, &want), "greedy tokens");
+        assert_eq!(r.finish_reason, COLIBRI_FINISH_LENGTH);
+        assert_eq!(r.n_cached, prompt.len() + 31, "the last token is not in the cache yet");
         // A callback that stops after 5 tokens; its text equals the decode of its tokens.
         colibri_session_reset(s);
         let mut state: (Vec<i32>, String, usize) = (Vec::new(), String::new(), 5);
@@ -335,24 +338,24 @@ fn generate_streams_greedy_tokens_and_routing_trace() {
                 &mut state as *mut _ as *mut c_void,
                 null_mut(),
                 0,
-                &mut n
+                &mut r
             ),
             COLIBRI_STATUS_OK
         );
         assert_eq!(state.0, want[..5].to_vec());
-        assert_eq!(n, 5);
+        assert_eq!((r.n_tokens, r.finish_reason), (5, COLIBRI_FINISH_CALLBACK));
         assert_eq!(
-            colibri_generate(s, null(), 2, &p, None, null_mut(), null_mut(), 0, &mut n),
+            colibri_generate(s, null(), 2, &p, None, null_mut(), null_mut(), 0, &mut r),
             COLIBRI_STATUS_NULL_ARGUMENT
         );
         assert_eq!(
-            colibri_generate(null_mut(), prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut n),
+            colibri_generate(null_mut(), prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r),
             COLIBRI_STATUS_NULL_ARGUMENT
         );
         p.top_p = 2.0;
         p.temperature = 1.0;
         assert_eq!(
-            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut n),
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r),
             COLIBRI_STATUS_INVALID_ARGUMENT
         );
 
@@ -373,9 +376,8 @@ fn generate_streams_greedy_tokens_and_routing_trace() {
         p.top_p = 1.0;
         p.temperature = 0.0;
         p.max_tokens = 3;
-        let mut n = 0usize;
         assert_eq!(
-            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut n),
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, null_mut()),
             COLIBRI_STATUS_OK
         );
         assert!(!routes.is_empty(), "generate must report routing");
@@ -386,6 +388,89 @@ fn generate_streams_greedy_tokens_and_routing_trace() {
         assert_eq!(colibri_session_set_routing(s, 7, 0, 0), COLIBRI_STATUS_INVALID_ARGUMENT);
         assert_eq!(colibri_session_set_routing(null_mut(), 0, 0, 0), COLIBRI_STATUS_NULL_ARGUMENT);
         assert_eq!(colibri_session_set_route_callback(null_mut(), None, null_mut()), COLIBRI_STATUS_NULL_ARGUMENT);
+        colibri_session_free(s);
+        colibri_model_free(m);
+    }
+}
+
+/// Greedy generation through `colibri_generate` with `p`: (tokens, text, result).
+unsafe fn generate_text(
+    s: *mut colibri_session,
+    prompt: &[i32],
+    p: &colibri_generate_params,
+) -> (Vec<i32>, String, colibri_generate_result) {
+    let mut state: (Vec<i32>, String, usize) = (Vec::new(), String::new(), usize::MAX);
+    let mut r = std::mem::zeroed::<colibri_generate_result>();
+    colibri_generate_result_init(&mut r);
+    let ud = &mut state as *mut _ as *mut c_void;
+    let st = colibri_generate(s, prompt.as_ptr(), prompt.len(), p, Some(collect), ud, null_mut(), 0, &mut r);
+    assert_eq!(st, COLIBRI_STATUS_OK, "{}", last_error());
+    (state.0, state.1, r)
+}
+
+#[test]
+fn generate_reports_why_it_ended_and_never_delivers_a_stop_string() {
+    let prompt = ids(&meta()["greedy_prompt"]);
+    unsafe {
+        let m = open_model();
+        let mut s = null_mut();
+        assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
+        let mut p = std::mem::zeroed::<colibri_generate_params>();
+        colibri_generate_params_init(&mut p);
+        (p.temperature, p.max_tokens, p.ignore_eos) = (0.0, 24, 1);
+        let (tokens, full, r) = generate_text(s, &prompt, &p);
+        assert_eq!((tokens.len(), r.n_tokens, r.finish_reason), (24, 24, COLIBRI_FINISH_LENGTH));
+        // A stop string taken from the middle of that text: the same generation ends just
+        // before its first occurrence, and no part of it is delivered.
+        let chars: Vec<(usize, char)> = full.char_indices().collect();
+        let (at, _) = chars[chars.len() / 2];
+        let stop: String = full[at..].chars().take(3).collect();
+        let first = full.find(&stop).expect("the stop string is in the text");
+        let stop_c = CString::new(stop.clone()).unwrap();
+        let stops = [stop_c.as_ptr()];
+        (p.stop, p.n_stop) = (stops.as_ptr(), 1);
+        colibri_session_reset(s);
+        let (_, text, r) = generate_text(s, &prompt, &p);
+        assert_eq!((text.as_str(), r.finish_reason), (&full[..first], COLIBRI_FINISH_STOP), "stop {stop:?}");
+        assert!(r.n_tokens < 24);
+        // Bad stop arrays are refused before anything runs.
+        (p.stop, p.n_stop) = (null(), 1);
+        let mut r2 = r;
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r2),
+            COLIBRI_STATUS_NULL_ARGUMENT
+        );
+        let bad = [c"ok".as_ptr(), c"\xff".as_ptr()];
+        (p.stop, p.n_stop) = (bad.as_ptr(), 2);
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r2),
+            COLIBRI_STATUS_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("stop[1]"), "{}", last_error());
+        (p.stop, p.n_stop) = (null(), 0);
+        // A result struct of unknown size is refused; an older, shorter one gets its fields.
+        r2.struct_size = 0;
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r2),
+            COLIBRI_STATUS_BAD_STRUCT_SIZE
+        );
+        let mut short = std::mem::zeroed::<colibri_generate_result>();
+        (short.struct_size, short.n_tokens) = (8, 777);
+        colibri_session_reset(s);
+        assert_eq!(
+            colibri_generate(s, prompt.as_ptr(), prompt.len(), &p, None, null_mut(), null_mut(), 0, &mut short),
+            COLIBRI_STATUS_OK
+        );
+        assert_eq!((short.finish_reason, short.n_tokens), (COLIBRI_FINISH_LENGTH, 777), "fields past size 8 untouched");
+        // A full context ends generation with its own reason.
+        let mut sp = std::mem::zeroed::<colibri_session_params>();
+        colibri_session_params_init(&mut sp);
+        sp.n_ctx = (prompt.len() + 4) as u32;
+        let mut small = null_mut();
+        assert_eq!(colibri_session_new(m, &sp, &mut small), COLIBRI_STATUS_OK);
+        let (tokens, _, r) = generate_text(small, &prompt, &p);
+        assert_eq!((tokens.len(), r.finish_reason, r.n_cached), (5, COLIBRI_FINISH_CONTEXT_FULL, prompt.len() + 4));
+        colibri_session_free(small);
         colibri_session_free(s);
         colibri_model_free(m);
     }
@@ -509,7 +594,7 @@ fn remaining_entry_points_check_null_and_lengths() {
         colibri_model_params_init(null_mut());
         colibri_session_params_init(null_mut());
         colibri_params_init(null_mut());
-        colibri_sampler_params_init(null_mut());
+        colibri_generate_params_init(null_mut());
         colibri_model_info_init(null_mut());
         let mut sp = std::mem::zeroed::<colibri_session_params>();
         colibri_session_params_init(&mut sp);
@@ -651,7 +736,7 @@ fn infer_batch_equals_separate_infer_calls_and_checks_every_argument() {
             p.n_ctx = if i == 2 { 6 } else { 64 };
             p.all_logits = i32::from(i == 1);
             if i == 2 {
-                (p.routing_mode, p.moe_top_k, p.seed) = (1, 1, 42);
+                (p.routing_mode, p.moe_top_k, p.routing_seed) = (COLIBRI_ROUTING_GUMBEL, 1, 42);
             }
             p
         };

@@ -3,8 +3,9 @@
 //! statistics and routing traces go to stderr.
 
 use crate::{model_path, npy};
+use colibri::decoder::{DecodeParams, Finish};
 use colibri::forward::{Input, RoutingMode, RoutingOptions};
-use colibri::generate::{generate, GenerateParams, StopReason};
+use colibri::generate::{generate, GenerateParams};
 use colibri::sampler::SamplerParams;
 use colibri::session::{KvDtype, RouteRecord, Session, SessionOptions};
 use colibri::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
@@ -126,20 +127,22 @@ fn load(a: &RunArgs) -> Result<Loaded, Error> {
 
 fn params(a: &RunArgs) -> GenerateParams {
     GenerateParams {
-        max_tokens: a.n_predict,
-        sampler: SamplerParams {
-            temperature: a.temp,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            min_p: a.min_p,
-            repetition_penalty: a.repeat_penalty,
-            presence_penalty: a.presence_penalty,
-            frequency_penalty: a.frequency_penalty,
-            penalty_last_n: a.repeat_last_n,
-            seed: a.seed,
+        decode: DecodeParams {
+            max_tokens: a.n_predict,
+            sampler: SamplerParams {
+                temperature: a.temp,
+                top_k: a.top_k,
+                top_p: a.top_p,
+                min_p: a.min_p,
+                repetition_penalty: a.repeat_penalty,
+                presence_penalty: a.presence_penalty,
+                frequency_penalty: a.frequency_penalty,
+                penalty_last_n: a.repeat_last_n,
+                seed: a.seed,
+            },
+            ignore_eos: a.ignore_eos,
+            stop: a.stop.clone(),
         },
-        ignore_eos: a.ignore_eos,
-        stop: a.stop.clone(),
         routing: RoutingOptions {
             mode: if a.routing == "gumbel" { RoutingMode::Gumbel } else { RoutingMode::TopK },
             top_k: a.moe_top_k,
@@ -177,7 +180,7 @@ fn print_routing(records: &mut [RouteRecord], ids: &dyn Fn(usize) -> Option<u32>
     }
 }
 
-fn print_stats(load_s: f64, prompt_tokens: usize, prompt_s: f64, gen_tokens: usize, gen_s: f64, stop: StopReason) {
+fn print_stats(load_s: f64, prompt_tokens: usize, prompt_s: f64, gen_tokens: usize, gen_s: f64, stop: Finish) {
     eprintln!(
         "\n[load: {:.1} ms | prompt: {prompt_tokens} tokens, {:.1} tokens/s | generation: {gen_tokens} tokens, {:.1} tokens/s | stop: {stop:?}]",
         load_s * 1e3,
@@ -267,7 +270,7 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     }
     let r = result?;
     let _ = writeln!(out);
-    print_stats(load_s, r.prompt_tokens, r.prompt_seconds, r.tokens.len(), r.gen_seconds, r.stop);
+    print_stats(load_s, r.prompt_tokens, r.prompt_seconds, r.tokens.len(), r.gen_seconds, r.finish);
     Ok(())
 }
 

@@ -1,10 +1,12 @@
-//! `colibri_generate`: sample tokens on a session with a sampler params struct and a per-token
-//! callback (text pieces never split a UTF-8 character).
+//! `colibri_generate`: generate on a session with generation parameters (sampling, token limit,
+//! end-of-sequence handling, stop strings) and a per-token callback, and say why it ended.
+//! Text pieces never split a UTF-8 character and never contain any part of a stop string.
 
 use super::handle::*;
 use super::panic::{guard, guard_or, Failure};
 use super::session::colibri_session;
 use super::status::*;
+use crate::decoder::{DecodeParams, Finish};
 use crate::forward::Input;
 use crate::generate::{generate, GenerateParams};
 use crate::sampler::SamplerParams;
@@ -12,42 +14,65 @@ use std::ffi::{c_char, c_void};
 
 /// Per-token callback: the sampled id and the text it completes (`text_len` bytes, not
 /// NUL-terminated; may be 0). A last call with token -1 may flush held-back text at the end.
-/// Return non-zero to stop generating.
+/// Return 0 to continue, non-zero to stop generating (finish reason COLIBRI_FINISH_CALLBACK).
 #[allow(non_camel_case_types)]
 pub type colibri_token_callback =
     Option<unsafe extern "C" fn(userdata: *mut c_void, token: i32, text: *const c_char, text_len: usize) -> i32>;
 
-/// Sampling and stopping options. Fill with `colibri_sampler_params_init`.
+/// Why `colibri_generate` ended (`colibri_generate_result.finish_reason`). Frozen numbers.
+#[allow(non_camel_case_types)]
+pub type colibri_finish_reason = i32;
+/// `max_tokens` (or `tokens_cap`) tokens were generated.
+pub const COLIBRI_FINISH_LENGTH: colibri_finish_reason = 0;
+/// A stop string appeared (it is not delivered).
+pub const COLIBRI_FINISH_STOP: colibri_finish_reason = 1;
+/// An end-of-sequence token was sampled (it is not delivered).
+pub const COLIBRI_FINISH_EOS: colibri_finish_reason = 2;
+/// The session's context is full.
+pub const COLIBRI_FINISH_CONTEXT_FULL: colibri_finish_reason = 3;
+/// The callback returned non-zero.
+pub const COLIBRI_FINISH_CALLBACK: colibri_finish_reason = 4;
+
+/// Sampling, limits and stop strings of one generation. Fill with `colibri_generate_params_init`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct colibri_sampler_params {
-    /// sizeof(colibri_sampler_params).
+pub struct colibri_generate_params {
+    /// sizeof(colibri_generate_params).
     pub struct_size: u32,
-    /// 0 = greedy (default 0.8).
+    /// Softmax temperature, finite and >= 0; 0 = greedy (default 0.8).
     pub temperature: f32,
-    /// 0 = off (default 40).
+    /// Keep the top_k most likely tokens; 0 = off (default 40).
     pub top_k: i32,
-    /// 1 = off (default 0.95).
+    /// Nucleus mass in (0, 1]; 1 = off (default 0.95).
     pub top_p: f32,
-    /// 0 = off (default 0.05).
+    /// Drop tokens below min_p · p_max, in [0, 1]; 0 = off (default 0.05).
     pub min_p: f32,
-    /// 1 = off (default).
+    /// Divides positive / multiplies negative logits of recent tokens, > 0; 1 = off (default).
     pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every recent token; 0 = off (default).
     pub presence_penalty: f32,
+    /// Subtracted per occurrence of a recent token; 0 = off (default).
     pub frequency_penalty: f32,
-    /// Last tokens the penalties look at (default 64).
+    /// How many of the last ids (prompt included) the penalties look at (default 64).
     pub penalty_last_n: i32,
     /// Most tokens to generate (default 128).
     pub max_tokens: i32,
-    /// 1: keep going past end-of-sequence tokens.
+    /// 1: keep going past end-of-sequence tokens (default 0).
     pub ignore_eos: i32,
+    /// Seed of the sampler's random numbers (default 0).
     pub seed: u64,
+    /// `n_stop` NUL-terminated UTF-8 stop strings, read during the call only (NULL when
+    /// n_stop is 0). Generation ends when the text contains one; it is not delivered. They need
+    /// the model's tokenizer (COLIBRI_STATUS_UNSUPPORTED without one).
+    pub stop: *const *const c_char,
+    pub n_stop: usize,
 }
 
-impl Default for colibri_sampler_params {
+impl Default for colibri_generate_params {
     fn default() -> Self {
-        let s = SamplerParams::default();
-        colibri_sampler_params {
+        let d = DecodeParams::default();
+        let s = d.sampler;
+        colibri_generate_params {
             struct_size: std::mem::size_of::<Self>() as u32,
             temperature: s.temperature,
             top_k: s.top_k as i32,
@@ -57,9 +82,39 @@ impl Default for colibri_sampler_params {
             presence_penalty: s.presence_penalty,
             frequency_penalty: s.frequency_penalty,
             penalty_last_n: s.penalty_last_n as i32,
-            max_tokens: 128,
-            ignore_eos: 0,
+            max_tokens: d.max_tokens as i32,
+            ignore_eos: i32::from(d.ignore_eos),
             seed: s.seed,
+            stop: std::ptr::null(),
+            n_stop: 0,
+        }
+    }
+}
+
+/// What `colibri_generate` did. Set `struct_size` before the call
+/// (`colibri_generate_result_init` does); the library fills the fields the caller's size has.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct colibri_generate_result {
+    /// sizeof(colibri_generate_result).
+    pub struct_size: u32,
+    /// Why generation ended: a COLIBRI_FINISH_* value.
+    pub finish_reason: colibri_finish_reason,
+    /// Tokens delivered (to the callback, and to tokens_out when given). An end-of-sequence
+    /// token that ended the generation is not delivered.
+    pub n_tokens: usize,
+    /// Tokens in the session's KV cache when generation ended (the last delivered token is
+    /// not in it yet: feed it to continue).
+    pub n_cached: usize,
+}
+
+impl Default for colibri_generate_result {
+    fn default() -> Self {
+        colibri_generate_result {
+            struct_size: std::mem::size_of::<Self>() as u32,
+            finish_reason: COLIBRI_FINISH_LENGTH,
+            n_tokens: 0,
+            n_cached: 0,
         }
     }
 }
@@ -68,99 +123,140 @@ fn nonneg(v: i32, what: &str) -> Result<usize, Failure> {
     usize::try_from(v).map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("{what} {v} is negative")))
 }
 
+/// The finish reason's C number.
+fn finish_reason(f: Finish) -> colibri_finish_reason {
+    match f {
+        Finish::Length => COLIBRI_FINISH_LENGTH,
+        Finish::StopString => COLIBRI_FINISH_STOP,
+        Finish::Eos => COLIBRI_FINISH_EOS,
+        Finish::ContextFull => COLIBRI_FINISH_CONTEXT_FULL,
+        Finish::Callback => COLIBRI_FINISH_CALLBACK,
+    }
+}
+
+/// The library's parameters from the C struct (stop strings copied).
+fn decode_params(p: &colibri_generate_params) -> Result<DecodeParams, Failure> {
+    let stops = slice(p.stop, p.n_stop, "params.stop")?;
+    let stop = stops
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| c_str(s, &format!("params.stop[{i}]")).map(str::to_string))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(DecodeParams {
+        max_tokens: nonneg(p.max_tokens, "max_tokens")?,
+        sampler: SamplerParams {
+            temperature: p.temperature,
+            top_k: nonneg(p.top_k, "top_k")?,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repetition_penalty: p.repetition_penalty,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            penalty_last_n: nonneg(p.penalty_last_n, "penalty_last_n")?,
+            seed: p.seed,
+        },
+        ignore_eos: p.ignore_eos != 0,
+        stop,
+    })
+}
+
 /// Fill `params` with the defaults. Thread-safe.
 ///
 /// # Safety
 /// `params` must be NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn colibri_sampler_params_init(params: *mut colibri_sampler_params) {
+pub unsafe extern "C" fn colibri_generate_params_init(params: *mut colibri_generate_params) {
     guard_or((), || {
         if !params.is_null() {
-            put(params, colibri_sampler_params::default());
+            put(params, colibri_generate_params::default());
         }
     })
 }
 
-/// Feed `n_prompt` ids (as given: no BOS or template is added) and generate. Each token goes to
-/// `callback` (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation
-/// then also stops when `tokens_cap` tokens are stored. `*n_tokens_out` gets the number of
-/// tokens delivered (an end-of-sequence token that stopped generation is not delivered). A
-/// registered routing-trace callback is called after the generation. Not thread-safe per
-/// session.
+/// Fill `result` with its struct_size set (call before colibri_generate). Thread-safe.
 ///
 /// # Safety
-/// `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints.
+/// `result` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_generate_result_init(result: *mut colibri_generate_result) {
+    guard_or((), || {
+        if !result.is_null() {
+            put(result, colibri_generate_result::default());
+        }
+    })
+}
+
+/// Feed `n_prompt` ids (as given: no BOS or template is added), appending them to the
+/// session's KV cache after what it already holds, and generate. Each token goes to `callback`
+/// (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation then also
+/// ends (COLIBRI_FINISH_LENGTH) when `tokens_cap` tokens are stored. `result` (may be NULL;
+/// its struct_size set by the caller) says why generation ended and how many tokens were
+/// delivered. A registered routing-trace callback is called after the generation. `params` may
+/// be NULL for the defaults. Not thread-safe per session.
+///
+/// # Safety
+/// `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints;
+/// `params` NULL or a valid struct whose stop strings are readable; `result` NULL or writable.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn colibri_generate(
     session: *mut colibri_session,
     prompt: *const i32,
     n_prompt: usize,
-    params: *const colibri_sampler_params,
+    params: *const colibri_generate_params,
     callback: colibri_token_callback,
     userdata: *mut c_void,
     tokens_out: *mut i32,
     tokens_cap: usize,
-    n_tokens_out: *mut usize,
+    result: *mut colibri_generate_result,
 ) -> colibri_status {
     guard(|| {
         let s = borrow_mut(session, "session")?;
-        if n_tokens_out.is_null() {
-            return Err(Failure::null("n_tokens_out"));
-        }
+        let result_size = versioned_size(result, "result")?;
         let ids = token_ids(prompt, n_prompt, "prompt")?;
-        let p = super::handle::params(params, colibri_sampler_params::default(), "params")?;
-        let mut max_tokens = nonneg(p.max_tokens, "max_tokens")?;
+        let p = super::handle::params(params, colibri_generate_params::default(), "params")?;
+        let mut decode = decode_params(&p)?;
         let mut out: Option<&mut [i32]> = None;
         if !tokens_out.is_null() {
-            max_tokens = max_tokens.min(tokens_cap);
+            decode.max_tokens = decode.max_tokens.min(tokens_cap);
             out = Some(slice_mut(tokens_out, tokens_cap, "tokens_out")?);
         }
-        let gp = GenerateParams {
-            max_tokens,
-            sampler: SamplerParams {
-                temperature: p.temperature,
-                top_k: nonneg(p.top_k, "top_k")?,
-                top_p: p.top_p,
-                min_p: p.min_p,
-                repetition_penalty: p.repetition_penalty,
-                presence_penalty: p.presence_penalty,
-                frequency_penalty: p.frequency_penalty,
-                penalty_last_n: nonneg(p.penalty_last_n, "penalty_last_n")?,
-                seed: p.seed,
-            },
-            ignore_eos: p.ignore_eos != 0,
-            stop: Vec::new(),
-            routing: s.routing,
-        };
-        let tokenizer = s.tokenizer.clone();
-        let model = s.model.clone();
+        if !decode.stop.is_empty() && s.tokenizer.is_none() {
+            return Err(Failure::new(COLIBRI_STATUS_UNSUPPORTED, "stop strings need the model's tokenizer"));
+        }
+        let gp = GenerateParams { decode, routing: s.routing };
+        let (tokenizer, model) = (s.tokenizer.clone(), s.model.clone());
         s.begin_trace();
-        let mut n = 0usize;
         let mut delivered = 0usize;
-        let result = generate(&model, &mut s.session, tokenizer.as_deref(), Input::Tokens(&ids), &gp, |step| {
-            let token = step.token.map(|t| t as i32).unwrap_or(-1);
-            delivered += usize::from(step.token.is_some());
-            if let (Some(o), Some(t)) = (out.as_deref_mut(), step.token) {
-                if let Some(slot) = o.get_mut(n) {
+        let outcome = generate(&model, &mut s.session, tokenizer.as_deref(), Input::Tokens(&ids), &gp, |piece| {
+            let token = piece.token.map(|t| t as i32).unwrap_or(-1);
+            if let (Some(o), Some(t)) = (out.as_deref_mut(), piece.token) {
+                if let Some(slot) = o.get_mut(delivered) {
                     *slot = t as i32;
                 }
-                n += 1;
             }
+            delivered += usize::from(piece.token.is_some());
             match callback {
                 // SAFETY: the caller vouches for the callback and userdata.
                 Some(cb) => {
                     // An empty piece still gets a valid pointer (not Rust's dangling one).
-                    let text = if step.text.is_empty() { "\0" } else { step.text };
-                    unsafe { cb(userdata, token, text.as_ptr().cast(), step.text.len()) == 0 }
+                    let text = if piece.text.is_empty() { "\0" } else { piece.text };
+                    unsafe { cb(userdata, token, text.as_ptr().cast(), piece.text.len()) == 0 }
                 }
                 None => true,
             }
         });
         s.report_routes();
-        result?;
-        // An end-of-sequence token that stopped the generation is neither stored nor counted.
-        put(n_tokens_out, delivered);
+        let outcome = outcome?;
+        if let Some(size) = result_size {
+            let full = colibri_generate_result {
+                struct_size: size as u32,
+                finish_reason: finish_reason(outcome.finish),
+                n_tokens: delivered,
+                n_cached: s.session.position(),
+            };
+            put_versioned(result, full, size);
+        }
         Ok(())
     })
 }

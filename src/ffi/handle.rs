@@ -120,3 +120,30 @@ pub(crate) fn write_text(text: &str, buf: *mut c_char, cap: usize, len_out: *mut
     out[text.len()] = 0;
     Ok(())
 }
+
+/// The struct_size a caller set in the versioned output struct at `p` (whose first field is a
+/// u32 struct_size): None for NULL, BAD_STRUCT_SIZE when it is not 4 ..= sizeof(T).
+pub(crate) fn versioned_size<T>(p: *const T, arg: &str) -> Result<Option<usize>, Failure> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: every versioned struct starts with a u32 struct_size; p is non-NULL and readable.
+    let size = unsafe { *(p as *const u32) } as usize;
+    let full = std::mem::size_of::<T>();
+    if size < 4 || size > full {
+        return Err(Failure::new(
+            COLIBRI_STATUS_BAD_STRUCT_SIZE,
+            format!("{arg}.struct_size is {size}; this library knows sizes 4..={full} (use the *_init function)"),
+        ));
+    }
+    Ok(Some(size))
+}
+
+/// Write the first `size` bytes of `value` to `out` (a versioned struct the caller sized with
+/// `versioned_size`): an older caller's shorter struct gets only the fields it has.
+pub(crate) fn put_versioned<T>(out: *mut T, value: T, size: usize) {
+    debug_assert!(size <= std::mem::size_of::<T>());
+    // SAFETY: out is writable for `size` bytes (checked by versioned_size), value has at least
+    // that many.
+    unsafe { std::ptr::copy_nonoverlapping(&value as *const T as *const u8, out as *mut u8, size) };
+}

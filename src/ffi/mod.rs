@@ -29,10 +29,10 @@ pub use text::*;
 
 use std::ffi::c_char;
 
-/// cbindgen:ignore
 /// Major version of the C ABI. Bumped only on an incompatible change; it is the SONAME suffix
-/// (`libcolibri.so.<abi>`).
-pub const ABI_VERSION: u32 = 0;
+/// (`libcolibri.so.<abi>`, which build.rs reads from this line) and the header's macro.
+/// 1: colibri_generate takes generation parameters with stop strings and reports why it ended.
+pub const COLIBRI_ABI_VERSION: u32 = 1;
 
 /// NUL-terminated library version, e.g. "0.1.0".
 static VERSION_CSTR: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -48,7 +48,7 @@ pub extern "C" fn colibri_version() -> *const c_char {
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn colibri_abi_version() -> u32 {
-    ABI_VERSION
+    COLIBRI_ABI_VERSION
 }
 
 #[cfg(test)]

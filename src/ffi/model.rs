@@ -28,14 +28,32 @@ impl Default for colibri_model_params {
     }
 }
 
+/// A model family (`colibri_model_info.family`). Frozen numbers.
+#[allow(non_camel_case_types)]
+pub type colibri_family = i32;
+pub const COLIBRI_FAMILY_MIXTRAL: colibri_family = 0;
+pub const COLIBRI_FAMILY_QWEN2_MOE: colibri_family = 1;
+pub const COLIBRI_FAMILY_QWEN3_MOE: colibri_family = 2;
+pub const COLIBRI_FAMILY_OLMOE: colibri_family = 3;
+
+/// The C number of a family.
+fn family_of(f: crate::Family) -> colibri_family {
+    match f {
+        crate::Family::Mixtral => COLIBRI_FAMILY_MIXTRAL,
+        crate::Family::Qwen2Moe => COLIBRI_FAMILY_QWEN2_MOE,
+        crate::Family::Qwen3Moe => COLIBRI_FAMILY_QWEN3_MOE,
+        crate::Family::Olmoe => COLIBRI_FAMILY_OLMOE,
+    }
+}
+
 /// Facts about a model, filled by `colibri_model_get_info`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct colibri_model_info {
     /// sizeof(colibri_model_info): set it before the call (colibri_model_info_init does).
     pub struct_size: u32,
-    /// 0 Mixtral, 1 Qwen2-MoE, 2 Qwen3-MoE, 3 OLMoE.
-    pub family: i32,
+    /// A COLIBRI_FAMILY_* value.
+    pub family: colibri_family,
     pub vocab_size: u32,
     /// Trained context length (max_position_embeddings).
     pub n_ctx_train: u32,
@@ -171,20 +189,12 @@ pub unsafe extern "C" fn colibri_model_get_info(
 ) -> colibri_status {
     guard(|| {
         let m = borrow(model, "model")?;
-        let size = borrow(info as *const colibri_model_info, "info")?.struct_size as usize;
-        if size < 4 || size > std::mem::size_of::<colibri_model_info>() {
-            return Err(Failure::new(COLIBRI_STATUS_BAD_STRUCT_SIZE, format!("info.struct_size {size} is unknown")));
-        }
+        let size = versioned_size(info, "info")?.ok_or_else(|| Failure::null("info"))?;
         let c = m.model.config();
         let pc = m.model.params();
         let full = colibri_model_info {
             struct_size: size as u32,
-            family: match c.family {
-                crate::Family::Mixtral => 0,
-                crate::Family::Qwen2Moe => 1,
-                crate::Family::Qwen3Moe => 2,
-                crate::Family::Olmoe => 3,
-            },
+            family: family_of(c.family),
             vocab_size: c.vocab_size as u32,
             n_ctx_train: c.max_position_embeddings as u32,
             hidden_size: c.hidden_size as u32,
@@ -196,9 +206,7 @@ pub unsafe extern "C" fn colibri_model_get_info(
             bos_token: c.bos_token_id.map(|b| b as i32).unwrap_or(-1),
             eos_token: c.eos_token_ids.first().map(|&e| e as i32).unwrap_or(-1),
         };
-        // Copy only the fields the caller's struct has.
-        // SAFETY: info is writable for `size` bytes (checked above), full has at least that many.
-        unsafe { std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, info as *mut u8, size) };
+        put_versioned(info, full, size);
         Ok(())
     })
 }

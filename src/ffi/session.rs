@@ -1,12 +1,14 @@
-//! `colibri_session` (alias `colibri_ctx`): one sequence's KV cache and buffers, holding a
+//! `colibri_session` (alias `colibri_ctx`): one sequence's KV cache and state, holding a
 //! shared reference to its model. Used by one thread at a time; many sessions share a model.
-//! Also the design-card trio colibri_init / colibri_infer / colibri_free.
+//! Also the one-call entry path colibri_init / colibri_infer / colibri_free (a model and one
+//! session in one handle).
 
 use super::handle::*;
 use super::model::{colibri_model, colibri_model_params};
 use super::panic::{guard, guard_or, Failure};
 use super::status::*;
 use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingMode, RoutingOptions};
+use crate::kernels::QuantActivations;
 use crate::model::Model;
 use crate::session::{KvDtype, Session, SessionOptions};
 use crate::tokenizer::Tokenizer;
@@ -28,6 +30,31 @@ pub type colibri_route_callback = Option<
     ) -> i32,
 >;
 
+/// Element type of a session's KV cache (`kv_type`). Frozen numbers.
+#[allow(non_camel_case_types)]
+pub type colibri_kv_type = i32;
+pub const COLIBRI_KV_F32: colibri_kv_type = 0;
+pub const COLIBRI_KV_F16: colibri_kv_type = 1;
+pub const COLIBRI_KV_BF16: colibri_kv_type = 2;
+
+/// How a session chooses experts (`routing_mode`). Frozen numbers.
+#[allow(non_camel_case_types)]
+pub type colibri_routing_mode = i32;
+/// The k largest router probabilities (ties to the lowest expert index). The reference.
+pub const COLIBRI_ROUTING_TOPK: colibri_routing_mode = 0;
+/// The k largest of logit + Gumbel noise from the session's seeded RNG; weights un-noised.
+pub const COLIBRI_ROUTING_GUMBEL: colibri_routing_mode = 1;
+
+/// How quantised weights meet their activations (`quant_act`). Frozen numbers.
+#[allow(non_camel_case_types)]
+pub type colibri_quant_act = i32;
+/// The process default: `COLIBRI_QUANT_ACT=int8|float` from the environment, else int8.
+pub const COLIBRI_QUANT_ACT_DEFAULT: colibri_quant_act = 0;
+/// Activations quantised to int8 blocks per product (W8A8 / W4A8): faster.
+pub const COLIBRI_QUANT_ACT_INT8: colibri_quant_act = 1;
+/// Activations stay f32 (W8A16 / W4A16).
+pub const COLIBRI_QUANT_ACT_FLOAT: colibri_quant_act = 2;
+
 /// Options of a session. Fill with `colibri_session_params_init`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -36,16 +63,18 @@ pub struct colibri_session_params {
     pub struct_size: u32,
     /// Context length in tokens; 0 = the model's trained context capped at 4096.
     pub n_ctx: u32,
-    /// KV cache element type: 0 f32 (default), 1 f16, 2 bf16.
-    pub kv_type: i32,
+    /// KV cache element type: a COLIBRI_KV_* value (default COLIBRI_KV_F32).
+    pub kv_type: colibri_kv_type,
     /// 0: colibri_infer returns the last position's logits; 1: every new position's.
     pub all_logits: i32,
-    /// 0 deterministic top-k (default), 1 Gumbel top-k.
-    pub routing_mode: i32,
+    /// A COLIBRI_ROUTING_* value (default COLIBRI_ROUTING_TOPK).
+    pub routing_mode: colibri_routing_mode,
     /// Experts per token; 0 = the model's top_k.
     pub moe_top_k: i32,
-    /// Seed of the routing RNG (Gumbel).
-    pub seed: u64,
+    /// Seed of the routing RNG (Gumbel routing; default 0).
+    pub routing_seed: u64,
+    /// A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
+    pub quant_act: colibri_quant_act,
 }
 
 impl Default for colibri_session_params {
@@ -53,11 +82,12 @@ impl Default for colibri_session_params {
         colibri_session_params {
             struct_size: std::mem::size_of::<Self>() as u32,
             n_ctx: 0,
-            kv_type: 0,
+            kv_type: COLIBRI_KV_F32,
             all_logits: 0,
-            routing_mode: 0,
+            routing_mode: COLIBRI_ROUTING_TOPK,
             moe_top_k: 0,
-            seed: 0,
+            routing_seed: 0,
+            quant_act: COLIBRI_QUANT_ACT_DEFAULT,
         }
     }
 }
@@ -74,11 +104,12 @@ pub struct colibri_params {
     pub use_mlock: i32,
     /// As in colibri_session_params.
     pub n_ctx: u32,
-    pub kv_type: i32,
+    pub kv_type: colibri_kv_type,
     pub all_logits: i32,
-    pub routing_mode: i32,
+    pub routing_mode: colibri_routing_mode,
     pub moe_top_k: i32,
-    pub seed: u64,
+    pub routing_seed: u64,
+    pub quant_act: colibri_quant_act,
 }
 
 impl Default for colibri_params {
@@ -93,7 +124,8 @@ impl Default for colibri_params {
             all_logits: s.all_logits,
             routing_mode: s.routing_mode,
             moe_top_k: s.moe_top_k,
-            seed: s.seed,
+            routing_seed: s.routing_seed,
+            quant_act: s.quant_act,
         }
     }
 }
@@ -109,18 +141,18 @@ pub struct colibri_session {
     route_userdata: *mut c_void,
 }
 
-/// The design-card name of a session.
+/// A session made by `colibri_init` (the one-call entry path).
 #[allow(non_camel_case_types)]
 pub type colibri_ctx = colibri_session;
 
-fn routing_of(mode: i32, top_k: i32) -> Result<RoutingOptions, Failure> {
+fn routing_of(mode: colibri_routing_mode, top_k: i32) -> Result<RoutingOptions, Failure> {
     let mode = match mode {
-        0 => RoutingMode::TopK,
-        1 => RoutingMode::Gumbel,
+        COLIBRI_ROUTING_TOPK => RoutingMode::TopK,
+        COLIBRI_ROUTING_GUMBEL => RoutingMode::Gumbel,
         m => {
             return Err(Failure::new(
                 COLIBRI_STATUS_INVALID_ARGUMENT,
-                format!("routing mode {m} (use 0 top-k, 1 Gumbel)"),
+                format!("routing mode {m} (use COLIBRI_ROUTING_TOPK or COLIBRI_ROUTING_GUMBEL)"),
             ))
         }
     };
@@ -135,20 +167,31 @@ fn routing_of(mode: i32, top_k: i32) -> Result<RoutingOptions, Failure> {
 impl colibri_session {
     pub(crate) fn new(m: &colibri_model, p: &colibri_session_params) -> Result<colibri_session, Failure> {
         let kv_dtype = match p.kv_type {
-            0 => KvDtype::F32,
-            1 => KvDtype::F16,
-            2 => KvDtype::BF16,
+            COLIBRI_KV_F32 => KvDtype::F32,
+            COLIBRI_KV_F16 => KvDtype::F16,
+            COLIBRI_KV_BF16 => KvDtype::BF16,
             t => {
                 return Err(Failure::new(
                     COLIBRI_STATUS_INVALID_ARGUMENT,
-                    format!("kv_type {t} (use 0 f32, 1 f16, 2 bf16)"),
+                    format!("kv_type {t} (use COLIBRI_KV_F32, COLIBRI_KV_F16 or COLIBRI_KV_BF16)"),
+                ))
+            }
+        };
+        let quant_act = match p.quant_act {
+            COLIBRI_QUANT_ACT_DEFAULT => QuantActivations::from_env(),
+            COLIBRI_QUANT_ACT_INT8 => QuantActivations::Int8,
+            COLIBRI_QUANT_ACT_FLOAT => QuantActivations::Float,
+            q => {
+                return Err(Failure::new(
+                    COLIBRI_STATUS_INVALID_ARGUMENT,
+                    format!("quant_act {q} (use a COLIBRI_QUANT_ACT_* value)"),
                 ))
             }
         };
         let routing = routing_of(p.routing_mode, p.moe_top_k)?;
         let c = m.model.config();
         crate::forward::check_routing(c, &routing)?;
-        let opts = SessionOptions { n_ctx: p.n_ctx as usize, kv_dtype, routing_seed: p.seed, ..Default::default() };
+        let opts = SessionOptions { n_ctx: p.n_ctx as usize, kv_dtype, routing_seed: p.routing_seed, quant_act };
         let session = Session::new(c, &opts)?;
         Ok(colibri_session {
             model: m.model.clone(),
@@ -304,7 +347,8 @@ pub unsafe extern "C" fn colibri_init(
             all_logits: p.all_logits,
             routing_mode: p.routing_mode,
             moe_top_k: p.moe_top_k,
-            seed: p.seed,
+            routing_seed: p.routing_seed,
+            quant_act: p.quant_act,
             ..Default::default()
         };
         let model = colibri_model::open(path, &mp)?;
@@ -429,16 +473,16 @@ pub unsafe extern "C" fn colibri_session_position(
     })
 }
 
-/// Routing of later calls: mode 0 top-k / 1 Gumbel, the Gumbel RNG seed, experts per token
-/// (0 = the model's top_k, else 1..n_experts).
+/// Routing of later calls: a COLIBRI_ROUTING_* mode, the seed of the Gumbel RNG, experts per
+/// token (0 = the model's top_k, else 1..n_experts).
 ///
 /// # Safety
 /// `session` must be a live session.
 #[no_mangle]
 pub unsafe extern "C" fn colibri_session_set_routing(
     session: *mut colibri_session,
-    mode: i32,
-    seed: u64,
+    mode: colibri_routing_mode,
+    routing_seed: u64,
     moe_top_k: i32,
 ) -> colibri_status {
     guard(|| {
@@ -446,7 +490,7 @@ pub unsafe extern "C" fn colibri_session_set_routing(
         let r = routing_of(mode, moe_top_k)?;
         crate::forward::check_routing(s.model.config(), &r)?;
         s.routing = r;
-        s.session.set_routing_seed(seed);
+        s.session.set_routing_seed(routing_seed);
         Ok(())
     })
 }

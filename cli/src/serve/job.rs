@@ -3,8 +3,8 @@
 //! the admission count that bounds running + waiting jobs.
 
 use super::engine::Engine;
+use colibri::decoder::{DecodeParams, Finish};
 use colibri::forward::RoutingOptions;
-use colibri::sampler::SamplerParams;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,11 +13,9 @@ use tokio::sync::mpsc::UnboundedSender;
 /// Generation parameters of one request, already validated and clamped.
 #[derive(Clone, Debug)]
 pub struct JobParams {
-    pub sampler: SamplerParams,
-    /// Most tokens to generate (already clamped to the context left after the prompt).
-    pub max_tokens: usize,
-    pub stop: Vec<String>,
-    pub ignore_eos: bool,
+    /// Sampling, stop strings, end-of-sequence handling and the token limit (already clamped
+    /// to the context left after the prompt).
+    pub decode: DecodeParams,
     pub routing: RoutingOptions,
     /// Seed of the session's routing RNG (Gumbel routing).
     pub routing_seed: u64,
@@ -58,34 +56,35 @@ pub struct Token {
     pub routing: Option<Vec<Vec<u32>>>,
 }
 
-/// Why a sequence ended.
+/// Why a sequence ended: the generation's own reasons (`Finish`), or the request's time limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finish {
-    /// An end-of-sequence token.
-    Eos,
-    /// A stop string.
-    StopString,
-    /// max_tokens reached.
-    Length,
-    /// The context is full.
-    Context,
+pub enum Ending {
+    Finished(Finish),
     /// The request's time limit passed.
     Timeout,
 }
 
-impl Finish {
+impl Ending {
     /// The OpenAI `finish_reason`.
     pub fn openai(self) -> &'static str {
         match self {
-            Finish::Eos | Finish::StopString => "stop",
-            Finish::Length | Finish::Context | Finish::Timeout => "length",
+            Ending::Finished(Finish::Eos | Finish::StopString | Finish::Callback) => "stop",
+            Ending::Finished(Finish::Length | Finish::ContextFull) | Ending::Timeout => "length",
+        }
+    }
+
+    /// The `finish_reason` of `/generate` (docs/api.md), which names a full context.
+    pub fn simple(self) -> &'static str {
+        match self {
+            Ending::Finished(Finish::ContextFull) => "context",
+            other => other.openai(),
         }
     }
 }
 
 #[derive(Clone, Debug)]
 pub struct Done {
-    pub finish: Finish,
+    pub finish: Ending,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
 }

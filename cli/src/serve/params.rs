@@ -7,6 +7,7 @@ use super::engine::Engine;
 use super::error::ApiError;
 use super::job::JobParams;
 use axum::body::Body;
+use colibri::decoder::DecodeParams;
 use colibri::forward::{RoutingMode, RoutingOptions};
 use colibri::sampler::SamplerParams;
 use serde_json::{Map, Value};
@@ -193,10 +194,7 @@ pub fn job_params(f: &Fields<'_>, d: &Defaults, engine: &Engine, prompt_len: usi
         Some(_) => return Err(ApiError::invalid("routing", "routing must be \"topk\" or \"gumbel\"")),
     };
     Ok(JobParams {
-        sampler,
-        max_tokens,
-        stop: f.stops()?,
-        ignore_eos: f.bool("ignore_eos")?,
+        decode: DecodeParams { sampler, max_tokens, stop: f.stops()?, ignore_eos: f.bool("ignore_eos")? },
         routing: RoutingOptions { mode, top_k },
         routing_seed: f.uint("routing_seed", u64::MAX)?.unwrap_or(seed),
         return_routing: f.bool("return_routing")?,

@@ -7,14 +7,12 @@
 //! only; sequences of different model generations are never batched together.
 
 use super::engine::Engine;
-use super::job::{Done, Event, Finish, Job, Token};
+use super::job::{Done, Ending, Event, Job, Token};
 use super::logprobs::token_logprob;
 use super::metrics::Metrics;
+use colibri::decoder::{Decoder, Finish};
 use colibri::forward::{forward_batch, ForwardOptions, Input, LogitsMode, Sequence};
-use colibri::sampler::Sampler;
 use colibri::session::{Session, SessionOptions};
-use colibri::stop::StopMatcher;
-use colibri::tokenizer::DecodeState;
 use colibri::Error;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -63,14 +61,10 @@ impl Scheduler {
 struct Active {
     job: Box<Job>,
     session: Session,
-    sampler: Sampler,
-    /// Prompt then generated ids (the penalties' window).
-    history: Vec<u32>,
+    /// The generation's decisions (sampling, end of sequence, text, stop strings, limit).
+    decoder: Decoder,
     /// Prompt tokens already fed.
     fed: usize,
-    generated: usize,
-    detok: DecodeState,
-    stop: StopMatcher,
     last_token_at: Option<Instant>,
     /// Rows fed in the current step and whether they end with logits to sample from.
     step_rows: usize,
@@ -80,25 +74,13 @@ struct Active {
 impl Active {
     fn start(job: Box<Job>) -> Result<Active, Error> {
         let engine = &job.engine;
-        let need = (job.prompt.len() + job.params.max_tokens).min(engine.n_ctx).max(1);
+        let need = (job.prompt.len() + job.params.decode.max_tokens).min(engine.n_ctx).max(1);
         let opts = SessionOptions { n_ctx: need, routing_seed: job.params.routing_seed, ..SessionOptions::default() };
         let mut session = Session::new(engine.model.config(), &opts)?;
         session.set_trace(true);
-        let sampler = Sampler::new(job.params.sampler.clone())?;
-        let stop = StopMatcher::new(job.params.stop.clone());
-        Ok(Active {
-            history: job.prompt.clone(),
-            job,
-            session,
-            sampler,
-            fed: 0,
-            generated: 0,
-            detok: DecodeState::new(true),
-            stop,
-            last_token_at: None,
-            step_rows: 0,
-            step_samples: false,
-        })
+        let eos = &engine.model.config().eos_token_ids;
+        let decoder = Decoder::new(&job.params.decode, eos, &job.prompt, Some(&engine.tokenizer))?;
+        Ok(Active { job, session, decoder, fed: 0, last_token_at: None, step_rows: 0, step_samples: false })
     }
 
     /// Plan this step: the next prompt chunk, or the last generated token. Sets `step_rows` and
@@ -134,7 +116,7 @@ struct Loop {
 
 enum After {
     Continue,
-    Finish(Finish),
+    End(Ending),
     Drop,
 }
 
@@ -182,7 +164,7 @@ impl Loop {
         self.waiting.retain(|j| !j.events.is_closed());
         for j in self.waiting.iter().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
             let _ = j.events.send(Event::Done(Done {
-                finish: Finish::Timeout,
+                finish: Ending::Timeout,
                 prompt_tokens: j.prompt.len(),
                 completion_tokens: 0,
             }));
@@ -195,7 +177,7 @@ impl Loop {
                 self.active.swap_remove(i);
             } else if a.job.deadline.is_some_and(|d| now >= d) {
                 let a = self.active.swap_remove(i);
-                self.finish(a, Finish::Timeout);
+                self.finish(a, Ending::Timeout);
             } else {
                 i += 1;
             }
@@ -206,8 +188,9 @@ impl Loop {
         while self.active.len() < self.parallel {
             let Some(job) = self.waiting.pop_front() else { break };
             let events = job.events.clone();
-            if job.params.max_tokens == 0 {
-                let done = Done { finish: Finish::Length, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
+            if job.params.decode.max_tokens == 0 {
+                let finish = Ending::Finished(Finish::Length);
+                let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
                 let _ = events.send(Event::Done(done));
                 continue;
             }
@@ -233,10 +216,11 @@ impl Loop {
                 let mut batch: Vec<Sequence<'_>> = Vec::new();
                 for a in self.active.iter_mut().filter(|a| Arc::ptr_eq(&a.job.engine, &engine)) {
                     let logits = a.plan();
-                    let Active { job, history, session, fed, step_rows, .. } = a;
+                    let Active { job, decoder, session, fed, step_rows, .. } = a;
                     let ids = if *fed < job.prompt.len() {
                         &job.prompt[*fed..*fed + *step_rows]
                     } else {
+                        let history = decoder.history();
                         &history[history.len() - 1..]
                     };
                     let opts = ForwardOptions { logits, routing: job.params.routing };
@@ -262,9 +246,9 @@ impl Loop {
                     After::Drop => {
                         self.active.swap_remove(i);
                     }
-                    After::Finish(f) => {
+                    After::End(end) => {
                         let a = self.active.swap_remove(i);
-                        self.finish(a, f);
+                        self.finish(a, end);
                     }
                 }
             }
@@ -285,15 +269,8 @@ impl Loop {
             return After::Continue;
         }
         let engine = a.job.engine.clone();
-        let tok = &engine.tokenizer;
-        let mut logits = a.session.logits().to_vec();
-        let decodable = tok.vocab_size();
-        if decodable < logits.len() {
-            logits[decodable..].fill(f32::NEG_INFINITY);
-        }
-        let logprob = a.job.params.logprobs.map(|n| (n, logits.clone()));
-        let id = match a.sampler.sample(&mut logits, &a.history) {
-            Ok(id) => id,
+        let step = match a.decoder.next(Some(&engine.tokenizer), a.session.logits()) {
+            Ok(step) => step,
             Err(e) => {
                 a.send(Event::Failed(e.to_string()));
                 return After::Drop;
@@ -305,55 +282,41 @@ impl Loop {
             Some(t) => Metrics::observe(&metrics.inter_token, now.duration_since(t).as_secs_f64()),
         }
         a.last_token_at = Some(now);
-        a.generated += 1;
-        a.history.push(id);
         metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
-        if !a.job.params.ignore_eos && engine.model.config().eos_token_ids.contains(&id) {
-            return After::Finish(Finish::Eos);
+        if step.finish == Some(Finish::Eos) {
+            return After::End(Ending::Finished(Finish::Eos));
         }
-        let piece = match a.detok.push(tok, id) {
-            Ok(p) => p,
-            Err(e) => {
-                a.send(Event::Failed(e.to_string()));
-                return After::Drop;
-            }
-        };
-        let (text, hit) = a.stop.push(&piece);
         let routing = a.job.params.return_routing.then(|| {
             let last = a.session.position() - 1;
             let mut rows: Vec<_> = trace.iter().filter(|r| r.position == last).collect();
             rows.sort_by_key(|r| r.layer);
             rows.into_iter().map(|r| r.experts.clone()).collect()
         });
-        let logprob = logprob.map(|(n, l)| token_logprob(&l, id, n));
-        if !a.send(Event::Token(Token { id: Some(id), text, logprob, routing })) {
+        let logprob = a.job.params.logprobs.map(|n| token_logprob(a.decoder.last_logits(), step.token, n));
+        if !a.send(Event::Token(Token { id: Some(step.token), text: step.text, logprob, routing })) {
             return After::Drop;
         }
-        if hit {
-            After::Finish(Finish::StopString)
-        } else if a.generated >= a.job.params.max_tokens {
-            After::Finish(Finish::Length)
-        } else if a.session.position() >= a.session.n_ctx() {
-            After::Finish(Finish::Context)
-        } else {
-            After::Continue
+        match step.finish {
+            Some(f) => After::End(Ending::Finished(f)),
+            None if a.session.position() >= a.session.n_ctx() => After::End(Ending::Finished(Finish::ContextFull)),
+            None => After::Continue,
         }
     }
 
-    /// Flush held-back text and send the final event.
-    fn finish(&self, mut a: Active, mut finish: Finish) {
-        if finish != Finish::StopString {
-            let rest = a.detok.finish(&a.job.engine.tokenizer);
-            let (mut tail, hit) = a.stop.push(&rest);
-            if hit {
-                finish = Finish::StopString;
-            } else {
-                tail.push_str(&a.stop.flush());
-            }
-            if !tail.is_empty() {
-                a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
-            }
+    /// Flush held-back text and send the final event (gauges first: a client that reads the
+    /// metrics right after its response sees this sequence gone).
+    fn finish(&self, mut a: Active, end: Ending) {
+        self.gauges();
+        let why = match end {
+            Ending::Finished(f) => f,
+            Ending::Timeout => Finish::Length,
+        };
+        let (tail, finish) = a.decoder.finish(Some(&a.job.engine.tokenizer), why);
+        let end = if finish == why { end } else { Ending::Finished(finish) };
+        if !tail.is_empty() {
+            a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
         }
-        a.send(Event::Done(Done { finish, prompt_tokens: a.job.prompt.len(), completion_tokens: a.generated }));
+        let completion_tokens = a.decoder.generated();
+        a.send(Event::Done(Done { finish: end, prompt_tokens: a.job.prompt.len(), completion_tokens }));
     }
 }

@@ -78,7 +78,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::{encode, response, KEEP_ALIVE};
-    use crate::serve::job::{Done, Event, Finish};
+    use crate::serve::job::{Done, Ending, Event};
+    use colibri::decoder::Finish;
     use futures_util::StreamExt;
     use serde_json::json;
 
@@ -97,7 +98,8 @@ mod tests {
         assert_eq!(next().await, ": keep-alive\n\n");
         assert_eq!(next().await, ": keep-alive\n\n");
         assert_eq!(t0.elapsed(), 2 * KEEP_ALIVE);
-        tx.send(Event::Done(Done { finish: Finish::Length, prompt_tokens: 1, completion_tokens: 3 })).unwrap();
+        tx.send(Event::Done(Done { finish: Ending::Finished(Finish::Length), prompt_tokens: 1, completion_tokens: 3 }))
+            .unwrap();
         assert_eq!(next().await, "data: {\"n\":3}\n\ndata: [DONE]\n\n");
         assert!(body.next().await.is_none());
     }

@@ -3,7 +3,6 @@
 
 use super::common::{collect, engine, submit};
 use crate::serve::error::ApiError;
-use crate::serve::job::Finish;
 use crate::serve::openai::routing;
 use crate::serve::params::{job_params, read_object, tokenize, Defaults, Fields};
 use crate::serve::state::Shared;
@@ -24,11 +23,7 @@ pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Va
     let prompt = tokenize(&engine, "prompt", text, true)?;
     let params = job_params(&f, &Defaults::generate(), &engine, prompt.len())?;
     let c = collect(submit(&state, engine, prompt, params)?).await?;
-    let finish = match c.done.finish {
-        Finish::Eos | Finish::StopString => "stop",
-        Finish::Context => "context",
-        Finish::Length | Finish::Timeout => "length",
-    };
+    let finish = c.done.finish.simple();
     let tokens: Vec<u32> = c.tokens.iter().filter_map(|t| t.id).collect();
     let mut body = json!({
         "text": c.text,

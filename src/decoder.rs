@@ -1,0 +1,210 @@
+//! One generation's token-by-token decisions, the same for every caller (`generate`, the C
+//! ABI through it, and the server's scheduler, which batches many): sample the next id from a
+//! step's logits (ids the tokenizer cannot decode are never sampled), end on an end-of-sequence
+//! token, detokenise incrementally, hold back text that may become a stop string, count tokens
+//! against the limit. Feeding the chosen id back to the model is the caller's job, and so are
+//! the finish reasons only the caller can see (its callback, a full context).
+
+use crate::error::{Error, Result};
+use crate::sampler::{Sampler, SamplerParams};
+use crate::stop::StopMatcher;
+use crate::tokenizer::{DecodeState, Tokenizer};
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The token limit was reached.
+    Length,
+    /// An end-of-sequence token was sampled.
+    Eos,
+    /// A stop string appeared.
+    StopString,
+    /// The caller's callback asked to stop.
+    Callback,
+    /// The context is full.
+    ContextFull,
+}
+
+impl Finish {
+    /// Lower-case name (the CLI's statistics line).
+    pub fn name(self) -> &'static str {
+        match self {
+            Finish::Length => "length",
+            Finish::Eos => "eos",
+            Finish::StopString => "stop",
+            Finish::Callback => "callback",
+            Finish::ContextFull => "context_full",
+        }
+    }
+}
+
+/// What a generation decides with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeParams {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    pub sampler: SamplerParams,
+    /// Keep going past end-of-sequence tokens.
+    pub ignore_eos: bool,
+    /// Stop when the text contains one of these (the stop string itself is never emitted).
+    pub stop: Vec<String>,
+}
+
+impl Default for DecodeParams {
+    fn default() -> Self {
+        DecodeParams { max_tokens: 128, sampler: SamplerParams::default(), ignore_eos: false, stop: Vec::new() }
+    }
+}
+
+/// One sampled token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub token: u32,
+    /// Text now safe to show (may be empty: an incomplete character, or text held back).
+    pub text: String,
+    /// Set when this token ends the generation: `Eos` (the token is the end-of-sequence id:
+    /// not text, not to be fed), `StopString` or `Length`.
+    pub finish: Option<Finish>,
+}
+
+/// The decisions of one generation. Text needs the model's tokenizer, given to every call
+/// (the same one each time; without one, steps carry no text and stop strings are refused).
+pub struct Decoder {
+    sampler: Sampler,
+    /// Prompt then generated ids (the penalties' window).
+    history: Vec<u32>,
+    text: DecodeState,
+    stop: StopMatcher,
+    eos: Vec<u32>,
+    ignore_eos: bool,
+    max_tokens: usize,
+    generated: usize,
+    /// [vocab] the logits of the last step as the sampler saw them (before its penalties).
+    logits: Vec<f32>,
+    /// [vocab] the sampler's working copy (it applies its penalties in place).
+    scratch: Vec<f32>,
+}
+
+impl Decoder {
+    /// A generation after `prompt` (its ids seed the penalty window) for a model whose
+    /// end-of-sequence ids are `eos`.
+    pub fn new(params: &DecodeParams, eos: &[u32], prompt: &[u32], tokenizer: Option<&Tokenizer>) -> Result<Decoder> {
+        if tokenizer.is_none() && !params.stop.is_empty() {
+            return Err(Error::InvalidArgument { reason: "stop strings need the model's tokenizer".into() });
+        }
+        Ok(Decoder {
+            sampler: Sampler::new(params.sampler.clone())?,
+            history: prompt.to_vec(),
+            text: DecodeState::new(true),
+            stop: StopMatcher::new(params.stop.clone()),
+            eos: eos.to_vec(),
+            ignore_eos: params.ignore_eos,
+            max_tokens: params.max_tokens,
+            generated: 0,
+            logits: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Choose the next token from a step's logits ([vocab]).
+    pub fn next(&mut self, tokenizer: Option<&Tokenizer>, logits: &[f32]) -> Result<Step> {
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
+        // Ids the tokenizer cannot decode (a model vocabulary padded past the tokenizer's) are
+        // never sampled.
+        let decodable = tokenizer.map_or(usize::MAX, Tokenizer::vocab_size);
+        if decodable < self.logits.len() {
+            self.logits[decodable..].fill(f32::NEG_INFINITY);
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.logits);
+        let token = self.sampler.sample(&mut self.scratch, &self.history)?;
+        self.history.push(token);
+        self.generated += 1;
+        if !self.ignore_eos && self.eos.contains(&token) {
+            return Ok(Step { token, text: String::new(), finish: Some(Finish::Eos) });
+        }
+        let piece = match tokenizer {
+            Some(t) => self.text.push(t, token)?,
+            None => String::new(),
+        };
+        let (text, hit) = self.stop.push(&piece);
+        let finish = if hit {
+            Some(Finish::StopString)
+        } else if self.generated >= self.max_tokens {
+            Some(Finish::Length)
+        } else {
+            None
+        };
+        Ok(Step { token, text, finish })
+    }
+
+    /// End the generation for `why`: the text still held back (an incomplete character, the
+    /// start of a stop string that never completed) and the final reason, which becomes
+    /// `StopString` if that text completes one.
+    pub fn finish(&mut self, tokenizer: Option<&Tokenizer>, why: Finish) -> (String, Finish) {
+        if why == Finish::StopString {
+            return (String::new(), why);
+        }
+        let rest = tokenizer.map(|t| self.text.finish(t)).unwrap_or_default();
+        let (mut tail, hit) = self.stop.push(&rest);
+        if hit {
+            return (tail, Finish::StopString);
+        }
+        tail.push_str(&self.stop.flush());
+        (tail, why)
+    }
+
+    /// The logits the last step sampled from (undecodable ids at −∞), for log-probabilities.
+    pub fn last_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Tokens generated so far (an end-of-sequence token that ended the generation included).
+    pub fn generated(&self) -> usize {
+        self.generated
+    }
+
+    /// The prompt, then every generated id.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Logits whose argmax is `id`.
+    fn peak(vocab: usize, id: usize) -> Vec<f32> {
+        (0..vocab).map(|i| if i == id { 5.0 } else { 0.0 }).collect()
+    }
+
+    fn greedy(max_tokens: usize, ignore_eos: bool) -> DecodeParams {
+        DecodeParams { max_tokens, sampler: SamplerParams::greedy(), ignore_eos, stop: Vec::new() }
+    }
+
+    #[test]
+    fn end_of_sequence_ends_unless_ignored_and_the_limit_ends_last() {
+        let mut d = Decoder::new(&greedy(3, false), &[7], &[1, 2], None).unwrap();
+        assert_eq!(d.next(None, &peak(10, 4)).unwrap().finish, None);
+        let eos = d.next(None, &peak(10, 7)).unwrap();
+        assert_eq!((eos.token, eos.finish), (7, Some(Finish::Eos)));
+        assert_eq!(d.history(), &[1, 2, 4, 7]);
+        let mut d = Decoder::new(&greedy(3, true), &[7], &[], None).unwrap();
+        let steps: Vec<_> = (0..3).map(|_| d.next(None, &peak(10, 7)).unwrap().finish).collect();
+        assert_eq!(steps, vec![None, None, Some(Finish::Length)]);
+        assert_eq!(d.generated(), 3);
+        assert_eq!(d.finish(None, Finish::Length), (String::new(), Finish::Length));
+    }
+
+    #[test]
+    fn stop_strings_need_a_tokenizer_and_the_last_logits_are_kept() {
+        let with_stop = DecodeParams { stop: vec!["x".into()], ..greedy(4, false) };
+        assert!(Decoder::new(&with_stop, &[], &[], None).is_err());
+        let mut d = Decoder::new(&greedy(4, false), &[], &[], None).unwrap();
+        let logits = peak(6, 2);
+        assert_eq!(d.next(None, &logits).unwrap().token, 2);
+        assert_eq!(d.last_logits(), &logits[..]);
+    }
+}
