@@ -74,8 +74,6 @@ pub enum Error {
     ContextFull { cached: usize, new: usize, n_ctx: usize, sequence: Option<usize> },
     /// The requested feature or input kind is not supported (by this build or this version).
     Unsupported { what: String },
-    /// Converting a checkpoint failed for a reason specific to the source files.
-    Convert { reason: String },
 }
 
 impl Error {
@@ -112,7 +110,6 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::ContextFull { .. } => "context_full",
             Error::Unsupported { .. } => "unsupported",
-            Error::Convert { .. } => "convert",
         }
     }
 
@@ -200,7 +197,6 @@ impl fmt::Display for Error {
                 }
             }
             Error::Unsupported { what } => write!(f, "unsupported: {what}"),
-            Error::Convert { reason } => write!(f, "conversion failed: {reason}"),
         }
     }
 }

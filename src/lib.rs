@@ -16,6 +16,11 @@
 //!   validator, streaming writer.
 //! - [`error`]: the crate's one error type; [`rng`]: the seeded PRNG.
 
+// Every unsafe operation sits in its own `unsafe` block with a `// SAFETY:` line saying why
+// it holds, also inside `unsafe fn`s.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 /// cbindgen:ignore
 pub mod decoder;
 /// cbindgen:ignore

@@ -36,6 +36,7 @@ struct AlignedBuf {
 
 // SAFETY: the buffer is uniquely owned and only read after construction.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only reads the bytes, which never change after construction.
 unsafe impl Sync for AlignedBuf {}
 
 const PAGE: usize = 4096;

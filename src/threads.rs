@@ -19,8 +19,10 @@ pub fn allowed_cpus() -> Vec<usize> {
     {
         // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
         if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0 {
             let cpus: Vec<usize> =
+                // SAFETY: `set` was filled by sched_getaffinity; c < CPU_SETSIZE.
                 (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
             if !cpus.is_empty() {
                 return cpus;

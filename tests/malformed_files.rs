@@ -1,4 +1,4 @@
-//! The malformed-file suite: one crafted file per class of reliability.md items 1–21 that
+//! The malformed-file suite: one crafted file per class of docs/reliability.md (items 1–22) that
 //! applies to float dtypes, each opened with mmap and with a plain read, asserting the error class
 //! (`Error::code`) and that the message names the offending field or tensor. Classes that need
 //! the full data scan (NaN/Inf outside norms, checksums, padding inside the data) go through

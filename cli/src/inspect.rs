@@ -155,6 +155,13 @@ fn report(model: &Model, file: &Path) -> Value {
 }
 
 fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<()> {
+    print_model(o, r, model)?;
+    print_storage(o, r, model)?;
+    print_tensors(o, r)
+}
+
+/// The model: file, family, shapes, experts, attention, RoPE, parameter counts.
+fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<()> {
     let c = model.config();
     let h = &r["header"];
     writeln!(
@@ -194,7 +201,12 @@ fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<(
         "params       {} total, {} active per token",
         human_count(r["params"].as_u64().unwrap_or(0)),
         human_count(r["active_params_per_token"].as_u64().unwrap_or(0))
-    )?;
+    )
+}
+
+/// What is stored: weights by dtype, KV cache size, tokens, tokenizer, metadata, header.
+fn print_storage(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<()> {
+    let (c, h) = (model.config(), &r["header"]);
     let w = &r["weights"];
     let dtypes: Vec<String> = w["by_dtype"]
         .as_array()
@@ -243,7 +255,11 @@ fn print_text(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<(
         o,
         "header       {} tensors, routing_offset {}, data_offset {}, metadata {} bytes",
         h["tensor_count"], h["routing_offset"], h["data_offset"], h["metadata_size"]
-    )?;
+    )
+}
+
+/// Where the experts and every tensor sit.
+fn print_tensors(o: &mut impl Write, r: &Value) -> std::io::Result<()> {
     writeln!(o, "expert layout")?;
     for e in r["expert_layout"].as_array().into_iter().flatten() {
         writeln!(

@@ -138,7 +138,8 @@ fn parse_dtype(s: &str) -> Result<colibri::format::DType, String> {
         .ok_or_else(|| format!("unknown dtype '{s}' (use f32, f16 or bf16)"))
 }
 
-fn run(cli: Cli) -> Result<(), colibri::Error> {
+/// Run one command; its error (the library's or the converter's) is printed by `main`.
+fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Convert {
             input,
@@ -196,19 +197,21 @@ fn run(cli: Cli) -> Result<(), colibri::Error> {
             );
             Ok(())
         }
-        Command::Inspect { file, json } => inspect::run(&file, json),
-        Command::Run(a) => run::run(&a),
+        Command::Inspect { file, json } => Ok(inspect::run(&file, json)?),
+        Command::Run(a) => Ok(run::run(&a)?),
         Command::Chat(mut a) => {
             a.chat = true;
-            run::run(&a)
+            Ok(run::run(&a)?)
         }
-        Command::Logits { model, tokens, output, threads } => logits::run(model.as_deref(), &tokens, &output, threads),
-        Command::Bench(a) => bench::run(&a),
-        Command::Perplexity(a) => perplexity::run(&a),
-        Command::Serve(a) => serve::run(&a),
-        Command::Validate { file, no_mmap } => validate::run(&file, no_mmap),
+        Command::Logits { model, tokens, output, threads } => {
+            Ok(logits::run(model.as_deref(), &tokens, &output, threads)?)
+        }
+        Command::Bench(a) => Ok(bench::run(&a)?),
+        Command::Perplexity(a) => Ok(perplexity::run(&a)?),
+        Command::Serve(a) => Ok(serve::run(&a)?),
+        Command::Validate { file, no_mmap } => Ok(validate::run(&file, no_mmap)?),
         Command::Dump { file, tensor, gate, layer, expert, rows, cols } => {
-            dump::run(&file, tensor.as_deref(), gate, layer, expert, rows, cols)
+            Ok(dump::run(&file, tensor.as_deref(), gate, layer, expert, rows, cols)?)
         }
     }
 }

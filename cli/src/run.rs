@@ -189,6 +189,60 @@ fn print_stats(load_s: f64, prompt_tokens: usize, prompt_s: f64, gen_tokens: usi
     );
 }
 
+/// What `run` feeds: prompt ids, or hidden states from a .npy file.
+enum Prompt {
+    Tokens(Vec<u32>),
+    Embeddings(Vec<f32>),
+}
+
+/// Hidden states [seq ≥ 1, hidden] from a float32 .npy file.
+fn read_embedding(path: &std::path::Path, h: usize) -> Result<Vec<f32>, Error> {
+    let (shape, data) = npy::read_f32_2d(path)?;
+    if shape[1] != h || shape[0] == 0 {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "{}: shape [{}, {}] does not match [seq ≥ 1, hidden_size {h}]",
+                path.display(),
+                shape[0],
+                shape[1]
+            ),
+        });
+    }
+    Ok(data)
+}
+
+/// The prompt's ids (-p or -f; wrapped in the chat template with --chat), which must fit a
+/// context of `n_ctx` with room for one generated token.
+fn prompt_ids(a: &RunArgs, model: &Model, tokenizer: &Tokenizer, n_ctx: usize) -> Result<Vec<u32>, Error> {
+    let text = match (&a.prompt, &a.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| Error::io("read prompt file", e))?,
+        (None, None) => return Err(Error::InvalidArgument { reason: "give a prompt with -p TEXT or -f FILE".into() }),
+    };
+    if text.is_empty() {
+        return Err(Error::InvalidArgument { reason: "empty prompt".into() });
+    }
+    let ids = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(sys) = &a.system {
+            msgs.push(ChatMessage::new("system", sys.as_str()));
+        }
+        msgs.push(ChatMessage::new("user", text.as_str()));
+        tokenizer.encode(&render_chat(model, tokenizer, &msgs)?, false)?
+    } else {
+        tokenizer.encode(&text, true)?
+    };
+    if ids.is_empty() {
+        return Err(Error::InvalidArgument { reason: "the prompt encodes to no tokens".into() });
+    }
+    if ids.len() >= n_ctx {
+        return Err(Error::InvalidArgument {
+            reason: format!("prompt of {} tokens does not fit the context of {} tokens (-c)", ids.len(), n_ctx),
+        });
+    }
+    Ok(ids)
+}
+
 /// `colibri run`.
 pub fn run(a: &RunArgs) -> Result<(), Error> {
     init_threads(a.threads)?;
@@ -198,55 +252,13 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     }
     let mut s = session(a, &model)?;
     let p = params(a);
-    let embedding;
-    let ids: Vec<u32>;
-    let input = if let Some(path) = &a.embedding {
-        let (shape, data) = npy::read_f32_2d(path)?;
-        let h = model.config().hidden_size;
-        if shape[1] != h || shape[0] == 0 {
-            return Err(Error::InvalidArgument {
-                reason: format!(
-                    "{}: shape [{}, {}] does not match [seq ≥ 1, hidden_size {h}]",
-                    path.display(),
-                    shape[0],
-                    shape[1]
-                ),
-            });
-        }
-        embedding = data;
-        ids = Vec::new();
-        Input::Embeddings(&embedding)
-    } else {
-        let text = match (&a.prompt, &a.file) {
-            (Some(p), _) => p.clone(),
-            (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| Error::io("read prompt file", e))?,
-            (None, None) => {
-                return Err(Error::InvalidArgument { reason: "give a prompt with -p TEXT or -f FILE".into() })
-            }
-        };
-        if text.is_empty() {
-            return Err(Error::InvalidArgument { reason: "empty prompt".into() });
-        }
-        ids = if a.chat {
-            let mut msgs = Vec::new();
-            if let Some(sys) = &a.system {
-                msgs.push(ChatMessage::new("system", sys.as_str()));
-            }
-            msgs.push(ChatMessage::new("user", text.as_str()));
-            let rendered = render_chat(&model, &tokenizer, &msgs)?;
-            tokenizer.encode(&rendered, false)?
-        } else {
-            tokenizer.encode(&text, true)?
-        };
-        if ids.is_empty() {
-            return Err(Error::InvalidArgument { reason: "the prompt encodes to no tokens".into() });
-        }
-        if ids.len() >= s.n_ctx() {
-            return Err(Error::InvalidArgument {
-                reason: format!("prompt of {} tokens does not fit the context of {} tokens (-c)", ids.len(), s.n_ctx()),
-            });
-        }
-        Input::Tokens(&ids)
+    let prompt = match &a.embedding {
+        Some(path) => Prompt::Embeddings(read_embedding(path, model.config().hidden_size)?),
+        None => Prompt::Tokens(prompt_ids(a, &model, &tokenizer, s.n_ctx())?),
+    };
+    let (input, ids) = match &prompt {
+        Prompt::Embeddings(e) => (Input::Embeddings(e), Vec::new()),
+        Prompt::Tokens(ids) => (Input::Tokens(ids), ids.clone()),
     };
     let all_ids = std::cell::RefCell::new(ids.clone());
     let mut out = std::io::stdout().lock();

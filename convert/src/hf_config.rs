@@ -2,15 +2,9 @@
 //! special-token ids gathered from config.json, generation_config.json and tokenizer_config.json.
 //! Family rules mirror transformers' configuration_<family>.py and modeling_<family>.py.
 
+use crate::error::{fail, Result};
 use colibri::model::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling};
-use colibri::Error;
 use serde_json::Value;
-
-type Result<T> = std::result::Result<T, Error>;
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
-}
 
 fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     v.get(key).filter(|x| !x.is_null())
@@ -170,25 +164,9 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
     })
 }
 
-/// Build the colibri config from a parsed config.json.
-pub fn config_from_hf(hf: &Value) -> Result<Config> {
-    if get(hf, "quantization_config").is_some() {
-        return Err(fail(
-            "config.json has a quantization_config: the checkpoint is already quantised; \
-             convert from the f32/f16/bf16 original (colibri quantises itself)",
-        ));
-    }
-    let fam = family(hf)?;
-    let hidden_size = usize_key(hf, "hidden_size")?;
-    let n_layers = usize_key(hf, "num_hidden_layers")?;
-    let n_heads = usize_key(hf, "num_attention_heads")?;
-    let n_kv_heads = opt_usize(hf, "num_key_value_heads")?.unwrap_or(n_heads);
-    if n_heads == 0 {
-        return Err(fail("num_attention_heads is 0"));
-    }
-    let head_dim = opt_usize(hf, "head_dim")?.unwrap_or(hidden_size / n_heads);
-    let max_pos = opt_usize(hf, "max_position_embeddings")?.unwrap_or(4096);
-    let windows = sliding(hf, fam, n_layers)?;
+/// The routed experts (count, top-k, widths, renormalisation, shared expert) and the dense
+/// layers' FFN width.
+fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
     // transformers 5 writes `num_local_experts` for every family; transformers 4 `num_experts`
     // for all but Mixtral.
     let n_experts = match opt_usize(hf, "num_local_experts")? {
@@ -208,6 +186,20 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
             (usize_key(hf, "moe_intermediate_size")?, opt_usize(hf, "intermediate_size")?.unwrap_or(0), 0)
         }
     };
+    let moe = MoeConfig {
+        n_experts,
+        top_k,
+        expert_ffn,
+        norm_topk_prob,
+        shared_expert_ffn: shared,
+        shared_expert_gate: shared > 0,
+    };
+    Ok((moe, dense_ffn))
+}
+
+/// Each layer: MoE or dense, and its sliding window.
+fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Result<Vec<LayerSpec>> {
+    let windows = sliding(hf, fam, n_layers)?;
     // modeling_qwen2_moe / qwen3_moe: sparse iff not in mlp_only_layers and (i+1) % step == 0.
     let moe_layer = |i: usize| -> Result<bool> {
         match fam {
@@ -222,9 +214,11 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
             _ => Ok(true),
         }
     };
-    let layers = (0..n_layers)
-        .map(|i| Ok(LayerSpec { moe: moe_layer(i)?, sliding_window: windows[i] }))
-        .collect::<Result<Vec<_>>>()?;
+    (0..n_layers).map(|i| Ok(LayerSpec { moe: moe_layer(i)?, sliding_window: windows[i] })).collect()
+}
+
+/// q/k/v biases and q/k normalisation.
+fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
     let attention_bias = match fam {
         Family::Qwen2Moe => opt_bool(hf, "qkv_bias")?.or(opt_bool(hf, "attention_bias")?).unwrap_or(true),
         _ => opt_bool(hf, "attention_bias")?.unwrap_or(false),
@@ -237,6 +231,30 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         Family::Olmoe => QkNorm::Full,
         _ => QkNorm::None,
     };
+    Ok((attention_bias, qk_norm))
+}
+
+/// Build the colibri config from a parsed config.json.
+pub fn config_from_hf(hf: &Value) -> Result<Config> {
+    if get(hf, "quantization_config").is_some() {
+        return Err(fail(
+            "config.json has a quantization_config: the checkpoint is already quantised; \
+             convert from the f32/f16/bf16 original (colibri quantises itself)",
+        ));
+    }
+    let fam = family(hf)?;
+    let hidden_size = usize_key(hf, "hidden_size")?;
+    let n_layers = usize_key(hf, "num_hidden_layers")?;
+    let n_heads = usize_key(hf, "num_attention_heads")?;
+    let n_kv_heads = opt_usize(hf, "num_key_value_heads")?.unwrap_or(n_heads);
+    if n_heads == 0 {
+        return Err(fail("num_attention_heads is 0"));
+    }
+    let head_dim = opt_usize(hf, "head_dim")?.unwrap_or(hidden_size / n_heads);
+    let max_pos = opt_usize(hf, "max_position_embeddings")?.unwrap_or(4096);
+    let (moe, dense_ffn) = moe_config(hf, fam)?;
+    let layers = layer_specs(hf, fam, n_layers, moe.n_experts)?;
+    let (attention_bias, qk_norm) = attention_config(hf, fam)?;
     let config = Config {
         family: fam,
         vocab_size: usize_key(hf, "vocab_size")?,
@@ -251,14 +269,7 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         attention_bias,
         qk_norm,
         clip_qkv: if fam == Family::Olmoe { opt_f64(hf, "clip_qkv")? } else { None },
-        moe: MoeConfig {
-            n_experts,
-            top_k,
-            expert_ffn,
-            norm_topk_prob,
-            shared_expert_ffn: shared,
-            shared_expert_gate: shared > 0,
-        },
+        moe,
         dense_ffn,
         layers,
         tie_embeddings: opt_bool(hf, "tie_word_embeddings")?.unwrap_or(false),

@@ -4,6 +4,7 @@
 //! through the `Progress` trait; drawing it is the caller's business.
 
 pub mod cast;
+mod error;
 mod hf_config;
 mod metadata;
 mod plan;
@@ -12,13 +13,12 @@ mod safetensors;
 mod sources;
 mod stream;
 
+use crate::error::fail;
+pub use crate::error::{Error, Result};
 use colibri::format::{DType, FileWriter};
 use colibri::model::{param_count, tensor_specs};
-use colibri::Error;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-type Result<T> = std::result::Result<T, Error>;
 
 /// What the user asked for.
 pub struct ConvertArgs {
@@ -72,10 +72,6 @@ pub struct ConvertReport {
     pub seconds: f64,
     pub output: PathBuf,
     pub warnings: Vec<String>,
-}
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
 }
 
 /// Run a conversion, reporting the bytes written to `progress` if given.

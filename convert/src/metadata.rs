@@ -4,20 +4,14 @@
 //! Special-token ids are gathered here and written into the config.
 
 use super::{hf_config, ConvertArgs};
+use crate::error::{fail, Result};
 use colibri::format::MetaKind;
 use colibri::model::{meta_keys, Config};
-use colibri::Error;
 use serde_json::Value;
 use std::path::Path;
 
-type Result<T> = std::result::Result<T, Error>;
-
 /// Largest user metadata blob accepted.
 const MAX_USER_METADATA: u64 = 16 << 20;
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
-}
 
 fn read_json(path: &Path) -> Result<Option<(String, Value)>> {
     if !path.is_file() {

@@ -5,11 +5,9 @@
 
 use super::quantize::Quantize;
 use super::sources::Resolved;
+use crate::error::{fail, Result};
 use colibri::format::{DType, PlannedTensor, GROUP};
-use colibri::Error;
 use serde_json::{json, Value};
-
-type Result<T> = std::result::Result<T, Error>;
 
 /// The planned tensors and what quantisation did to them.
 pub struct Plan {
@@ -66,10 +64,6 @@ impl Plan {
             "kept_float": self.kept_float,
         }))
     }
-}
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
 }
 
 /// Plan every resolved tensor; `warnings` gets the kept-float matrices and selected classes the

@@ -2,18 +2,12 @@
 //! headers are parsed and checked against each file's size; tensor bytes are read on demand with
 //! positioned reads, so nothing is mapped and the converter's RSS stays small.
 
-use colibri::Error;
+use crate::error::{fail, Result};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-type Result<T> = std::result::Result<T, Error>;
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
-}
 
 /// Element type of a source tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

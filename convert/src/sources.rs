@@ -4,14 +4,8 @@
 //! [E, H, F]). Every piece is shape-checked here.
 
 use super::safetensors::{Checkpoint, SrcTensor};
+use crate::error::{fail, Result};
 use colibri::model::{suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD};
-use colibri::Error;
-
-type Result<T> = std::result::Result<T, Error>;
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
-}
 
 /// A contiguous byte range of one source tensor, holding `elements` values.
 #[derive(Clone, Debug)]

@@ -6,18 +6,12 @@ use super::cast;
 use super::quantize::MatrixQuantizer;
 use super::safetensors::Checkpoint;
 use super::sources::{Piece, Resolved};
+use crate::error::{fail, Result};
 use colibri::format::{FileWriter, PlannedTensor};
-use colibri::Error;
-
-type Result<T> = std::result::Result<T, Error>;
 
 /// Source bytes read per step: bounds the converter's buffers (a multiple of every block's
 /// source bytes, 32 × 4).
 const CHUNK: usize = 8 << 20;
-
-fn fail(reason: impl Into<String>) -> Error {
-    Error::Convert { reason: reason.into() }
-}
 
 /// Reusable buffers of the streaming loop.
 #[derive(Default)]
@@ -45,7 +39,7 @@ impl Streamer {
                 self.float_piece(ck, writer, piece, p, progress)?;
             }
         }
-        writer.end()
+        Ok(writer.end()?)
     }
 
     /// Calls `step(self, chunk_start_element)` with `self.src` holding each source chunk.

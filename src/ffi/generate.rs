@@ -237,10 +237,11 @@ pub unsafe extern "C" fn colibri_generate(
             }
             delivered += usize::from(piece.token.is_some());
             match callback {
-                // SAFETY: the caller vouches for the callback and userdata.
                 Some(cb) => {
                     // An empty piece still gets a valid pointer (not Rust's dangling one).
                     let text = if piece.text.is_empty() { "\0" } else { piece.text };
+                    // SAFETY: the caller vouches for the callback and its userdata; the text pointer
+                    // is valid for text_len bytes.
                     unsafe { cb(userdata, token, text.as_ptr().cast(), piece.text.len()) == 0 }
                 }
                 None => true,

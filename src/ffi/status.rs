@@ -63,8 +63,7 @@ pub(crate) fn status_of(e: &Error) -> colibri_status {
         | Error::Metadata { .. }
         | Error::NonFinite { .. }
         | Error::NonFiniteScale { .. }
-        | Error::Checksum { .. }
-        | Error::Convert { .. } => COLIBRI_STATUS_INVALID_MODEL,
+        | Error::Checksum { .. } => COLIBRI_STATUS_INVALID_MODEL,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The fixed 256-byte header: decoding with bounds and sanity checks, and encoding.
 
+use super::le::{u32_at, u64_at};
 use crate::error::{Error, Result};
 
 /// "COLI".
@@ -32,16 +33,6 @@ pub struct Header {
     pub flags: u32,
     pub top_k: u32,
     pub num_moe_layers: u32,
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_le_bytes(a)
 }
 
 impl Header {

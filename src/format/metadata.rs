@@ -1,6 +1,7 @@
 //! The metadata section: a small directory of keyed blobs (config JSON, tokenizer JSON, chat
 //! template, provenance, user bytes). Decoding checks every range and key; values stay borrowed.
 
+use super::le::{get_u32, get_u64};
 use crate::error::{Error, Result};
 use std::ops::Range;
 
@@ -49,16 +50,6 @@ pub struct MetaEntry {
     pub value: Range<usize>,
 }
 
-fn u32_at(b: &[u8], off: u64) -> Option<u32> {
-    let s = b.get(off as usize..(off as usize).checked_add(4)?)?;
-    Some(u32::from_le_bytes(s.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], off: u64) -> Option<u64> {
-    let s = b.get(off as usize..(off as usize).checked_add(8)?)?;
-    Some(u64::from_le_bytes(s.try_into().ok()?))
-}
-
 fn bad(key: &str, reason: impl Into<String>) -> Error {
     Error::Metadata { key: key.to_string(), reason: reason.into() }
 }
@@ -66,7 +57,7 @@ fn bad(key: &str, reason: impl Into<String>) -> Error {
 /// Decode the entries of a metadata section (`section` is exactly metadata_size bytes, found at
 /// file offset `section_offset`). JSON and text values are checked to be UTF-8 (and JSON to parse).
 pub fn decode(section: &[u8], section_offset: u64) -> Result<Vec<MetaEntry>> {
-    let count = u32_at(section, 0).ok_or_else(|| bad("<directory>", "section shorter than 8 bytes"))?;
+    let count = get_u32(section, 0).ok_or_else(|| bad("<directory>", "section shorter than 8 bytes"))?;
     if count > MAX_META_ENTRIES {
         return Err(Error::TooLarge {
             what: "metadata entry count",
@@ -74,7 +65,7 @@ pub fn decode(section: &[u8], section_offset: u64) -> Result<Vec<MetaEntry>> {
             cap: MAX_META_ENTRIES.into(),
         });
     }
-    if u32_at(section, 4) != Some(0) {
+    if get_u32(section, 4) != Some(0) {
         return Err(Error::NonZeroPadding { what: "metadata reserved field".into(), offset: section_offset + 4 });
     }
     let len = section.len() as u64;
@@ -86,11 +77,11 @@ pub fn decode(section: &[u8], section_offset: u64) -> Result<Vec<MetaEntry>> {
     for i in 0..u64::from(count) {
         let e = DIR_OFFSET + i * ENTRY_SIZE;
         // All reads below are inside [DIR_OFFSET, dir_end), checked above.
-        let key_len = u32_at(section, e).unwrap_or(0);
-        let kind_id = u32_at(section, e + 4).unwrap_or(0);
-        let key_off = u64_at(section, e + 8).unwrap_or(0);
-        let val_off = u64_at(section, e + 16).unwrap_or(0);
-        let val_len = u64_at(section, e + 24).unwrap_or(0);
+        let key_len = get_u32(section, e).unwrap_or(0);
+        let kind_id = get_u32(section, e + 4).unwrap_or(0);
+        let key_off = get_u64(section, e + 8).unwrap_or(0);
+        let val_off = get_u64(section, e + 16).unwrap_or(0);
+        let val_len = get_u64(section, e + 24).unwrap_or(0);
         let entry_name = format!("<entry {i}>");
         if key_len == 0 || key_len > MAX_META_KEY {
             return Err(bad(&entry_name, format!("key length {key_len} outside 1..={MAX_META_KEY}")));

@@ -87,6 +87,7 @@ pub mod blocks;
 mod dtype;
 mod finite;
 mod header;
+mod le;
 mod metadata;
 mod parse;
 mod table;

@@ -2,6 +2,7 @@
 //! checked on its own (shape, dtype, byte length, alignment). Cross-record rules (order, gaps,
 //! overlaps) are checked in `parse`.
 
+use super::le::{u32_at, u64_at};
 use super::{DType, EXPERT_ALIGN, TENSOR_ALIGN};
 use crate::error::{Error, Result};
 
@@ -50,6 +51,46 @@ impl TensorKind {
             _ => TENSOR_ALIGN,
         }
     }
+}
+
+/// The name of record `index`: 1..=256 bytes of UTF-8 without NUL inside the string table.
+fn decode_name(index: usize, rec: &[u8], strings: &[u8]) -> Result<String> {
+    let (name_off, name_len) = (u64::from(u32_at(rec, 0)), u32_at(rec, 4));
+    if name_len == 0 {
+        return Err(Error::BadTensorName { index, reason: "empty name" });
+    }
+    if name_len > MAX_NAME_LEN {
+        return Err(Error::BadTensorName { index, reason: "name longer than 256 bytes" });
+    }
+    let end = name_off + u64::from(name_len);
+    let raw = strings
+        .get(name_off as usize..end as usize)
+        .ok_or(Error::BadTensorName { index, reason: "name runs past the string table" })?;
+    let name = std::str::from_utf8(raw).map_err(|_| Error::BadTensorName { index, reason: "name is not UTF-8" })?;
+    if name.contains('\0') {
+        return Err(Error::BadTensorName { index, reason: "name contains NUL" });
+    }
+    Ok(name.to_string())
+}
+
+/// The shape of a record: 1..=4 dimensions, each in 1..=2^40, unused ones 0.
+fn decode_shape(name: &str, rec: &[u8]) -> Result<Vec<u64>> {
+    let ndim = u32_at(rec, 12) as usize;
+    if ndim == 0 || ndim > MAX_NDIM {
+        return Err(Error::shape(name, format!("ndim {ndim} outside 1..={MAX_NDIM}")));
+    }
+    let dims: Vec<u64> = (0..MAX_NDIM).map(|i| u64_at(rec, 16 + 8 * i)).collect();
+    if let Some(d) = dims[ndim..].iter().find(|&&d| d != 0) {
+        return Err(Error::shape(name, format!("unused dimension holds {d}, must be 0")));
+    }
+    let shape = dims[..ndim].to_vec();
+    if shape.contains(&0) {
+        return Err(Error::shape(name, "a dimension is 0"));
+    }
+    if let Some(&d) = shape.iter().find(|&&d| d > MAX_DIM) {
+        return Err(Error::shape(name, format!("dimension {d} is absurd (> 2^40)")));
+    }
+    Ok(shape)
 }
 
 /// One decoded and individually validated tensor record.
@@ -147,57 +188,21 @@ impl TensorRecord {
 
     /// Decode record `index` (its 96 bytes, at file offset `rec_offset`), resolving the name in `strings`.
     pub fn decode(index: usize, rec: &[u8], rec_offset: u64, strings: &[u8]) -> Result<TensorRecord> {
-        let u32_at = |o: usize| u32::from_le_bytes([rec[o], rec[o + 1], rec[o + 2], rec[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&rec[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
-        let name_off = u64::from(u32_at(0));
-        let name_len = u32_at(4);
-        if name_len == 0 {
-            return Err(Error::BadTensorName { index, reason: "empty name" });
-        }
-        if name_len > MAX_NAME_LEN {
-            return Err(Error::BadTensorName { index, reason: "name longer than 256 bytes" });
-        }
-        let end = name_off + u64::from(name_len);
-        let raw = strings
-            .get(name_off as usize..end as usize)
-            .ok_or(Error::BadTensorName { index, reason: "name runs past the string table" })?;
-        let name = std::str::from_utf8(raw).map_err(|_| Error::BadTensorName { index, reason: "name is not UTF-8" })?;
-        if name.contains('\0') {
-            return Err(Error::BadTensorName { index, reason: "name contains NUL" });
-        }
-        let name = name.to_string();
-        let dtype_id = u32_at(8);
+        let name = decode_name(index, rec, strings)?;
+        let dtype_id = u32_at(rec, 8);
         let dtype =
             DType::from_id(dtype_id).ok_or_else(|| Error::UnknownDtype { tensor: name.clone(), id: dtype_id })?;
-        let ndim = u32_at(12) as usize;
-        if ndim == 0 || ndim > MAX_NDIM {
-            return Err(Error::shape(&name, format!("ndim {ndim} outside 1..={MAX_NDIM}")));
-        }
-        let dims: Vec<u64> = (0..MAX_NDIM).map(|i| u64_at(16 + 8 * i)).collect();
-        if let Some(d) = dims[ndim..].iter().find(|&&d| d != 0) {
-            return Err(Error::shape(&name, format!("unused dimension holds {d}, must be 0")));
-        }
-        let shape = dims[..ndim].to_vec();
-        if shape.contains(&0) {
-            return Err(Error::shape(&name, "a dimension is 0"));
-        }
-        if let Some(&d) = shape.iter().find(|&&d| d > MAX_DIM) {
-            return Err(Error::shape(&name, format!("dimension {d} is absurd (> 2^40)")));
-        }
-        let kind_id = u32_at(84);
+        let shape = decode_shape(&name, rec)?;
+        let kind_id = u32_at(rec, 84);
         let kind = TensorKind::from_id(kind_id)
             .ok_or_else(|| Error::shape(&name, format!("unknown tensor kind {kind_id}")))?;
-        if kind == TensorKind::Experts && ndim != 3 {
+        if kind == TensorKind::Experts && shape.len() != 3 {
             return Err(Error::shape(&name, "an expert stack must have 3 dimensions"));
         }
-        if kind == TensorKind::Router && ndim != 2 {
+        if kind == TensorKind::Router && shape.len() != 2 {
             return Err(Error::shape(&name, "a router must have 2 dimensions"));
         }
-        let group_size = u32_at(80);
+        let group_size = u32_at(rec, 80);
         if group_size != dtype.group_size() {
             return Err(Error::shape(
                 &name,
@@ -212,7 +217,7 @@ impl TensorRecord {
         if shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).and_then(|n| dtype.bytes_for(n)).is_none() {
             return Err(Error::shape(&name, "element count overflows"));
         }
-        if u64_at(88) != 0 {
+        if u64_at(rec, 88) != 0 {
             return Err(Error::NonZeroPadding {
                 what: format!("reserved field of tensor '{name}'"),
                 offset: rec_offset + 88,
@@ -222,29 +227,40 @@ impl TensorRecord {
             name,
             dtype,
             shape,
-            data_offset: u64_at(48),
-            byte_length: u64_at(56),
-            expert_stride: u64_at(64),
-            checksum: u64_at(72),
+            data_offset: u64_at(rec, 48),
+            byte_length: u64_at(rec, 56),
+            expert_stride: u64_at(rec, 64),
+            checksum: u64_at(rec, 72),
             group_size,
             kind,
         };
-        let (want_len, want_stride) = Self::layout_for(r.dtype, &r.shape, r.kind)
-            .ok_or_else(|| Error::shape(&r.name, "byte length overflows"))?;
-        if r.expert_stride != want_stride {
+        r.check_layout()?;
+        Ok(r)
+    }
+
+    /// The record's byte length and expert stride are what its shape, dtype and kind need, and
+    /// its data is aligned for its kind.
+    fn check_layout(&self) -> Result<()> {
+        let (want_len, want_stride) = Self::layout_for(self.dtype, &self.shape, self.kind)
+            .ok_or_else(|| Error::shape(&self.name, "byte length overflows"))?;
+        if self.expert_stride != want_stride {
             return Err(Error::Layout {
-                what: format!("expert stride of '{}'", r.name),
+                what: format!("expert stride of '{}'", self.name),
                 expected: want_stride,
-                found: r.expert_stride,
+                found: self.expert_stride,
             });
         }
-        if r.byte_length != want_len {
-            return Err(Error::ByteLength { tensor: r.name, expected: want_len, found: r.byte_length });
+        if self.byte_length != want_len {
+            return Err(Error::ByteLength { tensor: self.name.clone(), expected: want_len, found: self.byte_length });
         }
-        if r.data_offset % r.kind.align() != 0 {
-            return Err(Error::Misaligned { tensor: r.name, offset: r.data_offset, align: r.kind.align() });
+        if self.data_offset % self.kind.align() != 0 {
+            return Err(Error::Misaligned {
+                tensor: self.name.clone(),
+                offset: self.data_offset,
+                align: self.kind.align(),
+            });
         }
-        Ok(r)
+        Ok(())
     }
 
     /// Encode into 96 bytes with `name_offset` into the string table.

@@ -56,6 +56,51 @@ fn overflow() -> Error {
     Error::InvalidArgument { reason: "tensor sizes overflow the file layout".into() }
 }
 
+/// The records of `tensors` laid out from `data_offset` (each at its kind's alignment, right
+/// after the previous one), and the end of the last: the file size.
+fn plan_records(tensors: Vec<PlannedTensor>, data_offset: u64, num_experts: u32) -> Result<(Vec<TensorRecord>, u64)> {
+    let mut records = Vec::with_capacity(tensors.len());
+    let mut cursor = data_offset;
+    for t in tensors {
+        TensorRecord::check_block_shape(t.dtype, &t.shape, t.kind)
+            .map_err(|reason| Error::InvalidArgument { reason: format!("'{}': {reason}", t.name) })?;
+        let (byte_length, expert_stride) = TensorRecord::layout_for(t.dtype, &t.shape, t.kind).ok_or_else(overflow)?;
+        if t.kind != TensorKind::Plain && t.shape.first() != Some(&u64::from(num_experts)) {
+            return Err(Error::InvalidArgument { reason: format!("'{}' does not have {num_experts} experts", t.name) });
+        }
+        let data_offset = align_up(cursor, t.kind.align()).ok_or_else(overflow)?;
+        cursor = data_offset.checked_add(byte_length).ok_or_else(overflow)?;
+        records.push(TensorRecord {
+            name: t.name,
+            dtype: t.dtype,
+            shape: t.shape,
+            data_offset,
+            byte_length,
+            expert_stride,
+            checksum: 0,
+            group_size: t.dtype.group_size(),
+            kind: t.kind,
+        });
+    }
+    Ok((records, cursor))
+}
+
+/// A new temporary file next to `path` (same directory, so the final rename is atomic).
+fn temp_file(path: &Path) -> Result<(PathBuf, File)> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| Error::InvalidArgument { reason: format!("output path {} has no file name", path.display()) })?;
+    let tmp_path = dir.join(format!(".{}.{}.tmp", file_name.to_string_lossy(), std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp_path)
+        .map_err(io("create temporary output file"))?;
+    Ok((tmp_path, file))
+}
+
 impl FileWriter {
     /// Plan the layout and start the temporary file. `num_experts` / `top_k` go to the header;
     /// every router and expert stack must have `num_experts` as its first dimension.
@@ -84,32 +129,7 @@ impl FileWriter {
         let strings_offset = table_offset + table_size;
         let data_offset = align_up(strings_offset + strings.len() as u64, EXPERT_ALIGN).ok_or_else(overflow)?;
 
-        let mut records = Vec::with_capacity(tensors.len());
-        let mut cursor = data_offset;
-        for t in tensors {
-            TensorRecord::check_block_shape(t.dtype, &t.shape, t.kind)
-                .map_err(|reason| Error::InvalidArgument { reason: format!("'{}': {reason}", t.name) })?;
-            let (byte_length, expert_stride) =
-                TensorRecord::layout_for(t.dtype, &t.shape, t.kind).ok_or_else(overflow)?;
-            if t.kind != TensorKind::Plain && t.shape.first() != Some(&u64::from(num_experts)) {
-                return Err(Error::InvalidArgument {
-                    reason: format!("'{}' does not have {num_experts} experts", t.name),
-                });
-            }
-            let data_offset = align_up(cursor, t.kind.align()).ok_or_else(overflow)?;
-            cursor = data_offset.checked_add(byte_length).ok_or_else(overflow)?;
-            records.push(TensorRecord {
-                name: t.name,
-                dtype: t.dtype,
-                shape: t.shape,
-                data_offset,
-                byte_length,
-                expert_stride,
-                checksum: 0,
-                group_size: t.dtype.group_size(),
-                kind: t.kind,
-            });
-        }
+        let (records, cursor) = plan_records(tensors, data_offset, num_experts)?;
         let routers: Vec<&TensorRecord> = records.iter().filter(|r| r.kind == TensorKind::Router).collect();
         let header = Header {
             version: VERSION,
@@ -132,17 +152,7 @@ impl FileWriter {
             num_moe_layers: routers.len() as u32,
         };
 
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let file_name = path.file_name().ok_or_else(|| Error::InvalidArgument {
-            reason: format!("output path {} has no file name", path.display()),
-        })?;
-        let tmp_path = dir.join(format!(".{}.{}.tmp", file_name.to_string_lossy(), std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp_path)
-            .map_err(io("create temporary output file"))?;
+        let (tmp_path, file) = temp_file(path)?;
         let mut w = FileWriter {
             final_path: path.to_path_buf(),
             tmp_path,

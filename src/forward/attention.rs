@@ -29,13 +29,23 @@ pub fn attention(
     seqs: &mut [Lane<'_>],
     b: &mut Scratch,
 ) {
-    let (h, hd) = (c.hidden_size, c.head_dim);
-    let (nq, nkv) = (c.n_heads * hd, c.n_kv_heads * hd);
     let n = seqs.last().map_or(0, |s| s.rows.end);
-    let eps = c.rms_norm_eps as f32;
-    let xn = &b.xn[..n * h];
+    // q, k, v = xn·W{q,k,v}ᵀ (+ bias, q/k norm, clipping), over all rows at once.
+    project_qkv(c, kern, w, n, b);
+    // Per sequence: RoPE at its own positions, then K/V appended to its cache.
+    rope_and_cache(c, layer, rope, seqs, b);
+    // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
+    attend(c, kern, layer, seqs, b, n);
+    // out = att·Woᵀ, over all rows.
+    kern.matmul(w.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
+}
 
-    // Projections over all rows: q = xn·Wqᵀ (+bq), k, v likewise.
+/// q, k, v ([n, heads·head_dim]) of the n rows of `b.xn`: projections, biases (Qwen2-MoE),
+/// q/k RMSNorm before RoPE (Qwen3: per head; OLMoE: whole projection), clipping (OLMoE).
+fn project_qkv(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, n: usize, b: &mut Scratch) {
+    let (nq, nkv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+    let eps = c.rms_norm_eps as f32;
+    let xn = &b.xn[..n * c.hidden_size];
     kern.matmul(w.wq, xn, n, &mut b.q);
     kern.matmul(w.wk, xn, n, &mut b.k);
     kern.matmul(w.wv, xn, n, &mut b.v);
@@ -45,22 +55,27 @@ pub fn attention(
             kernels::add_bias(buf, *bias);
         }
     }
-    // q/k normalisation (Qwen3: per head; OLMoE: whole projection), before RoPE.
     if c.qk_norm != QkNorm::None {
         if let (Some(qn), Some(kn)) = (w.q_norm, w.k_norm) {
             rmsnorm_heads(q, qn, eps);
             rmsnorm_heads(k, kn, eps);
         }
     }
-    // OLMoE clip_qkv.
     if let Some(clip) = c.clip_qkv {
         let clip = clip as f32;
         for buf in [&mut *q, &mut *k, &mut *v] {
             buf.iter_mut().for_each(|x| *x = x.clamp(-clip, clip));
         }
     }
-    // Per sequence: RoPE on every head of q and k at its positions, then append K/V to its cache.
+}
+
+/// RoPE on every head of q and k at each row's position, then each row's K/V into its
+/// sequence's cache.
+fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, seqs: &mut [Lane<'_>], b: &mut Scratch) {
+    let hd = c.head_dim;
+    let (nq, nkv) = (c.n_heads * hd, c.n_kv_heads * hd);
     let half = rope.half();
+    let (q, k, v) = (&mut b.q, &mut b.k, &b.v);
     for s in seqs.iter_mut() {
         for t in s.rows.clone() {
             let (ct, st) = (&b.cos[t * half..(t + 1) * half], &b.sin[t * half..(t + 1) * half]);
@@ -74,14 +89,17 @@ pub fn attention(
             s.kv.write(layer, p, &k[t * nkv..(t + 1) * nkv], &v[t * nkv..(t + 1) * nkv]);
         }
     }
+}
 
-    // Attention: each (row, head) pair is independent; a row attends over its own sequence's
-    // cache up to its own position.
+/// att ([n, heads·head_dim]): each (row, head) pair is independent; a row attends over its own
+/// sequence's cache up to its own position (within the layer's sliding window, if any).
+fn attend(c: &Config, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
+    let hd = c.head_dim;
+    let nq = c.n_heads * hd;
     let window = c.layers[layer].sliding_window;
     let group = c.n_heads / c.n_kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
-    let seqs: &[Lane<'_>] = seqs;
-    let q: &[f32] = q;
+    let q: &[f32] = &b.q;
     b.att[..n * nq].par_chunks_mut(hd).enumerate().for_each(|(idx, out)| {
         let (t, head) = (idx / c.n_heads, idx % c.n_heads);
         let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
@@ -97,7 +115,4 @@ pub fn attention(
             kv.v_axpy(kern, layer, j, kvh, pj, out);
         }
     });
-
-    // Output projection over all rows.
-    kern.matmul(w.wo, &b.att[..n * nq], n, &mut b.out);
 }

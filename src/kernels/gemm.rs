@@ -59,12 +59,14 @@ fn with_buffer<T: Default + 'static, R>(key: &'static LocalKey<RefCell<T>>, f: i
 struct OutPtr(*mut f32);
 // SAFETY: used only to write disjoint indices from different tasks.
 unsafe impl Send for OutPtr {}
+// SAFETY: as for Send: tasks write disjoint indices only.
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
     /// SAFETY: `i` in bounds of the buffer and written by no other task.
     #[inline]
     unsafe fn write(&self, i: usize, v: f32) {
+        // SAFETY: the caller guarantees i is in bounds and written by no other task.
         unsafe { *self.0.add(i) = v };
     }
 }

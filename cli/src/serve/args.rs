@@ -57,7 +57,7 @@ const MAX_SLOTS: usize = 4096;
 
 /// The checked configuration the server runs with.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct ServeConfig {
     pub model_path: PathBuf,
     pub host: IpAddr,
     pub port: u16,
@@ -77,8 +77,8 @@ fn invalid(reason: String) -> Error {
     Error::InvalidArgument { reason }
 }
 
-impl Config {
-    pub fn from_args(a: &ServeArgs) -> Result<Config, Error> {
+impl ServeConfig {
+    pub fn from_args(a: &ServeArgs) -> Result<ServeConfig, Error> {
         if a.parallel == 0 || a.parallel > MAX_SLOTS {
             return Err(invalid(format!("--parallel {} outside 1..={MAX_SLOTS}", a.parallel)));
         }
@@ -102,7 +102,7 @@ impl Config {
         if api_key.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("the API key is empty".into()));
         }
-        Ok(Config {
+        Ok(ServeConfig {
             model_path: model_path::resolve(a.model.as_deref())?,
             host: a.host,
             port: a.port,

@@ -21,7 +21,7 @@ mod state;
 
 pub use args::ServeArgs;
 
-use args::Config;
+use args::ServeConfig;
 use axum::routing::{get, post};
 use axum::Router;
 use colibri::Error;
@@ -75,7 +75,7 @@ impl Drop for PidFile {
 
 /// `colibri serve`.
 pub fn run(a: &ServeArgs) -> Result<(), Error> {
-    let config = Config::from_args(a)?;
+    let config = ServeConfig::from_args(a)?;
     crate::run::init_threads(config.threads)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -85,7 +85,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     rt.block_on(serve(config))
 }
 
-async fn serve(config: Config) -> Result<(), Error> {
+async fn serve(config: ServeConfig) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::default());
     let (scheduler, thread) = Scheduler::start(config.parallel, metrics.clone());
     let signals = reload::Signals::install().map_err(|e| Error::io("install signal handlers", e))?;

@@ -2,7 +2,7 @@
 //! object, and typed, range-checked access to its fields (each error names its field), plus the
 //! generation parameters every endpoint shares (sampling, stop, max_tokens, MoE routing).
 
-use super::args::Config;
+use super::args::ServeConfig;
 use super::engine::Engine;
 use super::error::ApiError;
 use super::job::JobParams;
@@ -26,7 +26,7 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The body as a JSON object, read under the size cap and a time limit: too long → 413, too
 /// slow → 408, not JSON / not an object → 400.
-pub async fn read_object(body: Body, config: &Config) -> Result<Map<String, Value>, ApiError> {
+pub async fn read_object(body: Body, config: &ServeConfig) -> Result<Map<String, Value>, ApiError> {
     let cap = config.max_body;
     let limit = config.timeout.map_or(BODY_TIMEOUT, |t| t.min(BODY_TIMEOUT));
     let bytes = tokio::time::timeout(limit, axum::body::to_bytes(body, cap))

@@ -1,7 +1,7 @@
 //! What every handler shares: the configuration, the model slot (the engine new requests get;
 //! swapped whole on reload), the scheduler's channel, the admission count and the metrics.
 
-use super::args::Config;
+use super::args::ServeConfig;
 use super::engine::Engine;
 use super::job::Admission;
 use super::metrics::Metrics;
@@ -28,7 +28,7 @@ impl ModelSlot {
 }
 
 pub struct AppState {
-    pub config: Config,
+    pub config: ServeConfig,
     pub slot: ModelSlot,
     pub scheduler: Scheduler,
     pub admission: Arc<Admission>,

@@ -21,6 +21,8 @@ pub fn quantize_blocks(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]
 /// One block: writes 32 quants at `q`, returns (d, Σ q).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block(x: *const f32, q: *mut i8) -> (f32, i32) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
         let sign = _mm256_set1_ps(-0.0);

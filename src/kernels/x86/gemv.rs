@@ -19,6 +19,8 @@ pub const BF16: u8 = 2;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load8<const K: u8>(p: *const u8, i: usize) -> __m256 {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         match K {
             F32 => _mm256_loadu_ps(p.cast::<f32>().add(i)),
@@ -34,6 +36,8 @@ unsafe fn load8<const K: u8>(p: *const u8, i: usize) -> __m256 {
 /// Element `i` of dtype `K` as f32.
 #[inline]
 unsafe fn elem<const K: u8>(p: *const u8, i: usize) -> f32 {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         match K {
             F32 => *p.cast::<f32>().add(i),
@@ -63,6 +67,8 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
     x: *const f32,
     out: &mut [[f32; T]; R],
 ) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         let full = cols - cols % 8;
@@ -114,6 +120,8 @@ unsafe fn gemv_float<const K: u8>(
     let len = rows.len();
     let rb = cols * esize;
     let mut r = rows.start;
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         while r < rows.end {
             let base = w.add(r * rb);
@@ -160,6 +168,8 @@ unsafe fn gemv_float<const K: u8>(
 /// One row of a W8A16 / W4A16 product: Σ_b d_b · (q_b · x_b), each block summed in 8 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize, x: *const f32) -> f32 {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let mut acc = _mm256_setzero_ps();
         let eight = _mm256_set1_ps(8.0);
@@ -252,6 +262,8 @@ pub fn dot_bf16(w: &[u16], x: &[f32]) -> f32 {
 unsafe fn axpy_float<const K: u8>(a: f32, x: *const u8, y: &mut [f32]) {
     let n = y.len();
     let full = n - n % 8;
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let av = _mm256_set1_ps(a);
         for i in (0..full).step_by(8) {

@@ -18,6 +18,8 @@ use std::ops::Range;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_dot<const Q4: bool>(w: *const u8, x: __m256i) -> __m256i {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let pairs = if Q4 {
@@ -55,6 +57,8 @@ unsafe fn rows_dot<const Q4: bool, const R: usize>(
     out: &mut [f32; R],
 ) {
     let bbytes = if Q4 { QK / 2 } else { QK };
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut b = 0;

@@ -185,12 +185,15 @@ struct Acts {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bcast4(p: *const i8) -> __m256i {
+    // SAFETY: the caller passes 4 readable bytes at p (read unaligned).
     unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
 }
 
 /// Lane j of result t = row 8·grp + j · activation row t, W4A8, for T activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_q4_i8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T] {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let m = _mm256_set1_epi8(15);
         let ones = _mm256_set1_epi16(1);
@@ -224,6 +227,8 @@ unsafe fn group_q4_i8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> 
 /// Lane j of result t = row 8·grp + j · activation row t, W8A8, for T activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_q8_i8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T] {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); T];
@@ -280,6 +285,8 @@ pub fn gemv(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]
 /// before the conversion (a float-side correction would cancel badly on outlier blocks).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_q4_f32(g: Grouped, grp: usize, x: *const f32) -> __m256 {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let m = _mm256_set1_epi32(15);
         let eight = _mm256_set1_epi32(8);
@@ -311,6 +318,8 @@ unsafe fn group_q4_f32(g: Grouped, grp: usize, x: *const f32) -> __m256 {
 /// Lane j = row 8·grp + j · x, W8A16.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_q8_f32(g: Grouped, grp: usize, x: *const f32) -> __m256 {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let mut acc = _mm256_setzero_ps();
         for b in 0..g.nb {
@@ -337,6 +346,8 @@ unsafe fn group_q8_f32(g: Grouped, grp: usize, x: *const f32) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gather_block(g: Grouped, row: usize, b: usize) -> (__m128i, __m128i) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let u = g.unit(row / GROUP_ROWS, b).add((row % GROUP_ROWS) * CHUNK).cast::<i32>();
         // Chunk c of this row is 8 chunks (32 bytes) after chunk c − 1.
@@ -352,6 +363,8 @@ unsafe fn gather_block(g: Grouped, row: usize, b: usize) -> (__m128i, __m128i) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn transpose_chunks(p: *const u8) -> [__m256i; 4] {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let c: [__m256i; 4] = std::array::from_fn(|i| _mm256_loadu_si256(p.add(i * 32).cast()));
         let (a, b) = (_mm256_unpacklo_epi32(c[0], c[1]), _mm256_unpackhi_epi32(c[0], c[1]));
@@ -415,6 +428,8 @@ pub fn widen(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn widen_block(g: Grouped, first: __m128i, second: __m128i, d: u16, out: *mut f32) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         if g.q4 {
             super::tile::widen_q4_block(first, d, out);

@@ -28,6 +28,8 @@ pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usiz
 /// The 6 × 8V tile: 6·V accumulators of 8 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); V]; MR];
         for (i, row) in acc.iter_mut().enumerate() {
@@ -103,6 +105,8 @@ pub fn widen_quant<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, k0: usize, ou
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn widen_half<const BF16: bool>(src: &[u16], out: &mut [f32]) {
     let full = src.len() - src.len() % 8;
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         for i in (0..full).step_by(8) {
             let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
@@ -121,6 +125,8 @@ unsafe fn widen_half<const BF16: bool>(src: &[u16], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         for (b, &db) in d.iter().enumerate() {
             let q = qs.add(b * 32).cast::<__m128i>();
@@ -133,6 +139,8 @@ unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn widen_q8_block(first: __m128i, second: __m128i, d: u16, out: *mut f32) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let dv = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
         for (h, v) in [first, second].into_iter().enumerate() {
@@ -147,6 +155,8 @@ pub(super) unsafe fn widen_q8_block(first: __m128i, second: __m128i, d: u16, out
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn widen_q4(qs: *const u8, d: &[u16], out: &mut [f32]) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         for (b, &db) in d.iter().enumerate() {
             widen_q4_block(_mm_loadu_si128(qs.add(b * 16).cast()), db, out.as_mut_ptr().add(b * 32));
@@ -158,6 +168,8 @@ unsafe fn widen_q4(qs: *const u8, d: &[u16], out: &mut [f32]) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn widen_q4_block(raw: __m128i, d: u16, out: *mut f32) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
+    // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
         let mask = _mm_set1_epi8(15);
         let eight = _mm256_set1_ps(8.0);
