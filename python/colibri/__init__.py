@@ -2,15 +2,17 @@
 
     import colibri
     with colibri.Model("model.colibri") as model, model.session() as s:
-        for piece in s.generate("Once upon a time", max_tokens=32, temperature=0):
+        for piece in s.generate("Once upon a time", max_tokens=32, temperature=0, stop=["\n\n"]):
             print(piece, end="", flush=True)
+        print(s.last_result.finish_reason)  # "length", "stop", "eos", "context_full" or "callback"
 
-The library is found through ``$COLIBRI_LIB_PATH`` (a file or a directory), then the package
-directory, then the system (see :func:`load_library`).
+The library (``libcolibri.so.1``: C ABI version 1) is found through ``$COLIBRI_LIB_PATH`` (a file
+or a directory), then the package directory, then the system (see :func:`load_library`).
 """
 
 from __future__ import annotations
 
+from ._abi import FINISH_REASONS, KV_TYPES, QUANT_ACTS, ROUTING_MODES
 from ._lib import (
     ABI_VERSION,
     ColibriError,
@@ -28,6 +30,10 @@ from .session import GenerationResult, Session
 __all__ = [
     "ABI_VERSION",
     "FAMILIES",
+    "FINISH_REASONS",
+    "KV_TYPES",
+    "QUANT_ACTS",
+    "ROUTING_MODES",
     "ColibriError",
     "GenerationResult",
     "Library",

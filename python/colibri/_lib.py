@@ -1,41 +1,42 @@
-"""Loading libcolibri and declaring its C ABI (include/colibri.h) for ctypes.
+"""Loading libcolibri: finding the file, checking its ABI, applying the declarations of
+:mod:`colibri._abi` to it, and turning its status codes into :class:`ColibriError`.
 
 Search order of :func:`load_library`:
 
-1. ``$COLIBRI_LIB_PATH``: a library file, or a directory holding ``libcolibri.so.0`` /
-   ``libcolibri.so`` (``libcolibri.dylib`` / ``colibri.dll`` elsewhere). When the variable is set,
-   it must work: a wrong value raises instead of silently loading another copy.
+1. ``$COLIBRI_LIB_PATH``: a library file, or a directory holding ``libcolibri.so.1`` /
+   ``libcolibri.so`` (``libcolibri.1.dylib`` / ``colibri.dll`` elsewhere). When the variable is
+   set, it must work: a wrong value raises instead of silently loading another copy.
 2. The package directory (``colibri/``), for wheels that ship the library next to the code.
-3. The system: ``ctypes.util.find_library("colibri")``, then ``libcolibri.so.0``.
+3. The system: ``ctypes.util.find_library("colibri")``, then ``libcolibri.so.1``.
 
-Every function of the header gets ``argtypes`` and ``restype`` here; nothing else in the package
-calls an undeclared symbol.
+The ``1`` is the ABI version (:data:`ABI_VERSION`, the SONAME suffix); a library of another ABI
+is refused. Every function of the header gets ``argtypes`` and ``restype``; nothing else in the
+package calls an undeclared symbol.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import enum
-import numbers
 import os
 import sys
 import threading
-from ctypes import (
-    CFUNCTYPE,
-    POINTER,
-    Structure,
-    c_char,
-    c_char_p,
-    c_float,
-    c_int32,
-    c_size_t,
-    c_uint8,
-    c_uint32,
-    c_uint64,
-    c_void_p,
+from typing import Any, List, Optional, Tuple
+
+from ._abi import (  # noqa: F401  (the structs are re-exported: colibri._lib.SessionParams, ...)
+    ABI_VERSION,
+    PROTOTYPES,
+    ChatMessage,
+    GenerateParams,
+    GenerateResult,
+    ModelInfoStruct,
+    ModelParams,
+    Params,
+    RouteCallback,
+    SessionParams,
+    Status,
+    TokenCallback,
 )
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "ABI_VERSION",
@@ -45,33 +46,19 @@ __all__ = [
     "Status",
     "get_library",
     "load_library",
+    "status_name",
 ]
 
-#: The ABI major version this binding was written against (COLIBRI_ABI_VERSION).
-ABI_VERSION = 0
+#: Every declared function (the name tests and older code know).
+_PROTOTYPES = PROTOTYPES
 
 #: File names of the library inside a directory, most specific first.
 if sys.platform == "darwin":
-    _LIB_NAMES: Tuple[str, ...] = ("libcolibri.0.dylib", "libcolibri.dylib")
+    _LIB_NAMES: Tuple[str, ...] = (f"libcolibri.{ABI_VERSION}.dylib", "libcolibri.dylib")
 elif sys.platform == "win32":
     _LIB_NAMES = ("colibri.dll", "libcolibri.dll")
 else:
-    _LIB_NAMES = ("libcolibri.so.0", "libcolibri.so")
-
-
-class Status(enum.IntEnum):
-    """``colibri_status`` values (frozen numbers of the C ABI)."""
-
-    OK = 0
-    INVALID_ARGUMENT = 1
-    NULL_ARGUMENT = 2
-    IO = 3
-    INVALID_MODEL = 4
-    UNSUPPORTED = 5
-    BUFFER_TOO_SMALL = 6
-    CONTEXT_FULL = 7
-    PANIC = 8
-    BAD_STRUCT_SIZE = 9
+    _LIB_NAMES = (f"libcolibri.so.{ABI_VERSION}", "libcolibri.so")
 
 
 def status_name(status: int) -> str:
@@ -105,169 +92,8 @@ class ColibriError(Exception):
 
 
 class LibraryNotFoundError(OSError):
-    """libcolibri could not be found or loaded (the message lists what was tried)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Structs (mirrors of include/colibri.h; the *_init functions set struct_size and defaults)
-# ---------------------------------------------------------------------------------------------
-
-
-class SamplerParams(Structure):
-    """``colibri_sampler_params``."""
-
-    _fields_ = [
-        ("struct_size", c_uint32),
-        ("temperature", c_float),
-        ("top_k", c_int32),
-        ("top_p", c_float),
-        ("min_p", c_float),
-        ("repetition_penalty", c_float),
-        ("presence_penalty", c_float),
-        ("frequency_penalty", c_float),
-        ("penalty_last_n", c_int32),
-        ("max_tokens", c_int32),
-        ("ignore_eos", c_int32),
-        ("seed", c_uint64),
-    ]
-
-
-class ModelParams(Structure):
-    """``colibri_model_params``."""
-
-    _fields_ = [
-        ("struct_size", c_uint32),
-        ("use_mmap", c_int32),
-        ("use_mlock", c_int32),
-    ]
-
-
-class ModelInfoStruct(Structure):
-    """``colibri_model_info``."""
-
-    _fields_ = [
-        ("struct_size", c_uint32),
-        ("family", c_int32),
-        ("vocab_size", c_uint32),
-        ("n_ctx_train", c_uint32),
-        ("hidden_size", c_uint32),
-        ("n_layers", c_uint32),
-        ("n_experts", c_uint32),
-        ("top_k", c_uint32),
-        ("n_params", c_uint64),
-        ("n_active_params", c_uint64),
-        ("bos_token", c_int32),
-        ("eos_token", c_int32),
-    ]
-
-
-class SessionParams(Structure):
-    """``colibri_session_params``."""
-
-    _fields_ = [
-        ("struct_size", c_uint32),
-        ("n_ctx", c_uint32),
-        ("kv_type", c_int32),
-        ("all_logits", c_int32),
-        ("routing_mode", c_int32),
-        ("moe_top_k", c_int32),
-        ("seed", c_uint64),
-    ]
-
-
-class Params(Structure):
-    """``colibri_params`` (for ``colibri_init``)."""
-
-    _fields_ = [
-        ("struct_size", c_uint32),
-        ("use_mmap", c_int32),
-        ("use_mlock", c_int32),
-        ("n_ctx", c_uint32),
-        ("kv_type", c_int32),
-        ("all_logits", c_int32),
-        ("routing_mode", c_int32),
-        ("moe_top_k", c_int32),
-        ("seed", c_uint64),
-    ]
-
-
-class ChatMessage(Structure):
-    """``colibri_chat_message`` (two NUL-terminated UTF-8 strings)."""
-
-    _fields_ = [("role", c_char_p), ("content", c_char_p)]
-
-
-#: ``colibri_token_callback``: (userdata, token, text, text_len) -> int. ``text`` is declared as
-#: a void pointer because it is not NUL-terminated (read it with ctypes.string_at(text, len)).
-TokenCallback = CFUNCTYPE(c_int32, c_void_p, c_int32, c_void_p, c_size_t)
-
-#: ``colibri_route_callback``: (userdata, layer, position, experts, weights, k) -> int.
-RouteCallback = CFUNCTYPE(c_int32, c_void_p, c_int32, c_int32, POINTER(c_int32), POINTER(c_float), c_size_t)
-
-# Opaque handles travel as void pointers.
-_handle = c_void_p
-_status = c_int32
-
-#: name -> (restype, argtypes): every exported function of include/colibri.h.
-_PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
-    "colibri_version": (c_char_p, []),
-    "colibri_abi_version": (c_uint32, []),
-    "colibri_sampler_params_init": (None, [POINTER(SamplerParams)]),
-    "colibri_generate": (
-        _status,
-        [_handle, POINTER(c_int32), c_size_t, POINTER(SamplerParams), TokenCallback, c_void_p,
-         POINTER(c_int32), c_size_t, POINTER(c_size_t)],
-    ),
-    "colibri_model_params_init": (None, [POINTER(ModelParams)]),
-    "colibri_model_info_init": (None, [POINTER(ModelInfoStruct)]),
-    "colibri_model_open": (_status, [c_char_p, POINTER(ModelParams), POINTER(_handle)]),
-    "colibri_model_free": (None, [_handle]),
-    "colibri_model_get_info": (_status, [_handle, POINTER(ModelInfoStruct)]),
-    "colibri_model_user_metadata": (_status, [_handle, POINTER(POINTER(c_uint8)), POINTER(c_size_t)]),
-    "colibri_moe_init": (
-        _status,
-        [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32],
-    ),
-    "colibri_moe_infer": (_status, [_handle, POINTER(c_float), POINTER(c_float), POINTER(c_float)]),
-    "colibri_moe_free": (None, [_handle]),
-    "colibri_last_error_message": (c_char_p, []),
-    "colibri_last_error_message_copy": (c_size_t, [POINTER(c_char), c_size_t]),
-    "colibri_debug_panic": (_status, []),
-    "colibri_session_params_init": (None, [POINTER(SessionParams)]),
-    "colibri_params_init": (None, [POINTER(Params)]),
-    "colibri_session_new": (_status, [_handle, POINTER(SessionParams), POINTER(_handle)]),
-    "colibri_session_free": (None, [_handle]),
-    "colibri_init": (_status, [c_char_p, POINTER(Params), POINTER(_handle)]),
-    "colibri_infer": (_status, [_handle, POINTER(c_int32), c_size_t, POINTER(c_float), c_size_t]),
-    "colibri_infer_batch": (
-        _status,
-        [_handle, POINTER(_handle), POINTER(POINTER(c_int32)), POINTER(c_size_t), c_size_t, POINTER(c_float),
-         c_size_t],
-    ),
-    "colibri_infer_embeddings": (
-        _status,
-        [_handle, POINTER(c_float), c_size_t, c_size_t, POINTER(c_float), c_size_t],
-    ),
-    "colibri_free": (None, [_handle]),
-    "colibri_session_reset": (_status, [_handle]),
-    "colibri_session_truncate": (_status, [_handle, c_size_t]),
-    "colibri_session_position": (_status, [_handle, POINTER(c_size_t), POINTER(c_size_t)]),
-    "colibri_session_set_routing": (_status, [_handle, c_int32, c_uint64, c_int32]),
-    "colibri_session_set_route_callback": (_status, [_handle, RouteCallback, c_void_p]),
-    "colibri_status_str": (c_char_p, [c_int32]),
-    "colibri_tokenize": (
-        _status,
-        [_handle, c_void_p, c_size_t, c_int32, POINTER(c_int32), c_size_t, POINTER(c_size_t)],
-    ),
-    "colibri_detokenize": (
-        _status,
-        [_handle, POINTER(c_int32), c_size_t, c_int32, POINTER(c_char), c_size_t, POINTER(c_size_t)],
-    ),
-    "colibri_chat_render": (
-        _status,
-        [_handle, POINTER(ChatMessage), c_size_t, c_int32, POINTER(c_char), c_size_t, POINTER(c_size_t)],
-    ),
-}
+    """libcolibri could not be found or loaded, or implements another ABI (the message says
+    what was tried)."""
 
 
 class Library:
@@ -284,6 +110,16 @@ class Library:
             cdll = ctypes.CDLL(path)
         except OSError as e:
             raise LibraryNotFoundError(f"cannot load libcolibri from {path!r}: {e}") from e
+        # The ABI first: a library of another ABI is refused by its version, whatever it exports.
+        if hasattr(cdll, "colibri_abi_version"):
+            cdll.colibri_abi_version.restype = ctypes.c_uint32
+            cdll.colibri_abi_version.argtypes = []
+            abi = int(cdll.colibri_abi_version())
+            if abi != ABI_VERSION:
+                raise LibraryNotFoundError(
+                    f"{path!r} implements ABI {abi}; this binding needs ABI {ABI_VERSION} "
+                    f"({_LIB_NAMES[0]})"
+                )
         missing = [name for name in _PROTOTYPES if not hasattr(cdll, name)]
         if missing:
             raise LibraryNotFoundError(f"{path!r} is not libcolibri (missing {', '.join(missing)})")
@@ -294,11 +130,6 @@ class Library:
             setattr(self, name, fn)
         self.path = path
         self.cdll = cdll
-        abi = cdll.colibri_abi_version()
-        if abi != ABI_VERSION:
-            raise LibraryNotFoundError(
-                f"{path!r} implements ABI {abi}; this binding needs ABI {ABI_VERSION}"
-            )
 
     # Typed accessors for the handful of calls used outside this module ---------------------
 
@@ -337,10 +168,17 @@ class Library:
         if status != Status.OK:
             raise self.error(status)
 
-    def sampler_params(self) -> SamplerParams:
-        p = SamplerParams()
-        self.colibri_sampler_params_init(ctypes.byref(p))
+    def generate_params(self) -> GenerateParams:
+        """A ``colibri_generate_params`` with the library's defaults (no stop strings)."""
+        p = GenerateParams()
+        self.colibri_generate_params_init(ctypes.byref(p))
         return p
+
+    def generate_result(self) -> GenerateResult:
+        """A ``colibri_generate_result`` with its struct_size set."""
+        r = GenerateResult()
+        self.colibri_generate_result_init(ctypes.byref(r))
+        return r
 
     def model_params(self) -> ModelParams:
         p = ModelParams()
@@ -436,160 +274,3 @@ def get_library() -> Library:
                 _cached = load_library()
             lib = _cached
     return lib
-
-
-# ---------------------------------------------------------------------------------------------
-# Argument checks shared by the wrappers: wrong types raise TypeError / ValueError in Python,
-# before anything reaches C.
-# ---------------------------------------------------------------------------------------------
-
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-UINT32_MAX = 2**32 - 1
-UINT64_MAX = 2**64 - 1
-
-
-def check_int(name: str, value: Any, lo: int, hi: int) -> int:
-    """`value` as an int in [lo, hi]; TypeError for non-integers (bool included), ValueError out
-    of range."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    v = int(value.__index__())
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} = {v} is outside [{lo}, {hi}]")
-    return v
-
-
-def check_float(name: str, value: Any) -> float:
-    """`value` as a float; TypeError for non-numbers (bool, str, None)."""
-    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-    return float(value)
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """`value` as a bool; accepts bool, 0/1 ints and numpy bools."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        return bool(value)
-    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
-        return bool(value)
-    raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
-
-
-def encode_path(path: Any) -> bytes:
-    """A filesystem path as NUL-free bytes for C."""
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise TypeError(f"path must be str, bytes or os.PathLike, not {type(path).__name__}")
-    raw = os.fsencode(path)
-    if b"\0" in raw:
-        raise ValueError("path contains a NUL byte")
-    return raw
-
-
-def encode_text(name: str, text: Any, allow_nul: bool = True) -> bytes:
-    """`text` (str) as UTF-8; TypeError for non-str, ValueError (UnicodeEncodeError) for lone
-    surrogates, ValueError for NUL when the C side needs a C string."""
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be str, not {type(text).__name__}")
-    raw = text.encode("utf-8")
-    if not allow_nul and b"\0" in raw:
-        raise ValueError(f"{name} contains a NUL character")
-    return raw
-
-
-def int32_array(name: str, ids: Any) -> Tuple[Any, int]:
-    """Token ids as a C int32 array: (ctypes array or None, count). Accepts a sequence of ints or
-    an integer numpy array; TypeError for anything else, ValueError for ids outside int32."""
-    import array
-
-    if isinstance(ids, (str, bytes, bytearray)) or ids is None:
-        raise TypeError(f"{name} must be a sequence of ints, not {type(ids).__name__}")
-    if hasattr(ids, "dtype") and hasattr(ids, "ndim"):  # numpy array
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"{name} must hold integers, not {ids.dtype}")
-        if ids.ndim != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {ids.shape}")
-        if ids.size and (int(ids.min()) < INT32_MIN or int(ids.max()) > INT32_MAX):
-            raise ValueError(f"{name} holds ids outside int32")
-        ids = ids.tolist()
-    try:
-        seq = list(ids)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of ints, not {type(ids).__name__}") from None
-    for i, v in enumerate(seq):
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise TypeError(f"{name}[{i}] must be an int, not {type(v).__name__}")
-    try:
-        arr = array.array("i", [v.__index__() for v in seq])
-    except OverflowError:
-        raise ValueError(f"{name} holds ids outside int32") from None
-    if arr.itemsize != 4:  # pragma: no cover - C int is 32-bit on every supported platform
-        arr = array.array("l", seq)
-    n = len(arr)
-    if n == 0:
-        return None, 0
-    return (c_int32 * n).from_buffer(arr), n
-
-
-def as_int32_ptr(buf: Any) -> Any:
-    """A POINTER(c_int32) to a ctypes array, or NULL for None."""
-    if buf is None:
-        return None
-    return ctypes.cast(buf, POINTER(c_int32))
-
-
-def callable_or_none(name: str, fn: Optional[Callable[..., Any]]) -> Optional[Callable[..., Any]]:
-    if fn is not None and not callable(fn):
-        raise TypeError(f"{name} must be callable or None, not {type(fn).__name__}")
-    return fn
-
-
-def float_rows(name: str, data: Any, width: int) -> Tuple[Any, int, int, Any]:
-    """Rows of floats as a C float array: (ctypes array, n_rows, row_width, keep-alive).
-
-    Accepts a numpy array (1-D = one row, 2-D = rows) or, without numpy, a sequence of floats
-    (one row) or a sequence of sequences."""
-    if isinstance(data, (str, bytes, bytearray)) or data is None:
-        raise TypeError(f"{name} must be an array of floats, not {type(data).__name__}")
-    try:
-        import numpy as np  # noqa: F401
-    except ImportError:  # pragma: no cover - exercised only without numpy
-        np = None  # type: ignore[assignment]
-    if np is not None:
-        try:
-            arr = np.asarray(data)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"{name}: {e}") from None
-        if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
-            raise TypeError(f"{name} must hold numbers, not {arr.dtype}")
-        if arr.ndim == 1:
-            arr = arr.reshape(1, -1)
-        if arr.ndim != 2:
-            raise ValueError(f"{name} must be 1-D (one row) or 2-D (rows), got shape {arr.shape}")
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
-        n, w = arr.shape
-        if n == 0 or w == 0:
-            return None, n, w, arr
-        return arr.ctypes.data_as(POINTER(c_float)), n, w, arr
-    import array
-
-    rows: Sequence[Any] = list(data)
-    if rows and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rows):
-        rows = [rows]
-    flat = array.array("f")
-    w = -1
-    for r in rows:
-        if isinstance(r, (str, bytes)):
-            raise TypeError(f"{name} rows must be sequences of floats")
-        r = list(r)
-        if w == -1:
-            w = len(r)
-        elif len(r) != w:
-            raise ValueError(f"{name} rows have different lengths")
-        for v in r:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError(f"{name} must hold numbers, not {type(v).__name__}")
-        flat.extend(float(v) for v in r)
-    n = len(rows)
-    if n == 0 or w <= 0:
-        return None, n, max(w, 0), flat
-    return (c_float * len(flat)).from_buffer(flat), n, w, flat

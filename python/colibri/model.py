@@ -1,5 +1,8 @@
 """``Model``: an opened ``.colibri`` file (``colibri_model``), its facts, tokenizer and chat
-template. A model is immutable and may be shared by many threads and sessions."""
+template, the sessions made on it, and batched forward steps over several of them
+(``colibri_infer_batch``). A model is immutable and may be shared by many threads and sessions.
+
+Imports go one way: this module imports :mod:`colibri.session`, never the reverse."""
 
 from __future__ import annotations
 
@@ -7,27 +10,17 @@ import ctypes
 import os
 from ctypes import POINTER, byref, c_char, c_int32, c_size_t, c_uint8, c_void_p
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _buffers
+from ._abi import FAMILIES, ChatMessage
+from ._args import as_int32_ptr, check_bool, encode_path, encode_text, int32_array
+from ._buffers import Logits
 from ._handle import OwnedHandle
-from ._lib import (
-    ChatMessage,
-    Library,
-    Status,
-    check_bool,
-    encode_path,
-    encode_text,
-    get_library,
-    int32_array,
-)
+from ._lib import ColibriError, Library, Status, get_library
+from .session import Session
 
-if TYPE_CHECKING:
-    from .session import Session
-
-__all__ = ["FAMILIES", "Model", "ModelInfo"]
-
-#: ``colibri_model_info.family`` values.
-FAMILIES = {0: "mixtral", 1: "qwen2_moe", 2: "qwen3_moe", 3: "olmoe"}
+__all__ = ["FAMILIES", "Model", "ModelInfo", "infer_batch"]
 
 #: Chat messages: ``{"role": ..., "content": ...}`` mappings or ``(role, content)`` pairs.
 Message = Union[Mapping[str, str], Tuple[str, str], Sequence[str]]
@@ -39,8 +32,8 @@ PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 class ModelInfo:
     """Facts about a model (``colibri_model_info``)."""
 
-    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe" or "olmoe"
-    family_id: int  #: the C value (0..3)
+    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe" or "olmoe" (a ``COLIBRI_FAMILY_*`` name)
+    family_id: int  #: the C value
     vocab_size: int
     n_ctx_train: int  #: trained context length (max_position_embeddings)
     hidden_size: int
@@ -222,25 +215,27 @@ class Model(OwnedHandle):
         all_logits: bool = False,
         routing: str = "topk",
         moe_top_k: int = 0,
-        seed: int = 0,
-    ) -> "Session":
+        routing_seed: int = 0,
+        quant_act: str = "default",
+        *,
+        seed: Optional[int] = None,
+    ) -> Session:
         """A new :class:`Session` (KV cache) on this model. ``n_ctx`` 0 = the trained context
         capped at 4096; ``kv_type`` "f32" | "f16" | "bf16"; ``all_logits``: infer returns every
-        new position's logits; ``routing`` "topk" | "gumbel" with ``seed`` for the Gumbel RNG;
-        ``moe_top_k`` experts per token (0 = the model's)."""
-        from .session import Session
-
+        new position's logits; ``routing`` "topk" | "gumbel" with ``routing_seed`` for the
+        Gumbel RNG; ``moe_top_k`` experts per token (0 = the model's); ``quant_act`` how
+        quantised weights meet activations: "int8" (faster), "float" (activations stay f32) or
+        "default" (``$COLIBRI_QUANT_ACT``, else int8). ``seed`` is the deprecated name of
+        ``routing_seed``. Names are case-insensitive; others raise ValueError."""
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, all_logits=all_logits, routing=routing,
-                       moe_top_k=moe_top_k, seed=seed)
+                       moe_top_k=moe_top_k, routing_seed=routing_seed, quant_act=quant_act, seed=seed)
 
-    def infer_batch(self, sessions: Sequence["Session"], token_lists: Sequence[Sequence[int]]) -> List[Any]:
+    def infer_batch(self, sessions: Sequence[Session], token_lists: Sequence[Sequence[int]]) -> List[Logits]:
         """One forward step over several of this model's sessions together
         (``colibri_infer_batch``): session i gets ``token_lists[i]`` (one id to decode, or a
         prompt chunk) exactly as ``sessions[i].infer(token_lists[i])`` would, but the weights are
         read once for all. Returns one logits array per session (``(vocab,)``, or ``(n, vocab)``
         for an ``all_logits`` session). A failed call leaves every session as it was."""
-        from .session import infer_batch
-
         return infer_batch(self, sessions, token_lists)
 
     def __repr__(self) -> str:
@@ -250,3 +245,57 @@ class Model(OwnedHandle):
         return (f"<colibri.Model {self.path!r} {i.family} {i.n_layers} layers, "
                 f"{i.n_experts} experts top-{i.top_k}, vocab {i.vocab_size}>")
 
+
+def infer_batch(model: "Model", sessions: Sequence[Session], token_lists: Sequence[Sequence[int]]) -> List[Logits]:
+    """One forward step over several sessions of `model` together (``colibri_infer_batch``):
+    session i gets ``token_lists[i]`` (one id to decode, or a prompt chunk), exactly as
+    ``sessions[i].infer(token_lists[i])`` would, while the model's weights are read once for
+    all of them. Returns one logits array per session, shaped as its ``infer`` would return them.
+
+    Every session must have been made from this Model object and be free (not closed, not busy);
+    a session given twice raises ColibriError INVALID_ARGUMENT. The library checks the rest
+    before anything changes — an empty token list or a session of another model (INVALID_ARGUMENT),
+    a full context (CONTEXT_FULL) — so a failed call leaves every session as it was."""
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be a colibri.Model, not {type(model).__name__}")
+    sessions = list(sessions)
+    lists = list(token_lists)
+    for i, s in enumerate(sessions):
+        if not isinstance(s, Session):
+            raise TypeError(f"sessions[{i}] must be a colibri.Session, not {type(s).__name__}")
+    if len(lists) != len(sessions):
+        raise ValueError(f"{len(sessions)} sessions but {len(lists)} token lists")
+    seen: Dict[int, int] = {}
+    for i, s in enumerate(sessions):
+        if id(s) in seen:
+            raise ColibriError(Status.INVALID_ARGUMENT, f"sessions[{seen[id(s)]}] and sessions[{i}] are the same session")
+        seen[id(s)] = i
+    arrays = [int32_array(f"token_lists[{i}]", t) for i, t in enumerate(lists)]
+    n = len(sessions)
+    counts = (c_size_t * max(n, 1))(*[k for _, k in arrays])
+    ptrs = (POINTER(c_int32) * max(n, 1))(*[as_int32_ptr(a) if k else None for a, k in arrays])
+    rows = [k if s._all_logits else 1 for s, (_, k) in zip(sessions, arrays)]
+    vocab = model._info.vocab_size
+    need = sum(rows) * vocab
+    out_ptr, buf = _buffers.new_floats(need)
+    lib = model.lib
+    held: List[Session] = []
+    try:
+        handles = (c_void_p * max(n, 1))()
+        for i, s in enumerate(sessions):
+            handles[i] = s._acquire_exclusive()
+            held.append(s)
+        with model._shared() as mh:
+            st = lib.colibri_infer_batch(mh, handles, ptrs, counts, n, out_ptr, need)
+            err = lib.error(st) if st != Status.OK else None
+        route_errors = [s._route_error for s in sessions if s._route_error is not None]
+        for s in sessions:
+            s._route_error = None
+        if err is not None:
+            raise err
+        if route_errors:
+            raise route_errors[0]
+    finally:
+        for s in held:
+            s._release()
+    return _buffers.split_rows(buf, rows, vocab, [s._all_logits for s in sessions])

@@ -6,8 +6,9 @@ from __future__ import annotations
 from ctypes import byref, c_float, c_int32, c_void_p
 from typing import Any, Optional, Sequence
 
+from ._args import INT32_MAX, check_int, float_rows
 from ._handle import OwnedHandle
-from ._lib import INT32_MAX, Library, Status, check_int, float_rows, get_library
+from ._lib import Library, Status, get_library
 
 __all__ = ["MoeLayer"]
 

@@ -55,6 +55,10 @@ DEFAULTS = {
     "ignore_eos": False,
 }
 
+#: The binding's finish reasons in docs/api.md's words ("stop": the model ended the text, as the
+#: Rust and C hosts say; "context": the context filled up).
+API_FINISH = {"length": "length", "eos": "stop", "stop": "stop", "callback": "stop", "context_full": "context"}
+
 
 class BadRequest(Exception):
     """A 4xx answer: status line, message and the offending field (or None)."""
@@ -238,7 +242,7 @@ class GenerateApp:
                 "tokens": r.tokens,
                 "prompt_tokens": len(ids),
                 "completion_tokens": len(r.tokens),
-                "finish_reason": r.finish_reason,
+                "finish_reason": API_FINISH.get(r.finish_reason, "stop"),
             }
         finally:
             if broken:  # the library asks for the object a panic hit to be freed

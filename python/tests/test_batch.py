@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 import pytest
 
 import colibri
-from colibri import session as session_mod
+from colibri import _buffers
 from colibri._lib import Status
 
 try:
@@ -66,11 +66,11 @@ def test_batched_greedy_equals_separate_calls(model: colibri.Model, oracle: Dict
 
 
 def test_batched_gumbel_routing_stays_per_session(model: colibri.Model, oracle: Dict[str, Any]) -> None:
-    _run(model, oracle, routing="gumbel", seed=5, moe_top_k=1)
+    _run(model, oracle, routing="gumbel", routing_seed=5, moe_top_k=1)
 
 
 def test_batch_without_numpy(model: colibri.Model, oracle: Dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(session_mod, "np", None)
+    monkeypatch.setattr(_buffers, "np", None)
     with model.session() as a, model.session() as b:
         got = model.infer_batch([a, b], _prompts(oracle)[:2])
         assert all(isinstance(g, array.array) and len(g) == 400 for g in got)

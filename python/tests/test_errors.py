@@ -172,13 +172,14 @@ def test_text_wrong_types(model: colibri.Model) -> None:
 
 def test_session_wrong_types(model: colibri.Model) -> None:
     bad_options: List[Dict[str, Any]] = [
-        dict(n_ctx=-1), dict(n_ctx=2**33), dict(kv_type="f8"), dict(routing="random"), dict(seed=-1),
-        dict(moe_top_k=-1),
+        dict(n_ctx=-1), dict(n_ctx=2**33), dict(kv_type="f8"), dict(routing="random"),
+        dict(routing_seed=-1), dict(moe_top_k=-1), dict(quant_act="int4"), dict(quant_act=""),
     ]
     for kw in bad_options:
         with pytest.raises(ValueError):
             model.session(**kw)
-    for kw in [dict(n_ctx="4"), dict(kv_type=1), dict(all_logits="yes"), dict(seed=1.5), dict(n_ctx=None)]:
+    for kw in [dict(n_ctx="4"), dict(kv_type=1), dict(all_logits="yes"), dict(routing_seed=1.5), dict(n_ctx=None),
+               dict(quant_act=1), dict(quant_act=None)]:
         with pytest.raises(TypeError):
             model.session(**kw)
     with model.session() as s:
@@ -243,6 +244,11 @@ def test_numpy_wrong_types(model: colibri.Model) -> None:
         (dict(ignore_eos="yes"), TypeError),
         (dict(callback=5), TypeError),
         (dict(add_special=None), TypeError),
+        (dict(stop=5), TypeError),
+        (dict(stop=b"\n"), TypeError),
+        (dict(stop=["ok", 1]), TypeError),
+        (dict(stop=["a\0b"]), ValueError),
+        (dict(stop="lone surrogate \ud800"), ValueError),
     ],
 )
 def test_generate_wrong_types(session: colibri.Session, kw: Dict[str, Any], exc: type) -> None:

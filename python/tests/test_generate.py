@@ -1,5 +1,6 @@
-"""Generation: greedy ids against the oracle and the CLI, streaming, sampling options, finish
-reasons, callbacks (stop / exceptions), iterator lifetime."""
+"""Generation: greedy ids against the oracle and the CLI, streaming, sampling options, stop
+strings, finish reasons (length, stop, eos, context_full, callback), callbacks (stop /
+exceptions), iterator lifetime."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ def test_greedy_ids_equal_the_oracle(session: colibri.Session, oracle: Dict[str,
     assert session.position == len(oracle["greedy_prompt"]) + 32 - 1  # the last id is not fed
     r = session.last_result
     assert r is not None and r.finish_reason == "length" and r.prompt_tokens == 5 and r.completion_tokens == 32
+    assert r.n_cached == session.position
 
 
 def test_greedy_ids_from_numpy_prompt(model: colibri.Model, oracle: Dict[str, Any]) -> None:
@@ -119,24 +121,24 @@ def test_generation_continues_from_the_cache(model: colibri.Model, oracle: Dict[
         assert first + rest == g
 
 
-def test_finish_reason_context(model: colibri.Model) -> None:
+def test_finish_reason_context_full(model: colibri.Model) -> None:
     with model.session(n_ctx=12) as s:
         r = s.complete([1, 2, 3, 4, 5], max_tokens=100, temperature=0, ignore_eos=True)
-        assert r.finish_reason == "context"
-        assert s.position == s.n_ctx == 12
+        assert r.finish_reason == "context_full"
+        assert s.position == s.n_ctx == 12 == r.n_cached
         assert 0 < len(r.tokens) <= 12 - 5 + 1
         with pytest.raises(colibri.ColibriError) as e:  # nothing more fits
             s.complete([1], max_tokens=1)
         assert e.value.status == colibri.Status.CONTEXT_FULL
 
 
-def test_finish_reason_stop_at_end_of_sequence(model: colibri.Model) -> None:
+def test_finish_reason_eos_at_end_of_sequence(model: colibri.Model) -> None:
     eos = {395, 397}
     with model.session() as s:
         for seed in range(64):
             s.reset()
             r = s.complete("Hello", max_tokens=64, temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
-            if r.finish_reason == "stop":
+            if r.finish_reason == "eos":
                 break
         else:
             pytest.skip("no seed sampled an end-of-sequence token")
@@ -166,7 +168,17 @@ def test_callback_can_stop(session: colibri.Session) -> None:
         return n == 3
 
     r = session.complete("Hello", max_tokens=50, temperature=0, ignore_eos=True, callback=cb)
-    assert len(r.tokens) == 3 and r.finish_reason == "cancelled"
+    assert len(r.tokens) == 3 and r.finish_reason == "callback"
+    assert r.n_cached == session.position == r.prompt_tokens + 2  # the last id is not fed
+
+
+def test_callback_returning_falsy_values_continues(session: colibri.Session) -> None:
+    """The C convention: zero (None, False, 0 in Python) continues, non-zero stops."""
+    r = session.complete("Hello", max_tokens=6, temperature=0, ignore_eos=True, callback=lambda t, x: 0)
+    assert r.finish_reason == "length" and len(r.tokens) == 6
+    session.reset()
+    r = session.complete("Hello", max_tokens=6, temperature=0, ignore_eos=True, callback=lambda t, x: 1)
+    assert r.finish_reason == "callback" and len(r.tokens) == 1
 
 
 def test_callback_exception_is_reraised_after_the_call(session: colibri.Session) -> None:
@@ -198,7 +210,7 @@ def test_breaking_out_of_the_stream_stops_generation(session: colibri.Session) -
             break
     it.close()  # type: ignore[attr-defined]
     r = session.last_result
-    assert r is not None and r.finish_reason == "cancelled" and len(r.tokens) < 1000
+    assert r is not None and r.finish_reason == "callback" and len(r.tokens) < 1000
     assert session.position < 100
     session.infer([1])  # free again
 
@@ -240,3 +252,79 @@ def test_chat_prompt_generation(model: colibri.Model) -> None:
     with model.session() as s:
         r = s.complete(ids, max_tokens=8, temperature=0, ignore_eos=True)
     assert len(r.tokens) == 8 and r.prompt_tokens == len(ids)
+
+
+# -- stop strings ------------------------------------------------------------------------------
+
+STOP_PROMPT = "In the beginning"
+
+
+@pytest.fixture(scope="module")
+def free_run(model: colibri.Model) -> colibri.GenerationResult:
+    """Greedy text with no stop string: the stop tests pick their strings from it."""
+    with model.session() as s:
+        r = s.complete(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True)
+    assert r.finish_reason == "length" and len(r.pieces) >= 8
+    return r
+
+
+def _check_stopped(r: colibri.GenerationResult, free: colibri.GenerationResult, stops: List[str]) -> None:
+    """`r` ended at the first of `stops` in the free run's text: its text is everything before
+    it, no stop string (nor a piece holding one) was returned, its ids are a prefix of the free
+    run's."""
+    cut = min(free.text.index(s) for s in stops if s in free.text)
+    assert r.finish_reason == "stop"
+    assert r.text == free.text[:cut] == "".join(r.pieces)
+    for s in stops:
+        assert s not in r.text
+        assert not any(s in p for p in r.pieces)
+    assert 0 < len(r.tokens) < len(free.tokens) and r.tokens == free.tokens[: len(r.tokens)]
+    assert r.n_cached == r.prompt_tokens + len(r.tokens) - 1
+
+
+def test_stop_string_inside_one_piece(model: colibri.Model, free_run: colibri.GenerationResult) -> None:
+    i = next(i for i, p in enumerate(free_run.pieces) if i >= 3 and len(p.strip()) >= 2)
+    stop = free_run.pieces[i].strip()[:2]
+    with model.session() as s:
+        r = s.complete(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=[stop])
+    _check_stopped(r, free_run, [stop])
+
+
+def test_stop_string_across_pieces_is_held_back(model: colibri.Model, free_run: colibri.GenerationResult) -> None:
+    """A stop string that starts in one piece and ends in the next: the first half is held back
+    and never delivered, through the stream or the callback."""
+    p = free_run.pieces
+    i = next(i for i in range(2, len(p) - 1) if len(p[i]) >= 2 and len(p[i + 1]) >= 2)
+    stop = p[i][-2:] + p[i + 1][:2]
+    seen: List[str] = []
+    with model.session() as s:
+        r = s.complete(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=stop,
+                       callback=lambda tok, text: seen.append(text))
+        _check_stopped(r, free_run, [stop])
+        assert "".join(seen) == r.text
+        s.reset()
+        streamed = list(s.generate(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=[stop]))
+        assert "".join(streamed) == r.text and s.last_result is not None
+        assert s.last_result.finish_reason == "stop"
+        assert not any(stop in piece for piece in streamed)
+        s.reset()
+        assert s.generate_ids(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=[stop]) == r.tokens
+
+
+def test_the_earliest_of_several_stop_strings_wins(model: colibri.Model, free_run: colibri.GenerationResult) -> None:
+    text = free_run.text
+    late = text[-6:].strip() or text[-6:]
+    early = text[len(text) // 3:len(text) // 3 + 3]
+    absent = "\u2603never-generated\u2603"
+    with model.session() as s:
+        r = s.complete(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=[late, absent, early])
+    _check_stopped(r, free_run, [late, early])
+
+
+def test_stop_strings_that_never_appear_change_nothing(model: colibri.Model, free_run: colibri.GenerationResult) -> None:
+    with model.session() as s:
+        r = s.complete(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=["\u2603", ""])
+        assert r.finish_reason == "length" and r.text == free_run.text and r.tokens == free_run.tokens
+        s.reset()
+        r = s.complete(STOP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True, stop=[])
+        assert r.finish_reason == "length" and r.text == free_run.text

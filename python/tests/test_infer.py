@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 import colibri
-from colibri import session as session_mod
+from colibri import _buffers
 from conftest import FIXTURE
 
 try:
@@ -52,7 +52,7 @@ def test_logits_equal_the_oracle_without_numpy(
     """The pure-Python path: logits as array.array("f"), compared with the .npy oracle."""
     shape, want = _read_npy_f32(ORACLE_NPY)
     assert shape == (16, 400)
-    monkeypatch.setattr(session_mod, "np", None)
+    monkeypatch.setattr(_buffers, "np", None)
     with model.session(all_logits=True) as s:
         got = s.infer(oracle["input_ids"])
     assert isinstance(got, array.array) and got.typecode == "f" and len(got) == len(want)
@@ -168,7 +168,7 @@ def test_logits_copy_view_and_out(model: colibri.Model, oracle: Dict[str, Any], 
 def test_without_numpy_logits_are_array_of_float(
     model: colibri.Model, oracle: Dict[str, Any], oracle_logits: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(session_mod, "np", None)
+    monkeypatch.setattr(_buffers, "np", None)
     with model.session(all_logits=True) as s:
         got = s.infer(oracle["input_ids"][:3])
         assert isinstance(got, array.array) and got.typecode == "f" and len(got) == 3 * 400
@@ -266,10 +266,27 @@ def test_moe_top_k_and_gumbel_routing(model: colibri.Model, oracle: Dict[str, An
             s.set_routing("random")
     runs = []
     for seed in (1, 1, 2):
-        with model.session(routing="gumbel", seed=seed) as s:
+        with model.session(routing="gumbel", routing_seed=seed) as s:
             runs.append([e for _, _, e, _ in _trace(s, ids)])
     assert runs[0] == runs[1]  # same seed, same choices
     assert runs[0] != runs[2]
     with model.session() as s:
-        s.set_routing("gumbel", seed=1)
+        s.set_routing("gumbel", routing_seed=1)
         assert [e for _, _, e, _ in _trace(s, ids)] == runs[0]
+
+
+def test_routing_seed_keeps_its_old_name_for_now(model: colibri.Model, oracle: Dict[str, Any]) -> None:
+    """ABI 1 calls the session's routing seed routing_seed; `seed=` still works, with a warning."""
+    ids = oracle["input_ids"][:6]
+    with model.session(routing="gumbel", routing_seed=3) as s:
+        want = [e for _, _, e, _ in _trace(s, ids)]
+    with pytest.warns(DeprecationWarning, match="routing_seed"):
+        s = model.session(routing="gumbel", seed=3)
+    with s:
+        assert [e for _, _, e, _ in _trace(s, ids)] == want
+        s.reset()
+        with pytest.warns(DeprecationWarning, match="routing_seed"):
+            s.set_routing("gumbel", seed=3)
+        assert [e for _, _, e, _ in _trace(s, ids)] == want
+    with pytest.raises(TypeError, match="routing_seed"):
+        model.session(routing_seed=1, seed=2)

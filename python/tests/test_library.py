@@ -46,7 +46,7 @@ def test_env_var_that_does_not_work_is_an_error(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("COLIBRI_LIB_PATH", str(tmp_path))  # a directory without the library
     with pytest.raises(colibri.LibraryNotFoundError, match="directory without"):
         _lib.load_library()
-    bogus = tmp_path / "libcolibri.so.0"
+    bogus = tmp_path / "libcolibri.so.1"
     bogus.write_bytes(b"not a shared object")
     with pytest.raises(colibri.LibraryNotFoundError, match="cannot load"):
         _lib.load_library()
@@ -60,10 +60,10 @@ def test_explicit_path_argument() -> None:
 def test_search_order_package_dir_then_system(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "libcolibri.so.0").symlink_to(_lib_file())
+    (pkg / "libcolibri.so.1").symlink_to(_lib_file())
     c = _lib.candidate_paths(env=None, package_dir=str(pkg))
-    assert c[0] == str(pkg / "libcolibri.so.0")
-    assert c[-1] == "libcolibri.so.0"  # the system loader's name, last
+    assert c[0] == str(pkg / "libcolibri.so.1")
+    assert c[-1] == "libcolibri.so.1"  # the system loader's name (the SONAME), last
     c = _lib.candidate_paths(env=str(RELEASE), package_dir=str(pkg))
     assert Path(c[0]).parent == RELEASE
 
@@ -74,14 +74,14 @@ def test_package_dir_is_used_without_env(tmp_path: Path) -> None:
 
     pkg = tmp_path / "colibri"
     shutil.copytree(PYTHON_DIR / "colibri", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(_lib_file(), pkg / "libcolibri.so.0")
+    shutil.copy(_lib_file(), pkg / "libcolibri.so.1")
     env = {k: v for k, v in os.environ.items() if k != "COLIBRI_LIB_PATH"}
     env["PYTHONPATH"] = str(tmp_path)
     out = subprocess.run(
         [sys.executable, "-c", "import colibri; print(colibri.library_path())"],
         env=env, capture_output=True, text=True, check=True, cwd=str(tmp_path),
     )
-    assert out.stdout.strip() == str(pkg / "libcolibri.so.0")
+    assert out.stdout.strip() == str(pkg / "libcolibri.so.1")
 
 
 def test_every_header_function_is_declared() -> None:
@@ -102,7 +102,8 @@ def test_struct_sizes_come_from_the_init_functions() -> None:
 
     lib = colibri.get_library()
     for make, cls in [
-        (lib.sampler_params, _lib.SamplerParams),
+        (lib.generate_params, _lib.GenerateParams),
+        (lib.generate_result, _lib.GenerateResult),
         (lib.model_params, _lib.ModelParams),
         (lib.model_info_struct, _lib.ModelInfoStruct),
         (lib.session_params, _lib.SessionParams),
@@ -110,15 +111,18 @@ def test_struct_sizes_come_from_the_init_functions() -> None:
     ]:
         p = make()
         assert p.struct_size == ctypes.sizeof(cls), cls.__name__
-    sp = lib.sampler_params()
+    sp = lib.generate_params()
     assert sp.max_tokens == 128 and abs(sp.temperature - 0.8) < 1e-6 and sp.top_k == 40
+    assert sp.n_stop == 0 and not sp.stop
+    ses = lib.session_params()
+    assert (ses.routing_seed, ses.quant_act) == (0, colibri.QUANT_ACTS["default"])
     mp = lib.model_params()
     assert (mp.use_mmap, mp.use_mlock) == (1, 0)
 
 
 def test_version_and_status_strings() -> None:
     assert colibri.version() == colibri.__version__
-    assert colibri.abi_version() == 0
+    assert colibri.abi_version() == 1 == colibri.ABI_VERSION
     assert colibri.status_str(colibri.Status.IO) == "I/O error"
     assert colibri.status_str(12345) == "unknown status"
     assert colibri.status_name(3) == "IO" and colibri.status_name(99) == "UNKNOWN(99)"
@@ -147,3 +151,27 @@ def test_bad_struct_size_is_reported() -> None:
     assert err.status == colibri.Status.BAD_STRUCT_SIZE
     assert "struct_size" in err.message
     assert not h.value
+
+
+def test_the_library_file_name_carries_the_abi() -> None:
+    if sys.platform.startswith("linux"):
+        assert _lib._LIB_NAMES == ("libcolibri.so.1", "libcolibri.so")
+    assert str(colibri.ABI_VERSION) in _lib._LIB_NAMES[0] or sys.platform == "win32"
+
+
+def test_a_library_of_another_abi_is_refused(tmp_path: Path) -> None:
+    """A stand-in library that says ABI 0 (what libcolibri.so.0 says) is refused by its version,
+    before the missing ABI-1 functions are even looked for."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "old.c"
+    src.write_text("unsigned colibri_abi_version(void) { return 0; }\n")
+    so = tmp_path / "libcolibri.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    with pytest.raises(colibri.LibraryNotFoundError, match=r"implements ABI 0; this binding needs ABI 1"):
+        _lib.load_library(str(so))
+    with pytest.raises(colibri.LibraryNotFoundError, match=r"ABI 0"):
+        _lib.load_library(str(tmp_path))  # the directory form finds it by its name
