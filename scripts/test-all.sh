@@ -11,6 +11,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== code shape: no import cycles, no file over 600 lines, no function over 80 (scripts/check-shape.py)"
+python3 scripts/check-shape.py
+
 echo "== cargo build --release (reused by every suite below)"
 cargo build --release
 

@@ -1,7 +1,7 @@
 //! Contract of `colibri convert --quantize` and `colibri dequantize`, checked through the core
 //! crate's API (not the converter's code): every quantisable matrix whose rows are whole groups
 //! of 32 is stored q8/q4 and its bytes equal an independent re-quantisation of the source values
-//! (read with the `safetensors` crate) by the reference quantisers of `kernels::quant`; its
+//! (read with the `safetensors` crate) by the reference quantisers of `format::blocks`; its
 //! dequantised values are within half a quantisation step of the source; matrices whose rows are
 //! not whole groups stay float with a warning; everything else keeps its dtype; `dequantize`
 //! writes exactly the dequantised values and copies the rest; the engine runs on the result.

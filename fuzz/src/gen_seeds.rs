@@ -7,7 +7,6 @@
 //!     cargo run --release --bin gen_seeds -- seeds/
 
 use colibri::format::{DType, FileWriter, MetaKind, PlannedTensor, TensorKind};
-use colibri::kernels::quant;
 use colibri::model::{
     tensor_specs, Config, Family, LayerSpec, MoeConfig, QkNorm, QuantClass, Role, Rope, RopeScaling, TensorSpec,
 };
@@ -162,30 +161,6 @@ fn seeds() -> Vec<Seed> {
     out
 }
 
-/// `values` as one stored matrix of `dtype` (block types: the reference quantisers).
-fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match dtype {
-        DType::F32 => values.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        DType::F16 => values.iter().for_each(|&x| out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes())),
-        DType::BF16 => values.iter().for_each(|&x| out.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())),
-        DType::Q8 | DType::Q4 => {
-            let mut d = vec![0u16; values.len() / quant::QK];
-            if dtype == DType::Q8 {
-                let mut qs = vec![0i8; values.len()];
-                quant::quantize_row_q8(values, &mut qs, &mut d);
-                out.extend(qs.iter().map(|&q| q as u8));
-            } else {
-                out.resize(values.len() / 2, 0);
-                quant::quantize_row_q4(values, &mut out, &mut d);
-            }
-            d.iter().for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
-        }
-        DType::Q8R8 | DType::Q4R8 => unreachable!("the seed files use the row-major block types"),
-    }
-    out
-}
-
 /// Deterministic small values; norms near 1. Each expert of a stack is its own matrix.
 fn payload(p: &PlannedTensor, role: Role, seed: &mut u64) -> Vec<u8> {
     let elements: u64 = p.shape.iter().product();
@@ -201,7 +176,9 @@ fn payload(p: &PlannedTensor, role: Role, seed: &mut u64) -> Vec<u8> {
         })
         .collect();
     let units = if p.kind == TensorKind::Experts { p.shape[0] as usize } else { 1 };
-    values.chunks(values.len() / units).flat_map(|u| encode(p.dtype, u)).collect()
+    let cols = *p.shape.last().unwrap_or(&1) as usize;
+    // Each unit (a tensor, or one expert) stored by the dtype table's reference encoder.
+    values.chunks(values.len() / units).flat_map(|u| p.dtype.encode(u, cols)).collect()
 }
 
 fn write(dir: &Path, s: &Seed) -> colibri::Result<u64> {

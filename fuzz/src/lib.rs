@@ -69,7 +69,7 @@ fn check_parsed(data: &[u8], p: &ParsedFile) {
         let _ = t.elements();
         let v = TensorView::new(t, data);
         assert_eq!(v.bytes.len() as u64, t.byte_length);
-        let _ = format::find_nonfinite_in(v.dtype, v.bytes);
+        let _ = format::find_nonfinite_in(v.dtype, v.bytes, v.cols() as u64);
     }
 }
 
@@ -88,37 +88,44 @@ fn touch_model(m: &Model) {
 }
 
 fn touch_weights(w: &Weights<'_>, aligned: bool) {
-    touch_view(&w.embed, aligned);
-    touch_view(&w.norm, aligned);
-    touch_view(&w.lm_head, aligned);
+    let _ = aligned;
+    for m in [&w.embed, &w.norm, &w.lm_head] {
+        touch_mat(m);
+    }
     for l in &w.layers {
-        for v in [&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm] {
-            touch_view(v, aligned);
+        for m in [&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm] {
+            touch_mat(m);
         }
-        for v in [&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm].into_iter().flatten() {
-            touch_view(v, aligned);
+        for m in [&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm].into_iter().flatten() {
+            touch_mat(m);
         }
-        match &l.ffn {
+        let mlps: Vec<&colibri::model::MlpWeights<'_>> = match &l.ffn {
             FfnWeights::Moe(moe) => {
-                for v in [&moe.router, &moe.gate, &moe.up, &moe.down] {
-                    touch_view(v, aligned);
-                }
-                if let Some(s) = &moe.shared {
-                    for v in [&s.gate, &s.up, &s.down] {
-                        touch_view(v, aligned);
-                    }
-                }
+                touch_mat(&moe.router);
                 if let Some(g) = &moe.shared_gate {
-                    touch_view(g, aligned);
+                    touch_mat(g);
                 }
+                moe.experts.iter().chain(&moe.shared).collect()
             }
-            FfnWeights::Dense(mlp) => {
-                for v in [&mlp.gate, &mlp.up, &mlp.down] {
-                    touch_view(v, aligned);
-                }
+            FfnWeights::Dense(mlp) => vec![mlp],
+        };
+        for mlp in mlps {
+            for m in [&mlp.gate, &mlp.up, &mlp.down] {
+                touch_mat(m);
             }
         }
     }
+}
+
+/// Read every row of a bound matrix (binding checked it: this must never fail).
+fn touch_mat(m: &colibri::kernels::Mat<'_>) {
+    let mut row = vec![0f32; m.cols()];
+    let mut sum = 0f64;
+    for r in 0..m.rows() {
+        m.row_to_f32(r, &mut row);
+        sum += row.iter().map(|&x| f64::from(x)).sum::<f64>();
+    }
+    std::hint::black_box(sum);
 }
 
 /// Read every element of a view through every accessor. With a page-aligned buffer (a model's
@@ -130,7 +137,7 @@ fn touch_view(v: &TensorView<'_>, aligned: bool) {
         assert_eq!(all.len() as u64, elems, "to_f32_vec of '{}' has the wrong length", v.name);
     }
     let mut sum = all.iter().fold(0f64, |a, &x| a + f64::from(x));
-    let _ = v.as_f32().map(|x| x.len());
+    let _ = v.mat().map(|m| m.len());
     let _ = (v.rows(), v.cols());
     if let Some(r) = v.row_f32(0) {
         sum += r.len() as f64;

@@ -1,5 +1,5 @@
 //! AVX2 kernels for block matrices in the 8-row interleaved layout (q8r8 / q4r8, see
-//! `kernels::quant`): one 32-byte load holds 4 bytes of each of 8 rows, so a broadcast of 4
+//! `format::blocks`): one 32-byte load holds 4 bytes of each of 8 rows, so a broadcast of 4
 //! activation bytes (or one activation float per column) meets 8 rows at once and the 8 row sums
 //! build up in the 8 lanes of one vector, in row order. Per 32-weight block and 8 rows:
 //!
