@@ -301,20 +301,25 @@ unsafe extern "C" fn count_routes(
     0
 }
 
+/// A model, a session with default options, and greedy generation parameters for `max_tokens`
+/// tokens past end-of-sequence ids.
+unsafe fn greedy_session(max_tokens: i32) -> (*mut colibri_model, *mut colibri_session, colibri_generate_params) {
+    let m = open_model();
+    let mut s = null_mut();
+    assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
+    let mut p = std::mem::zeroed::<colibri_generate_params>();
+    colibri_generate_params_init(&mut p);
+    (p.temperature, p.max_tokens, p.ignore_eos) = (0.0, max_tokens, 1);
+    (m, s, p)
+}
+
 #[test]
 fn generate_streams_greedy_tokens_and_routing_trace() {
     let meta = meta();
     let prompt = ids(&meta["greedy_prompt"]);
     let want = ids(&meta["greedy_f32"]);
     unsafe {
-        let m = open_model();
-        let mut s = null_mut();
-        assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
-        let mut p = std::mem::zeroed::<colibri_generate_params>();
-        colibri_generate_params_init(&mut p);
-        p.temperature = 0.0;
-        p.max_tokens = 32;
-        p.ignore_eos = 1;
+        let (m, s, mut p) = greedy_session(32);
         let mut out = vec![0i32; 32];
         let mut r = std::mem::zeroed::<colibri_generate_result>();
         colibri_generate_result_init(&mut r);
@@ -412,12 +417,7 @@ unsafe fn generate_text(
 fn generate_reports_why_it_ended_and_never_delivers_a_stop_string() {
     let prompt = ids(&meta()["greedy_prompt"]);
     unsafe {
-        let m = open_model();
-        let mut s = null_mut();
-        assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
-        let mut p = std::mem::zeroed::<colibri_generate_params>();
-        colibri_generate_params_init(&mut p);
-        (p.temperature, p.max_tokens, p.ignore_eos) = (0.0, 24, 1);
+        let (m, s, mut p) = greedy_session(24);
         let (tokens, full, r) = generate_text(s, &prompt, &p);
         assert_eq!((tokens.len(), r.n_tokens, r.finish_reason), (24, 24, COLIBRI_FINISH_LENGTH));
         // A stop string taken from the middle of that text: the same generation ends just

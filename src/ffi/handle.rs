@@ -74,18 +74,7 @@ pub(crate) fn token_ids(p: *const i32, n: usize, arg: &str) -> Result<Vec<u32>, 
 /// Read a params struct whose first field is `struct_size`: older (shorter) structs are
 /// completed with defaults, larger unknown ones are rejected. NULL gives the defaults.
 pub(crate) fn params<T: Copy>(p: *const T, defaults: T, arg: &str) -> Result<T, Failure> {
-    if p.is_null() {
-        return Ok(defaults);
-    }
-    // SAFETY: every params struct starts with a u32 struct_size.
-    let size = unsafe { *(p as *const u32) } as usize;
-    let full = std::mem::size_of::<T>();
-    if size < 4 || size > full {
-        return Err(Failure::new(
-            COLIBRI_STATUS_BAD_STRUCT_SIZE,
-            format!("{arg}.struct_size is {size}; this library knows sizes 4..={full} (initialise it with the *_params_init function)"),
-        ));
-    }
+    let Some(size) = versioned_size(p, arg)? else { return Ok(defaults) };
     let mut out = defaults;
     // SAFETY: copy the caller's `size` bytes over the defaults; both are at least `size` long.
     unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, size) };

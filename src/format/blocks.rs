@@ -299,21 +299,23 @@ pub fn dequantize_q4(m: Q4<'_>, start: usize, out: &mut [f32]) {
     }
 }
 
+/// Deterministic values in (−1, 1) for tests (xorshift).
+#[cfg(test)]
+pub(crate) fn sample(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32 - 0.5) * 2.0
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32 - 0.5) * 2.0
-            })
-            .collect()
-    }
 
     #[test]
     fn q8_roundtrip_error_is_within_half_a_step() {

@@ -161,18 +161,7 @@ pub(crate) fn row(dtype: DType) -> &'static RefKernels {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32 - 0.5) * 2.0
-            })
-            .collect()
-    }
+    use crate::format::blocks::sample;
 
     #[test]
     fn reference_dots_equal_dot_of_dequantised_rows() {
