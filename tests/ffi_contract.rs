@@ -370,7 +370,7 @@ fn generate_streams_greedy_tokens_and_routing_trace() {
             colibri_session_set_route_callback(s, Some(count_routes), &mut routes as *mut _ as *mut c_void),
             COLIBRI_STATUS_OK
         );
-        assert_eq!(colibri_session_set_routing(s, 0, 0, 2), COLIBRI_STATUS_OK);
+        assert_eq!(colibri_session_set_routing(s, COLIBRI_ROUTING_TOPK, 0, 2), COLIBRI_STATUS_OK);
         colibri_session_reset(s);
         let mut logits = vec![0f32; VOCAB];
         assert_eq!(colibri_infer(s, prompt.as_ptr(), prompt.len(), logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);

@@ -60,7 +60,7 @@ pub fn from_f32(dst: DType, wide: &[f32], out: &mut Vec<u8>) -> Result<(), Overf
             out.extend(bits.iter().flat_map(|b| b.to_le_bytes()));
         }
         // The plan sends block-quantised tensors to `quantize`, never here.
-        DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => unreachable!("cast::from_f32 to block dtype {dst}"),
+        block => unreachable!("cast::from_f32 to block dtype {block}"),
     }
     Ok(())
 }

@@ -53,9 +53,7 @@ fn check_tensor(name: &str, src_dtype: Dtype, src: &[u8], out_dtype: DType, out:
                     assert!(err <= (n - x).abs(), "{name}[{i}]: {x} badly rounded to {y} (neighbour {n} is closer)");
                 }
             }
-            DType::Q8 | DType::Q4 | DType::Q8R8 | DType::Q4R8 => {
-                panic!("{name}: converted without --quantize but stored as {out_dtype}")
-            }
+            block => panic!("{name}: converted without --quantize but stored as {block}"),
         }
     }
 }

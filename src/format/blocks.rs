@@ -26,6 +26,13 @@
 //! byte i of row 8g + j sits at ((i / 4)·8 + j)·4 + i % 4; the unit's 8 scales are scales
 //! (g·nb + b)·8 + j. A matrix-vector kernel then meets 8 rows with one activation broadcast and
 //! gets their 8 sums in the 8 lanes of one vector, in row order, with no horizontal adds.
+//!
+//! GGUF's block types are kept as GGUF stores them (ggml-common.h): whole blocks one after
+//! another, each its scale and quants together.
+//!
+//! ```text
+//! q8_0: per block of 32: d f16, qs i8 [32]    value = d · q        (34 bytes, 8.5 bits per weight)
+//! ```
 
 /// Elements per quantisation block (the group size recorded in the tensor table).
 pub const QK: usize = 32;
@@ -275,6 +282,40 @@ pub fn quantize_matrix(x: &[f32], cols: usize, q8: bool, interleaved: bool) -> V
     qs.into_iter().chain(d.iter().flat_map(|v| v.to_le_bytes())).collect()
 }
 
+/// Bytes of one q8_0 block: its f16 scale, then 32 quants.
+pub const Q8_0_BYTES: usize = 2 + QK;
+
+/// Scale and quants of block `b` of a q8_0 matrix's bytes.
+#[inline]
+pub fn q8_0_block(bytes: &[u8], b: usize) -> (f32, &[u8]) {
+    let blk = &bytes[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
+    (f16_to_f32(u16::from_le_bytes([blk[0], blk[1]])), &blk[2..])
+}
+
+/// q8_0 blocks of x (a multiple of 32 values), as ggml's reference quantiser makes them:
+/// d = max|x| / 127 (stored as f16), q = round-half-away(x / d) with the f32 d.
+pub fn quantize_q8_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / QK * Q8_0_BYTES);
+    for xb in x.chunks_exact(QK) {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let inv = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f32_to_f16_bits(d).to_le_bytes());
+        out.extend(xb.iter().map(|&v| (v * inv).round() as i8 as u8));
+    }
+    out
+}
+
+/// Dequantise `out.len()` elements of a q8_0 matrix from element `start` (both multiples of 32).
+pub fn dequantize_q8_0(bytes: &[u8], start: usize, out: &mut [f32]) {
+    for (i, ob) in out.chunks_exact_mut(QK).enumerate() {
+        let (d, qs) = q8_0_block(bytes, start / QK + i);
+        for (o, &q) in ob.iter_mut().zip(qs) {
+            *o = d * f32::from(q as i8);
+        }
+    }
+}
+
 /// Dequantise `out.len()` elements of a q8 matrix starting at element `start` (both multiples of 32).
 pub fn dequantize_q8(m: Q8<'_>, start: usize, out: &mut [f32]) {
     for (b, ob) in out.chunks_exact_mut(QK).enumerate() {
@@ -329,6 +370,29 @@ mod tests {
             for (a, c) in xb.iter().zip(yb) {
                 assert!((a - c).abs() <= step * 0.5 + 1e-6, "block {b}: {a} vs {c}, step {step}");
             }
+        }
+    }
+
+    #[test]
+    fn q8_0_matches_ggml_block_by_block() {
+        // One block by hand: 1.27 is the largest magnitude (d = 0.01), 0.005 rounds away to 1.
+        let mut x = vec![0f32; 32];
+        (x[0], x[1], x[2], x[31]) = (1.27, -0.635, 0.005, -0.004);
+        let b = quantize_q8_0(&x);
+        assert_eq!(b.len(), Q8_0_BYTES);
+        assert_eq!(u16::from_le_bytes([b[0], b[1]]), half::f16::from_f32(0.01).to_bits());
+        assert_eq!([b[2] as i8, b[3] as i8, b[4] as i8, b[33] as i8], [127, -64, 1, 0]);
+        let mut y = vec![0f32; 32];
+        dequantize_q8_0(&b, 0, &mut y);
+        assert_eq!(y[0], f16_to_f32(half::f16::from_f32(0.01).to_bits()) * 127.0);
+        // Many blocks: within half a step (plus the f16 rounding of d) everywhere.
+        let x = sample(4 * 64, 5);
+        let b = quantize_q8_0(&x);
+        let mut y = vec![0f32; x.len()];
+        dequantize_q8_0(&b, 32, &mut y[32..]);
+        for (i, (a, c)) in x.iter().zip(&y).enumerate().skip(32) {
+            let (d, _) = q8_0_block(&b, i / 32);
+            assert!((a - c).abs() <= d * 0.5 + d * 127.0 * 1e-3, "element {i}: {a} vs {c}");
         }
     }
 

@@ -30,6 +30,20 @@ pub enum DType {
     Q8R8,
     /// Q4 blocks in 8-row interleaved groups; rows a multiple of 8.
     Q4R8,
+    /// GGUF's Q8_0, kept as it is: blocks of 32, each an f16 scale then 32 i8 quants
+    /// (`blocks`, q8_0).
+    Q8_0,
+}
+
+/// How a dtype lays out the bytes of one matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    /// One value per element (the float types).
+    Elements,
+    /// All blocks' quants (`quant_bytes` per block), then all blocks' f16 scales (`blocks`).
+    Split { quant_bytes: u32 },
+    /// Whole blocks one after another, each its scale and quants together (ggml's way).
+    Blocks,
 }
 
 /// What one dtype is: a row of the table.
@@ -49,6 +63,7 @@ pub struct DTypeInfo {
     /// Rows stored together (8 for the interleaved layouts, else 1): a matrix's rows must be a
     /// multiple of it.
     pub row_group: u32,
+    pub packing: Packing,
     /// The same values stored row-major (itself unless interleaved).
     pub row_major: DType,
     /// The same values in the interleaved layout (itself when there is none).
@@ -71,6 +86,22 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
     block_row(DType::Q4, 17, "q4", 18, Q4_TWINS, deq_q4::<false>, finite::block_scales::<18, false>, enc_q4::<false>),
     block_row(DType::Q8R8, 19, "q8r8", 34, Q8_TWINS, deq_q8::<true>, finite::block_scales::<34, true>, enc_q8::<true>),
     block_row(DType::Q4R8, 18, "q4r8", 18, Q4_TWINS, deq_q4::<true>, finite::block_scales::<18, true>, enc_q4::<true>),
+    // GGUF block types: id 32 + ggml's type number.
+    DTypeInfo {
+        dtype: DType::Q8_0,
+        id: 40,
+        name: "q8_0",
+        aliases: &[],
+        block: GROUP,
+        block_bytes: 34,
+        row_group: 1,
+        packing: Packing::Blocks,
+        row_major: DType::Q8_0,
+        interleaved: DType::Q8_0,
+        dequantize: |bytes, _, start, out| blocks::dequantize_q8_0(bytes, start, out),
+        find_nonfinite: finite::block_heads::<34>,
+        encode: |x, _| blocks::quantize_q8_0(x),
+    },
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -99,6 +130,7 @@ const fn float_row(
         block: 1,
         block_bytes: size,
         row_group: 1,
+        packing: Packing::Elements,
         row_major: dtype,
         interleaved: dtype,
         dequantize,
@@ -128,6 +160,7 @@ const fn block_row(
         block: GROUP,
         block_bytes,
         row_group: if grouped { blocks::GROUP_ROWS as u32 } else { 1 },
+        packing: Packing::Split { quant_bytes: block_bytes - 2 },
         row_major: twins[0],
         interleaved: twins[1],
         dequantize,
@@ -138,10 +171,10 @@ const fn block_row(
 
 impl DType {
     /// Number of dtypes (rows of the table).
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
     /// Every dtype, in table order.
     pub const ALL: [DType; DType::COUNT] =
-        [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8];
+        [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8, DType::Q8_0];
 
     /// This dtype's row of the table.
     #[inline]
@@ -155,8 +188,8 @@ impl DType {
         self as usize
     }
 
-    /// Parse an on-disk id; ids 3..=15 are reserved for further float types and 20.. for
-    /// further block-quantised types.
+    /// Parse an on-disk id; ids 3..=15 are reserved for further float types, 20.. for further
+    /// block-quantised types (GGUF's at 32 + ggml's type number).
     pub fn from_id(id: u32) -> Option<DType> {
         ROWS.iter().find(|r| r.id == id).map(|r| r.dtype)
     }
@@ -349,15 +382,17 @@ mod tests {
 
     #[test]
     fn ids_round_trip() {
-        for d in [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8] {
+        for d in DType::ALL {
             assert_eq!(DType::from_id(d.id()), Some(d));
             assert_eq!(DType::from_name(d.name()), Some(d));
             assert_eq!(d.interleaved().encoding(), d.encoding());
         }
         assert_eq!(DType::from_id(20), None);
-        let same_size = [(DType::F16, DType::BF16), (DType::Q8, DType::Q8R8), (DType::Q4, DType::Q4R8)];
-        for (a, b) in same_size {
-            assert!((a.id() ^ b.id()).count_ones() >= 2, "{a} and {b} are one bit flip apart");
+        // Any two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8/q8_0, q4/q4r8).
+        for a in DType::ALL {
+            for b in DType::ALL.into_iter().filter(|&b| b != a && b.bits_per_weight() == a.bits_per_weight()) {
+                assert!((a.id() ^ b.id()).count_ones() >= 2, "{a} and {b} are one bit flip apart");
+            }
         }
         assert_eq!(DType::from_id(3), None);
     }

@@ -74,6 +74,13 @@ pub fn block_scales<const BLOCK_BYTES: usize, const GROUPED: bool>(bytes: &[u8],
     Some(NonFinite::Scale((g * rows_per_group + j) * nb + b))
 }
 
+/// Scan of the scales of whole `BLOCK_BYTES`-byte blocks that each start with their f16
+/// scale (ggml's packing): the bad scale is reported by its block index.
+pub fn block_heads<const BLOCK_BYTES: usize>(bytes: &[u8], _cols: usize) -> Option<NonFinite> {
+    let p = bytes.chunks_exact(BLOCK_BYTES).position(|b| f16_nonfinite(u16::from_le_bytes([b[0], b[1]])))?;
+    Some(NonFinite::Scale(p as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,7 +93,7 @@ mod parse;
 mod table;
 mod writer;
 
-pub use dtype::{DType, DTypeInfo, GROUP};
+pub use dtype::{DType, DTypeInfo, Packing, GROUP};
 pub use finite::{find_nonfinite as find_nonfinite_in, NonFinite};
 pub use header::{Header, HEADER_SIZE, MAGIC, RESERVED_OFFSET, VERSION};
 pub use metadata::{MetaEntry, MetaKind, MAX_META_ENTRIES, MAX_META_KEY};

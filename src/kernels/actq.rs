@@ -9,7 +9,7 @@
 //! An activation block holding NaN gets a NaN scale, so NaN propagates as in the float paths.
 
 use super::mat::Mat;
-use crate::format::blocks::{Q4, Q8, QK};
+use crate::format::blocks::{q8_0_block, Q4, Q8, QK};
 use std::sync::OnceLock;
 
 /// How quantised weights meet their activations in matrix products.
@@ -122,6 +122,19 @@ pub fn dot_q8_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
         let wq = w.block(r * nb + b);
         let s: i32 = wq.iter().zip(&xq[b * QK..(b + 1) * QK]).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
         acc += w.scale(r * nb + b) * xd[b] * s as f32;
+    }
+    acc
+}
+
+/// Reference W8A8 dot of row r of a q8_0 `w` with activation row t of `xa`.
+pub fn dot_q8_0_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd) = xa.row(t);
+    let nb = xa.cols / QK;
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let (dw, wq) = q8_0_block(w.bytes(), r * nb + b);
+        let s: i32 = wq.iter().zip(&xq[b * QK..(b + 1) * QK]).map(|(&a, &c)| i32::from(a as i8) * i32::from(c)).sum();
+        acc += dw * xd[b] * s as f32;
     }
     acc
 }

@@ -3,7 +3,7 @@
 //! copied freely. Kernels trust its invariants and never re-parse it.
 
 use crate::format::blocks::{Layout, Q4, Q8, QK};
-use crate::format::DType;
+use crate::format::{DType, Packing};
 
 /// A row-major matrix as stored: `rows × cols` elements of `dtype`, laid out as the dtype's row
 /// of the format table says (`format::blocks` for the block types).
@@ -157,19 +157,23 @@ impl<'a> Mat<'a> {
     /// matrix: the first row of a group asks for all 8 rows' units, the others for nothing).
     fn span(&self, r: usize, k0: usize, k1: usize) -> (*const u8, usize) {
         let base = self.bytes.as_ptr();
-        if let Some(size) = self.dtype.float_size() {
-            let e = (r * self.cols + k0) * size as usize;
-            return (base.wrapping_add(e), (k1 - k0) * size as usize);
-        }
-        let bb = if self.dtype.encoding() == DType::Q8 { QK } else { QK / 2 };
+        let info = self.dtype.info();
+        let (block, block_bytes) = (info.block as usize, info.block_bytes as usize);
+        let first = (r * self.cols + k0) / block;
+        let quant_bytes = match info.packing {
+            Packing::Elements | Packing::Blocks => {
+                return (base.wrapping_add(first * block_bytes), (k1 - k0) / block * block_bytes)
+            }
+            Packing::Split { quant_bytes } => quant_bytes as usize,
+        };
         let group = self.dtype.row_group();
         match self.layout() {
             Layout::Interleaved { nb } if r % group == 0 => {
-                let unit = (r / group * nb + k0 / QK) * group * bb;
-                (base.wrapping_add(unit), (k1 - k0) / QK * group * bb)
+                let unit = (r / group * nb + k0 / QK) * group * quant_bytes;
+                (base.wrapping_add(unit), (k1 - k0) / QK * group * quant_bytes)
             }
             Layout::Interleaved { .. } => (base, 0),
-            Layout::Rows => (base.wrapping_add((r * self.cols + k0) * bb / QK), (k1 - k0) * bb / QK),
+            Layout::Rows => (base.wrapping_add(first * quant_bytes), (k1 - k0) / block * quant_bytes),
         }
     }
 }

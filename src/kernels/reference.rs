@@ -3,7 +3,7 @@
 
 use super::actq::{self, QuantizedActs};
 use super::mat::Mat;
-use crate::format::blocks::QK;
+use crate::format::blocks::{q8_0_block, QK};
 use crate::format::DType;
 
 /// bfloat16 bits → f32 (exact).
@@ -112,6 +112,18 @@ pub fn dot_q4(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     acc
 }
 
+/// Reference dot of row `r` of a q8_0 matrix with f32 activations, summed like `dot_q8`.
+pub fn dot_q8_0(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let (cols, bytes) = (w.cols(), w.bytes());
+    let mut acc = 0f32;
+    for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
+        let (d, qs) = q8_0_block(bytes, r * cols / QK + b);
+        let s: f32 = qs.iter().zip(xb).map(|(&q, &v)| f32::from(q as i8) * v).sum();
+        acc += d * s;
+    }
+    acc
+}
+
 /// Row `r` of a float matrix · x.
 fn dot_row_f32(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     let c = w.cols();
@@ -150,6 +162,7 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     RefKernels { dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
     RefKernels { dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
     RefKernels { dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
+    RefKernels { dot: dot_q8_0, dot_i8: Some(actq::dot_q8_0_i8) },
 ];
 
 /// The reference row of `dtype`.

@@ -7,7 +7,7 @@ use super::dispatch::{available_paths, table_for, Kernels};
 use super::gemm::{GEMM_MIN_ROWS, MC};
 use super::table::{CpuPath, Table, NR};
 use super::Mat;
-use crate::format::blocks::{self, QK};
+use crate::format::blocks::QK;
 use crate::format::DType;
 
 /// Largest error allowed for a float-weight product, relative to Σ|w·x| of the output: f32
@@ -50,9 +50,10 @@ impl Stored {
     fn new(rows: usize, cols: usize, seed: u64) -> Stored {
         let f = sample(rows * cols, seed);
         let quantisable = cols % QK == 0 && cols > 0;
-        let grouped = quantisable && rows % blocks::GROUP_ROWS == 0;
-        let block_dtypes =
-            [(DType::Q8, quantisable), (DType::Q4, quantisable), (DType::Q8R8, grouped), (DType::Q4R8, grouped)];
+        // Every block dtype of the table that fits the shape.
+        let fits = |d: DType| quantisable && rows % d.row_group() == 0;
+        let block_dtypes: Vec<(DType, bool)> =
+            DType::ALL.into_iter().filter(|d| d.is_quantized()).map(|d| (d, fits(d))).collect();
         Stored {
             rows,
             cols,
