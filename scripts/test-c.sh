@@ -6,7 +6,8 @@
 # plain     build c_examples/*.c with -std=c99 -Wall -Wextra -Werror -pedantic and run them,
 #           checking their outputs: greedy text/ids equal `target/release/colibri run --temp 0
 #           --ignore-eos` (and the argmax of `colibri logits`, and a statically linked build),
-#           streaming stops where it should, two threads equal one, routing traces equal
+#           streaming ends where it should and says why (token limit; a stop string, never
+#           printed, as `colibri run --stop`), two threads equal one, routing traces equal
 #           `colibri run --debug-routing`, sequences decoded together (colibri_infer_batch) equal
 #           each decoded alone, the MoE layer equals its scalar reference, and the HTTP
 #           server answers good and hostile requests with the documented JSON and status codes
@@ -57,6 +58,10 @@ cleanup() {
 trap cleanup EXIT
 
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# The ABI version has one definition, the header's; the library's SONAME is libcolibri.so.$ABI.
+ABI=$(sed -n 's/^#define COLIBRI_ABI_VERSION \([0-9][0-9]*\)$/\1/p' include/colibri.h)
+[ -n "$ABI" ] || fail "COLIBRI_ABI_VERSION not found in include/colibri.h"
+SO=libcolibri.so.$ABI
 # The system libraries of libcolibri.a: one list, in CMakeLists.txt (from rustc's native-static-libs).
 NATIVE_LIBS=$(sed -n 's/^set(COLIBRI_NATIVE_STATIC_LIBS \(.*\))$/\1/p' CMakeLists.txt | sed 's/\([^ ]*\)/-l\1/g')
 [ -n "$NATIVE_LIBS" ] || fail "COLIBRI_NATIVE_STATIC_LIBS not found in CMakeLists.txt"
@@ -71,8 +76,8 @@ M=$WORK/m.colibri
 "$COLIBRI" convert tests/fixtures/models/mixtral_gqa -o "$M" >"$WORK/convert.log" 2>&1 || fail "convert: $(cat "$WORK/convert.log")"
 # The library as an install lays it out: the file under its SONAME plus the development symlink.
 mkdir -p "$WORK/lib"
-cp "$REL/libcolibri.so" "$WORK/lib/libcolibri.so.0"
-ln -s libcolibri.so.0 "$WORK/lib/libcolibri.so"
+cp "$REL/libcolibri.so" "$WORK/lib/$SO"
+ln -s "$SO" "$WORK/lib/libcolibri.so"
 cp "$REL/libcolibri.a" "$WORK/lib/libcolibri.a"
 
 build_examples() { # OUT_DIR EXTRA_CFLAGS...
@@ -186,6 +191,41 @@ for seed in $(seq 0 60); do
     fi
 done
 [ -n "$EOS_SEED" ] || fail "no seed in 0..60 ends with EOS on the qwen2 fixture"
+
+# Stop strings: two characters from the middle of a greedy reference text, and that text cut
+# before their first occurrence (with the final newline `colibri run` prints): what a generation
+# asked to stop there must return, the stop string itself never part of it.
+cat >"$WORK/stopcut.py" <<'EOF'
+import sys
+ref, stop_out, cut_out = sys.argv[1:4]
+t = open(ref, encoding="utf-8").read()
+t = t[:-1] if t.endswith("\n") else t
+for i in range(len(t) // 2, len(t) - 1):
+    s = t[i:i + 2]
+    if all(c.isprintable() and c != "\ufffd" for c in s) and s.strip() == s:
+        break
+else:
+    sys.exit(f"no stop string candidate in {t!r}")
+open(stop_out, "w", encoding="utf-8").write(s)
+open(cut_out, "w", encoding="utf-8").write(t[:t.find(s)] + "\n")
+EOF
+"$COLIBRI" run -m "$Q" -p "Hello world" -n 8 --temp 0 --stop $'\n' >"$WORK/ref.stream.Q" 2>/dev/null
+python3 "$WORK/stopcut.py" "$WORK/ref.stream.Q" "$WORK/stream.stop" "$WORK/stream.cut.txt" || fail "no stop string for stream.c"
+STREAM_STOP=$(cat "$WORK/stream.stop")
+"$COLIBRI" run -m "$Q" -p "Hello world" -n 8 --temp 0 --stop "$STREAM_STOP" >"$WORK/ref.stream.stop" 2>/dev/null
+cmp -s "$WORK/ref.stream.stop" "$WORK/stream.cut.txt" || fail "colibri run --stop '$STREAM_STOP' does not cut the text there"
+
+# A sampled generation that ends at the first newline, its stop string (seed found with the CLI).
+NL_SEED=
+for seed in $(seq 0 40); do
+    "$COLIBRI" run -m "$Q" -p "Hello world" -n 200 --temp 1.5 --seed "$seed" --stop $'\n' \
+        >"$WORK/ref.nl.txt" 2>"$WORK/ref.nl.err"
+    if grep -q 'stop: StopString' "$WORK/ref.nl.err"; then
+        NL_SEED=$seed
+        break
+    fi
+done
+[ -n "$NL_SEED" ] || fail "colibri run never stopped at a newline with seeds 0..40"
 "$COLIBRI" run -m "$Q" -p Hello -n 12 --seed 5 >"$WORK/ref.sampled.txt" 2>"$WORK/ref.sampled.err"
 SAMPLED_FINISH=length
 grep -q 'stop: Eos' "$WORK/ref.sampled.err" && SAMPLED_FINISH=stop
@@ -199,17 +239,6 @@ cc "${STRICT[@]}" -O2 -I"$ROOT/include" c_examples/generate.c "$WORK/lib/libcoli
 readelf -d "$WORK/plain/generate_static" | grep -q 'libcolibri' && fail "generate_static depends on libcolibri.so"
 build_examples "$WORK/asan" -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 ok "${#EXAMPLES[@]} examples (+ static generate) compile warning-free, twice"
-
-# Streaming: a sampled run that the callback stops at a newline (seed found with the plain build).
-NL_SEED=
-for seed in $(seq 0 40); do
-    if "$WORK/plain/stream" "$Q" "Hello world" 200 1.5 "$seed" >/dev/null 2>"$WORK/nl.err" &&
-        grep -q 'stopped by newline' "$WORK/nl.err"; then
-        NL_SEED=$seed
-        break
-    fi
-done
-[ -n "$NL_SEED" ] || fail "stream.c never stopped at a newline with seeds 0..40"
 
 # ----------------------------------------------------------------------------------------------
 # One suite, run plainly, under sanitizers and under valgrind. RUN is the command prefix.
@@ -403,7 +432,7 @@ suite() { # MODE
     say "suite: $MODE"
 
     run_prog version
-    grep -q "^colibri $VERSION (ABI 0)$" "$WORK/out" || fail "[$MODE] version: $(cat "$WORK/out")"
+    grep -q "^colibri $VERSION (ABI $ABI)$" "$WORK/out" || fail "[$MODE] version: $(cat "$WORK/out")"
     ok "version"
 
     # generate.c == colibri run --temp 0 --ignore-eos (text), ids == static build == logits argmax.
@@ -430,19 +459,24 @@ suite() { # MODE
     done
     ok "generate: text == colibri run (2 models x 2 prompts)$([ "$MODE" = plain ] && echo '; ids == static build == logits argmax')"
 
-    # stream.c: stops at K tokens (greedy), and at a newline (sampled).
+    # stream.c: the library ends generation after K tokens (greedy), at the default stop string
+    # (a newline; sampled) and at a given one, and says why; a stop string is never printed.
     for model in Q M; do
         run_prog stream "${!model}" "Hello world" 8
-        grep -q 'stopped by token limit after 8 tokens' "$WORK/err" || fail "[$MODE] stream: $(cat "$WORK/err")"
-        "$COLIBRI" run -m "${!model}" -p "Hello world" -n 8 --temp 0 >"$WORK/ref.stream" 2>/dev/null
+        grep -q '^stream: finish_reason length after 8 tokens$' "$WORK/err" || fail "[$MODE] stream: $(cat "$WORK/err")"
+        "$COLIBRI" run -m "${!model}" -p "Hello world" -n 8 --temp 0 --stop $'\n' >"$WORK/ref.stream" 2>/dev/null
         same_file "$WORK/out" "$WORK/ref.stream" "stream $model (8 tokens) differs from colibri run -n 8"
     done
     run_prog stream "$Q" "Hello world" 200 1.5 "$NL_SEED"
-    grep -q 'stopped by newline' "$WORK/err" || fail "[$MODE] stream: no newline stop: $(cat "$WORK/err")"
-    n=$(sed -n 's/.* after \([0-9]*\) tokens$/\1/p' "$WORK/err")
-    "$COLIBRI" run -m "$Q" -p "Hello world" -n "$n" --temp 1.5 --seed "$NL_SEED" >"$WORK/ref.stream" 2>/dev/null
-    same_file "$WORK/out" "$WORK/ref.stream" "stream (newline stop after $n tokens) differs from colibri run -n $n"
-    ok "stream: callback stops after K tokens and at a newline; text == colibri run"
+    grep -q '^stream: finish_reason stop after [0-9]* tokens$' "$WORK/err" ||
+        fail "[$MODE] stream: no stop at the newline: $(cat "$WORK/err")"
+    [ "$(wc -l <"$WORK/out")" = 1 ] || fail "[$MODE] stream: the newline stop string was printed"
+    same_file "$WORK/out" "$WORK/ref.nl.txt" "stream (newline stop) differs from colibri run --stop"
+    run_prog stream "$Q" "Hello world" 8 0 0 "$STREAM_STOP"
+    grep -q '^stream: finish_reason stop after [0-9]* tokens$' "$WORK/err" ||
+        fail "[$MODE] stream: no stop at '$STREAM_STOP': $(cat "$WORK/err")"
+    same_file "$WORK/out" "$WORK/stream.cut.txt" "stream: stop string '$STREAM_STOP': not the text before it"
+    ok "stream: finish_reason length after K tokens; stop at a newline and at '$STREAM_STOP', not printed; == colibri run"
 
     # threads.c: both concurrent sessions equal the single-thread references.
     run_prog threads "$Q" 16 3
@@ -531,17 +565,17 @@ install_checks() {
     cmake -S "$ROOT" -B "$build" >"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log" >&2; fail "cmake configure"; }
     cmake --build "$build" >>"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log" >&2; fail "cmake --build"; }
     cmake --install "$build" --prefix "$prefix" >>"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log" >&2; fail "cmake --install"; }
-    for f in include/colibri.h lib/libcolibri.so.0 lib/libcolibri.a lib/pkgconfig/colibri.pc \
+    for f in include/colibri.h "lib/$SO" lib/libcolibri.a lib/pkgconfig/colibri.pc \
         lib/pkgconfig/colibri-static.pc lib/cmake/colibri/colibriConfig.cmake lib/cmake/colibri/colibriConfigVersion.cmake; do
         [ -f "$prefix/$f" ] && [ ! -L "$prefix/$f" ] || fail "install: $f missing (or a symlink)"
     done
-    [ "$(readlink "$prefix/lib/libcolibri.so")" = libcolibri.so.0 ] || fail "install: lib/libcolibri.so is not a symlink to libcolibri.so.0"
-    readelf -d "$prefix/lib/libcolibri.so.0" | grep -q 'SONAME.*\[libcolibri.so.0\]' || fail "install: SONAME"
+    [ "$(readlink "$prefix/lib/libcolibri.so")" = "$SO" ] || fail "install: lib/libcolibri.so is not a symlink to $SO"
+    readelf -d "$prefix/lib/$SO" | grep SONAME | grep -qF "[$SO]" || fail "install: the SONAME is not $SO"
     cmp -s "$prefix/include/colibri.h" include/colibri.h || fail "install: header differs"
     # Relocatable: everything must work from where the tree is moved to.
     mkdir -p "$(dirname "$moved")"
     mv "$prefix" "$moved"
-    ok "installed include/, lib/libcolibri.so.0 + symlink, lib/libcolibri.a, pkgconfig, cmake; tree moved"
+    ok "installed include/, lib/$SO + symlink, lib/libcolibri.a, pkgconfig, cmake; tree moved"
 
     export PKG_CONFIG_PATH=$moved/lib/pkgconfig
     pkg-config --exists colibri colibri-static || fail "pkg-config cannot find colibri"
@@ -564,7 +598,7 @@ install_checks() {
     # shellcheck disable=SC2046
     cc "${STRICT[@]}" c_examples/generate.c $(pkg-config --cflags --libs colibri) \
         -Wl,-rpath,"$(pkg-config --variable=libdir colibri)" -o "$out/gen_shared"
-    readelf -d "$out/gen_shared" | grep -q 'NEEDED.*\[libcolibri.so.0\]' || fail "install: shared build does not need libcolibri.so.0"
+    readelf -d "$out/gen_shared" | grep 'NEEDED' | grep -qF "[$SO]" || fail "install: shared build does not need $SO"
     check_generate "$out/gen_shared" "pkg-config shared"
     # shellcheck disable=SC2046
     cc "${STRICT[@]}" c_examples/generate.c $(pkg-config --cflags --libs colibri-static) -o "$out/gen_static"
@@ -572,7 +606,7 @@ install_checks() {
     check_generate "$out/gen_static" "pkg-config static (colibri-static.pc)"
     # A static-only prefix (a firmware sysroot): plain `pkg-config --static` picks the archive.
     cp -a "$moved" "$WORK/static-only"
-    rm "$WORK/static-only/lib/libcolibri.so" "$WORK/static-only/lib/libcolibri.so.0"
+    rm "$WORK/static-only/lib/libcolibri.so" "$WORK/static-only/lib/$SO"
     # shellcheck disable=SC2046
     cc "${STRICT[@]}" c_examples/generate.c $(PKG_CONFIG_PATH=$WORK/static-only/lib/pkgconfig pkg-config --cflags --static --libs colibri) \
         -o "$out/gen_static_only"
