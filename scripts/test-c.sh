@@ -9,9 +9,9 @@
 #           streaming ends where it should and says why (token limit; a stop string, never
 #           printed, as `colibri run --stop`), two threads equal one, routing traces equal
 #           `colibri run --debug-routing`, sequences decoded together (colibri_infer_batch) equal
-#           each decoded alone, the MoE layer equals its scalar reference, and the HTTP
+#           each decoded alone, the MoE layer equals its scalar reference, and the HTTP teaching
 #           server answers good and hostile requests with the documented JSON and status codes
-#           while staying up.
+#           (finish_reason from the library, stop strings included) while staying up.
 # asan      the same programs built with -fsanitize=address,undefined (leak detection on).
 # valgrind  the plain builds under valgrind (memcheck, leak check): no errors, nothing
 #           definitely or indirectly lost.
@@ -92,7 +92,8 @@ build_examples() { # OUT_DIR EXTRA_CFLAGS...
 
 # JSON assertions on a response body: key=value (a number, a word, a comma-separated id list
 # for "tokens", or @FILE: the file's text without its final newline, as `colibri run` prints it),
-# or error=PARAM|null for the documented error object.
+# or error=PARAM|null for the documented error object, or lacks=@FILE: the text does not contain
+# the file's text (a stop string).
 cat >"$WORK/jcheck.py" <<'EOF'
 import json, sys
 body = open(sys.argv[1], "rb").read()
@@ -102,6 +103,11 @@ except ValueError as e:
     sys.exit(f"not JSON ({e}): {body[:300]!r}")
 for spec in sys.argv[2:]:
     key, _, want = spec.partition("=")
+    if key == "lacks":
+        frag = open(want[1:], encoding="utf-8").read()
+        if not frag or frag in d.get("text", ""):
+            sys.exit(f"the text {d.get('text')!r} contains {frag!r}")
+        continue
     if key == "error":  # error=<param>|null : the documented error object
         e = d.get("error")
         ok = isinstance(e, dict) and isinstance(e.get("message"), str) and e.get("message") \
@@ -209,6 +215,9 @@ else:
 open(stop_out, "w", encoding="utf-8").write(s)
 open(cut_out, "w", encoding="utf-8").write(t[:t.find(s)] + "\n")
 EOF
+python3 "$WORK/stopcut.py" "$WORK/ref.Q.0.txt" "$WORK/http.stop" "$WORK/http.cut.txt" || fail "no stop string for HTTP"
+python3 -c 'import json, sys; sys.stdout.write(json.dumps({"prompt": "Hello", "max_tokens": 16, "temperature": 0,
+    "ignore_eos": True, "stop": open(sys.argv[1], encoding="utf-8").read()}))' "$WORK/http.stop" >"$WORK/http-stop.json"
 "$COLIBRI" run -m "$Q" -p "Hello world" -n 8 --temp 0 --stop $'\n' >"$WORK/ref.stream.Q" 2>/dev/null
 python3 "$WORK/stopcut.py" "$WORK/ref.stream.Q" "$WORK/stream.stop" "$WORK/stream.cut.txt" || fail "no stop string for stream.c"
 STREAM_STOP=$(cat "$WORK/stream.stop")
@@ -314,11 +323,16 @@ http_cases() {
     http zero-tokens 200 "tokens= completion_tokens=0 finish_reason=length text=" -- "${j[@]}" "$url" \
         -d '{"prompt": "Hello", "max_tokens": 0}'
     http unknown-fields 200 "completion_tokens=2" -- "${j[@]}" "$url" \
-        -d '{"x": {"a": [1, -2.5e3, true, false, null, "s\"\\\/\b\f\n\r\t\u00e9"]}, "prompt": "Hello", "max_tokens": 2, "stream": true, "seed": 18446744073709551615}'
+        -d '{"x": "s\"\\\/\b\f\n\r\t\u00e9", "y": -2.5e3, "z": true, "w": false, "v": null, "prompt": "Hello", "max_tokens": 2, "stream": true}'
+    http seed-max 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"prompt": "Hello", "max_tokens": 1, "seed": 18446744073709551615}'
+    http null-is-default 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"prompt": "Hello", "max_tokens": 1, "temperature": null, "stop": null}'
+    # A stop string ends the generation (finish_reason "stop") and is not in the text.
+    http stop-string 200 "text=@$WORK/http.cut.txt finish_reason=stop lacks=@$WORK/http.stop" -- "${j[@]}" "$url" \
+        --data-binary "@$WORK/http-stop.json"
     http unicode-prompt 200 "completion_tokens=3" -- "${j[@]}" "$url" \
         --data-binary '{"prompt": "caf\u00e9 \ud83d\ude00 \"q\" \u0000 — ü", "max_tokens": 3, "temperature": 0}'
     http query-string 200 "completion_tokens=1" -- "${j[@]}" "$url?verbose=1" -d '{"prompt": "Hello", "max_tokens": 1}'
-    http duplicate-key 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": "Hello", "prompt": "Hello", "max_tokens": 1}'
+    http duplicate-key-last-counts 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"max_tokens": 5, "prompt": "Hello", "max_tokens": 1}'
     http duplicate-unknown 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"n": 1, "n": 2, "prompt": "Hello", "max_tokens": 1}'
     # Routing and methods.
     http not-found 404 "error=null" -- "${j[@]}" "http://127.0.0.1:$PORT/nope" -d '{"prompt": "x"}'
@@ -341,18 +355,21 @@ http_cases() {
     http single-quotes 400 "error=null" -- "${j[@]}" "$url" -d "{'prompt': 'Hello'}"
     http bad-escape 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "a\qb"}'
     http lone-surrogate 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "a\ud800b"}'
-    http bad-number 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": 01}'
+    http bad-number 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": 1-2}'
+    http lone-minus 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": -}'
     http nan 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "temperature": NaN}'
-    http invalid-utf8 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/invalid-utf8.json"
+    http invalid-utf8 400 "error=prompt" -- "${j[@]}" "$url" --data-binary "@$WORK/invalid-utf8.json"
+    http stop-invalid-utf8 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/stop-invalid-utf8.json"
     http control-char 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/control-char.json"
     http nul-byte 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/nul-byte.json"
+    # A flat object only: nested values are refused, however deep.
     http deep-nesting 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/deep.json"
-    http nested-ok 200 "completion_tokens=1" -- "${j[@]}" "$url" --data-binary "@$WORK/nested-ok.json"
+    http nested 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/nested.json"
     # Fields of the wrong type or out of range.
     http missing-prompt 400 "error=prompt" -- "${j[@]}" "$url" -d '{"max_tokens": 3}'
     http prompt-number 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": 5}'
     http prompt-null 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": null}'
-    http prompt-array 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": ["Hello"]}'
+    http prompt-array 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": ["Hello"]}'
     http prompt-empty 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": ""}'
     http prompt-too-long 400 "error=prompt" -- "${j[@]}" "$url" --data-binary "@$WORK/long-prompt.json"
     http max-tokens-negative 400 "error=max_tokens" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": -1}'
@@ -377,6 +394,7 @@ http_cases() {
     http seed-fraction 400 "error=seed" -- "${j[@]}" "$url" -d '{"prompt": "x", "seed": 0.5}'
     http ignore-eos-number 400 "error=ignore_eos" -- "${j[@]}" "$url" -d '{"prompt": "x", "ignore_eos": 1}'
     http ignore-eos-string 400 "error=ignore_eos" -- "${j[@]}" "$url" -d '{"prompt": "x", "ignore_eos": "true"}'
+    http stop-number 400 "error=stop" -- "${j[@]}" "$url" -d '{"prompt": "x", "stop": 5}'
     # Framing and size.
     http huge-body 413 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/huge.json"
     http chunked 400 "error=null" -- "${j[@]}" -H 'Transfer-Encoding: chunked' "$url" -d '{"prompt": "Hello"}'
@@ -386,6 +404,7 @@ http_cases() {
     raw length-conflict 400 'POST /generate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}'
     raw no-length 400 'POST /generate HTTP/1.1\r\nHost: x\r\n\r\n'
     raw header-too-large 431 "GET /generate HTTP/1.1\r\nX-Big: $(head -c 20000 /dev/zero | tr '\0' a)\r\n\r\n"
+    # Header lines the server does not read are ignored; these requests then lack a Content-Length.
     raw header-no-colon 400 'POST /generate HTTP/1.1\r\nthis is not a header\r\n\r\n'
     raw header-folding 400 'POST /generate HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n'
     raw bad-version 400 'POST /generate HTTP/9.9\r\n\r\n'
@@ -403,10 +422,11 @@ http_cases() {
 
 http_test_files() {
     printf '{"prompt": "a\xffb"}' >"$WORK/invalid-utf8.json"
+    printf '{"prompt": "Hello", "stop": "a\xffb"}' >"$WORK/stop-invalid-utf8.json"
     printf '{"prompt": "a\tb"}' >"$WORK/control-char.json"
     printf '{"prompt": "a\x00b"}' >"$WORK/nul-byte.json"
-    python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"x\", \"a\": " + "[" * 100000 + "]" * 100000 + "}")' >"$WORK/deep.json"
-    python3 -c 'import sys; sys.stdout.write("{\"a\": " + "[{\"b\": " * 30 + "1" + "}]" * 30 + ", \"prompt\": \"Hello\", \"max_tokens\": 1}")' >"$WORK/nested-ok.json"
+    python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"x\", \"a\": " + "[" * 20000 + "]" * 20000 + "}")' >"$WORK/deep.json"
+    python3 -c 'import sys; sys.stdout.write("{\"a\": " + "[{\"b\": " * 30 + "1" + "}]" * 30 + ", \"prompt\": \"Hello\", \"max_tokens\": 1}")' >"$WORK/nested.json"
     python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"" + "word " * 300 + "\"}")' >"$WORK/long-prompt.json"
     python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"" + "a" * (2 << 20) + "\"}")' >"$WORK/huge.json"
 }
@@ -543,7 +563,7 @@ suite() { # MODE
         cat "$WORK/srv.err" >&2
         fail "[$MODE] http_server: sanitizer report"
     fi
-    ok "http_server: $n_cases connections (good, hostile, malformed, oversized) answered as documented; clean exit"
+    ok "http_server: $n_cases connections (good, stop string, hostile, malformed, oversized) answered as documented; clean exit"
 
     if [ "$MODE" = valgrind ]; then
         local logs=("$WORK"/valgrind.*.log)
