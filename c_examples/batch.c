@@ -88,10 +88,11 @@ int main(int argc, char **argv) {
     colibri_model *model = NULL;
     colibri_model_info info;
     colibri_session **sessions = NULL;
-    colibri_sampler_params sp;
+    colibri_generate_params gp;
+    colibri_generate_result res;
     int32_t **prompts = NULL, *ids = NULL, *ref = NULL;
     const int32_t **feed = NULL;
-    size_t *n_prompt = NULL, *n_feed = NULL, n_seq, vocab, i, t, n_ref = 0;
+    size_t *n_prompt = NULL, *n_feed = NULL, n_seq, vocab, i, t;
     float *logits = NULL;
     colibri_status st;
     long n_predict;
@@ -160,10 +161,10 @@ int main(int argc, char **argv) {
         }
     }
 
-    colibri_sampler_params_init(&sp);
-    sp.temperature = 0.0f;
-    sp.ignore_eos = 1;
-    sp.max_tokens = (int32_t)n_predict;
+    colibri_generate_params_init(&gp);
+    gp.temperature = 0.0f;
+    gp.ignore_eos = 1;
+    gp.max_tokens = (int32_t)n_predict;
     for (i = 0; i < n_seq; i++) {
         const int32_t *mine = ids + i * (size_t)n_predict;
         printf("[%lu] prompt:", (unsigned long)i);
@@ -176,13 +177,14 @@ int main(int argc, char **argv) {
             goto done;
         }
         /* The reference: the same prompt alone, through colibri_generate on a fresh session. */
+        colibri_generate_result_init(&res);
         if ((st = colibri_session_reset(sessions[i])) != COLIBRI_STATUS_OK ||
-            (st = colibri_generate(sessions[i], prompts[i], n_prompt[i], &sp, NULL, NULL, ref, (size_t)n_predict,
-                                   &n_ref)) != COLIBRI_STATUS_OK) {
+            (st = colibri_generate(sessions[i], prompts[i], n_prompt[i], &gp, NULL, NULL, ref, (size_t)n_predict,
+                                   &res)) != COLIBRI_STATUS_OK) {
             report("colibri_generate", st);
             goto done;
         }
-        if (n_ref != (size_t)n_predict || memcmp(ref, mine, (size_t)n_predict * sizeof *ref) != 0) {
+        if (res.n_tokens != (size_t)n_predict || memcmp(ref, mine, (size_t)n_predict * sizeof *ref) != 0) {
             fprintf(stderr, "batch: sequence %lu differs from colibri_generate on its own\n", (unsigned long)i);
             goto done;
         }

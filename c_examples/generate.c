@@ -1,6 +1,7 @@
 /*
  * Greedy generation through the C API: open a model, tokenize a prompt, generate N tokens with
- * temperature 0 (end-of-sequence ignored), print the ids and the text.
+ * temperature 0 (end-of-sequence ignored), print the ids and the text. colibri_generate_result
+ * says how many tokens came and why generation ended (fewer than N: the context filled up).
  *
  *   generate MODEL.colibri PROMPT N
  *
@@ -86,9 +87,10 @@ static colibri_status tokenize(const colibri_model *model, const char *text, int
 int main(int argc, char **argv) {
     colibri_model *model = NULL;
     colibri_session *session = NULL;
-    colibri_sampler_params sp;
+    colibri_generate_params gp;
+    colibri_generate_result res;
     int32_t *prompt = NULL, *out = NULL;
-    size_t n_prompt = 0, n_out = 0, i;
+    size_t n_prompt = 0, i;
     text_buf text = {NULL, 0, 0, 0};
     colibri_status st;
     long n_predict;
@@ -119,16 +121,17 @@ int main(int argc, char **argv) {
         goto done;
     }
 
-    colibri_sampler_params_init(&sp);
-    sp.temperature = 0.0f;
-    sp.ignore_eos = 1;
-    sp.max_tokens = (int32_t)n_predict;
+    colibri_generate_params_init(&gp);
+    gp.temperature = 0.0f;
+    gp.ignore_eos = 1;
+    gp.max_tokens = (int32_t)n_predict;
     out = (int32_t *)malloc(((size_t)n_predict + 1) * sizeof *out);
     if (out == NULL) {
         fprintf(stderr, "generate: out of memory\n");
         goto done;
     }
-    st = colibri_generate(session, prompt, n_prompt, &sp, on_token, &text, out, (size_t)n_predict, &n_out);
+    colibri_generate_result_init(&res);
+    st = colibri_generate(session, prompt, n_prompt, &gp, on_token, &text, out, (size_t)n_predict, &res);
     if (st != COLIBRI_STATUS_OK) {
         report("colibri_generate", st);
         goto done;
@@ -137,16 +140,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "generate: out of memory\n");
         goto done;
     }
-    if (n_out > (size_t)n_predict) {
-        fprintf(stderr, "generate: the library reported %lu tokens for a buffer of %ld\n", (unsigned long)n_out,
+    if (res.n_tokens > (size_t)n_predict) {
+        fprintf(stderr, "generate: the library reported %lu tokens for a buffer of %ld\n", (unsigned long)res.n_tokens,
                 n_predict);
         goto done;
     }
+    if (res.finish_reason == COLIBRI_FINISH_CONTEXT_FULL)
+        fprintf(stderr, "generate: the context filled up after %lu tokens\n", (unsigned long)res.n_tokens);
 
     printf("prompt:");
     for (i = 0; i < n_prompt; i++) printf(" %ld", (long)prompt[i]);
     printf("\nids:");
-    for (i = 0; i < n_out; i++) printf(" %ld", (long)out[i]);
+    for (i = 0; i < res.n_tokens; i++) printf(" %ld", (long)out[i]);
     printf("\n");
     if (text.len > 0) fwrite(text.data, 1, text.len, stdout);
     printf("\n");

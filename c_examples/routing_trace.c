@@ -1,7 +1,8 @@
 /*
  * Routing trace: which experts every MoE layer chose for every token, through the session's
  * route callback, first with the model's own top-k routing and then with Gumbel routing
- * (colibri_session_set_routing: mode 1, a seed, a different number of experts per token).
+ * (colibri_session_set_routing: COLIBRI_ROUTING_GUMBEL, a routing seed, a different number of
+ * experts per token).
  *
  *   routing_trace MODEL.colibri PROMPT N [SEED [MOE_TOP_K]]     (defaults: SEED 7, MOE_TOP_K 1)
  *
@@ -150,8 +151,8 @@ int main(int argc, char **argv) {
     float *logits = NULL;
     trace topk = {NULL, 0, 0, 0, 0, 0, 1}, g1 = {NULL, 0, 0, 0, 0, 0, 1}, g2 = {NULL, 0, 0, 0, 0, 0, 0};
     trace gen = {NULL, 0, 0, 0, 0, 0, 0};
-    colibri_sampler_params sp;
-    size_t n_generated = 0;
+    colibri_generate_params gp;
+    colibri_generate_result res;
     long n, seed = 7, moe_top_k = 1;
     int rc = 1;
 
@@ -218,13 +219,15 @@ int main(int argc, char **argv) {
         report("colibri_session_reset", st);
         goto done;
     }
-    if ((st = colibri_session_set_routing(session, 1, (uint64_t)seed, (int32_t)moe_top_k)) != COLIBRI_STATUS_OK) {
+    if ((st = colibri_session_set_routing(session, COLIBRI_ROUTING_GUMBEL, (uint64_t)seed, (int32_t)moe_top_k)) !=
+        COLIBRI_STATUS_OK) {
         report("colibri_session_set_routing", st);
         goto done;
     }
     if (!greedy(session, prompt, n_prompt, n, ids, logits, info.vocab_size, &g1)) goto done;
     if ((st = colibri_session_reset(session)) != COLIBRI_STATUS_OK ||
-        (st = colibri_session_set_routing(session, 1, (uint64_t)seed, (int32_t)moe_top_k)) != COLIBRI_STATUS_OK) {
+        (st = colibri_session_set_routing(session, COLIBRI_ROUTING_GUMBEL, (uint64_t)seed, (int32_t)moe_top_k)) !=
+            COLIBRI_STATUS_OK) {
         report("colibri_session_reset / set_routing", st);
         goto done;
     }
@@ -242,15 +245,15 @@ int main(int argc, char **argv) {
     /* 3. colibri_generate reports the same records (all at once, after generating). */
     gen.n_experts = (int32_t)info.n_experts;
     gen.want_k = (int32_t)info.top_k;
-    colibri_sampler_params_init(&sp);
-    sp.temperature = 0.0f;
-    sp.ignore_eos = 1;
-    sp.max_tokens = (int32_t)n;
+    colibri_generate_params_init(&gp);
+    gp.temperature = 0.0f;
+    gp.ignore_eos = 1;
+    gp.max_tokens = (int32_t)n;
+    colibri_generate_result_init(&res);
     if ((st = colibri_session_reset(session)) != COLIBRI_STATUS_OK ||
-        (st = colibri_session_set_routing(session, 0, 0, 0)) != COLIBRI_STATUS_OK ||
+        (st = colibri_session_set_routing(session, COLIBRI_ROUTING_TOPK, 0, 0)) != COLIBRI_STATUS_OK ||
         (st = colibri_session_set_route_callback(session, on_route, &gen)) != COLIBRI_STATUS_OK ||
-        (st = colibri_generate(session, prompt, n_prompt, &sp, NULL, NULL, NULL, 0, &n_generated)) !=
-            COLIBRI_STATUS_OK ||
+        (st = colibri_generate(session, prompt, n_prompt, &gp, NULL, NULL, NULL, 0, &res)) != COLIBRI_STATUS_OK ||
         (st = colibri_session_set_route_callback(session, NULL, NULL)) != COLIBRI_STATUS_OK) {
         report("colibri_generate with a route callback", st);
         goto done;
@@ -259,7 +262,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "routing_trace: colibri_generate reported other routing records than colibri_infer\n");
         goto done;
     }
-    printf("== colibri_generate: the same %lu tokens' routing as the colibri_infer loop\n", (unsigned long)n_generated);
+    printf("== colibri_generate: the same %lu tokens' routing as the colibri_infer loop\n", (unsigned long)res.n_tokens);
     rc = 0;
 
 done:

@@ -1,13 +1,16 @@
 /*
- * Streaming: print each piece of text as soon as the library produces it, and stop from the
- * callback (by returning non-zero) after the first newline or after K tokens, whichever comes
- * first.
+ * Streaming with stop strings: print each piece of text as soon as the library produces it, and
+ * let the library end generation at a stop string (never printed), after K tokens, or at an
+ * end-of-sequence token; then print why it ended (colibri_generate_result.finish_reason). The
+ * callback only prints; it stops generation (returns non-zero) when stdout fails.
  *
- *   stream MODEL.colibri PROMPT K [TEMPERATURE [SEED]]      (TEMPERATURE defaults to 0: greedy)
+ *   stream MODEL.colibri PROMPT K [TEMPERATURE [SEED [STOP...]]]
  *
+ * TEMPERATURE defaults to 0 (greedy), SEED to 0, the stop strings to one newline ("\n").
  * stdout: the streamed text followed by one newline (so it reads like `colibri run`).
- * stderr: "stream: stopped by <reason> after N tokens".
- * `colibri run -m MODEL -p PROMPT -n N --temp TEMPERATURE --seed SEED` prints the same text.
+ * stderr: "stream: finish_reason <length|stop|eos|context_full|callback> after N tokens".
+ * `colibri run -m MODEL -p PROMPT -n K --temp TEMPERATURE --seed SEED --stop STOP...` prints the
+ * same text.
  */
 #include <colibri.h>
 #include <errno.h>
@@ -15,32 +18,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    long limit;          /* stop after this many tokens */
-    long tokens;         /* tokens seen so far */
-    const char *reason;  /* why the callback stopped, NULL while it has not */
-    int write_failed;
-} stream_state;
-
+/* Print a piece of text; userdata: an int set to 1 when stdout fails. */
 static int32_t on_token(void *userdata, int32_t token, const char *text, size_t text_len) {
-    stream_state *s = (stream_state *)userdata;
-    if (text_len > 0) {
-        if (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0) {
-            s->write_failed = 1;
-            return 1;
-        }
-    }
-    if (token < 0) return 0; /* the final flush of held-back text: nothing to decide */
-    s->tokens++;
-    if (text_len > 0 && memchr(text, '\n', text_len) != NULL) {
-        s->reason = "newline";
-        return 1;
-    }
-    if (s->tokens >= s->limit) {
-        s->reason = "token limit";
-        return 1;
+    (void)token; /* -1 for a last flush of held-back text */
+    if (text_len > 0 && (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0)) {
+        *(int *)userdata = 1;
+        return 1; /* stop generating: COLIBRI_FINISH_CALLBACK */
     }
     return 0;
+}
+
+/* The name of a finish reason (as `colibri run` prints it). */
+static const char *finish_name(colibri_finish_reason r) {
+    switch (r) {
+    case COLIBRI_FINISH_LENGTH: return "length";
+    case COLIBRI_FINISH_STOP: return "stop";
+    case COLIBRI_FINISH_EOS: return "eos";
+    case COLIBRI_FINISH_CONTEXT_FULL: return "context_full";
+    case COLIBRI_FINISH_CALLBACK: return "callback";
+    default: return "unknown";
+    }
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -56,17 +53,19 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
 int main(int argc, char **argv) {
     colibri_model *model = NULL;
     colibri_session *session = NULL;
-    colibri_sampler_params sp;
-    stream_state state = {0, 0, NULL, 0};
+    colibri_generate_params gp;
+    colibri_generate_result res;
+    static const char *const newline[] = {"\n"};
     int32_t *prompt = NULL;
-    size_t n_prompt = 0, n_generated = 0;
+    size_t n_prompt = 0;
     colibri_status st;
     long k, seed = 0;
     double temperature = 0.0;
-    int rc = 1;
+    int rc = 1, write_failed = 0;
 
-    if (argc < 4 || argc > 6 || !parse_long(argv[3], 1, 100000, &k)) {
-        fprintf(stderr, "usage: %s MODEL.colibri PROMPT K [TEMPERATURE [SEED]]   (1 <= K <= 100000)\n", argv[0]);
+    if (argc < 4 || !parse_long(argv[3], 1, 100000, &k)) {
+        fprintf(stderr, "usage: %s MODEL.colibri PROMPT K [TEMPERATURE [SEED [STOP...]]]   (1 <= K <= 100000)\n",
+                argv[0]);
         return 2;
     }
     if (argc >= 5) {
@@ -77,11 +76,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (argc == 6 && !parse_long(argv[5], 0, 2147483647L, &seed)) {
+    if (argc >= 6 && !parse_long(argv[5], 0, 2147483647L, &seed)) {
         fprintf(stderr, "stream: SEED must be an integer in [0, 2^31)\n");
         return 2;
     }
-    state.limit = k;
 
     if ((st = colibri_model_open(argv[1], NULL, &model)) != COLIBRI_STATUS_OK) {
         fprintf(stderr, "stream: colibri_model_open: %s: %s\n", colibri_status_str(st), colibri_last_error_message());
@@ -111,23 +109,27 @@ int main(int argc, char **argv) {
         goto done;
     }
 
-    colibri_sampler_params_init(&sp); /* top_k 40, top_p 0.95, min_p 0.05: as `colibri run` */
-    sp.temperature = (float)temperature;
-    sp.seed = (uint64_t)seed;
-    sp.max_tokens = 100000; /* the callback decides when to stop */
-    st = colibri_generate(session, prompt, n_prompt, &sp, on_token, &state, NULL, 0, &n_generated);
+    colibri_generate_params_init(&gp); /* top_k 40, top_p 0.95, min_p 0.05: as `colibri run` */
+    gp.temperature = (float)temperature;
+    gp.seed = (uint64_t)seed;
+    gp.max_tokens = (int32_t)k;
+    /* The stop strings: the command line's (read during the call only), else a newline. */
+    gp.stop = argc > 6 ? (const char *const *)(argv + 6) : newline;
+    gp.n_stop = argc > 6 ? (size_t)(argc - 6) : 1;
+    colibri_generate_result_init(&res);
+    st = colibri_generate(session, prompt, n_prompt, &gp, on_token, &write_failed, NULL, 0, &res);
     if (st != COLIBRI_STATUS_OK) {
         fprintf(stderr, "\nstream: colibri_generate: %s: %s\n", colibri_status_str(st), colibri_last_error_message());
         goto done;
     }
-    if (state.write_failed) {
+    if (write_failed) {
         fprintf(stderr, "\nstream: cannot write to stdout\n");
         goto done;
     }
     printf("\n");
     if (fflush(stdout) != 0) goto done;
-    fprintf(stderr, "stream: stopped by %s after %ld tokens\n", state.reason ? state.reason : "end of sequence or context",
-            state.tokens);
+    fprintf(stderr, "stream: finish_reason %s after %lu tokens\n", finish_name(res.finish_reason),
+            (unsigned long)res.n_tokens);
     rc = 0;
 
 done:

@@ -42,7 +42,8 @@ static void fail(job *j, const char *what, colibri_status st) {
 /* Greedy generation of j->n_predict tokens for j->prompt on a fresh session. */
 static int generate(job *j, int32_t *out, size_t *n_out) {
     colibri_session *session = NULL;
-    colibri_sampler_params sp;
+    colibri_generate_params gp;
+    colibri_generate_result res;
     int32_t prompt[512];
     size_t n_prompt = 0;
     colibri_status st;
@@ -58,15 +59,17 @@ static int generate(job *j, int32_t *out, size_t *n_out) {
         fail(j, "colibri_tokenize", st);
         goto done;
     }
-    colibri_sampler_params_init(&sp);
-    sp.temperature = 0.0f;
-    sp.ignore_eos = 1;
-    sp.max_tokens = j->n_predict;
-    st = colibri_generate(session, prompt, n_prompt, &sp, NULL, NULL, out, (size_t)j->n_predict, n_out);
+    colibri_generate_params_init(&gp);
+    gp.temperature = 0.0f;
+    gp.ignore_eos = 1;
+    gp.max_tokens = j->n_predict;
+    colibri_generate_result_init(&res);
+    st = colibri_generate(session, prompt, n_prompt, &gp, NULL, NULL, out, (size_t)j->n_predict, &res);
     if (st != COLIBRI_STATUS_OK) {
         fail(j, "colibri_generate", st);
         goto done;
     }
+    *n_out = res.n_tokens;
     ok = 1;
 done:
     colibri_session_free(session);

@@ -6,11 +6,12 @@
 # plain     build c_examples/*.c with -std=c99 -Wall -Wextra -Werror -pedantic and run them,
 #           checking their outputs: greedy text/ids equal `target/release/colibri run --temp 0
 #           --ignore-eos` (and the argmax of `colibri logits`, and a statically linked build),
-#           streaming stops where it should, two threads equal one, routing traces equal
+#           streaming ends where it should and says why (token limit; a stop string, never
+#           printed, as `colibri run --stop`), two threads equal one, routing traces equal
 #           `colibri run --debug-routing`, sequences decoded together (colibri_infer_batch) equal
-#           each decoded alone, the MoE layer equals its scalar reference, and the HTTP
+#           each decoded alone, the MoE layer equals its scalar reference, and the HTTP teaching
 #           server answers good and hostile requests with the documented JSON and status codes
-#           while staying up.
+#           (finish_reason from the library, stop strings included) while staying up.
 # asan      the same programs built with -fsanitize=address,undefined (leak detection on).
 # valgrind  the plain builds under valgrind (memcheck, leak check): no errors, nothing
 #           definitely or indirectly lost.
@@ -57,6 +58,10 @@ cleanup() {
 trap cleanup EXIT
 
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# The ABI version has one definition, the header's; the library's SONAME is libcolibri.so.$ABI.
+ABI=$(sed -n 's/^#define COLIBRI_ABI_VERSION \([0-9][0-9]*\)$/\1/p' include/colibri.h)
+[ -n "$ABI" ] || fail "COLIBRI_ABI_VERSION not found in include/colibri.h"
+SO=libcolibri.so.$ABI
 # The system libraries of libcolibri.a: one list, in CMakeLists.txt (from rustc's native-static-libs).
 NATIVE_LIBS=$(sed -n 's/^set(COLIBRI_NATIVE_STATIC_LIBS \(.*\))$/\1/p' CMakeLists.txt | sed 's/\([^ ]*\)/-l\1/g')
 [ -n "$NATIVE_LIBS" ] || fail "COLIBRI_NATIVE_STATIC_LIBS not found in CMakeLists.txt"
@@ -71,8 +76,8 @@ M=$WORK/m.colibri
 "$COLIBRI" convert tests/fixtures/models/mixtral_gqa -o "$M" >"$WORK/convert.log" 2>&1 || fail "convert: $(cat "$WORK/convert.log")"
 # The library as an install lays it out: the file under its SONAME plus the development symlink.
 mkdir -p "$WORK/lib"
-cp "$REL/libcolibri.so" "$WORK/lib/libcolibri.so.0"
-ln -s libcolibri.so.0 "$WORK/lib/libcolibri.so"
+cp "$REL/libcolibri.so" "$WORK/lib/$SO"
+ln -s "$SO" "$WORK/lib/libcolibri.so"
 cp "$REL/libcolibri.a" "$WORK/lib/libcolibri.a"
 
 build_examples() { # OUT_DIR EXTRA_CFLAGS...
@@ -87,7 +92,8 @@ build_examples() { # OUT_DIR EXTRA_CFLAGS...
 
 # JSON assertions on a response body: key=value (a number, a word, a comma-separated id list
 # for "tokens", or @FILE: the file's text without its final newline, as `colibri run` prints it),
-# or error=PARAM|null for the documented error object.
+# or error=PARAM|null for the documented error object, or lacks=@FILE: the text does not contain
+# the file's text (a stop string).
 cat >"$WORK/jcheck.py" <<'EOF'
 import json, sys
 body = open(sys.argv[1], "rb").read()
@@ -97,6 +103,11 @@ except ValueError as e:
     sys.exit(f"not JSON ({e}): {body[:300]!r}")
 for spec in sys.argv[2:]:
     key, _, want = spec.partition("=")
+    if key == "lacks":
+        frag = open(want[1:], encoding="utf-8").read()
+        if not frag or frag in d.get("text", ""):
+            sys.exit(f"the text {d.get('text')!r} contains {frag!r}")
+        continue
     if key == "error":  # error=<param>|null : the documented error object
         e = d.get("error")
         ok = isinstance(e, dict) and isinstance(e.get("message"), str) and e.get("message") \
@@ -186,6 +197,44 @@ for seed in $(seq 0 60); do
     fi
 done
 [ -n "$EOS_SEED" ] || fail "no seed in 0..60 ends with EOS on the qwen2 fixture"
+
+# Stop strings: two characters from the middle of a greedy reference text, and that text cut
+# before their first occurrence (with the final newline `colibri run` prints): what a generation
+# asked to stop there must return, the stop string itself never part of it.
+cat >"$WORK/stopcut.py" <<'EOF'
+import sys
+ref, stop_out, cut_out = sys.argv[1:4]
+t = open(ref, encoding="utf-8").read()
+t = t[:-1] if t.endswith("\n") else t
+for i in range(len(t) // 2, len(t) - 1):
+    s = t[i:i + 2]
+    if all(c.isprintable() and c != "\ufffd" for c in s) and s.strip() == s:
+        break
+else:
+    sys.exit(f"no stop string candidate in {t!r}")
+open(stop_out, "w", encoding="utf-8").write(s)
+open(cut_out, "w", encoding="utf-8").write(t[:t.find(s)] + "\n")
+EOF
+python3 "$WORK/stopcut.py" "$WORK/ref.Q.0.txt" "$WORK/http.stop" "$WORK/http.cut.txt" || fail "no stop string for HTTP"
+python3 -c 'import json, sys; sys.stdout.write(json.dumps({"prompt": "Hello", "max_tokens": 16, "temperature": 0,
+    "ignore_eos": True, "stop": open(sys.argv[1], encoding="utf-8").read()}))' "$WORK/http.stop" >"$WORK/http-stop.json"
+"$COLIBRI" run -m "$Q" -p "Hello world" -n 8 --temp 0 --stop $'\n' >"$WORK/ref.stream.Q" 2>/dev/null
+python3 "$WORK/stopcut.py" "$WORK/ref.stream.Q" "$WORK/stream.stop" "$WORK/stream.cut.txt" || fail "no stop string for stream.c"
+STREAM_STOP=$(cat "$WORK/stream.stop")
+"$COLIBRI" run -m "$Q" -p "Hello world" -n 8 --temp 0 --stop "$STREAM_STOP" >"$WORK/ref.stream.stop" 2>/dev/null
+cmp -s "$WORK/ref.stream.stop" "$WORK/stream.cut.txt" || fail "colibri run --stop '$STREAM_STOP' does not cut the text there"
+
+# A sampled generation that ends at the first newline, its stop string (seed found with the CLI).
+NL_SEED=
+for seed in $(seq 0 40); do
+    "$COLIBRI" run -m "$Q" -p "Hello world" -n 200 --temp 1.5 --seed "$seed" --stop $'\n' \
+        >"$WORK/ref.nl.txt" 2>"$WORK/ref.nl.err"
+    if grep -q 'stop: StopString' "$WORK/ref.nl.err"; then
+        NL_SEED=$seed
+        break
+    fi
+done
+[ -n "$NL_SEED" ] || fail "colibri run never stopped at a newline with seeds 0..40"
 "$COLIBRI" run -m "$Q" -p Hello -n 12 --seed 5 >"$WORK/ref.sampled.txt" 2>"$WORK/ref.sampled.err"
 SAMPLED_FINISH=length
 grep -q 'stop: Eos' "$WORK/ref.sampled.err" && SAMPLED_FINISH=stop
@@ -199,17 +248,6 @@ cc "${STRICT[@]}" -O2 -I"$ROOT/include" c_examples/generate.c "$WORK/lib/libcoli
 readelf -d "$WORK/plain/generate_static" | grep -q 'libcolibri' && fail "generate_static depends on libcolibri.so"
 build_examples "$WORK/asan" -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 ok "${#EXAMPLES[@]} examples (+ static generate) compile warning-free, twice"
-
-# Streaming: a sampled run that the callback stops at a newline (seed found with the plain build).
-NL_SEED=
-for seed in $(seq 0 40); do
-    if "$WORK/plain/stream" "$Q" "Hello world" 200 1.5 "$seed" >/dev/null 2>"$WORK/nl.err" &&
-        grep -q 'stopped by newline' "$WORK/nl.err"; then
-        NL_SEED=$seed
-        break
-    fi
-done
-[ -n "$NL_SEED" ] || fail "stream.c never stopped at a newline with seeds 0..40"
 
 # ----------------------------------------------------------------------------------------------
 # One suite, run plainly, under sanitizers and under valgrind. RUN is the command prefix.
@@ -285,11 +323,16 @@ http_cases() {
     http zero-tokens 200 "tokens= completion_tokens=0 finish_reason=length text=" -- "${j[@]}" "$url" \
         -d '{"prompt": "Hello", "max_tokens": 0}'
     http unknown-fields 200 "completion_tokens=2" -- "${j[@]}" "$url" \
-        -d '{"x": {"a": [1, -2.5e3, true, false, null, "s\"\\\/\b\f\n\r\t\u00e9"]}, "prompt": "Hello", "max_tokens": 2, "stream": true, "seed": 18446744073709551615}'
+        -d '{"x": "s\"\\\/\b\f\n\r\t\u00e9", "y": -2.5e3, "z": true, "w": false, "v": null, "prompt": "Hello", "max_tokens": 2, "stream": true}'
+    http seed-max 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"prompt": "Hello", "max_tokens": 1, "seed": 18446744073709551615}'
+    http null-is-default 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"prompt": "Hello", "max_tokens": 1, "temperature": null, "stop": null}'
+    # A stop string ends the generation (finish_reason "stop") and is not in the text.
+    http stop-string 200 "text=@$WORK/http.cut.txt finish_reason=stop lacks=@$WORK/http.stop" -- "${j[@]}" "$url" \
+        --data-binary "@$WORK/http-stop.json"
     http unicode-prompt 200 "completion_tokens=3" -- "${j[@]}" "$url" \
         --data-binary '{"prompt": "caf\u00e9 \ud83d\ude00 \"q\" \u0000 — ü", "max_tokens": 3, "temperature": 0}'
     http query-string 200 "completion_tokens=1" -- "${j[@]}" "$url?verbose=1" -d '{"prompt": "Hello", "max_tokens": 1}'
-    http duplicate-key 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": "Hello", "prompt": "Hello", "max_tokens": 1}'
+    http duplicate-key-last-counts 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"max_tokens": 5, "prompt": "Hello", "max_tokens": 1}'
     http duplicate-unknown 200 "completion_tokens=1" -- "${j[@]}" "$url" -d '{"n": 1, "n": 2, "prompt": "Hello", "max_tokens": 1}'
     # Routing and methods.
     http not-found 404 "error=null" -- "${j[@]}" "http://127.0.0.1:$PORT/nope" -d '{"prompt": "x"}'
@@ -312,18 +355,21 @@ http_cases() {
     http single-quotes 400 "error=null" -- "${j[@]}" "$url" -d "{'prompt': 'Hello'}"
     http bad-escape 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "a\qb"}'
     http lone-surrogate 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "a\ud800b"}'
-    http bad-number 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": 01}'
+    http bad-number 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": 1-2}'
+    http lone-minus 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": -}'
     http nan 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": "x", "temperature": NaN}'
-    http invalid-utf8 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/invalid-utf8.json"
+    http invalid-utf8 400 "error=prompt" -- "${j[@]}" "$url" --data-binary "@$WORK/invalid-utf8.json"
+    http stop-invalid-utf8 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/stop-invalid-utf8.json"
     http control-char 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/control-char.json"
     http nul-byte 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/nul-byte.json"
+    # A flat object only: nested values are refused, however deep.
     http deep-nesting 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/deep.json"
-    http nested-ok 200 "completion_tokens=1" -- "${j[@]}" "$url" --data-binary "@$WORK/nested-ok.json"
+    http nested 400 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/nested.json"
     # Fields of the wrong type or out of range.
     http missing-prompt 400 "error=prompt" -- "${j[@]}" "$url" -d '{"max_tokens": 3}'
     http prompt-number 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": 5}'
     http prompt-null 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": null}'
-    http prompt-array 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": ["Hello"]}'
+    http prompt-array 400 "error=null" -- "${j[@]}" "$url" -d '{"prompt": ["Hello"]}'
     http prompt-empty 400 "error=prompt" -- "${j[@]}" "$url" -d '{"prompt": ""}'
     http prompt-too-long 400 "error=prompt" -- "${j[@]}" "$url" --data-binary "@$WORK/long-prompt.json"
     http max-tokens-negative 400 "error=max_tokens" -- "${j[@]}" "$url" -d '{"prompt": "x", "max_tokens": -1}'
@@ -348,6 +394,7 @@ http_cases() {
     http seed-fraction 400 "error=seed" -- "${j[@]}" "$url" -d '{"prompt": "x", "seed": 0.5}'
     http ignore-eos-number 400 "error=ignore_eos" -- "${j[@]}" "$url" -d '{"prompt": "x", "ignore_eos": 1}'
     http ignore-eos-string 400 "error=ignore_eos" -- "${j[@]}" "$url" -d '{"prompt": "x", "ignore_eos": "true"}'
+    http stop-number 400 "error=stop" -- "${j[@]}" "$url" -d '{"prompt": "x", "stop": 5}'
     # Framing and size.
     http huge-body 413 "error=null" -- "${j[@]}" "$url" --data-binary "@$WORK/huge.json"
     http chunked 400 "error=null" -- "${j[@]}" -H 'Transfer-Encoding: chunked' "$url" -d '{"prompt": "Hello"}'
@@ -357,6 +404,7 @@ http_cases() {
     raw length-conflict 400 'POST /generate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}'
     raw no-length 400 'POST /generate HTTP/1.1\r\nHost: x\r\n\r\n'
     raw header-too-large 431 "GET /generate HTTP/1.1\r\nX-Big: $(head -c 20000 /dev/zero | tr '\0' a)\r\n\r\n"
+    # Header lines the server does not read are ignored; these requests then lack a Content-Length.
     raw header-no-colon 400 'POST /generate HTTP/1.1\r\nthis is not a header\r\n\r\n'
     raw header-folding 400 'POST /generate HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n'
     raw bad-version 400 'POST /generate HTTP/9.9\r\n\r\n'
@@ -374,10 +422,11 @@ http_cases() {
 
 http_test_files() {
     printf '{"prompt": "a\xffb"}' >"$WORK/invalid-utf8.json"
+    printf '{"prompt": "Hello", "stop": "a\xffb"}' >"$WORK/stop-invalid-utf8.json"
     printf '{"prompt": "a\tb"}' >"$WORK/control-char.json"
     printf '{"prompt": "a\x00b"}' >"$WORK/nul-byte.json"
-    python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"x\", \"a\": " + "[" * 100000 + "]" * 100000 + "}")' >"$WORK/deep.json"
-    python3 -c 'import sys; sys.stdout.write("{\"a\": " + "[{\"b\": " * 30 + "1" + "}]" * 30 + ", \"prompt\": \"Hello\", \"max_tokens\": 1}")' >"$WORK/nested-ok.json"
+    python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"x\", \"a\": " + "[" * 20000 + "]" * 20000 + "}")' >"$WORK/deep.json"
+    python3 -c 'import sys; sys.stdout.write("{\"a\": " + "[{\"b\": " * 30 + "1" + "}]" * 30 + ", \"prompt\": \"Hello\", \"max_tokens\": 1}")' >"$WORK/nested.json"
     python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"" + "word " * 300 + "\"}")' >"$WORK/long-prompt.json"
     python3 -c 'import sys; sys.stdout.write("{\"prompt\": \"" + "a" * (2 << 20) + "\"}")' >"$WORK/huge.json"
 }
@@ -403,7 +452,7 @@ suite() { # MODE
     say "suite: $MODE"
 
     run_prog version
-    grep -q "^colibri $VERSION (ABI 0)$" "$WORK/out" || fail "[$MODE] version: $(cat "$WORK/out")"
+    grep -q "^colibri $VERSION (ABI $ABI)$" "$WORK/out" || fail "[$MODE] version: $(cat "$WORK/out")"
     ok "version"
 
     # generate.c == colibri run --temp 0 --ignore-eos (text), ids == static build == logits argmax.
@@ -430,19 +479,24 @@ suite() { # MODE
     done
     ok "generate: text == colibri run (2 models x 2 prompts)$([ "$MODE" = plain ] && echo '; ids == static build == logits argmax')"
 
-    # stream.c: stops at K tokens (greedy), and at a newline (sampled).
+    # stream.c: the library ends generation after K tokens (greedy), at the default stop string
+    # (a newline; sampled) and at a given one, and says why; a stop string is never printed.
     for model in Q M; do
         run_prog stream "${!model}" "Hello world" 8
-        grep -q 'stopped by token limit after 8 tokens' "$WORK/err" || fail "[$MODE] stream: $(cat "$WORK/err")"
-        "$COLIBRI" run -m "${!model}" -p "Hello world" -n 8 --temp 0 >"$WORK/ref.stream" 2>/dev/null
+        grep -q '^stream: finish_reason length after 8 tokens$' "$WORK/err" || fail "[$MODE] stream: $(cat "$WORK/err")"
+        "$COLIBRI" run -m "${!model}" -p "Hello world" -n 8 --temp 0 --stop $'\n' >"$WORK/ref.stream" 2>/dev/null
         same_file "$WORK/out" "$WORK/ref.stream" "stream $model (8 tokens) differs from colibri run -n 8"
     done
     run_prog stream "$Q" "Hello world" 200 1.5 "$NL_SEED"
-    grep -q 'stopped by newline' "$WORK/err" || fail "[$MODE] stream: no newline stop: $(cat "$WORK/err")"
-    n=$(sed -n 's/.* after \([0-9]*\) tokens$/\1/p' "$WORK/err")
-    "$COLIBRI" run -m "$Q" -p "Hello world" -n "$n" --temp 1.5 --seed "$NL_SEED" >"$WORK/ref.stream" 2>/dev/null
-    same_file "$WORK/out" "$WORK/ref.stream" "stream (newline stop after $n tokens) differs from colibri run -n $n"
-    ok "stream: callback stops after K tokens and at a newline; text == colibri run"
+    grep -q '^stream: finish_reason stop after [0-9]* tokens$' "$WORK/err" ||
+        fail "[$MODE] stream: no stop at the newline: $(cat "$WORK/err")"
+    [ "$(wc -l <"$WORK/out")" = 1 ] || fail "[$MODE] stream: the newline stop string was printed"
+    same_file "$WORK/out" "$WORK/ref.nl.txt" "stream (newline stop) differs from colibri run --stop"
+    run_prog stream "$Q" "Hello world" 8 0 0 "$STREAM_STOP"
+    grep -q '^stream: finish_reason stop after [0-9]* tokens$' "$WORK/err" ||
+        fail "[$MODE] stream: no stop at '$STREAM_STOP': $(cat "$WORK/err")"
+    same_file "$WORK/out" "$WORK/stream.cut.txt" "stream: stop string '$STREAM_STOP': not the text before it"
+    ok "stream: finish_reason length after K tokens; stop at a newline and at '$STREAM_STOP', not printed; == colibri run"
 
     # threads.c: both concurrent sessions equal the single-thread references.
     run_prog threads "$Q" 16 3
@@ -509,7 +563,7 @@ suite() { # MODE
         cat "$WORK/srv.err" >&2
         fail "[$MODE] http_server: sanitizer report"
     fi
-    ok "http_server: $n_cases connections (good, hostile, malformed, oversized) answered as documented; clean exit"
+    ok "http_server: $n_cases connections (good, stop string, hostile, malformed, oversized) answered as documented; clean exit"
 
     if [ "$MODE" = valgrind ]; then
         local logs=("$WORK"/valgrind.*.log)
@@ -531,17 +585,17 @@ install_checks() {
     cmake -S "$ROOT" -B "$build" >"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log" >&2; fail "cmake configure"; }
     cmake --build "$build" >>"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log" >&2; fail "cmake --build"; }
     cmake --install "$build" --prefix "$prefix" >>"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log" >&2; fail "cmake --install"; }
-    for f in include/colibri.h lib/libcolibri.so.0 lib/libcolibri.a lib/pkgconfig/colibri.pc \
+    for f in include/colibri.h "lib/$SO" lib/libcolibri.a lib/pkgconfig/colibri.pc \
         lib/pkgconfig/colibri-static.pc lib/cmake/colibri/colibriConfig.cmake lib/cmake/colibri/colibriConfigVersion.cmake; do
         [ -f "$prefix/$f" ] && [ ! -L "$prefix/$f" ] || fail "install: $f missing (or a symlink)"
     done
-    [ "$(readlink "$prefix/lib/libcolibri.so")" = libcolibri.so.0 ] || fail "install: lib/libcolibri.so is not a symlink to libcolibri.so.0"
-    readelf -d "$prefix/lib/libcolibri.so.0" | grep -q 'SONAME.*\[libcolibri.so.0\]' || fail "install: SONAME"
+    [ "$(readlink "$prefix/lib/libcolibri.so")" = "$SO" ] || fail "install: lib/libcolibri.so is not a symlink to $SO"
+    readelf -d "$prefix/lib/$SO" | grep SONAME | grep -qF "[$SO]" || fail "install: the SONAME is not $SO"
     cmp -s "$prefix/include/colibri.h" include/colibri.h || fail "install: header differs"
     # Relocatable: everything must work from where the tree is moved to.
     mkdir -p "$(dirname "$moved")"
     mv "$prefix" "$moved"
-    ok "installed include/, lib/libcolibri.so.0 + symlink, lib/libcolibri.a, pkgconfig, cmake; tree moved"
+    ok "installed include/, lib/$SO + symlink, lib/libcolibri.a, pkgconfig, cmake; tree moved"
 
     export PKG_CONFIG_PATH=$moved/lib/pkgconfig
     pkg-config --exists colibri colibri-static || fail "pkg-config cannot find colibri"
@@ -564,7 +618,7 @@ install_checks() {
     # shellcheck disable=SC2046
     cc "${STRICT[@]}" c_examples/generate.c $(pkg-config --cflags --libs colibri) \
         -Wl,-rpath,"$(pkg-config --variable=libdir colibri)" -o "$out/gen_shared"
-    readelf -d "$out/gen_shared" | grep -q 'NEEDED.*\[libcolibri.so.0\]' || fail "install: shared build does not need libcolibri.so.0"
+    readelf -d "$out/gen_shared" | grep 'NEEDED' | grep -qF "[$SO]" || fail "install: shared build does not need $SO"
     check_generate "$out/gen_shared" "pkg-config shared"
     # shellcheck disable=SC2046
     cc "${STRICT[@]}" c_examples/generate.c $(pkg-config --cflags --libs colibri-static) -o "$out/gen_static"
@@ -572,7 +626,7 @@ install_checks() {
     check_generate "$out/gen_static" "pkg-config static (colibri-static.pc)"
     # A static-only prefix (a firmware sysroot): plain `pkg-config --static` picks the archive.
     cp -a "$moved" "$WORK/static-only"
-    rm "$WORK/static-only/lib/libcolibri.so" "$WORK/static-only/lib/libcolibri.so.0"
+    rm "$WORK/static-only/lib/libcolibri.so" "$WORK/static-only/lib/$SO"
     # shellcheck disable=SC2046
     cc "${STRICT[@]}" c_examples/generate.c $(PKG_CONFIG_PATH=$WORK/static-only/lib/pkgconfig pkg-config --cflags --static --libs colibri) \
         -o "$out/gen_static_only"
