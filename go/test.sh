@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Tests the Go binding (go/colibri) against the build tree: builds libcolibri, writes temporary
-# colibri.pc / colibri-static.pc files pointing at include/ and target/release, converts the
-# test fixture, and runs gofmt, go vet and go test -race.
+# colibri.pc / colibri-static.pc files pointing at include/ and target/release (under
+# $CARGO_TARGET_DIR when set), converts the test fixture, and runs gofmt, go vet and
+# go test -race.
 #
 #   go/test.sh                              # links libcolibri.so (the usual case)
 #   COLIBRI_GO_LINK=static go/test.sh       # -tags colibri_static: links libcolibri.a
 #   GO=/usr/lib/go-1.19/bin/go go/test.sh   # a given toolchain (default: go on PATH,
 #                                           # else /usr/local/go/bin/go)
 #   COLIBRI_SKIP_BUILD=1 go/test.sh         # reuse target/release as it is
+#   CARGO_TARGET_DIR=/tmp/t go/test.sh      # cargo's output (and the library tested) in /tmp/t
 #
 # Extra arguments go to `go test` (e.g. -run TestInfo -v).
 set -euo pipefail
@@ -27,7 +29,10 @@ if [ "${COLIBRI_SKIP_BUILD:-0}" != 1 ]; then
 	echo "== cargo build --release"
 	cargo build --release
 fi
-rel="$repo/target/release"
+# cargo's output directory: CARGO_TARGET_DIR (relative to the repository root) or target/.
+target="${CARGO_TARGET_DIR:-target}"
+case "$target" in /*) ;; *) target="$repo/$target" ;; esac
+rel="$target/release"
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/colibri-go.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
@@ -35,10 +40,16 @@ mkdir -p "$tmp/lib" "$tmp/pkgconfig"
 
 version="$(sed -n 's/^#define COLIBRI_VERSION_[A-Z]* \([0-9]*\)$/\1/p' include/colibri.h | paste -sd. -)"
 
-# The library's SONAME is libcolibri.so.0 but cargo writes only libcolibri.so: give the linker
-# (libcolibri.so) and the loader (libcolibri.so.0) their names in a private directory.
+# The library's SONAME is libcolibri.so.<ABI> (COLIBRI_ABI_VERSION of the header) but cargo
+# writes only libcolibri.so: give the linker (libcolibri.so) and the loader (libcolibri.so.<ABI>)
+# their names in a private directory.
+abi="$(sed -n 's/^#define COLIBRI_ABI_VERSION \([0-9]*\)$/\1/p' include/colibri.h)"
+if [ -z "$abi" ]; then
+	echo "go/test.sh: no COLIBRI_ABI_VERSION in include/colibri.h" >&2
+	exit 1
+fi
 ln -s "$rel/libcolibri.so" "$tmp/lib/libcolibri.so"
-ln -s "$rel/libcolibri.so" "$tmp/lib/libcolibri.so.0"
+ln -s "$rel/libcolibri.so" "$tmp/lib/libcolibri.so.$abi"
 cat >"$tmp/pkgconfig/colibri.pc" <<PC
 Name: colibri
 Description: colibri build tree ($repo)

@@ -16,6 +16,10 @@ import (
 	"unsafe"
 )
 
+// colibriGoToken is Generate's token callback: it records the piece's text for the result,
+// hands the piece to the caller's fn (when there is one), and asks the library to stop once fn
+// has returned false or panicked or the Session is being closed.
+//
 //export colibriGoToken
 func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (stop C.int32_t) {
 	st := cgo.Handle(h).Value().(*genState)
@@ -36,7 +40,8 @@ func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (s
 		// Copy the text out of C memory (valid during this call only).
 		s = string(unsafe.Slice((*byte)(unsafe.Pointer(text)), int(n)))
 	}
-	if !st.fn(int32(token), s) {
+	st.text.WriteString(s)
+	if st.fn != nil && !st.fn(int32(token), s) {
 		st.stopped = true
 		return 1
 	}
@@ -46,6 +51,10 @@ func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (s
 	return 0
 }
 
+// colibriGoRoute is the route callback: it copies one routing record out of C memory for the
+// caller's fn and asks the library to skip the call's remaining records once fn has returned
+// false or panicked.
+//
 //export colibriGoRoute
 func colibriGoRoute(h C.uintptr_t, layer, position C.int32_t, experts *C.int32_t, weights *C.float, k C.size_t) (stop C.int32_t) {
 	st := cgo.Handle(h).Value().(*routeState)

@@ -2,8 +2,9 @@
 // for CPUs (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) with a stable C ABI.
 //
 // It links libcolibri through cgo and pkg-config (`#cgo pkg-config: colibri`): colibri.pc
-// must be found at build time and libcolibri.so.0 at run time (see README.md). Build with
-// `-tags colibri_static` to link libcolibri.a instead (`#cgo pkg-config: colibri-static`).
+// must be found at build time and libcolibri.so.1 (the SONAME, whose suffix is
+// HeaderABIVersion) at run time (see README.md). Build with `-tags colibri_static` to link
+// libcolibri.a instead (`#cgo pkg-config: colibri-static`).
 //
 // # Objects and ownership
 //

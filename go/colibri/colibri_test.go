@@ -122,8 +122,8 @@ func newSession(t testing.TB, m *Model, opts ...SessionOption) *Session {
 	return s
 }
 
-func greedy(n int) SamplerParams {
-	p := DefaultSamplerParams()
+func greedy(n int) GenerateParams {
+	p := DefaultGenerateParams()
 	p.Temperature = 0
 	p.MaxTokens = n
 	p.IgnoreEOS = true
@@ -424,10 +424,11 @@ func TestRoutingTraceOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("Infer", p0, p0+1)
-	ids, err := s.Generate([]int32{6, 7}, greedy(5), nil)
+	res, err := s.Generate([]int32{6, 7}, greedy(5), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := res.Tokens
 	expect("Generate", p0+1, p0+1+2+len(ids)-1)
 	pos, _, _ := s.Position()
 	if _, err := s.Infer(ids[len(ids)-1:]); err != nil {
@@ -496,7 +497,7 @@ func TestGenerateGreedyOracle(t *testing.T) {
 	s := newSession(t, m)
 	var text strings.Builder
 	var seen []int32
-	ids, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), func(tok int32, piece string) bool {
+	res, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), func(tok int32, piece string) bool {
 		if tok >= 0 {
 			seen = append(seen, tok)
 		}
@@ -506,6 +507,7 @@ func TestGenerateGreedyOracle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := res.Tokens
 	if !reflect.DeepEqual(ids, oracle.GreedyF32) {
 		t.Errorf("greedy ids\n got %v\nwant %v", ids, oracle.GreedyF32)
 	}
@@ -515,17 +517,25 @@ func TestGenerateGreedyOracle(t *testing.T) {
 	if pos, _, _ := s.Position(); pos != len(oracle.GreedyPrompt)+len(ids)-1 {
 		t.Errorf("position %d after generating", pos)
 	}
-	// No callback: the same ids.
+	// The result: the callback's text, the length limit, the cache's position.
+	if res.Text != text.String() || res.Finish != FinishLength || res.Cached != len(oracle.GreedyPrompt)+len(ids)-1 {
+		t.Errorf("result text %q finish %v cached %d; want %q, length, %d", res.Text, res.Finish, res.Cached,
+			text.String(), len(oracle.GreedyPrompt)+len(ids)-1)
+	}
+	// No callback: the same ids and text.
 	if err := s.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	ids2, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
-	if err != nil || !reflect.DeepEqual(ids2, oracle.GreedyF32) {
+	res2, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
+	if ids2 := res2.Tokens; err != nil || !reflect.DeepEqual(ids2, oracle.GreedyF32) {
 		t.Errorf("Generate without callback: %v, %v", ids2, err)
 	}
+	if res2.Text != text.String() || res2.Finish != FinishLength {
+		t.Errorf("Generate without callback: text %q finish %v; want %q, length", res2.Text, res2.Finish, text.String())
+	}
 	// MaxTokens 0 generates nothing.
-	if ids, err := s.Generate(oracle.GreedyPrompt, greedy(0), nil); err != nil || len(ids) != 0 {
-		t.Errorf("MaxTokens 0: %v, %v", ids, err)
+	if res, err := s.Generate(oracle.GreedyPrompt, greedy(0), nil); err != nil || len(res.Tokens) != 0 || res.Text != "" || res.Finish != FinishLength {
+		t.Errorf("MaxTokens 0: %+v, %v", res, err)
 	}
 }
 
@@ -562,18 +572,19 @@ func TestGenerateMatchesCLI(t *testing.T) {
 		}
 		s := newSession(t, m)
 		var text strings.Builder
-		ids, err := s.Generate(prompt, greedy(c.n), func(_ int32, piece string) bool {
+		res, err := s.Generate(prompt, greedy(c.n), func(_ int32, piece string) bool {
 			text.WriteString(piece)
 			return true
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		ids := res.Tokens
 		if len(ids) != c.n {
 			t.Errorf("prompt %q: %d ids, want %d", c.prompt, len(ids), c.n)
 		}
-		if cli := runCLI(t, c.prompt, c.n); text.String() != cli {
-			t.Errorf("prompt %q: Generate text %q, colibri run printed %q", c.prompt, text.String(), cli)
+		if cli := runCLI(t, c.prompt, c.n); text.String() != cli || res.Text != cli {
+			t.Errorf("prompt %q: Generate text %q (result %q), colibri run printed %q", c.prompt, text.String(), res.Text, cli)
 		}
 	}
 }
@@ -583,7 +594,7 @@ func TestGenerateCallbackStop(t *testing.T) {
 	s := newSession(t, m)
 	calls := 0
 	var afterStop []int32
-	ids, err := s.Generate(oracle.GreedyPrompt, greedy(32), func(tok int32, _ string) bool {
+	res, err := s.Generate(oracle.GreedyPrompt, greedy(32), func(tok int32, _ string) bool {
 		calls++
 		if calls > 3 {
 			afterStop = append(afterStop, tok)
@@ -593,8 +604,15 @@ func TestGenerateCallbackStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := res.Tokens
 	if !reflect.DeepEqual(ids, oracle.GreedyF32[:3]) {
 		t.Errorf("stopped generation returned %v, want %v", ids, oracle.GreedyF32[:3])
+	}
+	if res.Finish != FinishCallback || res.Finish.String() != "callback" {
+		t.Errorf("stopped generation: finish %v, want callback", res.Finish)
+	}
+	if want := len(oracle.GreedyPrompt) + 2; res.Cached != want {
+		t.Errorf("stopped generation: %d cached, want %d (the last token not fed)", res.Cached, want)
 	}
 	for _, tok := range afterStop {
 		if tok != -1 {
@@ -605,8 +623,8 @@ func TestGenerateCallbackStop(t *testing.T) {
 	if _, err := s.Generate(nil, greedy(2), nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("empty prompt: %v", err)
 	}
-	more, err := s.Generate(ids[len(ids)-1:], greedy(5), nil)
-	if err != nil || !reflect.DeepEqual(more, oracle.GreedyF32[3:8]) {
+	cont, err := s.Generate(ids[len(ids)-1:], greedy(5), nil)
+	if more := cont.Tokens; err != nil || !reflect.DeepEqual(more, oracle.GreedyF32[3:8]) {
 		t.Errorf("continuing: %v, %v; want %v", more, err, oracle.GreedyF32[3:8])
 	}
 }
@@ -664,17 +682,17 @@ func TestGenerateChan(t *testing.T) {
 func TestSampledGenerateIsSeeded(t *testing.T) {
 	m := openModel(t)
 	s := newSession(t, m)
-	p := DefaultSamplerParams()
+	p := DefaultGenerateParams()
 	p.MaxTokens, p.IgnoreEOS, p.Seed, p.Temperature = 24, true, 42, 1.5
 	gen := func() []int32 {
 		if err := s.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		ids, err := s.Generate(oracle.GreedyPrompt, p, nil)
+		res, err := s.Generate(oracle.GreedyPrompt, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ids
+		return res.Tokens
 	}
 	a, b := gen(), gen()
 	if !reflect.DeepEqual(a, b) || len(a) != 24 {
@@ -717,12 +735,12 @@ func TestConcurrentSessions(t *testing.T) {
 						return
 					}
 				} else {
-					ids, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
+					res, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
 					if err != nil {
 						errs <- err
 						return
 					}
-					if !reflect.DeepEqual(ids, oracle.GreedyF32) {
+					if ids := res.Tokens; !reflect.DeepEqual(ids, oracle.GreedyF32) {
 						errs <- fmt.Errorf("worker %d: greedy ids %v", w, ids)
 					}
 					if err := s.Reset(); err != nil {
@@ -813,8 +831,8 @@ func TestErrors(t *testing.T) {
 		t.Errorf("9 tokens in a context of 8: %v", err)
 	}
 	// Generation stops (without error) when the context fills up.
-	ids, err := small.Generate([]int32{1, 2, 3}, greedy(100), nil)
-	if err != nil || len(ids) == 0 || len(ids) > 8 {
+	res, err := small.Generate([]int32{1, 2, 3}, greedy(100), nil)
+	if ids := res.Tokens; err != nil || len(ids) == 0 || len(ids) > 8 {
 		t.Errorf("generation into a full context: %d ids, %v", len(ids), err)
 	}
 }
@@ -875,8 +893,8 @@ func TestUseAfterClose(t *testing.T) {
 		t.Error("Info lost after Close")
 	}
 	// The session keeps the model alive.
-	ids, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
-	if err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32) {
+	res, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
+	if ids := res.Tokens; err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32) {
 		t.Errorf("session after Model.Close: %v, %v", ids, err)
 	}
 	if err := s.Close(); err != nil {
@@ -921,15 +939,18 @@ func TestCallbackReentryAndClose(t *testing.T) {
 	}
 	// Close inside the callback stops generation; the handle is freed when Generate returns.
 	n := 0
-	ids, err := s.Generate([]int32{1}, greedy(50), func(tok int32, _ string) bool {
+	res, err := s.Generate([]int32{1}, greedy(50), func(tok int32, _ string) bool {
 		if tok >= 0 {
 			n++
 		}
 		s.Close()
 		return true
 	})
-	if err != nil || n != 1 || len(ids) != 1 {
+	if ids := res.Tokens; err != nil || n != 1 || len(ids) != 1 {
 		t.Errorf("Close in the callback: %d calls, ids %v, err %v", n, ids, err)
+	}
+	if res.Finish != FinishCallback {
+		t.Errorf("Close in the callback: finish %v, want callback", res.Finish)
 	}
 	if _, err := s.Infer([]int32{1}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Infer after Close in a callback: %v", err)
@@ -952,8 +973,8 @@ func TestCallbackPanicPropagates(t *testing.T) {
 	if err := s.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.Generate(oracle.GreedyPrompt, greedy(3), nil)
-	if err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32[:3]) {
+	res, err := s.Generate(oracle.GreedyPrompt, greedy(3), nil)
+	if ids := res.Tokens; err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32[:3]) {
 		t.Errorf("after a callback panic: %v, %v", ids, err)
 	}
 	// Same for the route callback.

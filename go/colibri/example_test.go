@@ -28,10 +28,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p := colibri.DefaultSamplerParams()
+	p := colibri.DefaultGenerateParams()
 	p.Temperature = 0 // greedy
 	p.MaxTokens = 64
-	_, err = s.Generate(prompt, p, func(token int32, text string) bool {
+	p.Stop = []string{"\n\n"} // end at a blank line (never printed)
+	res, err := s.Generate(prompt, p, func(token int32, text string) bool {
 		fmt.Print(text)
 		return true // false stops
 	})
@@ -39,6 +40,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println()
+	if res.Finish == colibri.FinishLength {
+		fmt.Printf("(cut at %d tokens)\n", len(res.Tokens))
+	}
 }
 
 // Chat: render the conversation with the model's template, then generate.
@@ -80,7 +84,7 @@ func ExampleSession_GenerateChan() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pieces, errc := s.GenerateChan(ctx, prompt, colibri.DefaultSamplerParams())
+	pieces, errc := s.GenerateChan(ctx, prompt, colibri.DefaultGenerateParams())
 	for p := range pieces {
 		os.Stdout.WriteString(p.Text)
 	}

@@ -3,7 +3,7 @@
 package colibri
 
 // Links libcolibri.a into the program (build with -tags colibri_static) as described by
-// colibri-static.pc: no libcolibri.so.0 is needed at run time.
+// colibri-static.pc: no libcolibri.so.1 is needed at run time.
 
 // #cgo pkg-config: colibri-static
 import "C"

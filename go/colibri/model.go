@@ -14,15 +14,15 @@ import (
 	"unsafe"
 )
 
-// Family is the model architecture.
+// Family is the model architecture (colibri_family).
 type Family int32
 
-// The families of colibri_model_info.family.
+// The families of colibri_model_info.family (COLIBRI_FAMILY_*).
 const (
-	FamilyMixtral  Family = 0
-	FamilyQwen2MoE Family = 1
-	FamilyQwen3MoE Family = 2
-	FamilyOLMoE    Family = 3
+	FamilyMixtral  Family = C.COLIBRI_FAMILY_MIXTRAL
+	FamilyQwen2MoE Family = C.COLIBRI_FAMILY_QWEN2_MOE
+	FamilyQwen3MoE Family = C.COLIBRI_FAMILY_QWEN3_MOE
+	FamilyOLMoE    Family = C.COLIBRI_FAMILY_OLMOE
 )
 
 func (f Family) String() string {

@@ -26,26 +26,43 @@ import (
 	"sync"
 )
 
-// KVType is the element type of the KV cache.
+// KVType is the element type of the KV cache (colibri_kv_type).
 type KVType int32
 
-// KV cache element types.
+// KV cache element types (COLIBRI_KV_*).
 const (
-	KVF32  KVType = 0
-	KVF16  KVType = 1
-	KVBF16 KVType = 2
+	KVF32  KVType = C.COLIBRI_KV_F32
+	KVF16  KVType = C.COLIBRI_KV_F16
+	KVBF16 KVType = C.COLIBRI_KV_BF16
 )
 
-// RoutingMode chooses how the router picks experts.
+// RoutingMode chooses how the router picks experts (colibri_routing_mode).
 type RoutingMode int32
 
-// Routing modes.
+// Routing modes (COLIBRI_ROUTING_*).
 const (
 	// RoutingTopK picks the top-k router logits (the model's own rule).
-	RoutingTopK RoutingMode = 0
+	RoutingTopK RoutingMode = C.COLIBRI_ROUTING_TOPK
 	// RoutingGumbel adds Gumbel noise to the router logits before the top-k choice; the
-	// combination weights come from the un-noised logits. Seeded per session.
-	RoutingGumbel RoutingMode = 1
+	// combination weights come from the un-noised logits. Seeded per session (the routing
+	// seed of WithRouting / SetRouting).
+	RoutingGumbel RoutingMode = C.COLIBRI_ROUTING_GUMBEL
+)
+
+// QuantAct says how a session's quantised weight matrices (q8 / q4 files) meet their
+// activations (colibri_quant_act). Float weights are unaffected.
+type QuantAct int32
+
+// Activation modes (COLIBRI_QUANT_ACT_*).
+const (
+	// QuantActDefault is the process default: COLIBRI_QUANT_ACT=int8|float from the
+	// environment (read once by the library), else QuantActInt8.
+	QuantActDefault QuantAct = C.COLIBRI_QUANT_ACT_DEFAULT
+	// QuantActInt8 quantises the activations to int8 blocks for each product (W8A8 / W4A8):
+	// faster.
+	QuantActInt8 QuantAct = C.COLIBRI_QUANT_ACT_INT8
+	// QuantActFloat keeps the activations f32 (W8A16 / W4A16).
+	QuantActFloat QuantAct = C.COLIBRI_QUANT_ACT_FLOAT
 )
 
 // SessionOption configures NewSession.
@@ -68,9 +85,16 @@ func WithContextSize(n int) SessionOption {
 	}
 }
 
-// WithKVType sets the KV cache element type (default KVF32).
+// WithKVType sets the KV cache element type (default KVF32). The library rejects other values
+// (ErrInvalidArgument from NewSession).
 func WithKVType(t KVType) SessionOption {
-	return func(c *sessionConfig) { c.p.kv_type = C.int32_t(t) }
+	return func(c *sessionConfig) { c.p.kv_type = C.colibri_kv_type(t) }
+}
+
+// WithQuantAct sets how the session's quantised matrices meet their activations (default
+// QuantActDefault). The library rejects other values (ErrInvalidArgument from NewSession).
+func WithQuantAct(q QuantAct) SessionOption {
+	return func(c *sessionConfig) { c.p.quant_act = C.colibri_quant_act(q) }
 }
 
 // WithAllLogits makes Infer return the logits of every new position (n·vocab floats) instead
@@ -79,16 +103,17 @@ func WithAllLogits(on bool) SessionOption {
 	return func(c *sessionConfig) { c.p.all_logits = boolInt(on) }
 }
 
-// WithRouting sets the routing mode, the seed of the Gumbel RNG and the number of experts
-// per token (0: the model's top_k). See also Session.SetRouting.
-func WithRouting(mode RoutingMode, seed uint64, moeTopK int) SessionOption {
+// WithRouting sets the routing mode, the seed of the Gumbel routing RNG (the session's
+// routing_seed, not the sampler's GenerateParams.Seed) and the number of experts per token
+// (0: the model's top_k). See also Session.SetRouting.
+func WithRouting(mode RoutingMode, routingSeed uint64, moeTopK int) SessionOption {
 	return func(c *sessionConfig) {
 		if moeTopK < 0 || moeTopK > math.MaxInt32 {
 			c.err = invalid("NewSession", fmt.Sprintf("moeTopK %d", moeTopK))
 			return
 		}
-		c.p.routing_mode = C.int32_t(mode)
-		c.p.seed = C.uint64_t(seed)
+		c.p.routing_mode = C.colibri_routing_mode(mode)
+		c.p.routing_seed = C.uint64_t(routingSeed)
 		c.p.moe_top_k = C.int32_t(moeTopK)
 	}
 }
@@ -293,9 +318,9 @@ func (s *Session) Position() (position, nCtx int, err error) {
 	return int(pos), int(nc), err
 }
 
-// SetRouting changes the routing of later calls: the mode, the Gumbel RNG seed and the
-// experts per token (0: the model's top_k, else 1..NExperts).
-func (s *Session) SetRouting(mode RoutingMode, seed uint64, moeTopK int) error {
+// SetRouting changes the routing of later calls: the mode, the seed of the Gumbel routing RNG
+// and the experts per token (0: the model's top_k, else 1..NExperts).
+func (s *Session) SetRouting(mode RoutingMode, routingSeed uint64, moeTopK int) error {
 	if moeTopK < 0 || moeTopK > math.MaxInt32 {
 		return invalid("SetRouting", fmt.Sprintf("moeTopK %d", moeTopK))
 	}
@@ -305,7 +330,7 @@ func (s *Session) SetRouting(mode RoutingMode, seed uint64, moeTopK int) error {
 	}
 	defer s.release()
 	return ccall("SetRouting", func() C.colibri_status {
-		return C.colibri_session_set_routing(ptr, C.int32_t(mode), C.uint64_t(seed), C.int32_t(moeTopK))
+		return C.colibri_session_set_routing(ptr, C.colibri_routing_mode(mode), C.uint64_t(routingSeed), C.int32_t(moeTopK))
 	})
 }
 
