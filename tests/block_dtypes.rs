@@ -44,7 +44,7 @@ fn dequantised_twin(model: &Model, path: &Path) -> Model {
     let mut w = FileWriter::create(path, h.num_layers, h.num_experts, h.top_k, &meta, plan).unwrap();
     for t in &p.tensors {
         let view = model.tensor(&t.name).unwrap();
-        assert!(!(t.kind == TensorKind::Experts && !t.dtype.is_quantized()), "float stacks are not in this model");
+        assert!(t.kind != TensorKind::Experts || t.dtype.is_quantized(), "float stacks are not in this model");
         let bytes = if t.dtype.is_quantized() {
             DType::F32.encode(&view.to_f32_vec(), view.cols())
         } else {
