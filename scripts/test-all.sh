@@ -26,7 +26,7 @@ cargo test --workspace --release
 for path in generic avx2; do
     if [ "$path" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then continue; fi
     echo "== oracle tests with COLIBRI_CPU=$path"
-    COLIBRI_CPU=$path cargo test --release -p colibri --test oracle --test batch
+    COLIBRI_CPU=$path cargo test --release -p colibri --test oracle --test batch --test block_dtypes
     COLIBRI_CPU=$path cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
 done
 echo "== quantised-engine tests with float activations (W8A16/W4A16, COLIBRI_QUANT_ACT=float)"
