@@ -2,9 +2,10 @@
 //! `COLIBRI_CPU=generic|avx2|avx512|amx` asks for another, and `Kernels` — that table together
 //! with the activation mode of quantised products, the handle model code computes through.
 //!
-//! Paths: `Generic` (the scalar reference, any CPU) and `Avx2` (x86-64 AVX2 + FMA + F16C).
-//! AVX-512 and AMX are recognised names but have no kernels yet: asking for them selects the best
-//! implemented path and says so in `path_note()`. An aarch64/NEON path would be one more table.
+//! Paths: `Generic` (the scalar reference, any CPU), `Avx2` (x86-64 AVX2 + FMA + F16C) and
+//! `Avx512` (AVX2's features plus AVX-512 F/BW/VL and VNNI; tested on Zen 4). AMX is a
+//! recognised name without kernels yet: asking for it selects the best implemented path and says
+//! so in `path_note()`. An aarch64/NEON path would be one more table.
 
 use super::actq::QuantActivations;
 use super::generic::GENERIC;
@@ -104,7 +105,7 @@ static CHOSEN: OnceLock<Chosen> = OnceLock::new();
 /// The best table this CPU can run.
 fn best() -> &'static Table {
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = super::x86::table() {
+    if let Some(t) = super::x86::table_512().or_else(super::x86::table) {
         return t;
     }
     &GENERIC
@@ -116,8 +117,10 @@ pub(crate) fn table_for(path: CpuPath) -> Option<&'static Table> {
         CpuPath::Generic => Some(&GENERIC),
         #[cfg(target_arch = "x86_64")]
         CpuPath::Avx2 => super::x86::table(),
+        #[cfg(target_arch = "x86_64")]
+        CpuPath::Avx512 => super::x86::table_512(),
         #[cfg(not(target_arch = "x86_64"))]
-        CpuPath::Avx2 => None,
+        CpuPath::Avx2 | CpuPath::Avx512 => None,
     }
 }
 
@@ -132,9 +135,14 @@ fn choose(request: Option<&str>) -> Chosen {
             Some(t) => Chosen { table: t, note: None },
             None => fallback(format!("COLIBRI_CPU=avx2: this CPU lacks AVX2/FMA/F16C; using {}", best().path.name())),
         },
-        "avx512" | "amx" => {
-            fallback(format!("COLIBRI_CPU={req}: no {req} kernels in this build; using {}", best().path.name()))
-        }
+        "avx512" => match table_for(CpuPath::Avx512) {
+            Some(t) => Chosen { table: t, note: None },
+            None => fallback(format!(
+                "COLIBRI_CPU=avx512: this CPU lacks AVX-512 F/BW/VL/VNNI (or AVX2/FMA/F16C); using {}",
+                best().path.name()
+            )),
+        },
+        "amx" => fallback(format!("COLIBRI_CPU=amx: no amx kernels in this build; using {}", best().path.name())),
         _ => fallback(format!("COLIBRI_CPU={req} is not one of generic|avx2|avx512|amx; using {}", best().path.name())),
     }
 }
@@ -157,7 +165,7 @@ pub fn path_note() -> Option<&'static str> {
 
 /// Every path this CPU can run (for tests and benchmarks).
 pub fn available_paths() -> Vec<CpuPath> {
-    [CpuPath::Generic, CpuPath::Avx2].into_iter().filter(|p| table_for(*p).is_some()).collect()
+    [CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512].into_iter().filter(|p| table_for(*p).is_some()).collect()
 }
 
 #[cfg(test)]

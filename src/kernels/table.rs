@@ -19,6 +19,8 @@ pub enum CpuPath {
     Generic,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2,
+    /// x86-64 with AVX2's features plus AVX-512 F/BW/VL and VNNI.
+    Avx512,
 }
 
 impl CpuPath {
@@ -27,6 +29,7 @@ impl CpuPath {
         match self {
             CpuPath::Generic => "generic",
             CpuPath::Avx2 => "avx2",
+            CpuPath::Avx512 => "avx512",
         }
     }
 }

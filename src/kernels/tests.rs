@@ -542,3 +542,28 @@ fn activation_quantiser_matches_the_reference_bit_for_bit() {
         assert_eq!(s, want.2, "{path:?} sums");
     }
 }
+
+/// The AVX-512 VNNI int8 kernels compute the AVX2 kernels' integer block sums and scale them in
+/// the same float operations: their products are bit-identical, at every row count.
+#[test]
+fn vnni_int8_products_equal_avx2_bit_for_bit() {
+    let (Some(avx2), Some(vnni)) =
+        (Kernels::on(CpuPath::Avx2, QuantActivations::Int8), Kernels::on(CpuPath::Avx512, QuantActivations::Int8))
+    else {
+        eprintln!("vnni_int8_products_equal_avx2_bit_for_bit: this CPU lacks AVX-512 VNNI or AVX2: not run");
+        return;
+    };
+    for (rows, cols) in [(8, 32), (24, 96), (72, 32 * 9), (16, 4096 + 32)] {
+        let s = Stored::new(rows, cols, (rows * cols) as u64);
+        for n in [1, 3, 4, 7, 70] {
+            let x = sample(n * cols, n as u64 + 40);
+            for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+                let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                avx2.matmul(w, &x, n, &mut a);
+                vnni.matmul(w, &x, n, &mut b);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "{name} {rows}x{cols} n {n}");
+            }
+        }
+    }
+}

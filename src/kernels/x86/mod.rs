@@ -1,13 +1,18 @@
-//! x86-64 kernels. Each function is compiled for AVX2 + FMA + F16C with `#[target_feature]`
-//! and reached only through the table below, which exists only when cpuid reports all three:
-//! the library itself is built for the baseline x86-64 target. The table starts from the
-//! portable rows and registers, per dtype, the kernels this file set implements.
+//! x86-64 kernels and their two tables. Each function is compiled for its instruction set with
+//! `#[target_feature]` and reached only through a table that exists only when cpuid reports
+//! every feature it needs: the library itself is built for the baseline x86-64 target.
+//!
+//! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
+//!   kernels of gemv / qdot / qgroup / tile / actq.
+//! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
+//!   int8 kernels of the interleaved block types with VNNI ones (`vnni`).
 
 mod actq;
 mod gemv;
 mod qdot;
 mod qgroup;
 mod tile;
+mod vnni;
 
 use super::generic;
 use super::table::{CpuPath, MatKernels, Table};
@@ -39,6 +44,14 @@ const MATS: [MatKernels; DType::COUNT] = {
     m
 };
 
+/// The AVX-512 rows: the AVX2 ones with VNNI int8 kernels for q8r8 / q4r8.
+const MATS_512: [MatKernels; DType::COUNT] = {
+    let mut m = MATS;
+    m[DType::Q8R8.index()].gemv_i8 = Some(vnni::gemv_i8);
+    m[DType::Q4R8.index()].gemv_i8 = Some(vnni::gemv_i8);
+    m
+};
+
 const fn float(gemv: super::table::GemvFn, widen: super::table::WidenFn) -> MatKernels {
     MatKernels { gemv, gemv_i8: None, widen, int8_at_any_n: false }
 }
@@ -56,6 +69,8 @@ static AVX2: Table = Table {
     quantize: actq::quantize_blocks,
 };
 
+static AVX512: Table = Table { path: CpuPath::Avx512, mats: MATS_512, ..AVX2 };
+
 /// True when this CPU runs the AVX2 path.
 pub fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
@@ -63,7 +78,21 @@ pub fn has_avx2() -> bool {
         && std::is_x86_feature_detected!("f16c")
 }
 
+/// True when this CPU runs the AVX-512 path (AVX2's features, AVX-512 F/BW/VL and VNNI).
+pub fn has_avx512() -> bool {
+    has_avx2()
+        && std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512vnni")
+}
+
 /// The AVX2 table, when this CPU supports it.
 pub fn table() -> Option<&'static Table> {
     has_avx2().then_some(&AVX2)
+}
+
+/// The AVX-512 table, when this CPU supports it.
+pub fn table_512() -> Option<&'static Table> {
+    has_avx512().then_some(&AVX512)
 }

@@ -26,11 +26,11 @@ use std::ops::Range;
 
 /// The parts of an interleaved block matrix the kernels need.
 #[derive(Clone, Copy)]
-struct Grouped {
+pub(super) struct Grouped {
     qs: *const u8,
     d: *const u16,
     /// Blocks per row.
-    nb: usize,
+    pub nb: usize,
     /// Bytes of one row's block (32 for q8, 16 for q4).
     bb: usize,
     q4: bool,
@@ -54,13 +54,13 @@ impl Grouped {
 
     /// First byte of the unit (row group g, block column b).
     #[inline]
-    fn unit(&self, g: usize, b: usize) -> *const u8 {
+    pub fn unit(&self, g: usize, b: usize) -> *const u8 {
         self.qs.wrapping_add((g * self.nb + b) * GROUP_ROWS * self.bb)
     }
 
     /// First of the 8 scales of unit (g, b).
     #[inline]
-    fn scales(&self, g: usize, b: usize) -> *const u16 {
+    pub fn scales(&self, g: usize, b: usize) -> *const u16 {
         self.d.wrapping_add((g * self.nb + b) * GROUP_ROWS)
     }
 }
@@ -108,8 +108,42 @@ fn by_groups(
     }
 }
 
-/// W8A8 / W4A8 product of interleaved `w` (see `table::GemvI8Fn`).
+/// The int8 group kernels of one instruction set: lane j of result t = row 8·grp + j of a unit
+/// stream · activation row t, for T activation rows (q4r8: W4A8; q8r8: W8A8). Every set gives
+/// the same integer block sums, scaled and summed in the same float order.
+pub(super) trait GroupI8 {
+    /// SAFETY: the CPU has the set's features; group `grp` and every activation row's `nb`
+    /// blocks are inside their buffers.
+    unsafe fn q4<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T];
+    /// SAFETY: as for `q4`.
+    unsafe fn q8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T];
+}
+
+/// The AVX2 group kernels (`vpmaddubsw` + `vpmaddwd`).
+pub(super) struct Avx2;
+
+impl GroupI8 for Avx2 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T] {
+        // SAFETY: the caller's contract (see the trait).
+        unsafe { group_q4_i8::<T>(g, grp, x) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T] {
+        // SAFETY: the caller's contract (see the trait).
+        unsafe { group_q8_i8::<T>(g, grp, x) }
+    }
+}
+
+/// W8A8 / W4A8 product of interleaved `w` (see `table::GemvI8Fn`), AVX2.
 pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    gemv_i8_with::<Avx2>(w, rows, xa, n, out)
+}
+
+/// W8A8 / W4A8 product of interleaved `w` with the group kernels of `K`, which must be
+/// reached only through a table whose CPU has K's features.
+pub(super) fn gemv_i8_with<K: GroupI8>(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let (g, cols) = (Grouped::of(w), w.cols());
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * g.nb && out.len() >= n * rows.len());
     assert!(rows.end <= w.rows());
@@ -133,18 +167,18 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
                     _ => 1,
                 };
                 let x: [Acts; 4] = std::array::from_fn(|k| acts((t + k).min(tokens.end - 1)));
-                // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; group grp lies inside the matrix
-                // (rows.end ≤ w.rows() asserted) and every activation row holds nb blocks; the
-                // stores cover out[(t+k)·len + at .. + 8] with at + 8 ≤ len, t + k < n.
+                // SAFETY: K's table only on CPUs with K's features; group grp lies inside the
+                // matrix (rows.end ≤ w.rows() asserted) and every activation row holds nb blocks;
+                // the stores cover out[(t+k)·len + at .. + 8] with at + 8 ≤ len, t + k < n.
                 unsafe {
                     let mut v = [_mm256_setzero_ps(); 4];
                     match (g.q4, take) {
-                        (true, 4) => v = group_q4_i8::<4>(g, grp, &x),
-                        (true, 2) => v[..2].copy_from_slice(&group_q4_i8::<2>(g, grp, &[x[0], x[1]])),
-                        (true, _) => v[0] = group_q4_i8::<1>(g, grp, &[x[0]])[0],
-                        (false, 4) => v = group_q8_i8::<4>(g, grp, &x),
-                        (false, 2) => v[..2].copy_from_slice(&group_q8_i8::<2>(g, grp, &[x[0], x[1]])),
-                        (false, _) => v[0] = group_q8_i8::<1>(g, grp, &[x[0]])[0],
+                        (true, 4) => v = K::q4::<4>(g, grp, &x),
+                        (true, 2) => v[..2].copy_from_slice(&K::q4::<2>(g, grp, &[x[0], x[1]])),
+                        (true, _) => v[0] = K::q4::<1>(g, grp, &[x[0]])[0],
+                        (false, 4) => v = K::q8::<4>(g, grp, &x),
+                        (false, 2) => v[..2].copy_from_slice(&K::q8::<2>(g, grp, &[x[0], x[1]])),
+                        (false, _) => v[0] = K::q8::<1>(g, grp, &[x[0]])[0],
                     }
                     for (k, vk) in v.iter().enumerate().take(take) {
                         _mm256_storeu_ps(out[(t + k) * len + at..(t + k) * len + at + GROUP_ROWS].as_mut_ptr(), *vk);
@@ -166,7 +200,7 @@ const PREFETCH: usize = 1024;
 /// Ask for the unit `PREFETCH` bytes after `u` (a hint: never faults, any address is fine).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn prefetch_unit(g: Grouped, u: *const u8) {
+pub(super) unsafe fn prefetch_unit(g: Grouped, u: *const u8) {
     let ahead = u.wrapping_add(PREFETCH);
     for line in (0..GROUP_ROWS * g.bb).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
@@ -175,16 +209,16 @@ unsafe fn prefetch_unit(g: Grouped, u: *const u8) {
 
 /// One int8 activation row: quants, block scales, block sums.
 #[derive(Clone, Copy)]
-struct Acts {
-    q: *const i8,
-    d: *const f32,
-    sums: *const i32,
+pub(super) struct Acts {
+    pub q: *const i8,
+    pub d: *const f32,
+    pub sums: *const i32,
 }
 
 /// Four activation bytes from `p` broadcast to every i32 lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bcast4(p: *const i8) -> __m256i {
+pub(super) unsafe fn bcast4(p: *const i8) -> __m256i {
     // SAFETY: the caller passes 4 readable bytes at p (read unaligned).
     unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
 }
