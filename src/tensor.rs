@@ -118,7 +118,7 @@ impl<'a> TensorView<'a> {
         let m = self.mat().ok()?;
         let end = start.checked_add(out.len())?;
         let block = self.dtype.block();
-        if end > m.len() || start % block != 0 || out.len() % block != 0 {
+        if end > m.len() || !start.is_multiple_of(block) || !out.len().is_multiple_of(block) {
             return None;
         }
         m.dequantize(start, out);

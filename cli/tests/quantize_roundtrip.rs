@@ -128,7 +128,7 @@ struct Expect<'a> {
 
 /// True when a matrix's rows are whole groups of the interleaved layout.
 fn rows_grouped(spec: &TensorSpec) -> bool {
-    spec.shape.len() >= 2 && spec.shape[spec.shape.len() - 2] % quant::GROUP_ROWS as u64 == 0
+    spec.shape.len() >= 2 && spec.shape[spec.shape.len() - 2].is_multiple_of(quant::GROUP_ROWS as u64)
 }
 
 /// Check every tensor of a converted `model` against the sources of `dir`: dtype by class, bytes

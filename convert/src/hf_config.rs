@@ -209,7 +209,7 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
                     .and_then(|m| m.as_array())
                     .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
                     .unwrap_or_default();
-                Ok(!mlp_only.contains(&(i as u64)) && n_experts > 0 && (i + 1) % step == 0)
+                Ok(!mlp_only.contains(&(i as u64)) && n_experts > 0 && (i + 1).is_multiple_of(step))
             }
             _ => Ok(true),
         }

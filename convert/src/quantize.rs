@@ -87,7 +87,7 @@ impl Quantize {
     /// asked for and the rows are whole groups.
     pub fn dtype_for(&self, rows: u64) -> DType {
         let d = self.scheme.dtype();
-        if self.interleave && rows % quant::GROUP_ROWS as u64 == 0 {
+        if self.interleave && rows.is_multiple_of(quant::GROUP_ROWS as u64) {
             d.interleaved()
         } else {
             d
@@ -126,7 +126,7 @@ pub struct MatrixQuantizer {
 impl MatrixQuantizer {
     /// A quantiser to block dtype `dtype` for a matrix with `cols` columns (a multiple of 32).
     pub fn new(dtype: DType, cols: usize) -> MatrixQuantizer {
-        debug_assert!(dtype.is_quantized() && cols % QK == 0);
+        debug_assert!(dtype.is_quantized() && cols.is_multiple_of(QK));
         MatrixQuantizer { dtype, nb: cols / QK, scales: Vec::new(), q8: Vec::new(), pending: Vec::new() }
     }
 

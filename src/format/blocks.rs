@@ -80,7 +80,8 @@ impl Layout {
     /// The layout of a [rows, cols] matrix stored interleaved, or None when rows are not whole
     /// groups or cols not whole blocks.
     pub fn interleaved(rows: usize, cols: usize) -> Option<Layout> {
-        (rows % GROUP_ROWS == 0 && cols % QK == 0 && cols > 0).then_some(Layout::Interleaved { nb: cols / QK })
+        (rows.is_multiple_of(GROUP_ROWS) && cols.is_multiple_of(QK) && cols > 0)
+            .then_some(Layout::Interleaved { nb: cols / QK })
     }
 }
 
@@ -114,7 +115,7 @@ impl<'a> Q8<'a> {
     /// Split the stored bytes of a matrix with `n` elements into its two regions (None when the
     /// length, the groups or the scale alignment do not fit).
     pub fn from_bytes(bytes: &'a [u8], n: usize, layout: Layout) -> Option<Q8<'a>> {
-        if n % QK != 0 || bytes.len() != q8_bytes(n) || !whole_groups(n, layout) {
+        if !n.is_multiple_of(QK) || bytes.len() != q8_bytes(n) || !whole_groups(n, layout) {
             return None;
         }
         let (qs, d) = bytes.split_at(n);
@@ -142,7 +143,7 @@ impl<'a> Q8<'a> {
 impl<'a> Q4<'a> {
     /// Split the stored bytes of a matrix with `n` elements into its two regions.
     pub fn from_bytes(bytes: &'a [u8], n: usize, layout: Layout) -> Option<Q4<'a>> {
-        if n % QK != 0 || bytes.len() != q4_bytes(n) || !whole_groups(n, layout) {
+        if !n.is_multiple_of(QK) || bytes.len() != q4_bytes(n) || !whole_groups(n, layout) {
             return None;
         }
         let (qs, d) = bytes.split_at(n / 2);
@@ -169,7 +170,7 @@ impl<'a> Q4<'a> {
 fn whole_groups(n: usize, layout: Layout) -> bool {
     match layout {
         Layout::Rows => true,
-        Layout::Interleaved { nb } => nb > 0 && n % (nb * QK * GROUP_ROWS) == 0,
+        Layout::Interleaved { nb } => nb > 0 && n.is_multiple_of(nb * QK * GROUP_ROWS),
     }
 }
 
@@ -193,7 +194,7 @@ fn f32_to_f16_bits(v: f32) -> u16 {
 /// Reorder the quant region `src` of a row-major block matrix (blocks of `bb` bytes, `nb` per
 /// row, rows a multiple of 8) into the interleaved layout in `dst` (same length).
 pub fn interleave_quants(src: &[u8], bb: usize, nb: usize, dst: &mut [u8]) {
-    assert!(src.len() == dst.len() && src.len() % (bb * nb * GROUP_ROWS) == 0);
+    assert!(src.len() == dst.len() && src.len().is_multiple_of(bb * nb * GROUP_ROWS));
     let layout = Layout::Interleaved { nb };
     for (blk, block) in src.chunks_exact(bb).enumerate() {
         for (i, &v) in block.iter().enumerate() {
@@ -205,7 +206,7 @@ pub fn interleave_quants(src: &[u8], bb: usize, nb: usize, dst: &mut [u8]) {
 /// Reorder the scale region `src` of a row-major block matrix (`nb` blocks per row, rows a
 /// multiple of 8) into the interleaved layout in `dst` (same length).
 pub fn interleave_scales(src: &[u16], nb: usize, dst: &mut [u16]) {
-    assert!(src.len() == dst.len() && src.len() % (nb * GROUP_ROWS) == 0);
+    assert!(src.len() == dst.len() && src.len().is_multiple_of(nb * GROUP_ROWS));
     let layout = Layout::Interleaved { nb };
     for (blk, &d) in src.iter().enumerate() {
         dst[layout.scale_pos(blk)] = d;
@@ -267,7 +268,10 @@ pub fn quantize_row_q4(x: &[f32], qs: &mut [u8], d: &mut [u16]) {
 /// multiple of 8).
 pub fn quantize_matrix(x: &[f32], cols: usize, q8: bool, interleaved: bool) -> Vec<u8> {
     let n = x.len();
-    assert!(cols > 0 && cols % QK == 0 && n % cols == 0, "quantize_matrix: {n} values in rows of {cols}");
+    assert!(
+        cols > 0 && cols.is_multiple_of(QK) && n.is_multiple_of(cols),
+        "quantize_matrix: {n} values in rows of {cols}"
+    );
     let mut d = vec![0u16; n / QK];
     let qs: Vec<u8> = if q8 {
         let mut q = vec![0i8; n];

@@ -272,7 +272,7 @@ impl DType {
     pub fn bytes_for(self, elements: u64) -> Option<u64> {
         let info = self.info();
         let block = u64::from(info.block);
-        if elements % block != 0 || (block > 1 && elements > (usize::MAX / 2) as u64) {
+        if !elements.is_multiple_of(block) || (block > 1 && elements > (usize::MAX / 2) as u64) {
             return None;
         }
         (elements / block).checked_mul(u64::from(info.block_bytes))

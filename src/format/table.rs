@@ -180,7 +180,7 @@ impl TensorRecord {
         }
         let rows = shape[shape.len() - 2];
         let group_rows = dtype.row_group() as u64;
-        if rows % group_rows != 0 {
+        if !rows.is_multiple_of(group_rows) {
             return Err(format!("{rows} rows are not a multiple of the {dtype} row group {group_rows}"));
         }
         Ok(())
@@ -253,7 +253,7 @@ impl TensorRecord {
         if self.byte_length != want_len {
             return Err(Error::ByteLength { tensor: self.name.clone(), expected: want_len, found: self.byte_length });
         }
-        if self.data_offset % self.kind.align() != 0 {
+        if !self.data_offset.is_multiple_of(self.kind.align()) {
             return Err(Error::Misaligned {
                 tensor: self.name.clone(),
                 offset: self.data_offset,

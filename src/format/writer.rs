@@ -263,7 +263,7 @@ impl FileWriter {
             self.raw(head)?;
             self.payload += take as u64;
             bytes = rest;
-            if self.payload % unit == 0 && self.payload < total {
+            if self.payload.is_multiple_of(unit) && self.payload < total {
                 let gap = (stride - unit) as usize;
                 let zeros = vec![0u8; gap];
                 self.hasher.update(&zeros);

@@ -21,10 +21,10 @@ impl<'a> Mat<'a> {
     /// not whole row groups, or storage not aligned for the dtype's elements or scales.
     pub fn new(dtype: DType, rows: usize, cols: usize, bytes: &'a [u8]) -> Result<Mat<'a>, String> {
         let elements = rows.checked_mul(cols).ok_or("rows × cols overflows")?;
-        if cols % dtype.block() != 0 {
+        if !cols.is_multiple_of(dtype.block()) {
             return Err(format!("row length {cols} is not a multiple of the {dtype} block {}", dtype.block()));
         }
-        if rows % dtype.row_group() != 0 {
+        if !rows.is_multiple_of(dtype.row_group()) {
             return Err(format!("{rows} rows are not a multiple of the {dtype} row group {}", dtype.row_group()));
         }
         let want = dtype.bytes_for(elements as u64);
@@ -33,7 +33,7 @@ impl<'a> Mat<'a> {
         }
         // Floats are read as their element type, block types' scale regions as u16.
         let align = if dtype.is_quantized() { 2 } else { dtype.float_size().unwrap_or(1) as usize };
-        if bytes.as_ptr() as usize % align != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(align) {
             return Err(format!("{dtype} storage is not {align}-byte aligned"));
         }
         Ok(Mat { dtype, rows, cols, bytes })
@@ -168,7 +168,7 @@ impl<'a> Mat<'a> {
         };
         let group = self.dtype.row_group();
         match self.layout() {
-            Layout::Interleaved { nb } if r % group == 0 => {
+            Layout::Interleaved { nb } if r.is_multiple_of(group) => {
                 let unit = (r / group * nb + k0 / QK) * group * quant_bytes;
                 (base.wrapping_add(unit), (k1 - k0) / QK * group * quant_bytes)
             }

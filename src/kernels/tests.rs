@@ -49,9 +49,9 @@ struct Stored {
 impl Stored {
     fn new(rows: usize, cols: usize, seed: u64) -> Stored {
         let f = sample(rows * cols, seed);
-        let quantisable = cols % QK == 0 && cols > 0;
+        let quantisable = cols.is_multiple_of(QK) && cols > 0;
         // Every block dtype of the table that fits the shape.
-        let fits = |d: DType| quantisable && rows % d.row_group() == 0;
+        let fits = |d: DType| quantisable && rows.is_multiple_of(d.row_group());
         let block_dtypes: Vec<(DType, bool)> =
             DType::ALL.into_iter().filter(|d| d.is_quantized()).map(|d| (d, fits(d))).collect();
         Stored {

@@ -184,13 +184,13 @@ impl Config {
         within("n_kv_heads", self.n_kv_heads, 1, self.n_heads)?;
         within("head_dim", self.head_dim, 2, MAX_HIDDEN)?;
         within("max_position_embeddings", self.max_position_embeddings, 1, MAX_CONTEXT)?;
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(Error::config(format!(
                 "n_heads {} is not a multiple of n_kv_heads {}",
                 self.n_heads, self.n_kv_heads
             )));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(Error::config(format!("head_dim {} must be even for RoPE", self.head_dim)));
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {

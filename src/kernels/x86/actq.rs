@@ -8,7 +8,7 @@ use core::arch::x86_64::*;
 /// See `actq::quantize_blocks` (x.len() a multiple of 32; qs, d, sums sized for it).
 pub fn quantize_blocks(x: &[f32], qs: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
     let nb = x.len() / QK;
-    assert!(x.len() % QK == 0 && qs.len() >= x.len() && d.len() >= nb && sums.len() >= nb);
+    assert!(x.len().is_multiple_of(QK) && qs.len() >= x.len() && d.len() >= nb && sums.len() >= nb);
     for b in 0..nb {
         // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; block b's 32 values
         // and 32 quants are inside x and qs (asserted).

@@ -417,7 +417,7 @@ unsafe fn transpose_chunks(p: *const u8) -> [__m256i; 4] {
 pub fn widen(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
     let (g, cols) = (Grouped::of(w), w.cols());
     let kc = out.len() / rows.len().max(1);
-    assert!(k0 % QK == 0 && kc % QK == 0 && k0 + kc <= cols && rows.end <= w.rows());
+    assert!(k0.is_multiple_of(QK) && kc.is_multiple_of(QK) && k0 + kc <= cols && rows.end <= w.rows());
     assert!(out.len() == rows.len() * kc);
     let (head, groups, tail) = split(rows.clone());
     // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; every unit and block read lies inside

@@ -78,7 +78,7 @@ pub fn widen_float<const K: u8>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: 
 /// blocks).
 pub fn widen_quant<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
     let (cols, kc) = (w.cols(), out.len() / rows.len().max(1));
-    assert!(k0 + kc <= cols && rows.end <= w.rows() && k0 % QK == 0 && kc % QK == 0);
+    assert!(k0 + kc <= cols && rows.end <= w.rows() && k0.is_multiple_of(QK) && kc % QK == 0);
     let (qs, d, bb): (&[u8], &[u16], usize) = if Q4 {
         let q = w.q4();
         (q.qs, q.d, QK / 2)
