@@ -16,8 +16,9 @@
 
 /**
  * Major version of the C ABI. Bumped only on an incompatible change; it is the SONAME suffix
- * (`libcolibri.so.<abi>`, which build.rs reads from this line) and the header's macro.
+ * (`libcolibri.so.<abi>`) and the header's macro.
  * 1: colibri_generate takes generation parameters with stop strings and reports why it ended.
+ * (build.rs reads the number from this file; cbindgen writes it to the header.)
  */
 #define COLIBRI_ABI_VERSION 1
 
@@ -90,6 +91,10 @@ typedef struct {
    */
   int32_t ignore_eos;
   /**
+   * 0 (named so that the struct has no hidden padding).
+   */
+  int32_t reserved;
+  /**
    * Seed of the sampler's random numbers (default 0).
    */
   uint64_t seed;
@@ -126,8 +131,9 @@ typedef struct {
    */
   size_t n_tokens;
   /**
-   * Tokens in the session's KV cache when generation ended (the last delivered token is
-   * not in it yet: feed it to continue).
+   * Tokens in the session's KV cache when generation ended. After COLIBRI_FINISH_EOS every
+   * delivered token is in it (the end-of-sequence token is not); after any other reason the
+   * last delivered token is not in it yet: feed it to continue.
    */
   size_t n_cached;
 } colibri_generate_result;
@@ -252,6 +258,10 @@ typedef struct {
    * A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
    */
   colibri_quant_act quant_act;
+  /**
+   * 0 (the struct's tail, named so that a later field changes struct_size).
+   */
+  int32_t reserved;
 } colibri_session_params;
 
 /**
@@ -280,6 +290,10 @@ typedef struct {
   int32_t moe_top_k;
   uint64_t routing_seed;
   colibri_quant_act quant_act;
+  /**
+   * 0 (the struct's tail, named so that a later field changes struct_size).
+   */
+  int32_t reserved;
 } colibri_params;
 
 /**
@@ -459,9 +473,10 @@ uint32_t colibri_abi_version(void);
  * array or made on another model handle (INVALID_ARGUMENT), `tokens[i]` NULL while
  * n_tokens[i] > 0 (NULL_ARGUMENT), a negative id or `n_tokens[i]` 0 (INVALID_ARGUMENT);
  * `logits_out` (NULL_ARGUMENT; BUFFER_TOO_SMALL when shorter than the sum above); then each
- * session's ids (INVALID_ARGUMENT for an id outside the vocabulary) and context
- * (CONTEXT_FULL). The last error message names the failing index. The sessions must not be
- * used by other threads during the call; the model may be.
+ * session's ids (INVALID_ARGUMENT for an id outside the vocabulary), context (CONTEXT_FULL)
+ * and activation mode (INVALID_ARGUMENT unless every session has the same `quant_act`). The
+ * last error message names the failing index. The sessions must not be used by other threads
+ * during the call; the model may be.
  *
  * # Safety
  * `sessions`, `tokens` and `n_tokens` readable for n_sessions elements; `tokens[i]` readable

@@ -21,22 +21,41 @@ trap 'rm -rf "$WORK"' EXIT
 
 paths=(generic)
 grep -qw avx2 /proc/cpuinfo && paths+=(avx2)
+# An older build answers COLIBRI_CPU=avx512 with its best path (and a note): the digests of two
+# builds are compared path by path, so pass BITCHECK_PATHS to compare only the paths both have.
+grep -qw avx512_vnni /proc/cpuinfo && paths+=(avx512)
+[ -n "${BITCHECK_PATHS:-}" ] && read -r -a paths <<< "$BITCHECK_PATHS"
 
 digest() { sha256sum | cut -c1-16; }
+fail() { echo "bitcheck: $*" >&2; exit 1; }
+
+# logits LABEL TAG MODEL IDS: digest of the .npy written (a fresh file: a failed run cannot reuse
+# the previous one).
+logits() {
+    rm -f "$WORK/l.npy"
+    "$BIN" logits -m "$3" --tokens "$4" -o "$WORK/l.npy" -t 2 2>"$WORK/err" || fail "$1 $2: $(cat "$WORK/err")"
+    echo "$1 $2 $(digest < "$WORK/l.npy")" >> "$OUT"
+}
+
+# text LABEL TAG MODEL ARGS...: digest of the generated text (never empty).
+text() {
+    local label=$1 tag=$2 model=$3 out
+    shift 3
+    out=$("$BIN" run -m "$model" -p "In the beginning" -n 24 --ignore-eos -t 2 "$@" 2>"$WORK/err") ||
+        fail "$label $tag: $(cat "$WORK/err")"
+    [ -n "$out" ] || fail "$label $tag: no text generated"
+    echo "$label $tag $(printf '%s' "$out" | digest)" >> "$OUT"
+}
 
 record() { # record LABEL MODEL IDS
     local label=$1 model=$2 ids=$3 path act
     for path in "${paths[@]}"; do
         for act in int8 float; do
             export COLIBRI_CPU=$path COLIBRI_QUANT_ACT=$act
-            "$BIN" logits -m "$model" --tokens "$ids" -o "$WORK/l.npy" -t 2 2>/dev/null
-            echo "$label $path $act logits16 $(digest < "$WORK/l.npy")" >> "$OUT"
-            "$BIN" logits -m "$model" --tokens "$ids,$ids,$ids" -o "$WORK/l.npy" -t 2 2>/dev/null
-            echo "$label $path $act logits48 $(digest < "$WORK/l.npy")" >> "$OUT"
-            echo "$label $path $act greedy $("$BIN" run -m "$model" -p "In the beginning" -n 24 --temp 0 \
-                --ignore-eos -t 2 2>/dev/null | digest)" >> "$OUT"
-            echo "$label $path $act sampled $("$BIN" run -m "$model" -p "In the beginning" -n 24 --seed 7 \
-                --routing gumbel --ignore-eos -t 2 2>/dev/null | digest)" >> "$OUT"
+            logits "$label" "$path $act logits16" "$model" "$ids"
+            logits "$label" "$path $act logits48" "$model" "$ids,$ids,$ids"
+            text "$label" "$path $act greedy" "$model" --temp 0
+            text "$label" "$path $act sampled" "$model" --seed 7 --routing gumbel
         done
     done
     unset COLIBRI_CPU COLIBRI_QUANT_ACT
@@ -55,7 +74,8 @@ for dir in tests/fixtures/models/*/; do
             q4) args=(--quantize w4a16 --no-interleave) ;;
         esac
         file="$WORK/$name-$kind.colibri"
-        "$BIN" convert "$dir" -o "$file" "${args[@]}" --no-progress >/dev/null 2>&1
+        "$BIN" convert "$dir" -o "$file" "${args[@]}" --no-progress >/dev/null 2>"$WORK/err" ||
+            fail "convert $name $kind: $(cat "$WORK/err")"
         # The metadata holds the conversion date: digest from the tensor table to the end.
         echo "$name $kind file $(python3 -c "import struct,sys; b=open(sys.argv[1],'rb').read(); \
 sys.stdout.buffer.write(b[struct.unpack_from('<Q', b, 0x38)[0]:])" "$file" | digest)" >> "$OUT"

@@ -25,19 +25,6 @@ pub enum Finish {
     ContextFull,
 }
 
-impl Finish {
-    /// Lower-case name (the CLI's statistics line).
-    pub fn name(self) -> &'static str {
-        match self {
-            Finish::Length => "length",
-            Finish::Eos => "eos",
-            Finish::StopString => "stop",
-            Finish::Callback => "callback",
-            Finish::ContextFull => "context_full",
-        }
-    }
-}
-
 /// What a generation decides with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeParams {
@@ -79,10 +66,10 @@ pub struct Decoder {
     ignore_eos: bool,
     max_tokens: usize,
     generated: usize,
-    /// [vocab] the logits of the last step as the sampler saw them (before its penalties).
-    logits: Vec<f32>,
-    /// [vocab] the sampler's working copy (it applies its penalties in place).
-    scratch: Vec<f32>,
+    /// [vocab] the sampler's working copy of a step's logits (it applies its penalties in place).
+    work: Vec<f32>,
+    /// [vocab] the last step's logits as the sampler got them, when kept (`keep_last_logits`).
+    kept: Option<Vec<f32>>,
 }
 
 impl Decoder {
@@ -101,24 +88,26 @@ impl Decoder {
             ignore_eos: params.ignore_eos,
             max_tokens: params.max_tokens,
             generated: 0,
-            logits: Vec::new(),
-            scratch: Vec::new(),
+            work: Vec::new(),
+            kept: None,
         })
     }
 
     /// Choose the next token from a step's logits ([vocab]).
     pub fn next(&mut self, tokenizer: Option<&Tokenizer>, logits: &[f32]) -> Result<Step> {
-        self.logits.clear();
-        self.logits.extend_from_slice(logits);
+        self.work.clear();
+        self.work.extend_from_slice(logits);
         // Ids the tokenizer cannot decode (a model vocabulary padded past the tokenizer's) are
         // never sampled.
         let decodable = tokenizer.map_or(usize::MAX, Tokenizer::vocab_size);
-        if decodable < self.logits.len() {
-            self.logits[decodable..].fill(f32::NEG_INFINITY);
+        if decodable < self.work.len() {
+            self.work[decodable..].fill(f32::NEG_INFINITY);
         }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&self.logits);
-        let token = self.sampler.sample(&mut self.scratch, &self.history)?;
+        if let Some(kept) = self.kept.as_mut() {
+            kept.clear();
+            kept.extend_from_slice(&self.work);
+        }
+        let token = self.sampler.sample(&mut self.work, &self.history)?;
         self.history.push(token);
         self.generated += 1;
         if !self.ignore_eos && self.eos.contains(&token) {
@@ -155,9 +144,15 @@ impl Decoder {
         (tail, why)
     }
 
-    /// The logits the last step sampled from (undecodable ids at −∞), for log-probabilities.
+    /// Keep each step's logits as the sampler got them (for log-probabilities); off by default,
+    /// since it costs a copy of the vocabulary per token.
+    pub fn keep_last_logits(&mut self) {
+        self.kept.get_or_insert_with(Vec::new);
+    }
+
+    /// The logits the last step sampled from (undecodable ids at −∞) when kept, else empty.
     pub fn last_logits(&self) -> &[f32] {
-        &self.logits
+        self.kept.as_deref().unwrap_or(&[])
     }
 
     /// Tokens generated so far (an end-of-sequence token that ended the generation included).
@@ -204,6 +199,9 @@ mod tests {
         assert!(Decoder::new(&with_stop, &[], &[], None).is_err());
         let mut d = Decoder::new(&greedy(4, false), &[], &[], None).unwrap();
         let logits = peak(6, 2);
+        assert_eq!(d.next(None, &logits).unwrap().token, 2);
+        assert!(d.last_logits().is_empty(), "not kept unless asked");
+        d.keep_last_logits();
         assert_eq!(d.next(None, &logits).unwrap().token, 2);
         assert_eq!(d.last_logits(), &logits[..]);
     }

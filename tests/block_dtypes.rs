@@ -61,7 +61,7 @@ fn every_block_dtype_gives_the_logits_of_its_dequantised_values() {
     let config = quant_config();
     let ids: Vec<u32> = (1..12).collect();
     let dir = tempfile::tempdir().unwrap();
-    let block_dtypes: Vec<DType> = DType::ALL.into_iter().filter(|d| d.is_quantized()).collect();
+    let block_dtypes: Vec<DType> = DType::ALL.iter().copied().filter(|d| d.is_quantized()).collect();
     assert!(block_dtypes.len() >= 5, "{block_dtypes:?}");
     for d in block_dtypes {
         let mut spec = FileSpec::new(&config, DType::F32);

@@ -136,13 +136,17 @@ fn trio_returns_transformers_logits_and_failed_calls_change_nothing() {
         assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_BAD_STRUCT_SIZE);
         p.struct_size = 4096;
         assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_BAD_STRUCT_SIZE);
-        // An older, shorter struct (only struct_size + use_mmap + use_mlock) gets defaults for the rest.
+        // Only published sizes are read (ABI 1 has published one per struct; an older size gets
+        // defaults for the fields past it — see ffi::handle's tests): a shorter, unpublished one
+        // is refused, so no size can end inside a field.
         colibri_params_init(&mut p);
         p.struct_size = 12;
-        p.n_ctx = 7; // beyond the old size: ignored
+        assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_BAD_STRUCT_SIZE);
+        colibri_params_init(&mut p);
+        p.n_ctx = 7;
         assert_eq!(colibri_init(model_file().as_ptr(), &p, &mut ctx), COLIBRI_STATUS_OK);
         assert_eq!(colibri_session_position(ctx, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
-        assert_eq!(n_ctx, 4096);
+        assert_eq!(n_ctx, 7);
         colibri_free(ctx);
     }
 }
@@ -448,20 +452,14 @@ fn generate_reports_why_it_ended_and_never_delivers_a_stop_string() {
         );
         assert!(last_error().contains("stop[1]"), "{}", last_error());
         (p.stop, p.n_stop) = (null(), 0);
-        // A result struct of unknown size is refused; an older, shorter one gets its fields.
-        r2.struct_size = 0;
-        assert_eq!(
-            colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r2),
-            COLIBRI_STATUS_BAD_STRUCT_SIZE
-        );
-        let mut short = std::mem::zeroed::<colibri_generate_result>();
-        (short.struct_size, short.n_tokens) = (8, 777);
-        colibri_session_reset(s);
-        assert_eq!(
-            colibri_generate(s, prompt.as_ptr(), prompt.len(), &p, None, null_mut(), null_mut(), 0, &mut short),
-            COLIBRI_STATUS_OK
-        );
-        assert_eq!((short.finish_reason, short.n_tokens), (COLIBRI_FINISH_LENGTH, 777), "fields past size 8 untouched");
+        // A result struct of an unpublished size is refused before anything runs.
+        for size in [0, 8, 4096] {
+            r2.struct_size = size;
+            assert_eq!(
+                colibri_generate(s, prompt.as_ptr(), 1, &p, None, null_mut(), null_mut(), 0, &mut r2),
+                COLIBRI_STATUS_BAD_STRUCT_SIZE
+            );
+        }
         // A full context ends generation with its own reason.
         let mut sp = std::mem::zeroed::<colibri_session_params>();
         colibri_session_params_init(&mut sp);

@@ -126,7 +126,11 @@ pub struct MatrixQuantizer {
 impl MatrixQuantizer {
     /// A quantiser to block dtype `dtype` for a matrix with `cols` columns (a multiple of 32).
     pub fn new(dtype: DType, cols: usize) -> MatrixQuantizer {
-        debug_assert!(dtype.is_quantized() && cols.is_multiple_of(QK));
+        // The encodings this quantiser writes: q8 / q4, row-major or interleaved.
+        assert!(
+            matches!(dtype.encoding(), DType::Q8 | DType::Q4) && cols.is_multiple_of(QK),
+            "MatrixQuantizer writes q8 / q4 (and their interleaved forms) in rows of 32, not {dtype} in rows of {cols}"
+        );
         MatrixQuantizer { dtype, nb: cols / QK, scales: Vec::new(), q8: Vec::new(), pending: Vec::new() }
     }
 

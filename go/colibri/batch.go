@@ -19,8 +19,9 @@ import (
 //
 // Every session must come from this Model and be free: a closed one gives ErrClosed, one in
 // use ErrBusy, one given twice ErrInvalidArgument. The library checks the rest before anything
-// changes (an empty token list or a session of another Model: ErrInvalidArgument; a full
-// context: ErrContextFull), so a failed call leaves every session as it was.
+// changes (an empty token list, a session of another Model or sessions with different
+// QuantAct: ErrInvalidArgument; a full context: ErrContextFull), so a failed call leaves every
+// session as it was.
 func (m *Model) InferBatch(sessions []*Session, tokens [][]int32) ([][]float32, error) {
 	const op = "InferBatch"
 	if len(sessions) != len(tokens) {

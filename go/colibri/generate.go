@@ -122,7 +122,7 @@ const (
 )
 
 // String is the reason's lower-case name ("length", "stop", "eos", "context_full",
-// "callback"), as the colibri CLI prints it.
+// "callback"), the names the Python binding uses too.
 func (f FinishReason) String() string {
 	switch f {
 	case FinishLength:
@@ -151,8 +151,9 @@ type GenerateResult struct {
 	Text string
 	// Finish says why generation ended.
 	Finish FinishReason
-	// Cached is the number of tokens in the session's KV cache when generation ended. The
-	// last of Tokens is not in it yet: to continue the generation, pass it as the next prompt.
+	// Cached is the number of tokens in the session's KV cache when generation ended. After
+	// FinishEOS every token of Tokens is in it; after any other reason the last of Tokens is
+	// not in it yet: to continue the generation, pass it as the next prompt.
 	Cached int
 }
 

@@ -96,6 +96,7 @@ class GenerateParams(Structure):
         ("penalty_last_n", c_int32),
         ("max_tokens", c_int32),
         ("ignore_eos", c_int32),
+        ("reserved", c_int32),
         ("seed", c_uint64),
         ("stop", POINTER(c_char_p)),
         ("n_stop", c_size_t),
@@ -154,6 +155,7 @@ class SessionParams(Structure):
         ("moe_top_k", c_int32),
         ("routing_seed", c_uint64),
         ("quant_act", c_int32),
+        ("reserved", c_int32),
     ]
 
 
@@ -171,6 +173,7 @@ class Params(Structure):
         ("moe_top_k", c_int32),
         ("routing_seed", c_uint64),
         ("quant_act", c_int32),
+        ("reserved", c_int32),
     ]
 
 

@@ -11,8 +11,9 @@ COLIBRI_VERSION_MINOR = 1
 COLIBRI_VERSION_PATCH = 0
 
 #: Major version of the C ABI. Bumped only on an incompatible change; it is the SONAME suffix
-#: (`libcolibri.so.<abi>`, which build.rs reads from this line) and the header's macro. 1:
-#: colibri_generate takes generation parameters with stop strings and reports why it ended.
+#: (`libcolibri.so.<abi>`) and the header's macro. 1: colibri_generate takes generation parameters
+#: with stop strings and reports why it ended. (build.rs reads the number from this file; cbindgen
+#: writes it to the header.)
 COLIBRI_ABI_VERSION = 1
 
 #: `max_tokens` (or `tokens_cap`) tokens were generated.

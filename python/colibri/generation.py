@@ -56,8 +56,8 @@ class GenerationResult:
     #: closed)
     finish_reason: str
     pieces: List[str] = field(default_factory=list, repr=False)  #: text pieces as streamed
-    #: tokens in the KV cache when it ended (the last generated id is not in it yet: feed it to
-    #: continue)
+    #: tokens in the KV cache when it ended (after "eos" every returned id is in it; after any
+    #: other reason the last generated id is not in it yet: feed it to continue)
     n_cached: int = 0
 
     @property

@@ -235,7 +235,8 @@ class Model(OwnedHandle):
         (``colibri_infer_batch``): session i gets ``token_lists[i]`` (one id to decode, or a
         prompt chunk) exactly as ``sessions[i].infer(token_lists[i])`` would, but the weights are
         read once for all. Returns one logits array per session (``(vocab,)``, or ``(n, vocab)``
-        for an ``all_logits`` session). A failed call leaves every session as it was."""
+        for an ``all_logits`` session). The sessions must share one ``quant_act``. A failed call
+        leaves every session as it was."""
         return infer_batch(self, sessions, token_lists)
 
     def __repr__(self) -> str:

@@ -28,9 +28,10 @@ fn invalid(msg: String) -> Failure {
 /// array or made on another model handle (INVALID_ARGUMENT), `tokens[i]` NULL while
 /// n_tokens[i] > 0 (NULL_ARGUMENT), a negative id or `n_tokens[i]` 0 (INVALID_ARGUMENT);
 /// `logits_out` (NULL_ARGUMENT; BUFFER_TOO_SMALL when shorter than the sum above); then each
-/// session's ids (INVALID_ARGUMENT for an id outside the vocabulary) and context
-/// (CONTEXT_FULL). The last error message names the failing index. The sessions must not be
-/// used by other threads during the call; the model may be.
+/// session's ids (INVALID_ARGUMENT for an id outside the vocabulary), context (CONTEXT_FULL)
+/// and activation mode (INVALID_ARGUMENT unless every session has the same `quant_act`). The
+/// last error message names the failing index. The sessions must not be used by other threads
+/// during the call; the model may be.
 ///
 /// # Safety
 /// `sessions`, `tokens` and `n_tokens` readable for n_sessions elements; `tokens[i]` readable

@@ -59,6 +59,8 @@ pub struct colibri_generate_params {
     pub max_tokens: i32,
     /// 1: keep going past end-of-sequence tokens (default 0).
     pub ignore_eos: i32,
+    /// 0 (named so that the struct has no hidden padding).
+    pub reserved: i32,
     /// Seed of the sampler's random numbers (default 0).
     pub seed: u64,
     /// `n_stop` NUL-terminated UTF-8 stop strings, read during the call only (NULL when
@@ -66,6 +68,10 @@ pub struct colibri_generate_params {
     /// the model's tokenizer (COLIBRI_STATUS_UNSUPPORTED without one).
     pub stop: *const *const c_char,
     pub n_stop: usize,
+}
+
+impl Versioned for colibri_generate_params {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_generate_params>()];
 }
 
 impl Default for colibri_generate_params {
@@ -84,6 +90,7 @@ impl Default for colibri_generate_params {
             penalty_last_n: s.penalty_last_n as i32,
             max_tokens: d.max_tokens as i32,
             ignore_eos: i32::from(d.ignore_eos),
+            reserved: 0,
             seed: s.seed,
             stop: std::ptr::null(),
             n_stop: 0,
@@ -103,9 +110,14 @@ pub struct colibri_generate_result {
     /// Tokens delivered (to the callback, and to tokens_out when given). An end-of-sequence
     /// token that ended the generation is not delivered.
     pub n_tokens: usize,
-    /// Tokens in the session's KV cache when generation ended (the last delivered token is
-    /// not in it yet: feed it to continue).
+    /// Tokens in the session's KV cache when generation ended. After COLIBRI_FINISH_EOS every
+    /// delivered token is in it (the end-of-sequence token is not); after any other reason the
+    /// last delivered token is not in it yet: feed it to continue.
     pub n_cached: usize,
+}
+
+impl Versioned for colibri_generate_result {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_generate_result>()];
 }
 
 impl Default for colibri_generate_result {

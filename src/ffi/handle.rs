@@ -71,9 +71,9 @@ pub(crate) fn token_ids(p: *const i32, n: usize, arg: &str) -> Result<Vec<u32>, 
         .collect()
 }
 
-/// Read a params struct whose first field is `struct_size`: older (shorter) structs are
-/// completed with defaults, larger unknown ones are rejected. NULL gives the defaults.
-pub(crate) fn params<T: Copy>(p: *const T, defaults: T, arg: &str) -> Result<T, Failure> {
+/// Read a params struct whose first field is `struct_size`: an older published (shorter) size is
+/// completed with defaults, any other size rejected. NULL gives the defaults.
+pub(crate) fn params<T: Versioned>(p: *const T, defaults: T, arg: &str) -> Result<T, Failure> {
     let Some(size) = versioned_size(p, arg)? else { return Ok(defaults) };
     let mut out = defaults;
     // SAFETY: copy the caller's `size` bytes over the defaults; both are at least `size` long.
@@ -110,19 +110,26 @@ pub(crate) fn write_text(text: &str, buf: *mut c_char, cap: usize, len_out: *mut
     Ok(())
 }
 
-/// The struct_size a caller set in the versioned output struct at `p` (whose first field is a
-/// u32 struct_size): None for NULL, BAD_STRUCT_SIZE when it is not 4 ..= sizeof(T).
-pub(crate) fn versioned_size<T>(p: *const T, arg: &str) -> Result<Option<usize>, Failure> {
+/// A C struct versioned by its leading `u32 struct_size`. Only the sizes it has been published
+/// with are accepted — every one the end of a whole field — so no size can end inside a field
+/// (half a pointer copied over a default would be dereferenced).
+pub(crate) trait Versioned: Copy {
+    /// Every size this struct has had in a released ABI, the current one last.
+    const SIZES: &'static [usize];
+}
+
+/// The struct_size a caller set in the versioned struct at `p`: None for NULL, BAD_STRUCT_SIZE
+/// when it is not one of T's published sizes.
+pub(crate) fn versioned_size<T: Versioned>(p: *const T, arg: &str) -> Result<Option<usize>, Failure> {
     if p.is_null() {
         return Ok(None);
     }
     // SAFETY: every versioned struct starts with a u32 struct_size; p is non-NULL and readable.
     let size = unsafe { *(p as *const u32) } as usize;
-    let full = std::mem::size_of::<T>();
-    if size < 4 || size > full {
+    if !T::SIZES.contains(&size) {
         return Err(Failure::new(
             COLIBRI_STATUS_BAD_STRUCT_SIZE,
-            format!("{arg}.struct_size is {size}; this library knows sizes 4..={full} (use the *_init function)"),
+            format!("{arg}.struct_size is {size}; this library knows sizes {:?} (use the *_init function)", T::SIZES),
         ));
     }
     Ok(Some(size))
@@ -135,4 +142,40 @@ pub(crate) fn put_versioned<T>(out: *mut T, value: T, size: usize) {
     // SAFETY: out is writable for `size` bytes (checked by versioned_size), value has at least
     // that many.
     unsafe { std::ptr::copy_nonoverlapping(&value as *const T as *const u8, out as *mut u8, size) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A struct published twice: version 1 ended after `a`, version 2 added a pointer.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Two {
+        struct_size: u32,
+        a: i32,
+        ptr: *const u8,
+        n: usize,
+    }
+
+    impl Versioned for Two {
+        const SIZES: &'static [usize] = &[8, std::mem::size_of::<Two>()];
+    }
+
+    #[test]
+    fn older_sizes_get_defaults_and_sizes_inside_a_field_are_refused() {
+        let d = Two { struct_size: 24, a: 1, ptr: std::ptr::null(), n: 0 };
+        let byte = 7u8;
+        let mut caller = Two { struct_size: 8, a: 5, ptr: &byte, n: 3 };
+        let got = params(&caller, d, "p").ok().expect("version 1 is accepted");
+        assert_eq!((got.a, got.ptr, got.n), (5, std::ptr::null(), 0), "fields past version 1 keep their defaults");
+        caller.struct_size = 24;
+        assert_eq!(params(&caller, d, "p").ok().expect("version 2").ptr, &byte as *const u8);
+        for bad in [0, 4, 12, 16, 20, 4096] {
+            caller.struct_size = bad;
+            let err = params(&caller, d, "p").expect_err("refused");
+            assert_eq!(err.status, COLIBRI_STATUS_BAD_STRUCT_SIZE, "size {bad}");
+        }
+        assert_eq!(params(std::ptr::null(), d, "p").ok(), Some(d));
+    }
 }

@@ -30,8 +30,9 @@ pub use text::*;
 use std::ffi::c_char;
 
 /// Major version of the C ABI. Bumped only on an incompatible change; it is the SONAME suffix
-/// (`libcolibri.so.<abi>`, which build.rs reads from this line) and the header's macro.
+/// (`libcolibri.so.<abi>`) and the header's macro.
 /// 1: colibri_generate takes generation parameters with stop strings and reports why it ended.
+/// (build.rs reads the number from this file; cbindgen writes it to the header.)
 pub const COLIBRI_ABI_VERSION: u32 = 1;
 
 /// NUL-terminated library version, e.g. "0.1.0".
@@ -53,10 +54,91 @@ pub extern "C" fn colibri_abi_version() -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Each field starts where the previous one ends and the last ends the struct: a struct with
+    /// hidden padding could grow a field without changing struct_size.
+    macro_rules! assert_no_padding {
+        ($t:ty, $($f:ident),+) => {{
+            let v: $t = Default::default();
+            let mut end = 0usize;
+            $(
+                assert_eq!(std::mem::offset_of!($t, $f), end, "{} has padding before {}", stringify!($t), stringify!($f));
+                end += std::mem::size_of_val(&v.$f);
+            )+
+            assert_eq!(end, std::mem::size_of::<$t>(), "{} has tail padding", stringify!($t));
+        }};
+    }
+
+    #[test]
+    fn versioned_structs_have_no_hidden_padding() {
+        assert_no_padding!(colibri_model_params, struct_size, use_mmap, use_mlock);
+        assert_no_padding!(
+            colibri_model_info,
+            struct_size,
+            family,
+            vocab_size,
+            n_ctx_train,
+            hidden_size,
+            n_layers,
+            n_experts,
+            top_k,
+            n_params,
+            n_active_params,
+            bos_token,
+            eos_token
+        );
+        assert_no_padding!(
+            colibri_session_params,
+            struct_size,
+            n_ctx,
+            kv_type,
+            all_logits,
+            routing_mode,
+            moe_top_k,
+            routing_seed,
+            quant_act,
+            reserved
+        );
+        assert_no_padding!(
+            colibri_params,
+            struct_size,
+            use_mmap,
+            use_mlock,
+            n_ctx,
+            kv_type,
+            all_logits,
+            routing_mode,
+            moe_top_k,
+            routing_seed,
+            quant_act,
+            reserved
+        );
+        assert_no_padding!(
+            colibri_generate_params,
+            struct_size,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            presence_penalty,
+            frequency_penalty,
+            penalty_last_n,
+            max_tokens,
+            ignore_eos,
+            reserved,
+            seed,
+            stop,
+            n_stop
+        );
+        assert_no_padding!(colibri_generate_result, struct_size, finish_reason, n_tokens, n_cached);
+    }
+
     #[test]
     fn version_string_is_nul_terminated_and_matches_cargo() {
         // SAFETY: colibri_version returns a static NUL-terminated string.
-        let s = unsafe { std::ffi::CStr::from_ptr(super::colibri_version()) };
+        let s = unsafe { std::ffi::CStr::from_ptr(colibri_version()) };
         assert_eq!(s.to_str(), Ok(env!("CARGO_PKG_VERSION")));
     }
 }

@@ -22,6 +22,10 @@ pub struct colibri_model_params {
     pub use_mlock: i32,
 }
 
+impl Versioned for colibri_model_params {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_model_params>()];
+}
+
 impl Default for colibri_model_params {
     fn default() -> Self {
         colibri_model_params { struct_size: std::mem::size_of::<Self>() as u32, use_mmap: 1, use_mlock: 0 }
@@ -68,6 +72,10 @@ pub struct colibri_model_info {
     pub bos_token: i32,
     /// First end-of-sequence id, -1 when none.
     pub eos_token: i32,
+}
+
+impl Versioned for colibri_model_info {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_model_info>()];
 }
 
 impl Default for colibri_model_info {

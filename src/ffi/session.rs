@@ -75,6 +75,12 @@ pub struct colibri_session_params {
     pub routing_seed: u64,
     /// A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
     pub quant_act: colibri_quant_act,
+    /// 0 (the struct's tail, named so that a later field changes struct_size).
+    pub reserved: i32,
+}
+
+impl Versioned for colibri_session_params {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_session_params>()];
 }
 
 impl Default for colibri_session_params {
@@ -88,6 +94,7 @@ impl Default for colibri_session_params {
             moe_top_k: 0,
             routing_seed: 0,
             quant_act: COLIBRI_QUANT_ACT_DEFAULT,
+            reserved: 0,
         }
     }
 }
@@ -110,6 +117,12 @@ pub struct colibri_params {
     pub moe_top_k: i32,
     pub routing_seed: u64,
     pub quant_act: colibri_quant_act,
+    /// 0 (the struct's tail, named so that a later field changes struct_size).
+    pub reserved: i32,
+}
+
+impl Versioned for colibri_params {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_params>()];
 }
 
 impl Default for colibri_params {
@@ -126,6 +139,7 @@ impl Default for colibri_params {
             moe_top_k: s.moe_top_k,
             routing_seed: s.routing_seed,
             quant_act: s.quant_act,
+            reserved: 0,
         }
     }
 }

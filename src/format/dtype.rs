@@ -64,6 +64,8 @@ pub struct DTypeInfo {
     /// multiple of it.
     pub row_group: u32,
     pub packing: Packing,
+    /// Alignment the storage needs (floats: their size; block types: their u16 scales).
+    pub align: u32,
     /// The same values stored row-major (itself unless interleaved).
     pub row_major: DType,
     /// The same values in the interleaved layout (itself when there is none).
@@ -96,6 +98,7 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         block_bytes: 34,
         row_group: 1,
         packing: Packing::Blocks,
+        align: 2,
         row_major: DType::Q8_0,
         interleaved: DType::Q8_0,
         dequantize: |bytes, _, start, out| blocks::dequantize_q8_0(bytes, start, out),
@@ -131,6 +134,7 @@ const fn float_row(
         block_bytes: size,
         row_group: 1,
         packing: Packing::Elements,
+        align: size,
         row_major: dtype,
         interleaved: dtype,
         dequantize,
@@ -161,6 +165,7 @@ const fn block_row(
         block_bytes,
         row_group: if grouped { blocks::GROUP_ROWS as u32 } else { 1 },
         packing: Packing::Split { quant_bytes: block_bytes - 2 },
+        align: 2,
         row_major: twins[0],
         interleaved: twins[1],
         dequantize,
@@ -170,11 +175,11 @@ const fn block_row(
 }
 
 impl DType {
-    /// Number of dtypes (rows of the table).
-    pub const COUNT: usize = 8;
     /// Every dtype, in table order.
-    pub const ALL: [DType; DType::COUNT] =
-        [DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8, DType::Q8_0];
+    pub const ALL: &'static [DType] =
+        &[DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8, DType::Q8_0];
+    /// Number of dtypes (rows of the table).
+    pub const COUNT: usize = DType::ALL.len();
 
     /// This dtype's row of the table.
     #[inline]
@@ -254,8 +259,7 @@ impl DType {
         (!self.is_quantized()).then_some(u64::from(self.info().block_bytes))
     }
 
-    /// Lower-case name used by the CLI and in JSON ("f32", "f16", "bf16", "q8", "q4", "q8r8",
-    /// "q4r8").
+    /// Lower-case name used by the CLI and in JSON (the table's `name`: "f32", "bf16", "q4r8", …).
     pub fn name(self) -> &'static str {
         self.info().name
     }
@@ -382,15 +386,15 @@ mod tests {
 
     #[test]
     fn ids_round_trip() {
-        for d in DType::ALL {
+        for &d in DType::ALL {
             assert_eq!(DType::from_id(d.id()), Some(d));
             assert_eq!(DType::from_name(d.name()), Some(d));
             assert_eq!(d.interleaved().encoding(), d.encoding());
         }
         assert_eq!(DType::from_id(20), None);
         // Any two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8/q8_0, q4/q4r8).
-        for a in DType::ALL {
-            for b in DType::ALL.into_iter().filter(|&b| b != a && b.bits_per_weight() == a.bits_per_weight()) {
+        for &a in DType::ALL {
+            for b in DType::ALL.iter().copied().filter(|&b| b != a && b.bits_per_weight() == a.bits_per_weight()) {
                 assert!((a.id() ^ b.id()).count_ones() >= 2, "{a} and {b} are one bit flip apart");
             }
         }
@@ -399,11 +403,11 @@ mod tests {
 
     #[test]
     fn the_table_is_in_dtype_order_with_unique_ids_and_names() {
-        for (i, d) in DType::ALL.iter().enumerate() {
-            assert_eq!((d.index(), d.info().dtype), (i, *d), "row {i}");
+        for (i, &d) in DType::ALL.iter().enumerate() {
+            assert_eq!((d.index(), d.info().dtype), (i, d), "row {i}");
         }
-        for a in DType::ALL {
-            for b in DType::ALL.into_iter().filter(|&b| b != a) {
+        for &a in DType::ALL {
+            for b in DType::ALL.iter().copied().filter(|&b| b != a) {
                 assert!(a.id() != b.id() && a.name() != b.name(), "{a} and {b} share an id or name");
             }
             assert_eq!(a.bytes_for(a.block() as u64), Some(u64::from(a.info().block_bytes)));
@@ -414,7 +418,7 @@ mod tests {
     fn every_dtype_encodes_and_dequantises_back() {
         let (rows, cols) = (16, 64);
         let x: Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
-        for d in DType::ALL {
+        for &d in DType::ALL {
             let bytes = d.encode(&x, cols);
             assert_eq!(bytes.len() as u64, d.bytes_for((rows * cols) as u64).unwrap(), "{d}");
             let mut y = vec![0f32; rows * cols];

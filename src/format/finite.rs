@@ -17,11 +17,14 @@ pub enum NonFinite {
 
 impl NonFinite {
     /// The error for tensor `tensor`, when the scanned matrix starts at element `first` of it
-    /// (expert e of a stack starts at e × its element count; gaps are not counted).
-    pub fn error(self, tensor: &str, first: u64) -> Error {
+    /// (expert e of a stack starts at e × its element count; gaps are not counted) and its
+    /// dtype has blocks of `block` elements.
+    pub fn error(self, tensor: &str, first: u64, block: u64) -> Error {
         match self {
             NonFinite::Element(i) => Error::NonFinite { tensor: tensor.to_string(), index: first + i },
-            NonFinite::Scale(b) => Error::NonFiniteScale { tensor: tensor.to_string(), block: first / QK as u64 + b },
+            NonFinite::Scale(b) => {
+                Error::NonFiniteScale { tensor: tensor.to_string(), block: first / block.max(1) + b }
+            }
         }
     }
 }

@@ -228,7 +228,7 @@ pub fn verify_data_with(file: &[u8], parsed: &ParsedFile, prefetch: &(dyn Fn(usi
         for (u, block) in data.chunks(stride.max(1)).enumerate() {
             let (values, pad) = block.split_at(unit.min(block.len()));
             if let Some(at) = find_nonfinite(t.dtype, values, t.shape.last().copied().unwrap_or(1)) {
-                return Err(at.error(&t.name, u as u64 * unit_elements));
+                return Err(at.error(&t.name, u as u64 * unit_elements, t.dtype.block() as u64));
             }
             if let Some(p) = pad.iter().position(|&b| b != 0) {
                 let offset = t.data_offset + (u * stride + unit + p) as u64;

@@ -1,6 +1,7 @@
 //! `Mat`: the operand every matrix kernel takes — a stored matrix bound once to its dtype and
 //! shape, checked when it is made (byte length, whole blocks and row groups, alignment), then
-//! copied freely. Kernels trust its invariants and never re-parse it.
+//! copied freely. Kernels trust its invariants and never re-validate it (the block views
+//! `q8()` / `q4()` only split the checked bytes).
 
 use crate::format::blocks::{Layout, Q4, Q8, QK};
 use crate::format::{DType, Packing};
@@ -21,6 +22,9 @@ impl<'a> Mat<'a> {
     /// not whole row groups, or storage not aligned for the dtype's elements or scales.
     pub fn new(dtype: DType, rows: usize, cols: usize, bytes: &'a [u8]) -> Result<Mat<'a>, String> {
         let elements = rows.checked_mul(cols).ok_or("rows × cols overflows")?;
+        if dtype.is_quantized() && cols == 0 {
+            return Err(format!("a {dtype} matrix needs whole blocks of columns, not 0"));
+        }
         if !cols.is_multiple_of(dtype.block()) {
             return Err(format!("row length {cols} is not a multiple of the {dtype} block {}", dtype.block()));
         }
@@ -31,8 +35,7 @@ impl<'a> Mat<'a> {
         if want != Some(bytes.len() as u64) {
             return Err(format!("{} bytes for {rows} × {cols} {dtype}, which needs {want:?}", bytes.len()));
         }
-        // Floats are read as their element type, block types' scale regions as u16.
-        let align = if dtype.is_quantized() { 2 } else { dtype.float_size().unwrap_or(1) as usize };
+        let align = dtype.info().align as usize;
         if !(bytes.as_ptr() as usize).is_multiple_of(align) {
             return Err(format!("{dtype} storage is not {align}-byte aligned"));
         }
@@ -41,7 +44,7 @@ impl<'a> Mat<'a> {
 
     /// A [rows, cols] f32 matrix over `x` (whose length must be rows·cols).
     pub fn f32s(x: &'a [f32], rows: usize, cols: usize) -> Mat<'a> {
-        assert_eq!(x.len(), rows * cols, "Mat::f32s: {} values for {rows} × {cols}", x.len());
+        assert_eq!(rows.checked_mul(cols), Some(x.len()), "Mat::f32s: {} values for {rows} × {cols}", x.len());
         // SAFETY: f32 has no padding and every byte of it is initialised.
         let bytes = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), x.len() * 4) };
         Mat { dtype: DType::F32, rows, cols, bytes }
@@ -50,7 +53,7 @@ impl<'a> Mat<'a> {
     /// A [rows, cols] f16 or bf16 matrix over the bits in `x` (length rows·cols).
     pub fn halves(dtype: DType, x: &'a [u16], rows: usize, cols: usize) -> Mat<'a> {
         assert!(matches!(dtype, DType::F16 | DType::BF16), "Mat::halves takes f16 or bf16, not {dtype}");
-        assert_eq!(x.len(), rows * cols, "Mat::halves: {} values for {rows} × {cols}", x.len());
+        assert_eq!(rows.checked_mul(cols), Some(x.len()), "Mat::halves: {} values for {rows} × {cols}", x.len());
         // SAFETY: u16 has no padding and every byte of it is initialised.
         let bytes = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), x.len() * 2) };
         Mat { dtype, rows, cols, bytes }
@@ -122,20 +125,18 @@ impl<'a> Mat<'a> {
     /// bytes; block types need both bounds on block boundaries).
     pub fn dequantize(&self, start: usize, out: &mut [f32]) {
         assert!(start + out.len() <= self.len(), "dequantize past the end of a {} × {} matrix", self.rows, self.cols);
+        let b = self.dtype.block();
+        assert!(
+            start.is_multiple_of(b) && out.len().is_multiple_of(b),
+            "dequantize of a {} matrix off its blocks",
+            self.dtype
+        );
         self.dtype.dequantize(self.bytes, self.cols, start, out)
     }
 
     /// Row `r` as f32 into `out` (length cols): embedding lookup.
     pub fn row_to_f32(&self, r: usize, out: &mut [f32]) {
         self.dequantize(r * self.cols, &mut out[..self.cols])
-    }
-
-    /// Element `i` (row-major) as f32.
-    pub fn get(&self, i: usize) -> f32 {
-        let b = self.dtype.block();
-        let mut block = [0f32; QK];
-        self.dequantize(i / b * b, &mut block[..b]);
-        block[i % b]
     }
 
     /// Hint the cache to start loading elements [k0, k1) of row `r`. Only a hint: nothing is

@@ -148,6 +148,8 @@ pub(crate) type RowDotI8 = fn(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize
 /// The scalar specification of one dtype's products, which the portable path runs and every
 /// SIMD path is tested against.
 pub(crate) struct RefKernels {
+    /// The row's dtype (rows are indexed by `DType::index()`; a test checks the order).
+    pub dtype: DType,
     pub dot: RowDot,
     /// Block dtypes only.
     pub dot_i8: Option<RowDotI8>,
@@ -155,20 +157,22 @@ pub(crate) struct RefKernels {
 
 /// The reference rows, indexed by `DType::index()` (the format's dtype table order).
 pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
-    RefKernels { dot: dot_row_f32, dot_i8: None },
-    RefKernels { dot: dot_row_f16, dot_i8: None },
-    RefKernels { dot: dot_row_bf16, dot_i8: None },
-    RefKernels { dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
-    RefKernels { dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
-    RefKernels { dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
-    RefKernels { dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
-    RefKernels { dot: dot_q8_0, dot_i8: Some(actq::dot_q8_0_i8) },
+    RefKernels { dtype: DType::F32, dot: dot_row_f32, dot_i8: None },
+    RefKernels { dtype: DType::F16, dot: dot_row_f16, dot_i8: None },
+    RefKernels { dtype: DType::BF16, dot: dot_row_bf16, dot_i8: None },
+    RefKernels { dtype: DType::Q8, dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
+    RefKernels { dtype: DType::Q4, dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
+    RefKernels { dtype: DType::Q8R8, dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
+    RefKernels { dtype: DType::Q4R8, dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
+    RefKernels { dtype: DType::Q8_0, dot: dot_q8_0, dot_i8: Some(actq::dot_q8_0_i8) },
 ];
 
 /// The reference row of `dtype`.
 #[inline]
 pub(crate) fn row(dtype: DType) -> &'static RefKernels {
-    &ROWS[dtype.index()]
+    let r = &ROWS[dtype.index()];
+    debug_assert_eq!(r.dtype, dtype, "reference::ROWS out of DType order");
+    r
 }
 
 #[cfg(test)]
@@ -197,7 +201,8 @@ mod tests {
 
     #[test]
     fn the_rows_follow_the_dtype_table() {
-        for d in DType::ALL {
+        for &d in DType::ALL {
+            assert_eq!(row(d).dtype, d, "reference::ROWS is not in DType order");
             assert_eq!(row(d).dot_i8.is_some(), d.is_quantized(), "{d}");
         }
     }

@@ -53,7 +53,7 @@ impl Stored {
         // Every block dtype of the table that fits the shape.
         let fits = |d: DType| quantisable && rows.is_multiple_of(d.row_group());
         let block_dtypes: Vec<(DType, bool)> =
-            DType::ALL.into_iter().filter(|d| d.is_quantized()).map(|d| (d, fits(d))).collect();
+            DType::ALL.iter().copied().filter(|d| d.is_quantized()).map(|d| (d, fits(d))).collect();
         Stored {
             rows,
             cols,

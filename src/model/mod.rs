@@ -30,7 +30,7 @@ pub mod meta_keys {
 
 /// An opened, validated model. Immutable; share it across threads with `Arc<Model>`.
 pub struct Model {
-    // Field order matters: `weights` borrows from `parsed` and `mapping` and is dropped first.
+    // Field order matters: `weights` borrows from `mapping` and is dropped first.
     weights: Weights<'static>,
     parsed: ParsedFile,
     config: Config,
@@ -160,16 +160,15 @@ impl Model {
             if let Some(t) = parsed.tensor(&s.name) {
                 let view = TensorView::new(t, file);
                 if let Some(at) = format::find_nonfinite_in(view.dtype, view.bytes, view.cols() as u64) {
-                    return Err(at.error(&s.name, 0));
+                    return Err(at.error(&s.name, 0, view.dtype.block() as u64));
                 }
             }
         }
         let weights = Weights::bind(&config, &parsed, file)?;
-        // SAFETY: `weights` borrows the heap buffers of `parsed` (records never mutated or
-        // moved after this point) and the bytes of `mapping` (a mapping or heap allocation
-        // whose address does not change when `Model` moves). Both live exactly as long as the
-        // Model, `weights` is dropped first (field order), and it is only handed out with the
-        // lifetime of `&self`.
+        // SAFETY: `weights` (bound matrices) borrows only the bytes of `mapping` (a mapping or
+        // heap allocation whose address does not change when `Model` moves), which lives exactly
+        // as long as the Model; `weights` is dropped first (field order) and only handed out
+        // with the lifetime of `&self`.
         let weights: Weights<'static> = unsafe { std::mem::transmute::<Weights<'_>, Weights<'static>>(weights) };
         Ok(Model { weights, parsed, config, mapping })
     }

@@ -79,7 +79,10 @@ impl Active {
         let mut session = Session::new(engine.model.config(), &opts)?;
         session.set_trace(true);
         let eos = &engine.model.config().eos_token_ids;
-        let decoder = Decoder::new(&job.params.decode, eos, &job.prompt, Some(&engine.tokenizer))?;
+        let mut decoder = Decoder::new(&job.params.decode, eos, &job.prompt, Some(&engine.tokenizer))?;
+        if job.params.logprobs.is_some() {
+            decoder.keep_last_logits();
+        }
         Ok(Active { job, session, decoder, fed: 0, last_token_at: None, step_rows: 0, step_samples: false })
     }
 

@@ -230,8 +230,9 @@ pub fn gemv<const K: u8>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, ou
     let cols = w.cols();
     assert!(rows.end <= w.rows() && x.len() >= n * cols && out.len() >= n * rows.len());
     let esize = if K == F32 { 4 } else { 2 };
+    assert_eq!(w.dtype().float_size(), Some(esize as u64), "gemv::<{K}> given a {} matrix", w.dtype());
     // SAFETY: the AVX2 table is only reachable when the CPU has AVX2, FMA and F16C; the bounds
-    // of every row read are asserted above.
+    // of every row read are asserted above, the element size matches the matrix's.
     unsafe { gemv_float::<K>(w.bytes().as_ptr(), esize, cols, rows, x, n, out) }
 }
 
