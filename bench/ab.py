@@ -6,6 +6,8 @@ test (pp, tg) and their geometric mean. For checking that a refactor leaves spee
 
     python3 bench/ab.py --a OLD/colibri --b target/release/colibri -m M1.colibri [-m M2 ...]
         [--rounds 3] [-p 128] [-n 32] [-r 3] [-t 2] [--json out.json]
+    python3 bench/ab.py --a BIN --b BIN --env-a COLIBRI_CPU=avx2 --env-b COLIBRI_CPU=avx512 -m M
+        (one binary, two kernel paths)
 """
 import argparse
 import json
@@ -16,10 +18,11 @@ import sys
 import time
 
 
-def bench(binary, model, a):
+def bench(binary, model, a, env):
     cmd = [binary, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n), "-r", str(a.r), "-t", str(a.t),
            "-o", "json", "--no-probe"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    extra = dict(kv.split("=", 1) for kv in env)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, **extra}).stdout
     return {row["test"]: row["avg_ts"] for row in json.loads(out)}
 
 
@@ -33,6 +36,8 @@ def main():
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=2)
+    ap.add_argument("--env-a", action="append", default=[], help="NAME=VALUE for A's runs")
+    ap.add_argument("--env-b", action="append", default=[], help="NAME=VALUE for B's runs")
     ap.add_argument("--json")
     a = ap.parse_args()
     results = []
@@ -40,8 +45,8 @@ def main():
     for model in a.model:
         name = os.path.basename(model)
         for rnd in range(a.rounds):
-            ta = bench(a.a, model, a)
-            tb = bench(a.b, model, a)
+            ta = bench(a.a, model, a, a.env_a)
+            tb = bench(a.b, model, a, a.env_b)
             load = os.getloadavg()[0]
             for test in ta:
                 ratio = tb[test] / ta[test]

@@ -555,7 +555,7 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
     };
     for (rows, cols) in [(8, 32), (24, 96), (72, 32 * 9), (16, 4096 + 32)] {
         let s = Stored::new(rows, cols, (rows * cols) as u64);
-        for n in [1, 3, 4, 7, 70] {
+        for n in [1, 3, 4, 7, 8, 9, 17, 70] {
             let x = sample(n * cols, n as u64 + 40);
             for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
                 let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);

@@ -33,7 +33,7 @@ pub(super) struct Grouped {
     pub nb: usize,
     /// Bytes of one row's block (32 for q8, 16 for q4).
     bb: usize,
-    q4: bool,
+    pub q4: bool,
 }
 
 impl Grouped {
@@ -112,27 +112,44 @@ fn by_groups(
 /// stream · activation row t, for T activation rows (q4r8: W4A8; q8r8: W8A8). Every set gives
 /// the same integer block sums, scaled and summed in the same float order.
 pub(super) trait GroupI8 {
+    /// Most activation rows one pass over a group's units takes (what the registers hold).
+    const MAX_T: usize;
+    /// out[t][j] = row 8·grp + j · activation row x[t], for t < x.len() ≤ MAX_T (a power of 2).
+    ///
     /// SAFETY: the CPU has the set's features; group `grp` and every activation row's `nb`
     /// blocks are inside their buffers.
-    unsafe fn q4<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T];
-    /// SAFETY: as for `q4`.
-    unsafe fn q8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T];
+    unsafe fn rows(g: Grouped, grp: usize, x: &[Acts], out: &mut [[f32; GROUP_ROWS]]);
 }
 
-/// The AVX2 group kernels (`vpmaddubsw` + `vpmaddwd`).
+/// `out[t] = kernel(x)[t]` for T activation rows (the const-generic kernels' call shape).
+#[inline(always)]
+pub(super) fn store<const T: usize>(v: [__m256; T], out: &mut [[f32; GROUP_ROWS]]) {
+    for (o, vt) in out.iter_mut().zip(v) {
+        // SAFETY: __m256 and [f32; 8] have the same size; any bits are valid f32.
+        *o = unsafe { std::mem::transmute::<__m256, [f32; GROUP_ROWS]>(vt) };
+    }
+}
+
+/// The AVX2 group kernels (`vpmaddubsw` + `vpmaddwd`): four activation rows per pass (16 ymm
+/// registers).
 pub(super) struct Avx2;
 
 impl GroupI8 for Avx2 {
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q4<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T] {
-        // SAFETY: the caller's contract (see the trait).
-        unsafe { group_q4_i8::<T>(g, grp, x) }
-    }
+    const MAX_T: usize = 4;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; T] {
+    unsafe fn rows(g: Grouped, grp: usize, x: &[Acts], out: &mut [[f32; GROUP_ROWS]]) {
         // SAFETY: the caller's contract (see the trait).
-        unsafe { group_q8_i8::<T>(g, grp, x) }
+        unsafe {
+            match (g.q4, x.len()) {
+                (true, 4) => store(group_q4_i8::<4>(g, grp, &[x[0], x[1], x[2], x[3]]), out),
+                (true, 2) => store(group_q4_i8::<2>(g, grp, &[x[0], x[1]]), out),
+                (true, _) => store(group_q4_i8::<1>(g, grp, &[x[0]]), out),
+                (false, 4) => store(group_q8_i8::<4>(g, grp, &[x[0], x[1], x[2], x[3]]), out),
+                (false, 2) => store(group_q8_i8::<2>(g, grp, &[x[0], x[1]]), out),
+                (false, _) => store(group_q8_i8::<1>(g, grp, &[x[0]]), out),
+            }
+        }
     }
 }
 
@@ -158,31 +175,19 @@ pub(super) fn gemv_i8_with<K: GroupI8>(w: Mat<'_>, rows: Range<usize>, xa: &Quan
         out,
         |r, o| generic::gemv_i8(w, r, xa, n, o),
         |grp, at, out, tokens| {
-            // Activation rows in fours (then two, one) share each weight load and its unpacking.
+            // Activation rows in passes of K::MAX_T (then halves) share each weight load and its
+            // unpacking.
             let mut t = tokens.start;
+            let mut res = [[0f32; GROUP_ROWS]; 8];
             while t < tokens.end {
-                let take = match tokens.end - t {
-                    k if k >= 4 => 4,
-                    k if k >= 2 => 2,
-                    _ => 1,
-                };
-                let x: [Acts; 4] = std::array::from_fn(|k| acts((t + k).min(tokens.end - 1)));
+                let take = (tokens.end - t).min(K::MAX_T);
+                let take = 1 << take.ilog2();
+                let x: [Acts; 8] = std::array::from_fn(|k| acts((t + k).min(t + take - 1)));
                 // SAFETY: K's table only on CPUs with K's features; group grp lies inside the
-                // matrix (rows.end ≤ w.rows() asserted) and every activation row holds nb blocks;
-                // the stores cover out[(t+k)·len + at .. + 8] with at + 8 ≤ len, t + k < n.
-                unsafe {
-                    let mut v = [_mm256_setzero_ps(); 4];
-                    match (g.q4, take) {
-                        (true, 4) => v = K::q4::<4>(g, grp, &x),
-                        (true, 2) => v[..2].copy_from_slice(&K::q4::<2>(g, grp, &[x[0], x[1]])),
-                        (true, _) => v[0] = K::q4::<1>(g, grp, &[x[0]])[0],
-                        (false, 4) => v = K::q8::<4>(g, grp, &x),
-                        (false, 2) => v[..2].copy_from_slice(&K::q8::<2>(g, grp, &[x[0], x[1]])),
-                        (false, _) => v[0] = K::q8::<1>(g, grp, &[x[0]])[0],
-                    }
-                    for (k, vk) in v.iter().enumerate().take(take) {
-                        _mm256_storeu_ps(out[(t + k) * len + at..(t + k) * len + at + GROUP_ROWS].as_mut_ptr(), *vk);
-                    }
+                // matrix (rows.end ≤ w.rows() asserted) and every activation row holds nb blocks.
+                unsafe { K::rows(g, grp, &x[..take], &mut res[..take]) };
+                for (k, r) in res[..take].iter().enumerate() {
+                    out[(t + k) * len + at..(t + k) * len + at + GROUP_ROWS].copy_from_slice(r);
                 }
                 t += take;
             }
