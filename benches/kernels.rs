@@ -164,7 +164,7 @@ fn matmul_n(b: Bencher, dtype: &'static str, n: usize) {
     });
 }
 
-#[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
+#[divan::bench(args = [4, 8, 12, 16, 24, 32, 48, 64], sample_count = 10)]
 fn matmul_16384x2048_bf16(b: Bencher, n: usize) {
     matmul_n(b, "bf16", n);
 }

@@ -218,7 +218,7 @@ typedef int32_t colibri_kv_type;
 typedef int32_t colibri_routing_mode;
 
 /**
- * How quantised weights meet their activations (`quant_act`). Frozen numbers.
+ * How reduced-precision weights meet their activations (`quant_act`). Frozen numbers.
  */
 typedef int32_t colibri_quant_act;
 
@@ -377,17 +377,19 @@ typedef struct {
 #define COLIBRI_ROUTING_GUMBEL 1
 
 /**
- * The process default: `COLIBRI_QUANT_ACT=int8|float` from the environment, else int8.
+ * The process default: `COLIBRI_QUANT_ACT=reduced|float` from the environment, else reduced.
  */
 #define COLIBRI_QUANT_ACT_DEFAULT 0
 
 /**
- * Activations quantised to int8 blocks per product (W8A8 / W4A8): faster.
+ * Activations rounded to each weight's own arithmetic per product: int8 blocks against
+ * block-quantised weights (W8A8 / W4A8), bf16 against bf16 weights (llama.cpp's convention):
+ * faster.
  */
-#define COLIBRI_QUANT_ACT_INT8 1
+#define COLIBRI_QUANT_ACT_REDUCED 1
 
 /**
- * Activations stay f32 (W8A16 / W4A16).
+ * Activations stay f32 for every weight (W8A16 / W4A16 / BF16A32).
  */
 #define COLIBRI_QUANT_ACT_FLOAT 2
 

@@ -44,7 +44,8 @@ pub struct SessionOptions {
     pub kv_dtype: KvDtype,
     /// Seed of the routing RNG (Gumbel routing).
     pub routing_seed: u64,
-    /// How quantised weights meet their activations (default: `COLIBRI_QUANT_ACT`, else int8).
+    /// How reduced-precision weights meet their activations (default: `COLIBRI_QUANT_ACT`, else
+    /// reduced).
     pub quant_act: QuantActivations,
 }
 

@@ -1,12 +1,15 @@
 //! Contract: colibri reproduces HuggingFace transformers on every fixture family.
-//! f32 files: max |Δlogit| ≤ 1e-4 · max|logit|; bf16/f16 files (against transformers in f32 on
-//! the same rounded weights): ≤ 2e-2 · max|logit|; greedy tokens identical; routed expert ids
+//! f32 files, and bf16 files with f32 activations: max |Δlogit| ≤ 1e-4 · max|logit|; bf16 files
+//! in the default activation mode (activations rounded to bf16 per product) and f16 files
+//! (against transformers in f32 on the same rounded weights): ≤ 2e-2 · max|logit|; greedy
+//! tokens identical; routed expert ids
 //! identical on every token and MoE layer. Also: decoding token by token through the KV cache
 //! gives the same logits as one batched prefill.
 
 mod common;
 
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::kernels::QuantActivations;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use common::{argmax, convert, fixture_dirs, ids};
@@ -27,15 +30,15 @@ fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-fn session(model: &Model) -> Session {
-    Session::new(model.config(), &SessionOptions { n_ctx: 256, ..Default::default() }).unwrap()
+fn session(model: &Model, quant_act: QuantActivations) -> Session {
+    Session::new(model.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap()
 }
 
 struct Report {
     worst: f64,
 }
 
-fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Report) {
+fn check_fixture(dir: &Path, dtype: &str, act: QuantActivations, tol: f64, tmp: &Path, report: &mut Report) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let meta = common::meta(dir);
     let file = tmp.join(format!("{name}-{dtype}.colibri"));
@@ -45,7 +48,7 @@ fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Rep
 
     // Teacher-forced logits and routing over input_ids.
     let input = ids(&meta["input_ids"]);
-    let mut s = session(&model);
+    let mut s = session(&model, act);
     s.set_trace(true);
     let opts = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
     forward(&model, &mut s, Input::Tokens(&input), &opts).unwrap();
@@ -55,7 +58,7 @@ fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Rep
     let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
     let max_diff = got.iter().zip(&want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
     let rel = max_diff / max_abs;
-    eprintln!("{name:<22} {dtype:<5} max|Δlogit| = {max_diff:.3e} = {rel:.3e} × max|logit|");
+    eprintln!("{name:<22} {dtype:<5} {:<7} max|Δlogit| = {max_diff:.3e} = {rel:.3e} × max|logit|", act.name());
     report.worst = report.worst.max(rel);
     assert!(rel <= tol, "{name} {dtype}: max|Δ| {max_diff} is {rel:.2e} of max|logit| (tolerance {tol:.0e})");
 
@@ -73,7 +76,7 @@ fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Rep
     }
 
     // The same logits when decoding one token at a time through the KV cache.
-    let mut s1 = session(&model);
+    let mut s1 = session(&model, act);
     let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
     for (t, &id) in input.iter().enumerate() {
         forward(&model, &mut s1, Input::Tokens(&[id]), &last).unwrap();
@@ -83,7 +86,7 @@ fn check_fixture(dir: &Path, dtype: &str, tol: f64, tmp: &Path, report: &mut Rep
     }
 
     // Greedy generation: prefill the prompt, then 32 argmax steps through the KV cache.
-    let mut g = session(&model);
+    let mut g = session(&model, act);
     forward(&model, &mut g, Input::Tokens(&ids(&meta["greedy_prompt"])), &last).unwrap();
     let mut out = Vec::new();
     for _ in 0..32 {
@@ -99,7 +102,7 @@ fn f32_files_match_transformers() {
     let tmp = tempfile::tempdir().unwrap();
     let mut r = Report { worst: 0.0 };
     for d in fixture_dirs() {
-        check_fixture(&d, "f32", 1e-4, tmp.path(), &mut r);
+        check_fixture(&d, "f32", QuantActivations::Reduced, 1e-4, tmp.path(), &mut r);
     }
     eprintln!("worst f32 relative error: {:.3e}", r.worst);
 }
@@ -109,9 +112,19 @@ fn bf16_files_match_transformers_on_rounded_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let mut r = Report { worst: 0.0 };
     for d in fixture_dirs() {
-        check_fixture(&d, "bf16", 2e-2, tmp.path(), &mut r);
+        check_fixture(&d, "bf16", QuantActivations::Reduced, 2e-2, tmp.path(), &mut r);
     }
     eprintln!("worst bf16 relative error: {:.3e}", r.worst);
+}
+
+#[test]
+fn bf16_files_with_f32_activations_match_transformers_closely() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = Report { worst: 0.0 };
+    for d in fixture_dirs() {
+        check_fixture(&d, "bf16", QuantActivations::Float, 1e-4, tmp.path(), &mut r);
+    }
+    eprintln!("worst bf16 (f32 activations) relative error: {:.3e}", r.worst);
 }
 
 #[test]
@@ -119,7 +132,7 @@ fn f16_files_match_transformers_on_rounded_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let mut r = Report { worst: 0.0 };
     for d in fixture_dirs() {
-        check_fixture(&d, "f16", 2e-2, tmp.path(), &mut r);
+        check_fixture(&d, "f16", QuantActivations::Reduced, 2e-2, tmp.path(), &mut r);
     }
     eprintln!("worst f16 relative error: {:.3e}", r.worst);
 }

@@ -247,11 +247,11 @@ func TestGenerateFinishReasons(t *testing.T) {
 }
 
 // WithQuantAct: the three valid modes are accepted and leave float weights alone; on a q8
-// file int8 and float activations differ; other values are refused.
+// file reduced (int8) and float activations differ; other values are refused.
 func TestQuantAct(t *testing.T) {
 	m := openModel(t)
 	_, want := readNpyF32(t, filepath.Join(fixtureDir, "oracle", "logits_f32.npy"))
-	for _, q := range []QuantAct{QuantActDefault, QuantActInt8, QuantActFloat} {
+	for _, q := range []QuantAct{QuantActDefault, QuantActReduced, QuantActFloat} {
 		s := newSession(t, m, WithQuantAct(q), WithAllLogits(true))
 		got, err := s.Infer(oracle.InputIDs)
 		if err != nil {
@@ -289,14 +289,14 @@ func TestQuantAct(t *testing.T) {
 		}
 		return l
 	}
-	i8, f32, def := logits(QuantActInt8), logits(QuantActFloat), logits(QuantActDefault)
+	i8, f32, def := logits(QuantActReduced), logits(QuantActFloat), logits(QuantActDefault)
 	if reflect.DeepEqual(i8, f32) {
-		t.Error("q8 weights: int8 and float activations give identical logits")
+		t.Error("q8 weights: reduced (int8) and float activations give identical logits")
 	}
 	if !reflect.DeepEqual(def, i8) && !reflect.DeepEqual(def, f32) {
-		t.Error("q8 weights: the default activation mode is neither int8 nor float")
+		t.Error("q8 weights: the default activation mode is neither reduced nor float")
 	}
-	for name, l := range map[string][]float32{"int8": i8, "float": f32} {
+	for name, l := range map[string][]float32{"reduced": i8, "float": f32} {
 		var maxAbs, maxDiff float64
 		for i := range want {
 			maxAbs = math.Max(maxAbs, math.Abs(float64(want[i])))

@@ -49,19 +49,19 @@ const (
 	RoutingGumbel RoutingMode = C.COLIBRI_ROUTING_GUMBEL
 )
 
-// QuantAct says how a session's quantised weight matrices (q8 / q4 files) meet their
-// activations (colibri_quant_act). Float weights are unaffected.
+// QuantAct says how a session's reduced-precision weight matrices (q8 / q4 and bf16 files)
+// meet their activations (colibri_quant_act). f32 and f16 weights are unaffected.
 type QuantAct int32
 
 // Activation modes (COLIBRI_QUANT_ACT_*).
 const (
-	// QuantActDefault is the process default: COLIBRI_QUANT_ACT=int8|float from the
-	// environment (read once by the library), else QuantActInt8.
+	// QuantActDefault is the process default: COLIBRI_QUANT_ACT=reduced|float from the
+	// environment (read once by the library), else QuantActReduced.
 	QuantActDefault QuantAct = C.COLIBRI_QUANT_ACT_DEFAULT
-	// QuantActInt8 quantises the activations to int8 blocks for each product (W8A8 / W4A8):
-	// faster.
-	QuantActInt8 QuantAct = C.COLIBRI_QUANT_ACT_INT8
-	// QuantActFloat keeps the activations f32 (W8A16 / W4A16).
+	// QuantActReduced rounds the activations to each weight's own arithmetic for each product:
+	// int8 blocks against q8 / q4 weights (W8A8 / W4A8), bf16 against bf16 weights. Faster.
+	QuantActReduced QuantAct = C.COLIBRI_QUANT_ACT_REDUCED
+	// QuantActFloat keeps the activations f32 for every weight (W8A16 / W4A16 / BF16A32).
 	QuantActFloat QuantAct = C.COLIBRI_QUANT_ACT_FLOAT
 )
 

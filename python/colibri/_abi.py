@@ -57,7 +57,7 @@ def named(prefix: str) -> Dict[str, int]:
 KV_TYPES = named("COLIBRI_KV_")
 #: ``routing_mode`` names (``COLIBRI_ROUTING_*``): "topk", "gumbel".
 ROUTING_MODES = named("COLIBRI_ROUTING_")
-#: ``quant_act`` names (``COLIBRI_QUANT_ACT_*``): "default", "int8", "float".
+#: ``quant_act`` names (``COLIBRI_QUANT_ACT_*``): "default", "reduced", "float".
 QUANT_ACTS = named("COLIBRI_QUANT_ACT_")
 #: ``colibri_generate_result.finish_reason`` value -> name (``COLIBRI_FINISH_*``): "length",
 #: "stop", "eos", "context_full", "callback".

@@ -51,13 +51,14 @@ COLIBRI_ROUTING_TOPK = 0
 #: The k largest of logit + Gumbel noise from the session's seeded RNG; weights un-noised.
 COLIBRI_ROUTING_GUMBEL = 1
 
-#: The process default: `COLIBRI_QUANT_ACT=int8|float` from the environment, else int8.
+#: The process default: `COLIBRI_QUANT_ACT=reduced|float` from the environment, else reduced.
 COLIBRI_QUANT_ACT_DEFAULT = 0
 
-#: Activations quantised to int8 blocks per product (W8A8 / W4A8): faster.
-COLIBRI_QUANT_ACT_INT8 = 1
+#: Activations rounded to each weight's own arithmetic per product: int8 blocks against block-
+#: quantised weights (W8A8 / W4A8), bf16 against bf16 weights (llama.cpp's convention): faster.
+COLIBRI_QUANT_ACT_REDUCED = 1
 
-#: Activations stay f32 (W8A16 / W4A16).
+#: Activations stay f32 for every weight (W8A16 / W4A16 / BF16A32).
 COLIBRI_QUANT_ACT_FLOAT = 2
 
 #: Success.

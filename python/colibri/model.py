@@ -224,8 +224,8 @@ class Model(OwnedHandle):
         capped at 4096; ``kv_type`` "f32" | "f16" | "bf16"; ``all_logits``: infer returns every
         new position's logits; ``routing`` "topk" | "gumbel" with ``routing_seed`` for the
         Gumbel RNG; ``moe_top_k`` experts per token (0 = the model's); ``quant_act`` how
-        quantised weights meet activations: "int8" (faster), "float" (activations stay f32) or
-        "default" (``$COLIBRI_QUANT_ACT``, else int8). ``seed`` is the deprecated name of
+        q8/q4/bf16 weights meet activations: "reduced" (int8 / bf16 activations, faster),
+        "float" (activations stay f32) or "default" (``$COLIBRI_QUANT_ACT``, else reduced). ``seed`` is the deprecated name of
         ``routing_seed``. Names are case-insensitive; others raise ValueError."""
         return Session(self, n_ctx=n_ctx, kv_type=kv_type, all_logits=all_logits, routing=routing,
                        moe_top_k=moe_top_k, routing_seed=routing_seed, quant_act=quant_act, seed=seed)

@@ -132,7 +132,7 @@ class Session(Generating):
 
     @property
     def quant_act(self) -> str:
-        """The activation mode asked for at creation: "default", "int8" or "float"."""
+        """The activation mode asked for at creation: "default", "reduced" or "float"."""
         return self._quant_act
 
     def _position(self) -> "tuple[int, int]":

@@ -72,7 +72,7 @@ def test_tables_cover_every_constant_of_their_family() -> None:
     assert colibri.ABI_VERSION == _constants.COLIBRI_ABI_VERSION
     # The names the binding documents.
     assert set(colibri.FINISH_REASONS.values()) == {"length", "stop", "eos", "context_full", "callback"}
-    assert set(colibri.QUANT_ACTS) == {"default", "int8", "float"}
+    assert set(colibri.QUANT_ACTS) == {"default", "reduced", "float"}
 
 
 def test_no_binding_module_restates_a_constant_by_hand() -> None:

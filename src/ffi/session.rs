@@ -45,14 +45,16 @@ pub const COLIBRI_ROUTING_TOPK: colibri_routing_mode = 0;
 /// The k largest of logit + Gumbel noise from the session's seeded RNG; weights un-noised.
 pub const COLIBRI_ROUTING_GUMBEL: colibri_routing_mode = 1;
 
-/// How quantised weights meet their activations (`quant_act`). Frozen numbers.
+/// How reduced-precision weights meet their activations (`quant_act`). Frozen numbers.
 #[allow(non_camel_case_types)]
 pub type colibri_quant_act = i32;
-/// The process default: `COLIBRI_QUANT_ACT=int8|float` from the environment, else int8.
+/// The process default: `COLIBRI_QUANT_ACT=reduced|float` from the environment, else reduced.
 pub const COLIBRI_QUANT_ACT_DEFAULT: colibri_quant_act = 0;
-/// Activations quantised to int8 blocks per product (W8A8 / W4A8): faster.
-pub const COLIBRI_QUANT_ACT_INT8: colibri_quant_act = 1;
-/// Activations stay f32 (W8A16 / W4A16).
+/// Activations rounded to each weight's own arithmetic per product: int8 blocks against
+/// block-quantised weights (W8A8 / W4A8), bf16 against bf16 weights (llama.cpp's convention):
+/// faster.
+pub const COLIBRI_QUANT_ACT_REDUCED: colibri_quant_act = 1;
+/// Activations stay f32 for every weight (W8A16 / W4A16 / BF16A32).
 pub const COLIBRI_QUANT_ACT_FLOAT: colibri_quant_act = 2;
 
 /// Options of a session. Fill with `colibri_session_params_init`.
@@ -193,7 +195,7 @@ impl colibri_session {
         };
         let quant_act = match p.quant_act {
             COLIBRI_QUANT_ACT_DEFAULT => QuantActivations::from_env(),
-            COLIBRI_QUANT_ACT_INT8 => QuantActivations::Int8,
+            COLIBRI_QUANT_ACT_REDUCED => QuantActivations::Reduced,
             COLIBRI_QUANT_ACT_FLOAT => QuantActivations::Float,
             q => {
                 return Err(Failure::new(

@@ -12,12 +12,16 @@ use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, Q4, Q8, QK};
 use std::sync::OnceLock;
 
-/// How quantised weights meet their activations in matrix products.
+/// How reduced-precision weights meet their activations in matrix products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantActivations {
-    /// Activations quantised to int8 blocks per call (W8A8 / W4A8): integer dot products.
-    Int8,
-    /// Activations stay f32 (W8A16 / W4A16): weights are widened to f32 in registers.
+    /// Activations rounded to each weight's own arithmetic once per call (llama.cpp's
+    /// convention): int8 blocks against block-quantised weights (W8A8 / W4A8, integer dot
+    /// products; this module), bf16 against bf16 weights (BF16 × BF16 products, exact in f32,
+    /// summed in f32; `bf16act`). f32 and f16 weights meet f32 activations.
+    Reduced,
+    /// Activations stay f32 for every weight (W8A16 / W4A16 / BF16A32): weights are widened to
+    /// f32 in registers.
     Float,
 }
 
@@ -25,17 +29,18 @@ impl QuantActivations {
     /// Lower-case name, as `COLIBRI_QUANT_ACT` spells it.
     pub fn name(self) -> &'static str {
         match self {
-            QuantActivations::Int8 => "int8",
+            QuantActivations::Reduced => "reduced",
             QuantActivations::Float => "float",
         }
     }
 
-    /// The default for new sessions: `COLIBRI_QUANT_ACT=int8|float` (read once), else int8.
+    /// The default for new sessions: `COLIBRI_QUANT_ACT=reduced|float` (read once; `int8` is the
+    /// earlier name of `reduced`), else reduced.
     pub fn from_env() -> QuantActivations {
         static DEFAULT: OnceLock<QuantActivations> = OnceLock::new();
         *DEFAULT.get_or_init(|| match std::env::var("COLIBRI_QUANT_ACT").as_deref().map(str::trim) {
             Ok("float") | Ok("f32") => QuantActivations::Float,
-            _ => QuantActivations::Int8,
+            _ => QuantActivations::Reduced,
         })
     }
 }

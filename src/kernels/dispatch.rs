@@ -3,7 +3,8 @@
 //! with the activation mode of quantised products, the handle model code computes through.
 //!
 //! Paths: `Generic` (the scalar reference, any CPU), `Avx2` (x86-64 AVX2 + FMA + F16C) and
-//! `Avx512` (AVX2's features plus AVX-512 F/BW/VL and VNNI; tested on Zen 4). AMX is a
+//! `Avx512` (AVX2's features plus AVX-512 F/BW/VL and VNNI, and the bf16 kernels where the CPU
+//! has AVX-512 BF16; tested on Zen 4). AMX is a
 //! recognised name without kernels yet: asking for it selects the best implemented path and says
 //! so in `path_note()`. An aarch64/NEON path would be one more table.
 

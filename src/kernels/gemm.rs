@@ -16,6 +16,7 @@ use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::Kernels;
 use super::mat::Mat;
 use super::table::{MatKernels, Table, MR, NR};
+use crate::format::DType;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -47,7 +48,10 @@ thread_local! {
 /// Run `f` with this thread's buffer in `key`, or with a fresh one when the buffer is in use
 /// further up this thread's stack: a worker waiting inside a parallel loop may run another task
 /// that multiplies too (nested parallelism), and that must not fail.
-fn with_buffer<T: Default + 'static, R>(key: &'static LocalKey<RefCell<T>>, f: impl FnOnce(&mut T) -> R) -> R {
+pub(super) fn with_buffer<T: Default + 'static, R>(
+    key: &'static LocalKey<RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
     key.with(|cell| match cell.try_borrow_mut() {
         Ok(mut b) => f(&mut b),
         Err(_) => f(&mut T::default()),
@@ -56,7 +60,7 @@ fn with_buffer<T: Default + 'static, R>(key: &'static LocalKey<RefCell<T>>, f: i
 
 /// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(super) struct OutPtr(pub(super) *mut f32);
 // SAFETY: used only to write disjoint indices from different tasks.
 unsafe impl Send for OutPtr {}
 // SAFETY: as for Send: tasks write disjoint indices only.
@@ -65,33 +69,37 @@ unsafe impl Sync for OutPtr {}
 impl OutPtr {
     /// SAFETY: `i` in bounds of the buffer and written by no other task.
     #[inline]
-    unsafe fn write(&self, i: usize, v: f32) {
+    pub(super) unsafe fn write(&self, i: usize, v: f32) {
         // SAFETY: the caller guarantees i is in bounds and written by no other task.
         unsafe { *self.0.add(i) = v };
     }
 }
 
 impl Kernels {
-    /// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < w.rows(): x [n, cols], y [n, rows]. With
-    /// quantised weights in int8 mode the GEMM strategy multiplies the widened weights by the
-    /// int8-rounded activations (dx·qx), so a row's result does not change meaning with the
-    /// number of rows in the call.
+    /// y[t, o] = Σ_i w[o, i] · x[t, i] for t < n, o < w.rows(): x [n, cols], y [n, rows]. In
+    /// `Reduced` mode block-quantised weights meet int8-rounded activations (dx·qx; the GEMM
+    /// strategy multiplies the widened weights by them, so a row's result does not change
+    /// meaning with the number of rows in the call) and bf16 weights bf16-rounded ones
+    /// (`gemm_bf16`).
     pub fn matmul(&self, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
         let (t, rows, cols) = (self.table(), w.rows(), w.cols());
         check_shapes(w, x, n, y);
         if n == 0 || rows == 0 {
             return;
         }
+        if w.dtype() == DType::BF16 && self.act() == QuantActivations::Reduced {
+            return super::gemm_bf16::product(t, w, x, n, y);
+        }
         let ops = t.mat(w.dtype());
         let int8 = match ops.gemv_i8 {
-            Some(kernel) if self.act() == QuantActivations::Int8 => Some(kernel),
+            Some(kernel) if self.act() == QuantActivations::Reduced => Some(kernel),
             _ => None,
         };
         // A dtype whose int8 kernel beats widening for the FMA GEMM takes it at every n (measured:
         // see docs/performance.md, "Kernel paths").
         let gemm_from = if int8.is_some() && ops.int8_at_any_n { usize::MAX } else { GEMM_MIN_ROWS };
         match (n >= gemm_from && cols > 0, int8) {
-            (true, None) => gemm(t, ops, w, x, n, y),
+            (_, None) => float_product(t, w, x, n, y),
             (true, Some(_)) => with_buffer(&ACTS, |xa| {
                 xa.quantize_with(t.quantize, x, n, cols);
                 let mut xr = vec![0f32; n * cols];
@@ -103,7 +111,6 @@ impl Kernels {
                 let xa = &*xa;
                 gemv_by(rows, cols, n, y, |r, out| kernel(w, r, xa, n, out));
             }),
-            (false, None) => gemv_by(rows, cols, n, y, |r, out| (ops.gemv)(w, r, x, n, out)),
         }
     }
 
@@ -116,6 +123,17 @@ impl Kernels {
     }
 }
 
+/// y = x · wᵀ with x meeting the stored weights as f32: the GEMV strategy below GEMM_MIN_ROWS
+/// activation rows, the blocked GEMM from there.
+pub(super) fn float_product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+    let (ops, rows, cols) = (t.mat(w.dtype()), w.rows(), w.cols());
+    if n >= GEMM_MIN_ROWS && cols > 0 {
+        gemm(t, ops, w, x, n, y)
+    } else {
+        gemv_by(rows, cols, n, y, |r, out| (ops.gemv)(w, r, x, n, out))
+    }
+}
+
 /// Panic unless x holds n rows of w.cols() and y n·w.rows() outputs (the matrix itself was
 /// checked when it was bound). The kernels rely on these bounds.
 fn check_shapes(w: Mat<'_>, x: &[f32], n: usize, y: &[f32]) {
@@ -125,7 +143,7 @@ fn check_shapes(w: Mat<'_>, x: &[f32], n: usize, y: &[f32]) {
 }
 
 /// Run `body` over `tasks` indices, in parallel when the call is big enough.
-fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
+pub(super) fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
     if tasks == 1 || work < PAR_MIN_WORK || rayon::current_num_threads() == 1 {
         (0..tasks).for_each(body);
     } else {
@@ -134,7 +152,7 @@ fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
 }
 
 /// Matrix-vector strategy: `kernel(rows, out)` fills out [n, rows.len()] for a chunk of rows.
-fn gemv_by(
+pub(super) fn gemv_by(
     rows: usize,
     cols: usize,
     n: usize,

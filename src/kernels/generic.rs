@@ -34,6 +34,7 @@ pub(crate) static GENERIC: Table = Table {
     axpy_bf16,
     tile,
     quantize: quantize_blocks,
+    bf16: None,
 };
 
 /// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `table::GemvFn`).

@@ -7,11 +7,13 @@
 //! Module map: `table` (the leaf: fn types, per-dtype kernel rows, a path's table) ← `generic`
 //! (the portable path) ← `x86` (arch tables, registered over the portable rows) ← `dispatch`
 //! (the choice, and `Kernels`) ← `gemm` (the product strategies). `mat` is the operand type,
-//! `actq` the int8 activation blocks, `reference` the scalar specification.
+//! `actq` the int8 activation blocks (and the activation modes), `bf16act` the bf16 activations of bf16 weights, `reference` the scalar specification.
 
 pub mod actq;
+pub mod bf16act;
 mod dispatch;
 mod gemm;
+mod gemm_bf16;
 mod generic;
 mod mat;
 pub mod reference;

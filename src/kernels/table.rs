@@ -11,6 +11,8 @@ use std::ops::Range;
 pub const MR: usize = 6;
 /// Register tile: activation rows (tokens) per micro-tile, two 8-lane vectors.
 pub const NR: usize = 16;
+/// Weight rows per micro-tile of the bf16 GEMM (`TileBf16Fn`).
+pub const BF16_MR: usize = 8;
 
 /// A kernel path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +52,24 @@ pub(crate) type DotFn<T> = fn(w: &[T], x: &[f32]) -> f32;
 /// y[i] += a · x[i] for a float vector x of at least y's length (shorter panics on every path).
 pub(crate) type AxpyFn<T> = fn(a: f32, x: &[T], y: &mut [f32]);
 
+/// bf16 weight rows `rows` of `w` against bf16 activation rows xb ([n, w.cols()] bits, see
+/// `bf16act`): out[t·rows.len() + i] = w[rows.start + i] · xb[t].
+pub(crate) type GemvBf16Fn = fn(w: Mat<'_>, rows: Range<usize>, xb: &[u16], n: usize, out: &mut [f32]);
+/// bf16 GEMM micro-tile read straight from the stored weights: for the rows i < BF16_MR of `w`
+/// from r0 that exist and j < nr, c[i·ldc + j] += Σ_{k in ks} w[r0 + i, k] · x[j, k], where b
+/// holds a panel's column pairs of ks ([ks.len() / 2, NR], `Bf16Acts::panels`); ks starts and
+/// ends even; nr is NR, or NR / 2 for a last panel holding at most that many rows.
+pub(crate) type TileBf16Fn =
+    fn(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], ldc: usize, nr: usize);
+
+/// The products of bf16 weights with bf16 activations (`Reduced` mode) on a path with a bf16 dot
+/// instruction.
+#[derive(Clone, Copy)]
+pub(crate) struct Bf16Kernels {
+    pub gemv: GemvBf16Fn,
+    pub tile: TileBf16Fn,
+}
+
 /// The kernels of one dtype on one path.
 #[derive(Clone, Copy)]
 pub(crate) struct MatKernels {
@@ -78,6 +98,9 @@ pub(crate) struct Table {
     pub tile: TileFn,
     /// Int8 activation blocks (`actq::quantize_blocks`).
     pub quantize: QuantizeFn,
+    /// bf16 × bf16 products, when the path has a bf16 dot instruction (otherwise the float
+    /// kernels run on the rounded activations).
+    pub bf16: Option<Bf16Kernels>,
 }
 
 impl Table {

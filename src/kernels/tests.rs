@@ -228,9 +228,9 @@ const INT8_ORDER_TOL: f64 = 1e-6;
 
 #[test]
 fn int8_activation_products_match_the_integer_reference() {
-    let generic = kernels(CpuPath::Generic, QuantActivations::Int8);
+    let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
     for path in available_paths() {
-        let k = kernels(path, QuantActivations::Int8);
+        let k = kernels(path, QuantActivations::Reduced);
         let shapes =
             [(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32), (16, 256), (72, 32 * 9), (8, 4096 + 32)];
         for &(rows, cols) in &shapes {
@@ -261,7 +261,7 @@ fn int8_activation_products_match_the_integer_reference() {
 
 #[test]
 fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
-    let generic = kernels(CpuPath::Generic, QuantActivations::Int8);
+    let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
     let (rows, cols) = (8, 256);
     let s = Stored::new(rows, cols, 17);
     let x = sample(cols, 18);
@@ -393,7 +393,7 @@ fn an_int8_row_result_does_not_depend_on_the_row_count() {
     let s = Stored::new(rows, cols, 3);
     let x = sample(GEMM_MIN_ROWS * 2 * cols, 4);
     for path in available_paths() {
-        let k = kernels(path, QuantActivations::Int8);
+        let k = kernels(path, QuantActivations::Reduced);
         for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
             let n = GEMM_MIN_ROWS * 2;
             let (mut y1, mut yn) = (vec![0f32; rows], vec![0f32; n * rows]);
@@ -427,10 +427,10 @@ fn w4a8_is_exact_in_integers_even_with_outliers_and_biased_activations() {
         let bytes = layout.encode(&wv, cols);
         let w = Mat::new(layout, rows, cols, &bytes).expect("binds");
         let (_, mag) = exact(w, &x, 1);
-        for mode in [QuantActivations::Int8, QuantActivations::Float] {
+        for mode in [QuantActivations::Reduced, QuantActivations::Float] {
             let mut want = vec![0f32; rows];
             kernels(CpuPath::Generic, mode).matmul(w, &x, 1, &mut want);
-            let tol = if mode == QuantActivations::Int8 { INT8_ORDER_TOL } else { QUANT_TOL };
+            let tol = if mode == QuantActivations::Reduced { INT8_ORDER_TOL } else { QUANT_TOL };
             for path in available_paths() {
                 let mut got = vec![0f32; rows];
                 kernels(path, mode).matmul(w, &x, 1, &mut got);
@@ -496,7 +496,7 @@ fn nan_activations_propagate_in_int8_mode() {
     let mut x = sample(64, 10);
     x[40] = f32::NAN;
     for path in available_paths() {
-        let k = kernels(path, QuantActivations::Int8);
+        let k = kernels(path, QuantActivations::Reduced);
         for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
             let mut y = vec![0f32; 8];
             k.matmul(w, &x, 1, &mut y);
@@ -547,9 +547,10 @@ fn activation_quantiser_matches_the_reference_bit_for_bit() {
 /// the same float operations: their products are bit-identical, at every row count.
 #[test]
 fn vnni_int8_products_equal_avx2_bit_for_bit() {
-    let (Some(avx2), Some(vnni)) =
-        (Kernels::on(CpuPath::Avx2, QuantActivations::Int8), Kernels::on(CpuPath::Avx512, QuantActivations::Int8))
-    else {
+    let (Some(avx2), Some(vnni)) = (
+        Kernels::on(CpuPath::Avx2, QuantActivations::Reduced),
+        Kernels::on(CpuPath::Avx512, QuantActivations::Reduced),
+    ) else {
         eprintln!("vnni_int8_products_equal_avx2_bit_for_bit: this CPU lacks AVX-512 VNNI or AVX2: not run");
         return;
     };
@@ -564,6 +565,90 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&a), bits(&b), "{name} {rows}x{cols} n {n}");
             }
+        }
+    }
+}
+
+/// The activations as `Reduced` mode hands them to a bf16 weight: rounded to bf16, as f32.
+fn rounded_bf16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| f32::from_bits(u32::from(super::bf16act::round_bf16(v)) << 16)).collect()
+}
+
+/// Where bf16 products switch to the GEMM.
+const BF16_FROM: usize = super::gemm_bf16::GEMM_MIN_ROWS_BF16;
+
+#[test]
+fn bf16_weights_meet_bf16_activations_in_reduced_mode_on_every_path() {
+    // Odd and short rows take the float kernels on the rounded values; the rest the path's bf16
+    // kernels where it has them: all are the exact products of the rounded values, summed in f32.
+    let shapes = [(1, 32), (5, 64), (13, 256), (70, 290), (9, 4096 + 32), (8, 7), (17, 33), (296, 256)];
+    for path in available_paths() {
+        let k = kernels(path, QuantActivations::Reduced);
+        for &(rows, cols) in &shapes {
+            let s = Stored::new(rows, cols, (rows * 3 + cols) as u64);
+            let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
+            for n in [1, 2, 3, 4, 5, 8, BF16_FROM - 1, BF16_FROM, NR + 1, NR + 9, GEMM_MIN_ROWS, 70] {
+                let x = sample(n * cols, 5 + n as u64);
+                let (want, mag) = exact(w, &rounded_bf16(&x), n);
+                let mut y = vec![f32::NAN; n * rows];
+                k.matmul(w, &x, n, &mut y);
+                for i in 0..n * rows {
+                    let err = (f64::from(y[i]) - want[i]).abs();
+                    assert!(
+                        err <= FLOAT_TOL * mag[i] + 1e-30,
+                        "{path:?} {rows}x{cols} n {n}: y[{i}] = {} vs {} (err {err:e})",
+                        y[i],
+                        want[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduced_mode_rounds_bf16_activations_and_float_mode_does_not() {
+    let s = Stored::new(16, 64, 11);
+    let w = Mat::halves(DType::BF16, &s.bf16, 16, 64);
+    let x = sample(64, 12);
+    for path in available_paths() {
+        let (mut reduced, mut float) = (vec![0f32; 16], vec![0f32; 16]);
+        kernels(path, QuantActivations::Reduced).matmul(w, &x, 1, &mut reduced);
+        kernels(path, QuantActivations::Float).matmul(w, &x, 1, &mut float);
+        let (exact_float, _) = exact(w, &x, 1);
+        let (exact_rounded, _) = exact(w, &rounded_bf16(&x), 1);
+        for i in 0..16 {
+            let near = |y: f32, e: f64| (f64::from(y) - e).abs() < 1e-5;
+            assert!(near(float[i], exact_float[i]) && near(reduced[i], exact_rounded[i]), "{path:?} row {i}");
+        }
+        assert_ne!(reduced, float, "{path:?}: the mode must reach bf16 products");
+    }
+}
+
+#[test]
+fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
+    let (rows, cols) = (296, 512);
+    let s = Stored::new(rows, cols, 21);
+    let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
+    let n = BF16_FROM * 4 + 3;
+    let x = sample(n * cols, 22);
+    for path in available_paths() {
+        let k = kernels(path, QuantActivations::Reduced);
+        let run = |threads: usize, n: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            let mut y = vec![0f32; n * rows];
+            pool.install(|| k.matmul(w, &x, n, &mut y));
+            y
+        };
+        for m in [1, 5, n] {
+            assert_eq!(run(1, m), run(3, m), "{path:?} n {m}");
+        }
+        // Decode (matrix-vector) and prefill (GEMM) agree on a row up to summation order.
+        let (alone, batch) = (run(2, 1), run(2, n));
+        let (_, mag) = exact(w, &rounded_bf16(&x[..cols]), 1);
+        for i in 0..rows {
+            let err = f64::from((alone[i] - batch[i]).abs());
+            assert!(err <= FLOAT_TOL * mag[i], "{path:?} row {i}: alone {} vs in a batch {}", alone[i], batch[i]);
         }
     }
 }

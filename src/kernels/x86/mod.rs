@@ -5,9 +5,11 @@
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
 //!   kernels of gemv / qdot / qgroup / tile / actq.
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
-//!   int8 kernels of the interleaved block types with VNNI ones (`vnni`).
+//!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
+//!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
 
 mod actq;
+mod bf16;
 mod gemv;
 mod qdot;
 mod qgroup;
@@ -15,7 +17,7 @@ mod tile;
 mod vnni;
 
 use super::generic;
-use super::table::{CpuPath, MatKernels, Table};
+use super::table::{Bf16Kernels, CpuPath, MatKernels, Table};
 use crate::format::DType;
 
 /// The AVX2 rows: every dtype has float-activation, int8-activation (block types) and widening
@@ -67,9 +69,13 @@ static AVX2: Table = Table {
     axpy_bf16: gemv::axpy_bf16,
     tile: tile::tile,
     quantize: actq::quantize_blocks,
+    bf16: None,
 };
 
 static AVX512: Table = Table { path: CpuPath::Avx512, mats: MATS_512, ..AVX2 };
+
+/// The AVX-512 table on a CPU that also has AVX-512 BF16: bf16 × bf16 products in `Reduced` mode.
+static AVX512_BF16: Table = Table { bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile }), ..AVX512 };
 
 /// True when this CPU runs the AVX2 path.
 pub fn has_avx2() -> bool {
@@ -92,7 +98,11 @@ pub fn table() -> Option<&'static Table> {
     has_avx2().then_some(&AVX2)
 }
 
-/// The AVX-512 table, when this CPU supports it.
+/// The AVX-512 table, when this CPU supports it (with the bf16 kernels when it has AVX-512 BF16).
 pub fn table_512() -> Option<&'static Table> {
-    has_avx512().then_some(&AVX512)
+    match (has_avx512(), std::is_x86_feature_detected!("avx512bf16")) {
+        (true, true) => Some(&AVX512_BF16),
+        (true, false) => Some(&AVX512),
+        _ => None,
+    }
 }

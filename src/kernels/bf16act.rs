@@ -1,0 +1,127 @@
+//! bf16 activations for bf16 weights (the `Reduced` activation mode, see
+//! `actq::QuantActivations`): each activation is rounded to bf16 once per product, so a bf16
+//! weight meets it in BF16 × BF16 products — exact in f32 — summed in f32.
+//!
+//! Reference semantics: the float kernels on the rounded values (what a path without a bf16 dot
+//! instruction runs). A path with one (AVX-512 BF16) computes the same products in another
+//! summation order; its instruction also treats bf16 subnormals (|v| < 2⁻¹²⁶) as zero, which
+//! stays far inside the float tolerances.
+
+use super::table::NR;
+
+/// f32 → bf16 bits, rounded to nearest even; ±∞ stay, finite values past bf16's range become
+/// ±∞, NaN stays a (quiet) NaN. Every path rounds with this function: the same bits everywhere.
+#[inline]
+pub fn round_bf16(v: f32) -> u16 {
+    let b = v.to_bits();
+    if v.is_nan() {
+        ((b >> 16) | 0x40) as u16
+    } else {
+        (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+    }
+}
+
+/// n activation rows rounded to bf16 (`bits`, [n, cols]) and, for the GEMM, the same values in
+/// panels of NR rows by column pairs: panels[p][q][j] = bits[p·NR + j, 2q] | bits[p·NR + j,
+/// 2q + 1] << 16 ([panels, cols / 2, NR]; zero past n).
+#[derive(Default)]
+pub struct Bf16Acts {
+    pub cols: usize,
+    pub bits: Vec<u16>,
+    pub panels: Vec<u32>,
+}
+
+impl Bf16Acts {
+    /// Round x ([n, cols]).
+    pub fn round(&mut self, x: &[f32], n: usize, cols: usize) {
+        self.cols = cols;
+        self.bits.clear();
+        self.bits.extend(x[..n * cols].iter().map(|&v| round_bf16(v)));
+    }
+
+    /// The rounded values as f32 ([n, cols], exact).
+    pub fn widen(&self, out: &mut [f32]) {
+        for (o, &b) in out.iter_mut().zip(&self.bits) {
+            *o = f32::from_bits(u32::from(b) << 16);
+        }
+    }
+
+    /// Pack the rounded rows into column-pair panels (cols even).
+    pub fn pack_panels(&mut self) {
+        let cols = self.cols;
+        assert!(cols.is_multiple_of(2), "bf16 panels pair columns: {cols} is odd");
+        let n = self.bits.len().checked_div(cols).unwrap_or(0);
+        let (pairs, panels) = (cols / 2, n.div_ceil(NR));
+        self.panels.clear();
+        self.panels.resize(panels * pairs * NR, 0);
+        for (p, panel) in self.panels.chunks_exact_mut(pairs * NR).enumerate() {
+            for j in 0..NR.min(n - p * NR) {
+                let row = &self.bits[(p * NR + j) * cols..(p * NR + j + 1) * cols];
+                for (q, pair) in row.chunks_exact(2).enumerate() {
+                    panel[q * NR + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_is_round_to_nearest_even_like_the_converter() {
+        let mut specials = vec![
+            0.0f32,
+            -0.0,
+            1.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            1e-40,
+            -1e-45,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::from_bits(0x3F80_8000), // a tie: stays even
+            f32::from_bits(0x3F81_8000), // a tie: rounds up to even
+            f32::from_bits(0x7F7F_FFFF),
+        ];
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..100_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            specials.push(f32::from_bits(s as u32));
+        }
+        for v in specials {
+            let want = half::bf16::from_f32(v);
+            let got = round_bf16(v);
+            if v.is_nan() {
+                assert!(half::bf16::from_bits(got).is_nan(), "{v:e} ({:#x}) → {got:#x}", v.to_bits());
+                assert_eq!(got & 0x8000, want.to_bits() & 0x8000, "NaN keeps its sign");
+            } else {
+                assert_eq!(got, want.to_bits(), "{v:e} ({:#x})", v.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn panels_pair_columns_per_row() {
+        let (n, cols) = (NR + 3, 6);
+        let x: Vec<f32> = (0..n * cols).map(|i| i as f32).collect();
+        let mut a = Bf16Acts::default();
+        a.round(&x, n, cols);
+        a.pack_panels();
+        assert_eq!(a.panels.len(), 2 * (cols / 2) * NR);
+        let at = |p: usize, q: usize, j: usize| a.panels[p * (cols / 2) * NR + q * NR + j];
+        for t in 0..n {
+            for q in 0..cols / 2 {
+                let v = at(t / NR, q, t % NR);
+                let lo = f32::from_bits((v & 0xFFFF) << 16);
+                let hi = f32::from_bits(v & 0xFFFF_0000);
+                assert_eq!((lo, hi), (x[t * cols + 2 * q], x[t * cols + 2 * q + 1]), "row {t} pair {q}");
+            }
+        }
+        assert!((n % NR..NR).all(|j| (0..cols / 2).all(|q| at(1, q, j) == 0)), "padding rows are zero");
+    }
+}

@@ -1,0 +1,98 @@
+//! y = x · wᵀ for bf16 weights in `Reduced` mode: the activations are rounded to bf16 once per
+//! call (`bf16act`), then
+//!
+//! * on a path with bf16 kernels: few rows take its matrix-vector kernel (the same row split
+//!   as `gemm::gemv_by`); many rows a blocked GEMM whose micro-tile reads the stored weights
+//!   directly (one bf16 pair broadcast meets a panel of NR activation rows): no widened copy
+//!   of the weights, and each dot instruction does two multiply-adds per lane;
+//! * otherwise (the reference, and paths without such an instruction): the float strategies on
+//!   the rounded values — the same products, exact in f32, in another summation order.
+//!
+//! As in `gemm`, every output element is one sum over k in a fixed order, never split across
+//! tasks: the result does not depend on the thread count.
+
+use super::bf16act::Bf16Acts;
+use super::gemm::{float_product, for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
+use super::mat::Mat;
+use super::table::{Bf16Kernels, Table, BF16_MR, NR};
+use std::cell::RefCell;
+
+/// From this many activation rows on, the bf16 kernels' GEMM is used. Its tile does twice the
+/// multiply-adds per instruction of the f32 one and needs no widening, so it overtakes the
+/// matrix-vector kernel earlier than `GEMM_MIN_ROWS`: measured on a 16384 × 2048 matrix, 2
+/// threads, Zen 4 (`COLIBRI_CPU=avx512 cargo bench --bench kernels -- matmul_16384x2048_bf16`):
+/// GEMV 3.8 / 5.0 ms and GEMM 4.6 / 4.8 ms at n = 12 / 16.
+pub const GEMM_MIN_ROWS_BF16: usize = 16;
+
+thread_local! {
+    /// The calling thread's bf16 activations.
+    static ACTS: RefCell<Bf16Acts> = RefCell::new(Bf16Acts::default());
+    /// Per-task output block of the GEMM.
+    static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// y [n, rows] = x [n, cols] · wᵀ for a bf16 `w`, activations rounded to bf16.
+pub(super) fn product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows(), w.cols());
+    with_buffer(&ACTS, |xa| {
+        xa.round(x, n, cols);
+        match t.bf16 {
+            // The kernels pair columns: an odd row length takes the float kernels.
+            Some(k) if cols.is_multiple_of(2) => {
+                if n >= GEMM_MIN_ROWS_BF16 {
+                    xa.pack_panels();
+                    gemm(&k, w, xa, n, y);
+                } else {
+                    let xb = &xa.bits;
+                    gemv_by(rows, cols, n, y, |r, out| (k.gemv)(w, r, xb, n, out));
+                }
+            }
+            _ => {
+                let mut xr = vec![0f32; n * cols];
+                xa.widen(&mut xr);
+                float_product(t, w, &xr, n, y);
+            }
+        }
+    })
+}
+
+/// The blocked GEMM over packed panels: tasks of MC weight rows; per KC columns, every panel
+/// meets every BF16_MR-row tile of the task while those weights sit in L1/L2.
+fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows(), w.cols());
+    let (panels, pairs) = (n.div_ceil(NR), cols / 2);
+    let ldc = panels * NR;
+    let out = OutPtr(y.as_mut_ptr());
+    for_tasks(rows.div_ceil(MC), rows * cols * n, |task| {
+        let r0 = task * MC;
+        let mr = (r0 + MC).min(rows) - r0;
+        let tiles = mr.div_ceil(BF16_MR);
+        with_buffer(&OUT, |c| {
+            c.clear();
+            c.resize(tiles * BF16_MR * ldc, 0.0);
+            for k0 in (0..cols).step_by(KC) {
+                let kc = KC.min(cols - k0);
+                // The weight block is read from the mapping: ask for the next one's rows now.
+                let next = (k0 + KC).min(cols)..(k0 + 2 * KC).min(cols);
+                for i in 0..mr {
+                    w.prefetch(r0 + i, next.start, next.end);
+                }
+                for p in 0..panels {
+                    let b = &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
+                    // A last panel with at most NR / 2 real rows takes the half-width tile.
+                    let nr = if n - p * NR <= NR / 2 { NR / 2 } else { NR };
+                    for tile in 0..tiles {
+                        let ri = r0 + tile * BF16_MR;
+                        (k.tile)(w, ri, k0..k0 + kc, b, &mut c[tile * BF16_MR * ldc + p * NR..], ldc, nr);
+                    }
+                }
+            }
+            for tok in 0..n {
+                for i in 0..mr {
+                    // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
+                    unsafe { out.write(tok * rows + r0 + i, c[i * ldc + tok]) };
+                }
+            }
+        });
+    });
+}
