@@ -10,7 +10,13 @@
  *
  *   moe_layer                 (no model file needed; a model path argument is accepted and ignored)
  *
- * Exits 0 when every case matches within 1e-5 (relative to the output's scale), 1 otherwise.
+ * The same layer stored in bf16 (colibri_moe_init_with(..., COLIBRI_MOE_BF16)) is checked
+ * against the error bound the header states for it:
+ *   |error_r| <= sum over chosen of p_e * sum_i (|W_e[r,i] * input_i| / 128 + |W_e[r,i]| * 2^-126),
+ * i.e. the reference run on |W| and |input| (scaled), plus a negligible absolute term.
+ *
+ * Exits 0 when every case matches (f32: within 1e-5 relative to the output's scale; bf16: within
+ * its bound), 1 otherwise.
  */
 #include <colibri.h>
 #include <math.h>
@@ -70,9 +76,10 @@ static int expect_status(const char *what, colibri_status got, colibri_status wa
 }
 
 int main(int argc, char **argv) {
-    colibri_moe *moe = NULL, *rejected = NULL;
-    float *weights = NULL, *kept = NULL, input[HIDDEN], gates[N_EXPERTS], *output = NULL;
-    double *want = NULL;
+    colibri_moe *moe = NULL, *rejected = NULL, *half = NULL;
+    float *weights = NULL, *kept = NULL, *abs_kept = NULL, input[HIDDEN], abs_input[HIDDEN], ones[HIDDEN];
+    float gates[N_EXPERTS], *output = NULL;
+    double *want = NULL, *mag = NULL, *wsum = NULL;
     int out_len = 0, total = 0, e, i, t, failures = 0, cases = 0;
     colibri_status st;
     /* Gate vectors: random ones, plus ties that the lowest index must win. */
@@ -93,7 +100,11 @@ int main(int argc, char **argv) {
     kept = (float *)malloc((size_t)total * sizeof *kept);
     output = (float *)malloc((size_t)out_len * sizeof *output);
     want = (double *)malloc((size_t)out_len * sizeof *want);
-    if (weights == NULL || kept == NULL || output == NULL || want == NULL) {
+    abs_kept = (float *)malloc((size_t)total * sizeof *abs_kept);
+    mag = (double *)malloc((size_t)out_len * sizeof *mag);
+    wsum = (double *)malloc((size_t)out_len * sizeof *wsum);
+    if (weights == NULL || kept == NULL || output == NULL || want == NULL || abs_kept == NULL || mag == NULL ||
+        wsum == NULL) {
         fprintf(stderr, "moe_layer: out of memory\n");
         failures++;
         goto done;
@@ -108,6 +119,15 @@ int main(int argc, char **argv) {
     /* The layer owns a copy of the weights: scribbling over the caller's array after init must
      * not change its results (the reference uses the kept copy). */
     memcpy(kept, weights, (size_t)total * sizeof *kept);
+    for (i = 0; i < total; i++) abs_kept[i] = fabsf(kept[i]);
+    for (i = 0; i < HIDDEN; i++) ones[i] = 1.0f;
+    if ((st = colibri_moe_init_with(&half, kept, SIZES, N_EXPERTS, HIDDEN, TOP_K, COLIBRI_MOE_BF16)) !=
+        COLIBRI_STATUS_OK) {
+        fprintf(stderr, "moe_layer: colibri_moe_init_with(bf16): %s: %s\n", colibri_status_str(st),
+                colibri_last_error_message());
+        failures++;
+        goto done;
+    }
     for (i = 0; i < total; i++) weights[i] = 1e30f;
     for (t = 0; t < 24; t++) {
         const float *g = gates;
@@ -138,6 +158,24 @@ int main(int argc, char **argv) {
                 failures++;
             }
         }
+        /* The bf16 layer, against its stated bound. */
+        for (i = 0; i < HIDDEN; i++) abs_input[i] = fabsf(input[i]);
+        reference(abs_kept, abs_input, g, TOP_K, mag, out_len);
+        reference(abs_kept, ones, g, TOP_K, wsum, out_len);
+        for (i = 0; i < out_len; i++) output[i] = NAN;
+        if ((st = colibri_moe_infer(half, input, output, g)) != COLIBRI_STATUS_OK) {
+            fprintf(stderr, "moe_layer: colibri_moe_infer(bf16): %s\n", colibri_status_str(st));
+            failures++;
+            goto done;
+        }
+        for (i = 0; i < out_len; i++) {
+            double err = fabs((double)output[i] - want[i]), bound = mag[i] / 128.0 + wsum[i] * 0x1p-126;
+            if (!(err <= bound)) {
+                fprintf(stderr, "moe_layer: case %d (bf16): row %d error %g above its bound %g\n", t, i, err, bound);
+                failures++;
+                break;
+            }
+        }
     }
 
     /* Wrong arguments are reported, never crash. */
@@ -158,12 +196,16 @@ int main(int argc, char **argv) {
     colibri_moe_free(rejected); /* still NULL: a no-op */
 
     printf("moe_layer: %d experts (rows %d..%d), hidden %d, top-%d: %d cases, %s\n", N_EXPERTS, 1, out_len, HIDDEN,
-           TOP_K, cases, failures ? "MISMATCH" : "all match the scalar reference");
+           TOP_K, cases, failures ? "MISMATCH" : "all match the scalar reference (bf16 storage: within its bound)");
 
 done:
     colibri_moe_free(moe);
+    colibri_moe_free(half);
     free(weights);
     free(kept);
+    free(abs_kept);
+    free(mag);
+    free(wsum);
     free(output);
     free(want);
     return failures ? 1 : 0;

@@ -208,6 +208,11 @@ typedef struct {
 } colibri_model_info;
 
 /**
+ * How a layer stores its weights (`colibri_moe_init_with`). Frozen numbers.
+ */
+typedef int32_t colibri_moe_storage;
+
+/**
  * Element type of a session's KV cache (`kv_type`). Frozen numbers.
  */
 typedef int32_t colibri_kv_type;
@@ -359,6 +364,28 @@ typedef struct {
 #define COLIBRI_FAMILY_QWEN3_MOE 2
 
 #define COLIBRI_FAMILY_OLMOE 3
+
+/**
+ * The weights as given (f32). What `colibri_moe_init` does.
+ */
+#define COLIBRI_MOE_F32 0
+
+/**
+ * Weights rounded to bf16 (nearest even), half the bytes; the input is rounded to bf16 per call
+ * and the products (exact) summed in f32. For every output r, with p_e the mixing weights and
+ * hidden_size ≤ 65536: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_i (2⁻⁷ · |W_e[r, i] · input[i]| +
+ * 2⁻¹²⁶ · |W_e[r, i]|).
+ */
+#define COLIBRI_MOE_BF16 1
+
+/**
+ * Weights block-quantised to int8 (q8: blocks of 32 per row with an f16 scale), about a quarter
+ * of the bytes; hidden_size must be a multiple of 32. The input is quantised per call to int8
+ * blocks of 32 (scale max|input_b| / 127) and each block product summed in integers. For every
+ * output r: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_blocks b ((max_b |W_e[r]| / 200 + 2⁻²⁴) ·
+ * ‖input_b‖₁ + max_b |input| · (‖W_e[r]_b‖₁ / 100 + 2⁻²⁴)).
+ */
+#define COLIBRI_MOE_Q8 2
 
 #define COLIBRI_KV_F32 0
 
@@ -589,8 +616,9 @@ colibri_status colibri_model_user_metadata(const colibri_model *model,
                                            size_t *len_out);
 
 /**
- * Copy `n_experts` expert matrices (expert e: expert_sizes[e] × hidden_size floats, one after
- * another in `expert_weights`) into a new layer choosing `top_k` experts per input.
+ * Copy `n_experts` f32 expert matrices (expert e: expert_sizes[e] × hidden_size floats, one
+ * after another in `expert_weights`) into a new layer choosing `top_k` experts per input.
+ * `colibri_moe_init_with(…, COLIBRI_MOE_F32)`.
  *
  * # Safety
  * `expert_weights` readable for Σ expert_sizes[e]·hidden_size floats; `expert_sizes` for
@@ -602,6 +630,21 @@ colibri_status colibri_moe_init(colibri_moe **moe_out,
                                 int32_t n_experts,
                                 int32_t hidden_size,
                                 int32_t top_k);
+
+/**
+ * `colibri_moe_init` with the weights stored as `storage` (a COLIBRI_MOE_* value; the error
+ * bound of each is documented with it). Weights must be finite.
+ *
+ * # Safety
+ * As colibri_moe_init.
+ */
+colibri_status colibri_moe_init_with(colibri_moe **moe_out,
+                                     const float *expert_weights,
+                                     const int32_t *expert_sizes,
+                                     int32_t n_experts,
+                                     int32_t hidden_size,
+                                     int32_t top_k,
+                                     colibri_moe_storage storage);
 
 /**
  * output (max(expert_sizes) floats) = Σ over the top_k largest `gates` (n_experts logits) of

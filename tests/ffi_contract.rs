@@ -498,6 +498,105 @@ fn panics_errors_and_statuses_are_reported_not_fatal() {
     assert_eq!(other, "");
 }
 
+/// Runs `colibri_moe_init_with` + one `colibri_moe_infer`; the status of init, and the output.
+fn moe_run(w: &[f32], sizes: &[i32], hidden: usize, k: i32, storage: i32, x: &[f32], g: &[f32]) -> (i32, Vec<f32>) {
+    let out_len = sizes.iter().copied().max().unwrap_or(0) as usize;
+    let mut out = vec![f32::NAN; out_len];
+    // SAFETY: buffers sized as the calls require.
+    unsafe {
+        let mut moe = null_mut();
+        let st =
+            colibri_moe_init_with(&mut moe, w.as_ptr(), sizes.as_ptr(), sizes.len() as i32, hidden as i32, k, storage);
+        if st != COLIBRI_STATUS_OK {
+            assert!(moe.is_null(), "a failed init returns no layer");
+            return (st, out);
+        }
+        assert_eq!(colibri_moe_infer(moe, x.as_ptr(), out.as_mut_ptr(), g.as_ptr()), COLIBRI_STATUS_OK);
+        colibri_moe_free(moe);
+    }
+    (COLIBRI_STATUS_OK, out)
+}
+
+#[test]
+fn moe_storage_options_stay_within_their_stated_error_bounds() {
+    // 4 experts of 768 × 768 (the benchmark's shape) plus a short one, top-2; rows of mixed
+    // magnitude, one block of tiny weights (the q8 bound's absolute term).
+    let (hidden, sizes) = (768usize, [768i32, 768, 768, 768, 40]);
+    let total: usize = sizes.iter().map(|&s| s as usize * hidden).sum();
+    let mut s = 0x9E37_79B9u32;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+    };
+    let mut w: Vec<f32> = (0..total).map(|i| next() * if (i / hidden) % 3 == 0 { 8.0 } else { 0.05 }).collect();
+    w[hidden..hidden + 32].iter_mut().for_each(|v| *v *= 1e-9);
+    let x: Vec<f32> = (0..hidden).map(|_| next() * 3.0).collect();
+    let g = [0.2f32, 1.0, 0.7, -3.0, 0.1];
+    // Experts 1 and 2 chosen; p = softmax over their gates.
+    let (e1, e2) = ((1.0f64 - 0.7).exp(), 1.0f64);
+    let p = [(1usize, e1 / (e1 + e2)), (2, e2 / (e1 + e2))];
+    let row = |e: usize, r: usize| &w[(e * 768 + r) * hidden..(e * 768 + r + 1) * hidden];
+    let (f32_out_st, exact) = moe_run(&w, &sizes, hidden, 2, COLIBRI_MOE_F32, &x, &g);
+    assert_eq!(f32_out_st, COLIBRI_STATUS_OK);
+    for storage in [COLIBRI_MOE_F32, COLIBRI_MOE_BF16, COLIBRI_MOE_Q8] {
+        let (st, out) = moe_run(&w, &sizes, hidden, 2, storage, &x, &g);
+        assert_eq!(st, COLIBRI_STATUS_OK, "storage {storage}");
+        let mut worst = 0f64;
+        for (r, &got) in out.iter().enumerate().take(768) {
+            let want: f64 = p
+                .iter()
+                .map(|&(e, pe)| pe * row(e, r).iter().zip(&x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>())
+                .sum();
+            let bound: f64 = p
+                .iter()
+                .map(|&(e, pe)| {
+                    let wr = row(e, r);
+                    pe * match storage {
+                        COLIBRI_MOE_F32 => 1e-6 * wr.iter().zip(&x).map(|(&a, &b)| f64::from(a * b).abs()).sum::<f64>(),
+                        COLIBRI_MOE_BF16 => wr
+                            .iter()
+                            .zip(&x)
+                            .map(|(&a, &b)| f64::from(a * b).abs() / 128.0 + f64::from(a.abs()) * 2f64.powi(-126))
+                            .sum::<f64>(),
+                        _ => wr
+                            .chunks(32)
+                            .zip(x.chunks(32))
+                            .map(|(wb, xb)| {
+                                let amax = |v: &[f32]| f64::from(v.iter().fold(0f32, |m, v| m.max(v.abs())));
+                                let l1 = |v: &[f32]| v.iter().map(|v| f64::from(v.abs())).sum::<f64>();
+                                (amax(wb) / 200.0 + 2f64.powi(-24)) * l1(xb)
+                                    + amax(xb) * (l1(wb) / 100.0 + 2f64.powi(-24))
+                            })
+                            .sum::<f64>(),
+                    }
+                })
+                .sum();
+            let err = (f64::from(got) - want).abs();
+            assert!(err <= bound, "storage {storage} row {r}: {got} vs {want} (err {err:e} > bound {bound:e})");
+            worst = worst.max(err / bound);
+        }
+        eprintln!("storage {storage}: worst error {worst:.3} of the stated bound");
+        if storage != COLIBRI_MOE_F32 {
+            assert_ne!(out, exact, "storage {storage} must store other values than f32");
+        }
+    }
+    // Refusals: an unknown storage, q8 rows that are not whole blocks, a weight that is not finite.
+    let small = vec![0.5f32; 2 * 33];
+    assert_eq!(moe_run(&small, &[1, 1], 33, 1, 3, &x, &g).0, COLIBRI_STATUS_INVALID_ARGUMENT);
+    assert_eq!(moe_run(&small, &[1, 1], 33, 1, COLIBRI_MOE_Q8, &x, &g).0, COLIBRI_STATUS_INVALID_ARGUMENT);
+    assert!(last_error().contains("multiple of 32"), "{}", last_error());
+    let mut nan = vec![0.5f32; 2 * 32];
+    nan[40] = f32::NAN;
+    assert_eq!(moe_run(&nan, &[1, 1], 32, 1, COLIBRI_MOE_BF16, &x, &g).0, COLIBRI_STATUS_INVALID_ARGUMENT);
+    assert!(last_error().contains("expert_weights[40]"), "{}", last_error());
+    // q8 with rows that are not a multiple of 8 (the row-major layout) is accepted.
+    let (st, out) = moe_run(&w[..3 * 5 * hidden], &[5, 5, 5], hidden, 1, COLIBRI_MOE_Q8, &x, &g[..3]);
+    assert_eq!(st, COLIBRI_STATUS_OK);
+    assert!(out.iter().all(|v| v.is_finite()));
+}
+
 #[test]
 fn moe_primitive_matches_a_scalar_reference() {
     let hidden = 5usize;

@@ -12,7 +12,7 @@ or a directory), then the package directory, then the system (see :func:`load_li
 
 from __future__ import annotations
 
-from ._abi import FINISH_REASONS, KV_TYPES, QUANT_ACTS, ROUTING_MODES
+from ._abi import FINISH_REASONS, KV_TYPES, MOE_STORAGES, QUANT_ACTS, ROUTING_MODES
 from ._lib import (
     ABI_VERSION,
     ColibriError,
@@ -32,6 +32,7 @@ __all__ = [
     "FAMILIES",
     "FINISH_REASONS",
     "KV_TYPES",
+    "MOE_STORAGES",
     "QUANT_ACTS",
     "ROUTING_MODES",
     "ColibriError",

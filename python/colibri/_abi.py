@@ -29,6 +29,7 @@ __all__ = [
     "FAMILIES",
     "FINISH_REASONS",
     "KV_TYPES",
+    "MOE_STORAGES",
     "QUANT_ACTS",
     "ROUTING_MODES",
     "ChatMessage",
@@ -57,6 +58,8 @@ def named(prefix: str) -> Dict[str, int]:
 KV_TYPES = named("COLIBRI_KV_")
 #: ``routing_mode`` names (``COLIBRI_ROUTING_*``): "topk", "gumbel".
 ROUTING_MODES = named("COLIBRI_ROUTING_")
+#: ``MoeLayer`` storage names (``COLIBRI_MOE_*``): "f32", "bf16", "q8".
+MOE_STORAGES = named("COLIBRI_MOE_")
 #: ``quant_act`` names (``COLIBRI_QUANT_ACT_*``): "default", "reduced", "float".
 QUANT_ACTS = named("COLIBRI_QUANT_ACT_")
 #: ``colibri_generate_result.finish_reason`` value -> name (``COLIBRI_FINISH_*``): "length",
@@ -215,6 +218,10 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_moe_init": (
         _status,
         [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32],
+    ),
+    "colibri_moe_init_with": (
+        _status,
+        [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32, c_int32],
     ),
     "colibri_moe_infer": (_status, [_handle, POINTER(c_float), POINTER(c_float), POINTER(c_float)]),
     "colibri_moe_free": (None, [_handle]),

@@ -39,6 +39,22 @@ COLIBRI_FAMILY_QWEN3_MOE = 2
 
 COLIBRI_FAMILY_OLMOE = 3
 
+#: The weights as given (f32). What `colibri_moe_init` does.
+COLIBRI_MOE_F32 = 0
+
+#: Weights rounded to bf16 (nearest even), half the bytes; the input is rounded to bf16 per call
+#: and the products (exact) summed in f32. For every output r, with p_e the mixing weights and
+#: hidden_size ≤ 65536: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_i (2⁻⁷ · |W_e[r, i] · input[i]| + 2⁻¹²⁶ ·
+#: |W_e[r, i]|).
+COLIBRI_MOE_BF16 = 1
+
+#: Weights block-quantised to int8 (q8: blocks of 32 per row with an f16 scale), about a quarter of
+#: the bytes; hidden_size must be a multiple of 32. The input is quantised per call to int8 blocks
+#: of 32 (scale max|input_b| / 127) and each block product summed in integers. For every output r:
+#: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_blocks b ((max_b |W_e[r]| / 200 + 2⁻²⁴) · ‖input_b‖₁ + max_b
+#: |input| · (‖W_e[r]_b‖₁ / 100 + 2⁻²⁴)).
+COLIBRI_MOE_Q8 = 2
+
 COLIBRI_KV_F32 = 0
 
 COLIBRI_KV_F16 = 1

@@ -6,7 +6,8 @@ from __future__ import annotations
 from ctypes import byref, c_float, c_int32, c_void_p
 from typing import Any, Optional, Sequence
 
-from ._args import INT32_MAX, check_int, float_rows
+from ._abi import MOE_STORAGES
+from ._args import INT32_MAX, check_int, choice, float_rows
 from ._handle import OwnedHandle
 from ._lib import Library, Status, get_library
 
@@ -14,20 +15,25 @@ __all__ = ["MoeLayer"]
 
 
 class MoeLayer(OwnedHandle):
-    """``MoeLayer(experts, top_k)``: `experts` is a sequence of ``(rows_e, hidden)`` float
-    matrices (copied into the layer). ``infer(x, gates)`` returns ``max(rows_e)`` floats: the sum
-    over the `top_k` largest `gates` of softmax-over-chosen(gate) · (W_e · x); a shorter expert
-    contributes zeros past its rows. Safe to call from several threads at once."""
+    """``MoeLayer(experts, top_k, storage="f32")``: `experts` is a sequence of ``(rows_e, hidden)``
+    float matrices (copied into the layer, stored as `storage`: "f32", "bf16" or "q8" —
+    ``colibri.MOE_STORAGES``; the error bound of each is in include/colibri.h, q8 needs `hidden`
+    a multiple of 32). ``infer(x, gates)`` returns ``max(rows_e)`` floats: the sum over the
+    `top_k` largest `gates` of softmax-over-chosen(gate) · (W_e · x); a shorter expert contributes
+    zeros past its rows. Safe to call from several threads at once."""
 
     _kind = "MoeLayer"
 
-    def __init__(self, experts: Sequence[Any], top_k: int, *, lib: Optional[Library] = None) -> None:
+    def __init__(
+        self, experts: Sequence[Any], top_k: int, *, storage: str = "f32", lib: Optional[Library] = None
+    ) -> None:
         if isinstance(experts, (str, bytes)) or not hasattr(experts, "__len__"):
             raise TypeError("experts must be a sequence of 2-D float matrices")
         n = len(experts)
         if n == 0:
             raise ValueError("experts is empty")
         k = check_int("top_k", top_k, 1, INT32_MAX)
+        kind = choice("storage", storage, MOE_STORAGES)
         rows = []
         hidden = -1
         blobs = []
@@ -48,13 +54,14 @@ class MoeLayer(OwnedHandle):
         sizes = (c_int32 * n)(*rows)
         lib = lib if lib is not None else get_library()
         h = c_void_p()
-        st = lib.colibri_moe_init(byref(h), flat, sizes, n, hidden, k)
+        st = lib.colibri_moe_init_with(byref(h), flat, sizes, n, hidden, k, kind)
         if st != Status.OK:
             raise lib.error(st)
         super().__init__(lib, h.value, lib.colibri_moe_free)  # type: ignore[arg-type]
         self.n_experts = n
         self.hidden_size = hidden
         self.top_k = k
+        self.storage = storage.lower()
         self.output_size = max(rows)
 
     def infer(self, x: Any, gates: Any) -> Any:

@@ -60,3 +60,43 @@ def test_moe_layer_errors() -> None:
     layer.close()
     with pytest.raises(colibri.ColibriError):
         layer.infer([1.0, 1.0], [0.0, 1.0])
+
+
+def _bound(storage: str, w: List[float], x: List[float]) -> float:
+    """The error bound include/colibri.h states for one expert row (before the mixing weight)."""
+    if storage == "bf16":
+        return sum(abs(a * b) / 128 + abs(a) * 2.0**-126 for a, b in zip(w, x))
+    total = 0.0
+    for i in range(0, len(w), 32):
+        wb, xb = w[i : i + 32], x[i : i + 32]
+        l1w, l1x = sum(map(abs, wb)), sum(map(abs, xb))
+        total += (max(map(abs, wb)) / 200 + 2.0**-24) * l1x + max(map(abs, xb)) * (l1w / 100 + 2.0**-24)
+    return total
+
+
+def test_reduced_storage_stays_within_its_bound() -> None:
+    rng = random.Random(9)
+    hidden = 64
+    experts = [[[rng.uniform(-1, 1) for _ in range(hidden)] for _ in range(16)] for _ in range(3)]
+    x = [rng.uniform(-2, 2) for _ in range(hidden)]
+    gates = [0.5, 1.5, -0.5]
+    want = _reference(experts, 2, x, gates)
+    for storage in ["bf16", "q8", "Q8"]:
+        layer = colibri.MoeLayer(experts, 2, storage=storage)
+        assert layer.storage == storage.lower()
+        got = list(layer.infer(x, gates))
+        assert got != want  # the weights were stored rounded
+        for r, (g, w) in enumerate(zip(got, want)):
+            # Both chosen experts' bounds with mixing weights ≤ 1: a bound on the mix.
+            bound = sum(_bound(storage.lower(), experts[e][r], x) for e in (0, 1))
+            assert abs(g - w) <= bound, (storage, r, g, w)
+        layer.close()
+
+
+def test_storage_names_are_checked() -> None:
+    with pytest.raises(ValueError, match="storage"):
+        colibri.MoeLayer([[[1.0] * 32]], 1, storage="int4")
+    with pytest.raises(TypeError, match="storage"):
+        colibri.MoeLayer([[[1.0] * 32]], 1, storage=2)  # type: ignore[arg-type]
+    with pytest.raises(colibri.ColibriError, match="multiple of 32"):
+        colibri.MoeLayer([[[1.0] * 33]], 1, storage="q8")

@@ -1,38 +1,73 @@
 //! `colibri_moe`: one MoE layer for firmware that needs nothing else. Expert e is a linear map,
-//! a row-major [expert_sizes[e], hidden_size] float matrix; the top_k largest gates are chosen
-//! (ties to the lowest index), weighted by the softmax over the chosen gates, and summed.
+//! a row-major [expert_sizes[e], hidden_size] matrix; the top_k largest gates are chosen (ties
+//! to the lowest index), weighted by the softmax over the chosen gates, and summed.
+//!
+//! The weights are copied at init into one 64-byte-aligned buffer, each expert on its own line,
+//! stored as f32, bf16 or q8 (`colibri_moe_storage`). A call splits the output rows into one
+//! range per pool thread and computes every chosen expert's rows of its range there (one
+//! fork-join per call). The input meets the weights in their own arithmetic (the `Reduced`
+//! activation mode: bf16 products, int8 block products), which is what the stated error bounds
+//! cover, whatever `COLIBRI_QUANT_ACT` says.
 
 use super::handle::*;
 use super::panic::{guard, guard_or, Failure};
 use super::status::*;
-use crate::kernels::{Kernels, Mat};
+use crate::format::DType;
+use crate::kernels::{Kernels, Mat, QuantActivations};
+use rayon::prelude::*;
 
-/// 64 bytes of floats: the unit of the aligned weight copy.
+/// How a layer stores its weights (`colibri_moe_init_with`). Frozen numbers.
+#[allow(non_camel_case_types)]
+pub type colibri_moe_storage = i32;
+/// The weights as given (f32). What `colibri_moe_init` does.
+pub const COLIBRI_MOE_F32: colibri_moe_storage = 0;
+/// Weights rounded to bf16 (nearest even), half the bytes; the input is rounded to bf16 per call
+/// and the products (exact) summed in f32. For every output r, with p_e the mixing weights and
+/// hidden_size ≤ 65536: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_i (2⁻⁷ · |W_e[r, i] · input[i]| +
+/// 2⁻¹²⁶ · |W_e[r, i]|).
+pub const COLIBRI_MOE_BF16: colibri_moe_storage = 1;
+/// Weights block-quantised to int8 (q8: blocks of 32 per row with an f16 scale), about a quarter
+/// of the bytes; hidden_size must be a multiple of 32. The input is quantised per call to int8
+/// blocks of 32 (scale max|input_b| / 127) and each block product summed in integers. For every
+/// output r: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_blocks b ((max_b |W_e[r]| / 200 + 2⁻²⁴) ·
+/// ‖input_b‖₁ + max_b |input| · (‖W_e[r]_b‖₁ / 100 + 2⁻²⁴)).
+pub const COLIBRI_MOE_Q8: colibri_moe_storage = 2;
+
+/// 64 bytes: the unit of the aligned weight copy.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-struct Line([f32; 16]);
+struct Line([u8; 64]);
+
+/// One expert in the copy.
+struct Expert {
+    /// First line.
+    line: usize,
+    rows: usize,
+    dtype: DType,
+}
 
 /// A MoE layer (opaque to C).
 pub struct colibri_moe {
     /// Every expert starts on a 64-byte line.
     lines: Vec<Line>,
-    /// (first line, rows) per expert.
-    experts: Vec<(usize, usize)>,
+    experts: Vec<Expert>,
     hidden: usize,
     top_k: usize,
     out_len: usize,
 }
 
-/// Largest total of weights accepted (2^32 floats = 16 GiB).
+/// Largest total of weights accepted (2^32 values).
 const MAX_WEIGHTS: usize = 1 << 32;
 
 impl colibri_moe {
-    fn weights(&self, e: usize) -> &[f32] {
-        let (first, rows) = self.experts[e];
-        let n = rows * self.hidden;
-        // SAFETY: Line is 16 contiguous f32 with no padding; the expert's rows·hidden floats
-        // lie inside the lines reserved for it in `init`.
-        unsafe { std::slice::from_raw_parts(self.lines[first..].as_ptr() as *const f32, n) }
+    /// Expert e bound as a matrix (its bytes were encoded for exactly this shape at init).
+    fn mat(&self, e: usize) -> Mat<'_> {
+        let x = &self.experts[e];
+        let len = x.dtype.bytes_for((x.rows * self.hidden) as u64).expect("sized at init") as usize;
+        // SAFETY: Line is 64 plain bytes; the expert's `len` bytes lie inside the lines reserved
+        // for it at init.
+        let bytes = unsafe { std::slice::from_raw_parts(self.lines[x.line..].as_ptr().cast::<u8>(), len) };
+        Mat::new(x.dtype, x.rows, self.hidden, bytes).expect("encoded for this shape at init")
     }
 }
 
@@ -40,8 +75,9 @@ fn invalid(msg: String) -> Failure {
     Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, msg)
 }
 
-/// Copy `n_experts` expert matrices (expert e: expert_sizes[e] × hidden_size floats, one after
-/// another in `expert_weights`) into a new layer choosing `top_k` experts per input.
+/// Copy `n_experts` f32 expert matrices (expert e: expert_sizes[e] × hidden_size floats, one
+/// after another in `expert_weights`) into a new layer choosing `top_k` experts per input.
+/// `colibri_moe_init_with(…, COLIBRI_MOE_F32)`.
 ///
 /// # Safety
 /// `expert_weights` readable for Σ expert_sizes[e]·hidden_size floats; `expert_sizes` for
@@ -54,6 +90,27 @@ pub unsafe extern "C" fn colibri_moe_init(
     n_experts: i32,
     hidden_size: i32,
     top_k: i32,
+) -> colibri_status {
+    // SAFETY: the caller's contract is colibri_moe_init_with's.
+    unsafe {
+        colibri_moe_init_with(moe_out, expert_weights, expert_sizes, n_experts, hidden_size, top_k, COLIBRI_MOE_F32)
+    }
+}
+
+/// `colibri_moe_init` with the weights stored as `storage` (a COLIBRI_MOE_* value; the error
+/// bound of each is documented with it). Weights must be finite.
+///
+/// # Safety
+/// As colibri_moe_init.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_moe_init_with(
+    moe_out: *mut *mut colibri_moe,
+    expert_weights: *const f32,
+    expert_sizes: *const i32,
+    n_experts: i32,
+    hidden_size: i32,
+    top_k: i32,
+    storage: colibri_moe_storage,
 ) -> colibri_status {
     guard(|| {
         if moe_out.is_null() {
@@ -69,6 +126,20 @@ pub unsafe extern "C" fn colibri_moe_init(
             return Err(invalid(format!("top_k {top_k} outside 1..={n_experts}")));
         }
         let (ne, hidden) = (n_experts as usize, hidden_size as usize);
+        let dtype_of = |rows: usize| -> Result<DType, Failure> {
+            match storage {
+                COLIBRI_MOE_F32 => Ok(DType::F32),
+                COLIBRI_MOE_BF16 => Ok(DType::BF16),
+                COLIBRI_MOE_Q8 if !hidden.is_multiple_of(32) => {
+                    Err(invalid(format!("q8 storage needs hidden_size a multiple of 32, not {hidden}")))
+                }
+                // The 8-row interleaved layout where the rows allow it (faster kernels).
+                COLIBRI_MOE_Q8 if rows.is_multiple_of(8) => Ok(DType::Q8R8),
+                COLIBRI_MOE_Q8 => Ok(DType::Q8),
+                s => Err(invalid(format!("storage {s} (use a COLIBRI_MOE_* value)"))),
+            }
+        };
+        dtype_of(8)?;
         let sizes = slice(expert_sizes, ne, "expert_sizes")?;
         let mut total = 0usize;
         for (e, &s) in sizes.iter().enumerate() {
@@ -82,17 +153,20 @@ pub unsafe extern "C" fn colibri_moe_init(
                 .ok_or_else(|| invalid("the experts hold too many weights".into()))?;
         }
         let src = slice(expert_weights, total, "expert_weights")?;
-        let mut lines = Vec::new();
-        let mut experts = Vec::with_capacity(ne);
-        let mut at = 0usize;
+        if let Some(i) = src.iter().position(|v| !v.is_finite()) {
+            return Err(invalid(format!("expert_weights[{i}] is NaN or infinite")));
+        }
+        let (mut lines, mut experts, mut at) = (Vec::new(), Vec::with_capacity(ne), 0usize);
         for &s in sizes {
-            let n = s as usize * hidden;
-            experts.push((lines.len(), s as usize));
-            for chunk in src[at..at + n].chunks(16) {
-                let mut line = Line([0.0; 16]);
-                line.0[..chunk.len()].copy_from_slice(chunk);
-                lines.push(line);
-            }
+            let (rows, n) = (s as usize, s as usize * hidden);
+            let dtype = dtype_of(rows)?;
+            let bytes = dtype.encode(&src[at..at + n], hidden);
+            experts.push(Expert { line: lines.len(), rows, dtype });
+            lines.extend(bytes.chunks(64).map(|c| {
+                let mut line = Line([0; 64]);
+                line.0[..c.len()].copy_from_slice(c);
+                line
+            }));
             at += n;
         }
         let out_len = sizes.iter().map(|&s| s as usize).max().unwrap_or(0);
@@ -131,17 +205,34 @@ pub unsafe extern "C" fn colibri_moe_infer(
         let max = chosen.iter().map(|&e| g[e]).fold(f32::NEG_INFINITY, f32::max);
         let ex: Vec<f32> = chosen.iter().map(|&e| (g[e] - max).exp()).collect();
         let sum: f32 = ex.iter().sum();
-        out.fill(0.0);
-        let mut y = vec![0f32; m.out_len];
-        for (&e, &w) in chosen.iter().zip(&ex) {
-            let rows = m.experts[e].1;
-            Kernels::default().matmul(Mat::f32s(m.weights(e), rows, m.hidden), x, 1, &mut y[..rows]);
-            for (o, &v) in out[..rows].iter_mut().zip(&y[..rows]) {
-                *o += (w / sum) * v;
-            }
-        }
+        let mats: Vec<(Mat<'_>, f32)> = chosen.iter().zip(&ex).map(|(&e, &w)| (m.mat(e), w / sum)).collect();
+        mix(&mats, x, out);
         Ok(())
     })
+}
+
+/// out = Σ_j p_j · (W_j · x) over `mats` = [(W_j, p_j)] in order (rows past a shorter W_j add
+/// nothing): one range of rows per pool thread, each a multiple of 8 rows (the interleaved row
+/// group), every chosen expert's rows of the range computed there.
+fn mix(mats: &[(Mat<'_>, f32)], x: &[f32], out: &mut [f32]) {
+    let k = Kernels::new(QuantActivations::Reduced);
+    let per = out.len().div_ceil(rayon::current_num_threads().max(1)).next_multiple_of(8);
+    let range = |r0: usize, o: &mut [f32]| {
+        o.fill(0.0);
+        let mut y = vec![0f32; o.len()];
+        for &(w, p) in mats {
+            let r1 = (r0 + o.len()).min(w.rows());
+            if r0 < r1 {
+                k.matvec_rows(w, r0..r1, x, 1, &mut y[..r1 - r0]);
+                o.iter_mut().zip(&y[..r1 - r0]).for_each(|(o, &v)| *o += p * v);
+            }
+        }
+    };
+    if out.len() <= per {
+        range(0, out);
+    } else {
+        out.par_chunks_mut(per).enumerate().for_each(|(i, o)| range(i * per, o));
+    }
 }
 
 /// Release a layer. NULL is a no-op.

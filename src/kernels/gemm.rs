@@ -114,6 +114,28 @@ impl Kernels {
         }
     }
 
+    /// y[t·rows.len() + i] = w[rows.start + i] · x[t] for a range of rows and n activation rows
+    /// (x [n, w.cols()]), on the calling thread, by the matrix-vector strategy of this mode: for
+    /// callers that split the work themselves (n small).
+    pub fn matvec_rows(&self, w: Mat<'_>, rows: std::ops::Range<usize>, x: &[f32], n: usize, y: &mut [f32]) {
+        let (t, cols) = (self.table(), w.cols());
+        assert!(rows.end <= w.rows(), "matvec_rows: rows {rows:?} of {}", w.rows());
+        assert!(x.len() >= n * cols && y.len() >= n * rows.len(), "matvec_rows: x or y too short");
+        if rows.is_empty() || n == 0 {
+            return;
+        }
+        let reduced = self.act() == QuantActivations::Reduced;
+        let ops = t.mat(w.dtype());
+        match ops.gemv_i8 {
+            _ if reduced && w.dtype() == DType::BF16 => super::gemm_bf16::rows(t, w, rows, x, n, y),
+            Some(kernel) if reduced => with_buffer(&ACTS, |xa| {
+                xa.quantize_with(t.quantize, x, n, cols);
+                kernel(w, rows, xa, n, y)
+            }),
+            _ => (ops.gemv)(w, rows, x, n, y),
+        }
+    }
+
     /// Row `r` of `w` · x (x of w.cols() values).
     pub fn dot_row(&self, w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
         assert!(r < w.rows() && x.len() >= w.cols(), "dot_row: row {r} of {} × {}", w.rows(), w.cols());

@@ -16,6 +16,7 @@ use super::gemm::{float_product, for_tasks, gemv_by, with_buffer, OutPtr, KC, MC
 use super::mat::Mat;
 use super::table::{Bf16Kernels, Table, BF16_MR, NR};
 use std::cell::RefCell;
+use std::ops::Range;
 
 /// From this many activation rows on, the bf16 kernels' GEMM is used. Its tile does twice the
 /// multiply-adds per instruction of the f32 one and needs no widening, so it overtakes the
@@ -51,6 +52,23 @@ pub(super) fn product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32])
                 let mut xr = vec![0f32; n * cols];
                 xa.widen(&mut xr);
                 float_product(t, w, &xr, n, y);
+            }
+        }
+    })
+}
+
+/// y [n, rows.len()] = x · w[rows]ᵀ, activations rounded to bf16, on the calling thread by the
+/// matrix-vector kernels (see `Kernels::matvec_rows`).
+pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, y: &mut [f32]) {
+    let cols = w.cols();
+    with_buffer(&ACTS, |xa| {
+        xa.round(x, n, cols);
+        match t.bf16 {
+            Some(k) if cols.is_multiple_of(2) => (k.gemv)(w, rows, &xa.bits, n, y),
+            _ => {
+                let mut xr = vec![0f32; n * cols];
+                xa.widen(&mut xr);
+                (t.mat(w.dtype()).gemv)(w, rows, &xr, n, y)
             }
         }
     })
