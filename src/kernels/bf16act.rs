@@ -39,13 +39,6 @@ impl Bf16Acts {
         self.bits.extend(x[..n * cols].iter().map(|&v| round_bf16(v)));
     }
 
-    /// The rounded values as f32 ([n, cols], exact).
-    pub fn widen(&self, out: &mut [f32]) {
-        for (o, &b) in out.iter_mut().zip(&self.bits) {
-            *o = f32::from_bits(u32::from(b) << 16);
-        }
-    }
-
     /// Pack the rounded rows into column-pair panels (cols even).
     pub fn pack_panels(&mut self) {
         let cols = self.cols;

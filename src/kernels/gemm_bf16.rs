@@ -11,7 +11,7 @@
 //! As in `gemm`, every output element is one sum over k in a fixed order, never split across
 //! tasks: the result does not depend on the thread count.
 
-use super::bf16act::Bf16Acts;
+use super::bf16act::{round_bf16, Bf16Acts};
 use super::gemm::{float_product, for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
 use super::mat::Mat;
 use super::table::{Bf16Kernels, Table, BF16_MR, NR};
@@ -28,31 +28,41 @@ pub const GEMM_MIN_ROWS_BF16: usize = 16;
 thread_local! {
     /// The calling thread's bf16 activations.
     static ACTS: RefCell<Bf16Acts> = RefCell::new(Bf16Acts::default());
+    /// The calling thread's rounded activations as f32 (paths without bf16 kernels).
+    static ROUNDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per-task output block of the GEMM.
     static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The bf16 kernels of this path for `w`, when it has them and they apply (they pair columns:
+/// an odd row length takes the float kernels).
+fn kernels_for(t: &Table, w: Mat<'_>) -> Option<Bf16Kernels> {
+    t.bf16.filter(|_| w.cols().is_multiple_of(2))
+}
+
+/// Run `f` on x ([n, cols]) rounded to bf16 and widened back to f32 (exact).
+fn with_rounded<R>(x: &[f32], n: usize, cols: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+    with_buffer(&ROUNDED, |xr| {
+        xr.clear();
+        xr.extend(x[..n * cols].iter().map(|&v| f32::from_bits(u32::from(round_bf16(v)) << 16)));
+        f(xr)
+    })
 }
 
 /// y [n, rows] = x [n, cols] · wᵀ for a bf16 `w`, activations rounded to bf16.
 pub(super) fn product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
+    let Some(k) = kernels_for(t, w) else {
+        return with_rounded(x, n, cols, |xr| float_product(t, w, xr, n, y));
+    };
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
-        match t.bf16 {
-            // The kernels pair columns: an odd row length takes the float kernels.
-            Some(k) if cols.is_multiple_of(2) => {
-                if n >= GEMM_MIN_ROWS_BF16 {
-                    xa.pack_panels();
-                    gemm(&k, w, xa, n, y);
-                } else {
-                    let xb = &xa.bits;
-                    gemv_by(rows, cols, n, y, |r, out| (k.gemv)(w, r, xb, n, out));
-                }
-            }
-            _ => {
-                let mut xr = vec![0f32; n * cols];
-                xa.widen(&mut xr);
-                float_product(t, w, &xr, n, y);
-            }
+        if n >= GEMM_MIN_ROWS_BF16 {
+            xa.pack_panels();
+            gemm(&k, w, xa, n, y);
+        } else {
+            let xb = &xa.bits;
+            gemv_by(rows, cols, n, y, |r, out| (k.gemv)(w, r, xb, n, out));
         }
     })
 }
@@ -61,17 +71,13 @@ pub(super) fn product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32])
 /// matrix-vector kernels (see `Kernels::matvec_rows`).
 pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, y: &mut [f32]) {
     let cols = w.cols();
-    with_buffer(&ACTS, |xa| {
-        xa.round(x, n, cols);
-        match t.bf16 {
-            Some(k) if cols.is_multiple_of(2) => (k.gemv)(w, rows, &xa.bits, n, y),
-            _ => {
-                let mut xr = vec![0f32; n * cols];
-                xa.widen(&mut xr);
-                (t.mat(w.dtype()).gemv)(w, rows, &xr, n, y)
-            }
-        }
-    })
+    match kernels_for(t, w) {
+        Some(k) => with_buffer(&ACTS, |xa| {
+            xa.round(x, n, cols);
+            (k.gemv)(w, rows, &xa.bits, n, y)
+        }),
+        None => with_rounded(x, n, cols, |xr| (t.mat(w.dtype()).gemv)(w, rows, xr, n, y)),
+    }
 }
 
 /// The blocked GEMM over packed panels: tasks of MC weight rows; per KC columns, every panel

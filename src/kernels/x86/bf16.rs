@@ -106,13 +106,19 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         let full = cols - cols % 32;
-        let step = |acc: &mut [[__m512; T]; R], i: usize, mask: __mmask32| {
+        // One step of 32 columns from column i; `mask` Some for the row tail (masked loads:
+        // the lanes past the row read as zeros), None for a whole step (plain loads).
+        let step = |acc: &mut [[__m512; T]; R], i: usize, mask: Option<__mmask32>| {
+            let load = |p: *const u16| match mask {
+                None => _mm512_loadu_si512(p.cast()),
+                Some(m) => _mm512_maskz_loadu_epi16(m, p.cast()),
+            };
             let mut xv = [_mm512_setzero_si512(); T];
             for (t, v) in xv.iter_mut().enumerate() {
-                *v = _mm512_maskz_loadu_epi16(mask, x.add(t * cols + i).cast());
+                *v = load(x.add(t * cols + i));
             }
             for (r, accr) in acc.iter_mut().enumerate() {
-                let wv = _mm512_maskz_loadu_epi16(mask, w.add(r * cols + i).cast());
+                let wv = load(w.add(r * cols + i));
                 for (a, &xt) in accr.iter_mut().zip(&xv) {
                     *a = dp(*a, wv, xt);
                 }
@@ -125,11 +131,11 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
                     _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((r + R) * cols + i).cast());
                 }
             }
-            step(&mut acc, i, !0);
+            step(&mut acc, i, None);
             i += 32;
         }
         if full < cols {
-            step(&mut acc, full, (1u32 << (cols - full)) - 1);
+            step(&mut acc, full, Some((1u32 << (cols - full)) - 1));
         }
         for (r, accr) in acc.iter().enumerate() {
             for (t, a) in accr.iter().enumerate() {
