@@ -14,28 +14,19 @@
 
 use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::Kernels;
+use super::gemm_bf16;
 use super::mat::Mat;
+use super::par::{for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
 use super::table::{MatKernels, Table, MR, NR};
 use crate::format::DType;
-use rayon::prelude::*;
 use std::cell::RefCell;
-use std::thread::LocalKey;
 
-/// Columns (k) per block: a weight block [MC, KC] of f32 stays in L2, a panel slice in L1.
-pub const KC: usize = 256;
-/// Weight rows per task (a multiple of MR).
-pub const MC: usize = 96;
 /// From this many activation rows on, the GEMM strategy is used. The GEMM costs about the same
 /// for any n within a panel of NR rows (its FMA tile always computes NR columns, and widening
 /// is paid once per call); the GEMV costs ~n passes over L1-resident row groups. Measured on a
 /// 16384 × 2048 matrix, 2 threads (`cargo bench --bench kernels -- matmul_16384`): GEMV is
 /// faster up to n ≈ 16–28 for bf16, q8 and q4 and the two meet near 32.
 pub const GEMM_MIN_ROWS: usize = 32;
-/// Weight rows per task of the matrix-vector strategy (a multiple of 4).
-const GEMV_CHUNK: usize = 64;
-/// Below this many multiply-adds a call runs on the calling thread.
-const PAR_MIN_WORK: usize = 1 << 15;
-
 thread_local! {
     /// Per-thread scratch: (weight block, output block), reused across calls.
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
@@ -43,36 +34,6 @@ thread_local! {
     static PANELS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The calling thread's int8 activations for W8A8 / W4A8 products.
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
-}
-
-/// Run `f` with this thread's buffer in `key`, or with a fresh one when the buffer is in use
-/// further up this thread's stack: a worker waiting inside a parallel loop may run another task
-/// that multiplies too (nested parallelism), and that must not fail.
-pub(super) fn with_buffer<T: Default + 'static, R>(
-    key: &'static LocalKey<RefCell<T>>,
-    f: impl FnOnce(&mut T) -> R,
-) -> R {
-    key.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut b) => f(&mut b),
-        Err(_) => f(&mut T::default()),
-    })
-}
-
-/// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
-#[derive(Clone, Copy)]
-pub(super) struct OutPtr(pub(super) *mut f32);
-// SAFETY: used only to write disjoint indices from different tasks.
-unsafe impl Send for OutPtr {}
-// SAFETY: as for Send: tasks write disjoint indices only.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// SAFETY: `i` in bounds of the buffer and written by no other task.
-    #[inline]
-    pub(super) unsafe fn write(&self, i: usize, v: f32) {
-        // SAFETY: the caller guarantees i is in bounds and written by no other task.
-        unsafe { *self.0.add(i) = v };
-    }
 }
 
 impl Kernels {
@@ -88,7 +49,10 @@ impl Kernels {
             return;
         }
         if w.dtype() == DType::BF16 && self.act() == QuantActivations::Reduced {
-            return super::gemm_bf16::product(t, w, x, n, y);
+            return match gemm_bf16::kernels_for(t, w) {
+                Some(k) => gemm_bf16::product(k, w, x, n, y),
+                None => gemm_bf16::with_rounded(x, n, cols, |xr| float_product(t, w, xr, n, y)),
+            };
         }
         let ops = t.mat(w.dtype());
         let int8 = match ops.gemv_i8 {
@@ -127,7 +91,7 @@ impl Kernels {
         let reduced = self.act() == QuantActivations::Reduced;
         let ops = t.mat(w.dtype());
         match ops.gemv_i8 {
-            _ if reduced && w.dtype() == DType::BF16 => super::gemm_bf16::rows(t, w, rows, x, n, y),
+            _ if reduced && w.dtype() == DType::BF16 => gemm_bf16::rows(t, w, rows, x, n, y),
             Some(kernel) if reduced => with_buffer(&ACTS, |xa| {
                 xa.quantize_with(t.quantize, x, n, cols);
                 kernel(w, rows, xa, n, y)
@@ -162,42 +126,6 @@ fn check_shapes(w: Mat<'_>, x: &[f32], n: usize, y: &[f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     assert!(n.checked_mul(cols).is_some_and(|v| x.len() >= v), "matmul: x shorter than {n} × {cols}");
     assert!(n.checked_mul(rows).is_some_and(|v| y.len() >= v), "matmul: y shorter than {n} × {rows}");
-}
-
-/// Run `body` over `tasks` indices, in parallel when the call is big enough.
-pub(super) fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
-    if tasks == 1 || work < PAR_MIN_WORK || rayon::current_num_threads() == 1 {
-        (0..tasks).for_each(body);
-    } else {
-        (0..tasks).into_par_iter().for_each(body);
-    }
-}
-
-/// Matrix-vector strategy: `kernel(rows, out)` fills out [n, rows.len()] for a chunk of rows.
-pub(super) fn gemv_by(
-    rows: usize,
-    cols: usize,
-    n: usize,
-    y: &mut [f32],
-    kernel: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
-) {
-    let out = OutPtr(y.as_mut_ptr());
-    let tasks = rows.div_ceil(GEMV_CHUNK);
-    for_tasks(tasks, rows * cols * n, |task| {
-        let r0 = task * GEMV_CHUNK;
-        let r1 = (r0 + GEMV_CHUNK).min(rows);
-        let len = r1 - r0;
-        with_buffer(&SCRATCH, |(_, buf)| {
-            buf.resize(len * n, 0.0);
-            kernel(r0..r1, &mut buf[..len * n]);
-            for tok in 0..n {
-                for i in 0..len {
-                    // SAFETY: (tok, r0 + i) belongs to this task only; y holds n·rows elements.
-                    unsafe { out.write(tok * rows + r0 + i, buf[tok * len + i]) };
-                }
-            }
-        });
-    });
 }
 
 /// Pack x ([n, cols]) into panels of NR rows: xp[p][k][j] = x[p·NR + j, k] (zero past n).

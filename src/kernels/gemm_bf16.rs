@@ -5,15 +5,16 @@
 //!   as `gemm::gemv_by`); many rows a blocked GEMM whose micro-tile reads the stored weights
 //!   directly (one bf16 pair broadcast meets a panel of NR activation rows): no widened copy
 //!   of the weights, and each dot instruction does two multiply-adds per lane;
-//! * otherwise (the reference, and paths without such an instruction): the float strategies on
-//!   the rounded values — the same products, exact in f32, in another summation order.
+//! * otherwise (the reference, and paths without such an instruction): `gemm`'s float
+//!   strategies on the rounded values (`with_rounded`) — the same products, exact in f32, in
+//!   another summation order.
 //!
 //! As in `gemm`, every output element is one sum over k in a fixed order, never split across
 //! tasks: the result does not depend on the thread count.
 
 use super::bf16act::{round_bf16, Bf16Acts};
-use super::gemm::{float_product, for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
 use super::mat::Mat;
+use super::par::{for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
 use super::table::{Bf16Kernels, Table, BF16_MR, NR};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -36,12 +37,13 @@ thread_local! {
 
 /// The bf16 kernels of this path for `w`, when it has them and they apply (they pair columns:
 /// an odd row length takes the float kernels).
-fn kernels_for(t: &Table, w: Mat<'_>) -> Option<Bf16Kernels> {
+pub(super) fn kernels_for(t: &Table, w: Mat<'_>) -> Option<Bf16Kernels> {
     t.bf16.filter(|_| w.cols().is_multiple_of(2))
 }
 
-/// Run `f` on x ([n, cols]) rounded to bf16 and widened back to f32 (exact).
-fn with_rounded<R>(x: &[f32], n: usize, cols: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+/// Run `f` on x ([n, cols]) rounded to bf16 and widened back to f32 (exact): what paths without
+/// bf16 kernels multiply.
+pub(super) fn with_rounded<R>(x: &[f32], n: usize, cols: usize, f: impl FnOnce(&[f32]) -> R) -> R {
     with_buffer(&ROUNDED, |xr| {
         xr.clear();
         xr.extend(x[..n * cols].iter().map(|&v| f32::from_bits(u32::from(round_bf16(v)) << 16)));
@@ -49,12 +51,10 @@ fn with_rounded<R>(x: &[f32], n: usize, cols: usize, f: impl FnOnce(&[f32]) -> R
     })
 }
 
-/// y [n, rows] = x [n, cols] · wᵀ for a bf16 `w`, activations rounded to bf16.
-pub(super) fn product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+/// y [n, rows] = x [n, cols] · wᵀ for a bf16 `w` by the bf16 kernels `k`, activations rounded
+/// to bf16.
+pub(super) fn product(k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
-    let Some(k) = kernels_for(t, w) else {
-        return with_rounded(x, n, cols, |xr| float_product(t, w, xr, n, y));
-    };
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
         if n >= GEMM_MIN_ROWS_BF16 {

@@ -6,8 +6,10 @@
 //!
 //! Module map: `table` (the leaf: fn types, per-dtype kernel rows, a path's table) ← `generic`
 //! (the portable path) ← `x86` (arch tables, registered over the portable rows) ← `dispatch`
-//! (the choice, and `Kernels`) ← `gemm` (the product strategies). `mat` is the operand type,
-//! `actq` the int8 activation blocks (and the activation modes), `bf16act` the bf16 activations of bf16 weights, `reference` the scalar specification.
+//! (the choice, and `Kernels`) ← `gemm` (the product strategies; bf16 × bf16 products in
+//! `gemm_bf16`), both splitting work with `par` (tasks, per-thread buffers, blocking). `mat` is
+//! the operand type, `actq` the int8 activation blocks and the activation modes, `bf16act` the
+//! bf16 activations of bf16 weights, `reference` the scalar specification.
 
 pub mod actq;
 pub mod bf16act;
@@ -16,6 +18,7 @@ mod gemm;
 mod gemm_bf16;
 mod generic;
 mod mat;
+mod par;
 pub mod reference;
 mod table;
 #[cfg(target_arch = "x86_64")]

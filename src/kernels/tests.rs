@@ -4,7 +4,8 @@
 
 use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::{available_paths, table_for, Kernels};
-use super::gemm::{GEMM_MIN_ROWS, MC};
+use super::gemm::GEMM_MIN_ROWS;
+use super::par::MC;
 use super::table::{CpuPath, Table, NR};
 use super::Mat;
 use crate::format::blocks::QK;

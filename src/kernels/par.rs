@@ -1,0 +1,87 @@
+//! How products are split into tasks: the blocking of the GEMMs, per-thread buffers, disjoint
+//! output writes, the task loop and the matrix-vector strategy's row split. A leaf of the product
+//! strategies (`gemm`, `gemm_bf16`); it knows no kernel.
+
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// Columns (k) per block: a weight block [MC, KC] of f32 stays in L2, a panel slice in L1.
+pub const KC: usize = 256;
+/// Weight rows per task (a multiple of MR).
+pub const MC: usize = 96;
+/// Weight rows per task of the matrix-vector strategy (a multiple of 4).
+const GEMV_CHUNK: usize = 64;
+/// Below this many multiply-adds a call runs on the calling thread.
+const PAR_MIN_WORK: usize = 1 << 15;
+
+thread_local! {
+    /// Per-thread output block of the matrix-vector strategy.
+    static GEMV_OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` with this thread's buffer in `key`, or with a fresh one when the buffer is in use
+/// further up this thread's stack: a worker waiting inside a parallel loop may run another task
+/// that multiplies too (nested parallelism), and that must not fail.
+pub(super) fn with_buffer<T: Default + 'static, R>(
+    key: &'static LocalKey<RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut b) => f(&mut b),
+        Err(_) => f(&mut T::default()),
+    })
+}
+
+/// Raw pointer wrapper so parallel tasks can write disjoint elements of one output buffer.
+#[derive(Clone, Copy)]
+pub(super) struct OutPtr(pub(super) *mut f32);
+// SAFETY: used only to write disjoint indices from different tasks.
+unsafe impl Send for OutPtr {}
+// SAFETY: as for Send: tasks write disjoint indices only.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// SAFETY: `i` in bounds of the buffer and written by no other task.
+    #[inline]
+    pub(super) unsafe fn write(&self, i: usize, v: f32) {
+        // SAFETY: the caller guarantees i is in bounds and written by no other task.
+        unsafe { *self.0.add(i) = v };
+    }
+}
+
+/// Run `body` over `tasks` indices, in parallel when the call is big enough.
+pub(super) fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
+    if tasks == 1 || work < PAR_MIN_WORK || rayon::current_num_threads() == 1 {
+        (0..tasks).for_each(body);
+    } else {
+        (0..tasks).into_par_iter().for_each(body);
+    }
+}
+
+/// Matrix-vector strategy: `kernel(rows, out)` fills out [n, rows.len()] for a chunk of rows.
+pub(super) fn gemv_by(
+    rows: usize,
+    cols: usize,
+    n: usize,
+    y: &mut [f32],
+    kernel: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
+) {
+    let out = OutPtr(y.as_mut_ptr());
+    let tasks = rows.div_ceil(GEMV_CHUNK);
+    for_tasks(tasks, rows * cols * n, |task| {
+        let r0 = task * GEMV_CHUNK;
+        let r1 = (r0 + GEMV_CHUNK).min(rows);
+        let len = r1 - r0;
+        with_buffer(&GEMV_OUT, |buf| {
+            buf.resize(len * n, 0.0);
+            kernel(r0..r1, &mut buf[..len * n]);
+            for tok in 0..n {
+                for i in 0..len {
+                    // SAFETY: (tok, r0 + i) belongs to this task only; y holds n·rows elements.
+                    unsafe { out.write(tok * rows + r0 + i, buf[tok * len + i]) };
+                }
+            }
+        });
+    });
+}
