@@ -236,7 +236,9 @@ typedef struct {
    */
   uint32_t struct_size;
   /**
-   * Context length in tokens; 0 = the model's trained context capped at 4096.
+   * Context length in tokens (at most 16777216); 0 = the model's trained context capped at
+   * 4096. A limit, not an allocation: the KV cache grows as tokens arrive, and memory that
+   * cannot be had is COLIBRI_STATUS_OUT_OF_MEMORY from the call that needed it.
    */
   uint32_t n_ctx;
   /**
@@ -470,6 +472,12 @@ typedef struct {
  * A params struct has a struct_size this library does not know.
  */
 #define COLIBRI_STATUS_BAD_STRUCT_SIZE 9
+
+/**
+ * Memory the call needed (a KV cache, logits) could not be allocated; nothing was changed and
+ * the process keeps running.
+ */
+#define COLIBRI_STATUS_OUT_OF_MEMORY 10
 
 #ifdef __cplusplus
 extern "C" {

@@ -74,6 +74,9 @@ pub enum Error {
     ContextFull { cached: usize, new: usize, n_ctx: usize, sequence: Option<usize> },
     /// The requested feature or input kind is not supported (by this build or this version).
     Unsupported { what: String },
+    /// Memory an input asked for could not be allocated (`bytes` of it, for `what`); nothing
+    /// was changed.
+    OutOfMemory { what: String, bytes: u64 },
 }
 
 impl Error {
@@ -110,6 +113,7 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::ContextFull { .. } => "context_full",
             Error::Unsupported { .. } => "unsupported",
+            Error::OutOfMemory { .. } => "out_of_memory",
         }
     }
 
@@ -197,6 +201,9 @@ impl fmt::Display for Error {
                 }
             }
             Error::Unsupported { what } => write!(f, "unsupported: {what}"),
+            Error::OutOfMemory { what, bytes } => {
+                write!(f, "out of memory: {what} needs {bytes} bytes that could not be allocated")
+            }
         }
     }
 }

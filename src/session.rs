@@ -39,7 +39,9 @@ impl KvDtype {
 /// Options of a new session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionOptions {
-    /// Context length in tokens; 0 = the model's trained context capped at `DEFAULT_CTX_CAP`.
+    /// Context length in tokens (at most 2^24); 0 = the model's trained context capped at
+    /// `DEFAULT_CTX_CAP`. A limit, not an allocation: the KV cache grows as tokens arrive
+    /// (`Session::reserve` allocates ahead).
     pub n_ctx: usize,
     pub kv_dtype: KvDtype,
     /// Seed of the routing RNG (Gumbel routing).
@@ -63,40 +65,94 @@ enum Store {
     Half { bits: Vec<u16>, bf16: bool },
 }
 
-/// K and V of every layer: [n_layers][n_ctx][n_kv_heads·head_dim] each.
+impl Store {
+    fn empty(dtype: KvDtype) -> Store {
+        match dtype {
+            KvDtype::F32 => Store::F32(Vec::new()),
+            KvDtype::F16 => Store::Half { bits: Vec::new(), bf16: false },
+            KvDtype::BF16 => Store::Half { bits: Vec::new(), bf16: true },
+        }
+    }
+
+    /// Grow to `len` elements (zeros), or fail without aborting when the memory is not there.
+    fn grow(&mut self, len: usize) -> std::result::Result<(), std::collections::TryReserveError> {
+        match self {
+            Store::F32(d) => {
+                d.try_reserve_exact(len.saturating_sub(d.len()))?;
+                d.resize(len.max(d.len()), 0.0);
+            }
+            Store::Half { bits, .. } => {
+                bits.try_reserve_exact(len.saturating_sub(bits.len()))?;
+                bits.resize(len.max(bits.len()), 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn bytes_per_element(&self) -> usize {
+        match self {
+            Store::F32(_) => 4,
+            Store::Half { .. } => 2,
+        }
+    }
+}
+
+/// K and V of every layer: per layer [positions][n_kv_heads·head_dim], allocated as positions
+/// are used (`reserve`, fallible) and never past n_ctx: a session costs what it holds, and a
+/// large context is a limit, not an allocation.
 pub struct KvCache {
-    store_k: Store,
-    store_v: Store,
+    k: Vec<Store>,
+    v: Vec<Store>,
     n_ctx: usize,
     /// n_kv_heads · head_dim
     row: usize,
+    /// Positions allocated in every layer's K and V.
+    held: usize,
 }
 
 impl KvCache {
     fn new(c: &Config, n_ctx: usize, dtype: KvDtype) -> Result<KvCache> {
         let row = c.n_kv_heads * c.head_dim;
-        let len = c
-            .n_layers
-            .checked_mul(n_ctx)
-            .and_then(|x| x.checked_mul(row))
+        n_ctx
+            .checked_mul(row)
+            .and_then(|x| x.checked_mul(4))
             .ok_or_else(|| Error::InvalidArgument { reason: format!("context {n_ctx} is too large") })?;
-        let make = || match dtype {
-            KvDtype::F32 => Store::F32(vec![0.0; len]),
-            KvDtype::F16 => Store::Half { bits: vec![0; len], bf16: false },
-            KvDtype::BF16 => Store::Half { bits: vec![0; len], bf16: true },
-        };
-        Ok(KvCache { store_k: make(), store_v: make(), n_ctx, row })
+        let stores = || (0..c.n_layers).map(|_| Store::empty(dtype)).collect();
+        Ok(KvCache { k: stores(), v: stores(), n_ctx, row, held: 0 })
     }
 
-    fn at(&self, layer: usize, pos: usize) -> usize {
-        (layer * self.n_ctx + pos) * self.row
+    /// Make room for `positions` positions (≤ n_ctx) in every layer, growing geometrically.
+    /// Fails with `Error::OutOfMemory` — and changes nothing a reader can see — when the memory
+    /// cannot be had.
+    pub(crate) fn reserve(&mut self, positions: usize) -> Result<()> {
+        let positions = positions.min(self.n_ctx);
+        if positions <= self.held {
+            return Ok(());
+        }
+        let doubled = self.held.saturating_mul(2).clamp(positions, self.n_ctx);
+        if self.grow_to(doubled).is_err() && self.grow_to(positions).is_err() {
+            let element = self.k.first().map_or(4, Store::bytes_per_element) as u64;
+            let bytes = [2 * self.k.len() as u64, self.row as u64, element, positions as u64]
+                .into_iter()
+                .fold(1u64, u64::saturating_mul);
+            return Err(Error::OutOfMemory { what: format!("a KV cache of {positions} positions"), bytes });
+        }
+        Ok(())
     }
 
-    /// Store K and V rows ([n_kv_heads·head_dim] each) of `layer` at `pos`.
+    fn grow_to(&mut self, positions: usize) -> std::result::Result<(), std::collections::TryReserveError> {
+        for store in self.k.iter_mut().chain(self.v.iter_mut()) {
+            store.grow(positions * self.row)?;
+        }
+        self.held = positions;
+        Ok(())
+    }
+
+    /// Store K and V rows ([n_kv_heads·head_dim] each) of `layer` at `pos` (< the reserved
+    /// positions).
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let at = self.at(layer, pos);
-        let row = self.row;
-        for (store, src) in [(&mut self.store_k, k), (&mut self.store_v, v)] {
+        let (at, row) = (pos * self.row, self.row);
+        for (store, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
             match store {
                 Store::F32(d) => d[at..at + row].copy_from_slice(src),
                 Store::Half { bits, bf16 } => {
@@ -111,8 +167,8 @@ impl KvCache {
     /// Dot product of `q` (length head_dim) with cached K of (layer, pos, kv_head).
     #[inline]
     pub fn k_dot(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, q: &[f32]) -> f32 {
-        let at = self.at(layer, pos) + kv_head * q.len();
-        match &self.store_k {
+        let at = pos * self.row + kv_head * q.len();
+        match &self.k[layer] {
             Store::F32(d) => k.dot_f32(&d[at..at + q.len()], q),
             Store::Half { bits, bf16: true } => k.dot_bf16(&bits[at..at + q.len()], q),
             Store::Half { bits, bf16: false } => k.dot_f16(&bits[at..at + q.len()], q),
@@ -122,8 +178,8 @@ impl KvCache {
     /// out += p · V(layer, pos, kv_head).
     #[inline]
     pub fn v_axpy(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
-        let at = self.at(layer, pos) + kv_head * out.len();
-        match &self.store_v {
+        let at = pos * self.row + kv_head * out.len();
+        match &self.v[layer] {
             Store::F32(d) => k.axpy_f32(p, &d[at..at + out.len()], out),
             Store::Half { bits, bf16: true } => k.axpy_bf16(p, &bits[at..at + out.len()], out),
             Store::Half { bits, bf16: false } => k.axpy_f16(p, &bits[at..at + out.len()], out),
@@ -135,13 +191,14 @@ impl KvCache {
         self.n_ctx
     }
 
+    /// Positions whose memory is allocated (grows with use up to n_ctx).
+    pub fn reserved(&self) -> usize {
+        self.held
+    }
+
     /// Whether this cache has the shape config `c` needs (layers and K/V row width).
     pub fn fits(&self, c: &Config) -> bool {
-        let len = match &self.store_k {
-            Store::F32(d) => d.len(),
-            Store::Half { bits, .. } => bits.len(),
-        };
-        self.row == c.n_kv_heads * c.head_dim && len == c.n_layers * self.n_ctx * self.row
+        self.row == c.n_kv_heads * c.head_dim && self.k.len() == c.n_layers
     }
 }
 
@@ -203,6 +260,18 @@ impl Session {
     /// How this session's quantised products meet their activations.
     pub fn quant_act(&self) -> QuantActivations {
         self.quant_act
+    }
+
+    /// Allocate KV-cache memory for `tokens` positions now (at most n_ctx) instead of as they
+    /// are used: a host can learn at admission whether the memory is there. Fails with
+    /// `Error::OutOfMemory`, changing nothing, when it is not.
+    pub fn reserve(&mut self, tokens: usize) -> Result<()> {
+        self.kv.reserve(tokens)
+    }
+
+    /// Positions whose KV memory is allocated (it grows with use, never past n_ctx).
+    pub fn kv_reserved(&self) -> usize {
+        self.kv.reserved()
     }
 
     /// Forget every cached token (the buffers stay allocated).

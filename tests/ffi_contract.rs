@@ -478,10 +478,10 @@ fn generate_reports_why_it_ended_and_never_delivers_a_stop_string() {
 fn panics_errors_and_statuses_are_reported_not_fatal() {
     assert_eq!(colibri_debug_panic(), COLIBRI_STATUS_PANIC);
     assert!(last_error().contains("panic"), "{}", last_error());
-    for st in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1, i32::MAX] {
+    for st in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, i32::MAX] {
         let s = unsafe { CStr::from_ptr(colibri_status_str(st)) }.to_str().unwrap().to_string();
         assert!(!s.is_empty());
-        if !(0..10).contains(&st) {
+        if !(0..=10).contains(&st) {
             assert_eq!(s, "unknown status");
         }
     }
@@ -948,6 +948,29 @@ fn infer_batch_equals_separate_infer_calls_and_checks_every_argument() {
         for s in ss.into_iter().chain(twins) {
             colibri_session_free(s);
         }
+        colibri_model_free(m);
+    }
+}
+
+#[test]
+fn a_session_with_the_largest_context_allocates_as_it_goes() {
+    let input = ids(&meta()["input_ids"]);
+    let want = oracle_logits();
+    let tol = 1e-4 * want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    unsafe {
+        let m = open_model();
+        let mut p = std::mem::zeroed::<colibri_session_params>();
+        colibri_session_params_init(&mut p);
+        p.n_ctx = 1 << 24;
+        let mut s = null_mut();
+        assert_eq!(colibri_session_new(m, &p, &mut s), COLIBRI_STATUS_OK);
+        let mut logits = vec![0f32; VOCAB];
+        assert_eq!(colibri_infer(s, input.as_ptr(), 5, logits.as_mut_ptr(), VOCAB), COLIBRI_STATUS_OK);
+        assert!(max_diff(&logits, &want[4 * VOCAB..5 * VOCAB]) <= tol);
+        let (mut pos, mut n_ctx) = (0usize, 0usize);
+        assert_eq!(colibri_session_position(s, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+        assert_eq!((pos, n_ctx), (5, 1 << 24));
+        colibri_session_free(s);
         colibri_model_free(m);
     }
 }

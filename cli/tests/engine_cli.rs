@@ -206,3 +206,15 @@ fn run_without_a_model_uses_the_shipped_default_model() {
     assert!(text.len() > 40 && plain * 10 >= text.chars().count() * 9, "not English-like: {text:?}");
     assert!(text.split_whitespace().filter(|w| w.len() >= 3).count() >= 5, "too few words: {text:?}");
 }
+
+#[test]
+fn a_huge_context_is_a_limit_not_an_allocation() {
+    // 2^24 positions of this model's KV cache would be 16 GiB of f32: the session must not
+    // allocate them up front (it aborted the process before), only what the tokens use.
+    let m = model("qwen2_moe_shared");
+    let (text, err) =
+        ok(&colibri(&["run", "-m", m.to_str().unwrap(), "-p", "hello", "-c", "16777216", "-n", "4", "--temp", "0"]));
+    let (small, _) =
+        ok(&colibri(&["run", "-m", m.to_str().unwrap(), "-p", "hello", "-c", "64", "-n", "4", "--temp", "0"]));
+    assert_eq!(text, small, "the same text whatever the context: {err}");
+}

@@ -26,6 +26,7 @@ const (
 	StatusContextFull     Status = C.COLIBRI_STATUS_CONTEXT_FULL
 	StatusPanic           Status = C.COLIBRI_STATUS_PANIC
 	StatusBadStructSize   Status = C.COLIBRI_STATUS_BAD_STRUCT_SIZE
+	StatusOutOfMemory     Status = C.COLIBRI_STATUS_OUT_OF_MEMORY
 )
 
 // String is the library's description of the status (colibri_status_str), e.g. "I/O error".
@@ -78,6 +79,7 @@ var (
 	ErrUnsupported     = &Error{Status: StatusUnsupported}
 	ErrBufferTooSmall  = &Error{Status: StatusBufferTooSmall}
 	ErrContextFull     = &Error{Status: StatusContextFull}
+	ErrOutOfMemory     = &Error{Status: StatusOutOfMemory}
 	// ErrPanic: a bug inside the library was caught at the C boundary. The process keeps
 	// running; the Session the call was working on should be closed.
 	ErrPanic         = &Error{Status: StatusPanic}

@@ -107,3 +107,7 @@ COLIBRI_STATUS_PANIC = 8
 
 #: A params struct has a struct_size this library does not know.
 COLIBRI_STATUS_BAD_STRUCT_SIZE = 9
+
+#: Memory the call needed (a KV cache, logits) could not be allocated; nothing was changed and the
+#: process keeps running.
+COLIBRI_STATUS_OUT_OF_MEMORY = 10

@@ -63,7 +63,9 @@ pub const COLIBRI_QUANT_ACT_FLOAT: colibri_quant_act = 2;
 pub struct colibri_session_params {
     /// sizeof(colibri_session_params).
     pub struct_size: u32,
-    /// Context length in tokens; 0 = the model's trained context capped at 4096.
+    /// Context length in tokens (at most 16777216); 0 = the model's trained context capped at
+    /// 4096. A limit, not an allocation: the KV cache grows as tokens arrive, and memory that
+    /// cannot be had is COLIBRI_STATUS_OUT_OF_MEMORY from the call that needed it.
     pub n_ctx: u32,
     /// KV cache element type: a COLIBRI_KV_* value (default COLIBRI_KV_F32).
     pub kv_type: colibri_kv_type,

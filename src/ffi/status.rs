@@ -29,6 +29,9 @@ pub const COLIBRI_STATUS_CONTEXT_FULL: colibri_status = 7;
 pub const COLIBRI_STATUS_PANIC: colibri_status = 8;
 /// A params struct has a struct_size this library does not know.
 pub const COLIBRI_STATUS_BAD_STRUCT_SIZE: colibri_status = 9;
+/// Memory the call needed (a KV cache, logits) could not be allocated; nothing was changed and
+/// the process keeps running.
+pub const COLIBRI_STATUS_OUT_OF_MEMORY: colibri_status = 10;
 
 /// Map a library error to its status, by variant: every variant is listed, so a new one must
 /// be given its status here (no message text is ever read).
@@ -38,6 +41,7 @@ pub(crate) fn status_of(e: &Error) -> colibri_status {
         Error::InvalidArgument { .. } => COLIBRI_STATUS_INVALID_ARGUMENT,
         Error::ContextFull { .. } => COLIBRI_STATUS_CONTEXT_FULL,
         Error::Unsupported { .. } => COLIBRI_STATUS_UNSUPPORTED,
+        Error::OutOfMemory { .. } => COLIBRI_STATUS_OUT_OF_MEMORY,
         Error::FileTooSmall { .. }
         | Error::BadMagic { .. }
         | Error::UnsupportedVersion { .. }
@@ -82,6 +86,7 @@ pub extern "C" fn colibri_status_str(status: colibri_status) -> *const c_char {
         COLIBRI_STATUS_CONTEXT_FULL => "context full\0",
         COLIBRI_STATUS_PANIC => "internal error (panic caught)\0",
         COLIBRI_STATUS_BAD_STRUCT_SIZE => "unknown struct_size\0",
+        COLIBRI_STATUS_OUT_OF_MEMORY => "out of memory\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()

@@ -2,6 +2,7 @@
 //! sequence's lane (its rows, KV cache and routing state) and the step's activation buffers.
 
 use super::router::RoutingMode;
+use crate::error::{Error, Result};
 use crate::model::Config;
 use crate::rng::Rng;
 use crate::session::{KvCache, RouteRecord};
@@ -41,18 +42,31 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    pub fn new(c: &Config, n: usize) -> Scratch {
+    /// The buffers of a step of n rows, or `Error::OutOfMemory` (they grow with the input).
+    pub fn new(c: &Config, n: usize) -> Result<Scratch> {
         let (h, q, kv) = (c.hidden_size, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
-        Scratch {
-            x: vec![0.0; n * h],
-            xn: vec![0.0; n * h],
-            q: vec![0.0; n * q],
-            k: vec![0.0; n * kv],
-            v: vec![0.0; n * kv],
-            att: vec![0.0; n * q],
-            out: vec![0.0; n * h],
+        Ok(Scratch {
+            x: zeros(n, h)?,
+            xn: zeros(n, h)?,
+            q: zeros(n, q)?,
+            k: zeros(n, kv)?,
+            v: zeros(n, kv)?,
+            att: zeros(n, q)?,
+            out: zeros(n, h)?,
             cos: Vec::new(),
             sin: Vec::new(),
-        }
+        })
     }
+}
+
+/// n · width zeros, allocated fallibly.
+pub fn zeros(n: usize, width: usize) -> Result<Vec<f32>> {
+    let len = n.saturating_mul(width);
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        what: format!("activations of {n} rows × {width}"),
+        bytes: (len as u64).saturating_mul(4),
+    })?;
+    v.resize(len, 0.0);
+    Ok(v)
 }

@@ -24,7 +24,7 @@ mod step;
 pub use check::check_routing;
 pub use router::{Routes, RoutingMode, RoutingOptions};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels};
 use crate::model::{FfnWeights, Model};
 use crate::session::Session;
@@ -91,10 +91,13 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// one activation mode (`SessionOptions::quant_act`).
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     let (n, k) = check_batch(model, batch)?;
-    // Nothing fails from here on.
+    // The memory the input asks for, allocated fallibly: a failure changes nothing a caller
+    // can see (reserved KV positions and logits capacity are not state).
+    reserve(model, batch)?;
     let x = {
         // x = embed(tokens)
-        let mut step = Step::new(model, batch, n, k);
+        let mut step = Step::new(model, batch, n, k)?;
+        // Nothing fails from here on.
         for (l, lw) in model.weights().layers.iter().enumerate() {
             // x += attention(rmsnorm(x))
             step.norm(lw.attn_norm);
@@ -121,6 +124,26 @@ pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
 /// Logits of the rows each sequence asks for, in one matmul over all of them: the wanted rows
 /// of `x` ([n, hidden]) are normed one after another ([m, hidden]); the first session's logits
 /// buffer receives all m rows, hands the others theirs in order and keeps its own leading rows.
+/// Grow every session's KV cache to hold its new tokens and the logits buffers to hold the
+/// step's output rows, or fail with `Error::OutOfMemory` before anything changes.
+fn reserve(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
+    let (h, vocab) = (model.config().hidden_size, model.config().vocab_size);
+    let rows = |q: &Sequence<'_>| wanted(q.opts.logits, 0..q.input.len(h)).len();
+    let all: usize = batch.iter().map(rows).sum();
+    for (i, q) in batch.iter_mut().enumerate() {
+        // The first sequence's buffer holds every row's logits during the step (`lm_head`).
+        let want = if i == 0 { all } else { rows(q) }.saturating_mul(vocab);
+        let new = q.input.len(h);
+        let s = &mut *q.session;
+        s.kv.reserve(s.pos + new)?;
+        s.logits.try_reserve(want.saturating_sub(s.logits.len())).map_err(|_| Error::OutOfMemory {
+            what: format!("logits of {} rows", want / vocab.max(1)),
+            bytes: (want as u64).saturating_mul(4),
+        })?;
+    }
+    Ok(())
+}
+
 fn lm_head(model: &Model, k: &Kernels, batch: &mut [Sequence<'_>], x: &[f32]) {
     let c = model.config();
     let w = model.weights();

@@ -10,6 +10,7 @@ use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
 use super::router::{self, Routes};
 use super::{Input, Sequence};
+use crate::error::Result;
 use crate::kernels::{self, Kernels, Mat};
 use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights};
 use crate::session::RouteRecord;
@@ -29,12 +30,13 @@ pub struct Step<'s> {
 
 impl<'s> Step<'s> {
     /// Plan a step over the (already checked) batch of n rows: embed every sequence's input
-    /// into x and fill each row's RoPE cos/sin at its own position.
-    pub fn new(model: &'s Model, batch: &'s mut [Sequence<'_>], n: usize, k: Kernels) -> Step<'s> {
+    /// into x and fill each row's RoPE cos/sin at its own position. Fails only when the step's
+    /// buffers cannot be allocated, before any session is touched.
+    pub fn new(model: &'s Model, batch: &'s mut [Sequence<'_>], n: usize, k: Kernels) -> Result<Step<'s>> {
         let c = model.config();
         let h = c.hidden_size;
         let rope = Rope::new(c);
-        let mut sc = Scratch::new(c, n);
+        let mut sc = Scratch::new(c, n)?;
         let mut lanes = Vec::with_capacity(batch.len());
         let mut row = 0;
         for q in batch.iter_mut() {
@@ -56,7 +58,7 @@ impl<'s> Step<'s> {
             let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
             lanes.push(Lane { kv, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
         }
-        Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() }
+        Ok(Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() })
     }
 
     /// Rows in the step.

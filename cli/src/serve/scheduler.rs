@@ -208,6 +208,7 @@ impl Loop {
 
     /// One forward step per model generation present, then sampling.
     fn step(&mut self) {
+        self.reserve_memory();
         let mut engines: Vec<Arc<Engine>> = Vec::new();
         for a in &self.active {
             if !engines.iter().any(|e| Arc::ptr_eq(e, &a.job.engine)) {
@@ -253,6 +254,23 @@ impl Loop {
                         let a = self.active.swap_remove(i);
                         self.finish(a, end);
                     }
+                }
+            }
+        }
+    }
+
+    /// Grow each sequence's KV cache for its rows of the coming step, one sequence at a time:
+    /// a request whose memory cannot be had ends alone with the error, the others step on
+    /// (the batch step would otherwise fail for all of them).
+    fn reserve_memory(&mut self) {
+        let mut i = 0;
+        while i < self.active.len() {
+            let a = &mut self.active[i];
+            a.plan();
+            match a.session.reserve(a.session.position() + a.step_rows) {
+                Ok(()) => i += 1,
+                Err(e) => {
+                    self.active.swap_remove(i).send(Event::Failed(e.to_string()));
                 }
             }
         }
