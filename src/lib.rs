@@ -25,6 +25,8 @@
 pub mod decoder;
 /// cbindgen:ignore
 pub mod error;
+/// cbindgen:ignore
+pub mod fallible;
 /// The C ABI: the only module cbindgen reads (every other one is `cbindgen:ignore`).
 pub mod ffi;
 /// cbindgen:ignore

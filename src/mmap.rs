@@ -45,10 +45,11 @@ impl AlignedBuf {
     fn zeroed(len: usize) -> Result<AlignedBuf> {
         let layout = std::alloc::Layout::from_size_align(len.max(1), PAGE)
             .map_err(|_| Error::InvalidArgument { reason: format!("cannot allocate {len} bytes") })?;
+        // A refused buffer is an error the caller reports (the size comes from the file).
         // SAFETY: layout has non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = crate::fallible::scope(|| unsafe { std::alloc::alloc_zeroed(layout) });
         let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| Error::io("allocate model buffer", std::io::Error::from(std::io::ErrorKind::OutOfMemory)))?;
+            .ok_or_else(|| Error::OutOfMemory { what: "the model file read into memory".into(), bytes: len as u64 })?;
         Ok(AlignedBuf { ptr, len })
     }
 
@@ -139,6 +140,11 @@ impl Mapping {
             }
             Storage::Mapped(map)
         } else {
+            // The header first: a file that is not a model (or lies about its size) is refused
+            // before a buffer of its size is asked for.
+            let mut head = [0u8; crate::format::HEADER_SIZE as usize];
+            read_fully(&file, &mut head)?;
+            crate::format::Header::decode(&head, size)?;
             let mut buf = AlignedBuf::zeroed(len)?;
             read_fully(&file, buf.as_mut_slice())?;
             Storage::Heap(buf)

@@ -78,11 +78,11 @@ impl Store {
     fn grow(&mut self, len: usize) -> std::result::Result<(), std::collections::TryReserveError> {
         match self {
             Store::F32(d) => {
-                d.try_reserve_exact(len.saturating_sub(d.len()))?;
+                crate::fallible::reserve_exact(d, len.saturating_sub(d.len()))?;
                 d.resize(len.max(d.len()), 0.0);
             }
             Store::Half { bits, .. } => {
-                bits.try_reserve_exact(len.saturating_sub(bits.len()))?;
+                crate::fallible::reserve_exact(bits, len.saturating_sub(bits.len()))?;
                 bits.resize(len.max(bits.len()), 0);
             }
         }

@@ -9,6 +9,7 @@ mod inspect;
 mod logits;
 mod model_path;
 mod npy;
+mod oom;
 mod perplexity;
 mod run;
 mod serve;
@@ -18,6 +19,9 @@ mod validate;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOC: oom::ExitOnOom = oom::ExitOnOom;
 
 #[derive(Parser)]
 #[command(name = "colibri", version, about = "Mixture-of-Experts LLM inference on CPU from one .colibri file")]

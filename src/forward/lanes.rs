@@ -63,7 +63,7 @@ impl Scratch {
 pub fn zeros(n: usize, width: usize) -> Result<Vec<f32>> {
     let len = n.saturating_mul(width);
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+    crate::fallible::reserve_exact(&mut v, len).map_err(|_| Error::OutOfMemory {
         what: format!("activations of {n} rows × {width}"),
         bytes: (len as u64).saturating_mul(4),
     })?;

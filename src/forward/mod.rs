@@ -136,7 +136,8 @@ fn reserve(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
         let new = q.input.len(h);
         let s = &mut *q.session;
         s.kv.reserve(s.pos + new)?;
-        s.logits.try_reserve(want.saturating_sub(s.logits.len())).map_err(|_| Error::OutOfMemory {
+        let more = want.saturating_sub(s.logits.len());
+        crate::fallible::reserve(&mut s.logits, more).map_err(|_| Error::OutOfMemory {
             what: format!("logits of {} rows", want / vocab.max(1)),
             bytes: (want as u64).saturating_mul(4),
         })?;
