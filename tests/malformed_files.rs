@@ -1230,11 +1230,50 @@ fn c20_checksum_mismatch_in_data() {
 
 #[test]
 fn c20_checksum_field_corrupted() {
-    let b = patched(|b, l| {
+    // A flipped bit in a record's checksum field: the prefix checksum refuses the file at open;
+    // with the prefix resealed (or in a file written before it existed), the full scan names the
+    // tensor.
+    let flip = |b: &mut Vec<u8>, l: &Layout| {
         let r = l.rec("layers.0.moe.router") + R_CHECKSUM;
         b[r + 7] ^= 0x40;
+    };
+    let b = patched(flip);
+    expect_open_err("router checksum field", &b, "checksum", &["header, metadata and tensor table"]);
+    let b = patched(|b, l| {
+        flip(b, l);
+        reseal(b);
     });
-    expect_verify_err("router checksum field", &b, "checksum", &["layers.0.moe.router"]);
+    expect_verify_err("router checksum field, resealed", &b, "checksum", &["layers.0.moe.router"]);
+}
+
+#[test]
+fn c20_prefix_checksum() {
+    // A change the structure checks cannot see — one letter of the chat template — is refused
+    // by the prefix checksum; a file without the flag (as written before it existed) still opens.
+    let text_at = |b: &[u8], l: &Layout| {
+        let entry = l.entry_of("chat_template");
+        let section = get_u64(b, 0x28) as usize;
+        section + get_u64(b, entry + 16) as usize + 2
+    };
+    let b = patched(|b, l| {
+        let at = text_at(b, l);
+        b[at] ^= 0x01;
+    });
+    expect_open_err("metadata byte", &b, "checksum", &["header, metadata and tensor table"]);
+    let old = patched(|b, _| {
+        put_u32(b, 0x64, 0);
+        put_u64(b, colibri::format::PREFIX_CHECKSUM_OFFSET, 0);
+    });
+    let s = Scratch::new();
+    let path = s.write("old.colibri", &old);
+    for (mode, mmap) in MODES {
+        let m = open(&path, mmap).unwrap_or_else(|e| panic!("({mode}) a file without the flag: {e}"));
+        m.verify().unwrap();
+    }
+    let stray = patched(|b, _| put_u32(b, 0x64, 0));
+    expect_open_err("checksum without its flag", &stray, "bad_header", &["prefix_checksum"]);
+    let unknown = patched(|b, _| put_u32(b, 0x64, 3));
+    expect_open_err("unknown flag", &unknown, "bad_header", &["flags"]);
 }
 
 #[test]
@@ -1527,7 +1566,10 @@ fn q09_a_row_major_matrix_relabelled_interleaved_reads_its_bytes_in_the_interlea
     // values read are those bytes taken in the interleaved order: the dtype decides the layout.
     use colibri::format::blocks::Layout;
     let name = "layers.0.attn.k";
-    let b = qpatched(|b, l| put_u32(b, l.rec(name) + R_DTYPE, DType::Q8R8.id()));
+    let b = qpatched(|b, l| {
+        put_u32(b, l.rec(name) + R_DTYPE, DType::Q8R8.id());
+        reseal(b);
+    });
     let s = Scratch::new();
     let path = s.write("b.colibri", &b);
     for (mode, mmap) in MODES {

@@ -226,3 +226,58 @@ fn validate_and_dump_succeed_on_good_files_and_fail_cleanly_on_bad_ones() {
     std::fs::write(&trunc, &bytes[..n / 2]).unwrap();
     assert_fails(&colibri(&["inspect", s(&trunc)]), "truncated");
 }
+
+/// A huge file is judged by its 256-byte header before anything of its size is allocated: a
+/// 1 TiB sparse file of zeros is "bad magic" (not "out of memory") with and without --no-mmap,
+/// and a real header followed by a terabyte of zeros is refused by its declared size.
+#[test]
+fn validate_checks_the_header_before_reading_a_huge_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let zeros = tmp.path().join("zeros.colibri");
+    std::fs::File::create(&zeros).unwrap().set_len(1 << 40).unwrap();
+    for extra in [&[][..], &["--no-mmap"][..]] {
+        let mut args = vec!["validate", s(&zeros)];
+        args.extend_from_slice(extra);
+        assert_fails(&colibri(&args), "magic");
+    }
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
+    let head = std::fs::read(&model).unwrap()[..4096].to_vec();
+    let big = tmp.path().join("big.colibri");
+    std::fs::write(&big, &head).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(1 << 40).unwrap();
+    assert_fails(&colibri(&["validate", "--no-mmap", s(&big)]), "trailing");
+}
+
+/// Under an address-space limit (`ulimit -v`) every command either works or exits 1 with one
+/// `error:` line: no panic (101) and no abort (134), whatever the limit. The sweep crosses the
+/// limits where the mapping, the thread pool, the tokenizer and the KV cache each fail first.
+#[test]
+fn every_command_fails_cleanly_under_an_address_space_limit() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
+    let m = s(&model);
+    let commands: [&[&str]; 4] = [
+        &["validate", m],
+        &["validate", "--no-mmap", m],
+        &["inspect", m],
+        &["run", "-m", m, "-p", "Hello there", "-n", "4"],
+    ];
+    for kib in (8_000..=96_000).step_by(1_000) {
+        for args in commands {
+            let o = Command::new("sh")
+                .arg("-c")
+                .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_colibri"))
+                .args(args)
+                .output()
+                .expect("run sh");
+            if o.status.success() {
+                continue;
+            }
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?} under ulimit -v {kib}: {:?}; stderr: {err}", o.status);
+            let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
+            assert_eq!(lines.len(), 1, "{args:?} under ulimit -v {kib}: one error line expected, got: {err}");
+            assert!(lines[0].starts_with("error: "), "{args:?} under ulimit -v {kib}: {err}");
+        }
+    }
+}

@@ -9,8 +9,17 @@ pub const MAGIC: [u8; 4] = *b"COLI";
 pub const VERSION: u32 = 1;
 /// Bytes of the fixed header.
 pub const HEADER_SIZE: u64 = 256;
+/// Offset of the prefix checksum (a u64; zero when `FLAG_PREFIX_CHECKSUM` is not set).
+pub const PREFIX_CHECKSUM_OFFSET: usize = 0x70;
 /// Offset where the zero-filled reserved bytes start.
-pub const RESERVED_OFFSET: usize = 0x70;
+pub const RESERVED_OFFSET: usize = 0x78;
+/// Flag bit 0: `prefix_checksum` holds the xxHash64 (seed 0) of every byte before the data
+/// section — header (with the checksum's own 8 bytes read as zero), metadata, tensor table,
+/// string table and their padding. Files written before the flag existed have it clear and
+/// still load; their prefix is protected only by its structural checks.
+pub const FLAG_PREFIX_CHECKSUM: u32 = 1;
+/// Every flag bit this build understands; any other set bit is refused.
+pub const KNOWN_FLAGS: u32 = FLAG_PREFIX_CHECKSUM;
 
 /// The decoded fixed header (see the module doc of `format` for the byte layout).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -33,6 +42,7 @@ pub struct Header {
     pub flags: u32,
     pub top_k: u32,
     pub num_moe_layers: u32,
+    pub prefix_checksum: u64,
 }
 
 impl Header {
@@ -67,6 +77,7 @@ impl Header {
             flags: u32_at(b, 0x64),
             top_k: u32_at(b, 0x68),
             num_moe_layers: u32_at(b, 0x6C),
+            prefix_checksum: u64_at(b, PREFIX_CHECKSUM_OFFSET),
         };
         if h.version == 0 || h.version > VERSION {
             return Err(Error::UnsupportedVersion { found: h.version, supported: VERSION });
@@ -85,11 +96,18 @@ impl Header {
                 reason: "version 1 tensor records are 96 bytes",
             });
         }
-        if h.flags != 0 {
+        if h.flags & !KNOWN_FLAGS != 0 {
             return Err(Error::BadHeader {
                 field: "flags",
                 value: h.flags.into(),
-                reason: "no flags are defined in version 1",
+                reason: "only bit 0 (prefix checksum) is defined in version 1",
+            });
+        }
+        if h.flags & FLAG_PREFIX_CHECKSUM == 0 && h.prefix_checksum != 0 {
+            return Err(Error::BadHeader {
+                field: "prefix_checksum",
+                value: h.prefix_checksum,
+                reason: "set while flag bit 0 is clear",
             });
         }
         if let Some(pos) = b[RESERVED_OFFSET..].iter().position(|&x| x != 0) {
@@ -131,6 +149,18 @@ impl Header {
         put32(&mut b, 0x64, self.flags);
         put32(&mut b, 0x68, self.top_k);
         put32(&mut b, 0x6C, self.num_moe_layers);
+        put64(&mut b, PREFIX_CHECKSUM_OFFSET, self.prefix_checksum);
         b
     }
+}
+
+/// The prefix checksum of `prefix` (the bytes before the data section), its own field read as
+/// zero.
+pub fn prefix_checksum(prefix: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+    let field = PREFIX_CHECKSUM_OFFSET..PREFIX_CHECKSUM_OFFSET + 8;
+    h.update(&prefix[..field.start.min(prefix.len())]);
+    h.update(&[0u8; 8]);
+    h.update(prefix.get(field.end..).unwrap_or(&[]));
+    h.digest()
 }

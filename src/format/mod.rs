@@ -22,10 +22,14 @@
 //! 0x50  u64      strings_size     bytes of the tensor-name string table (≤ 64 MiB)
 //! 0x58  u64      file_size        total bytes of the file = end of the last tensor
 //! 0x60  u32      record_size      96 (bytes of one tensor record)
-//! 0x64  u32      flags            0 in version 1 (any set bit is rejected)
+//! 0x64  u32      flags            bit 0: prefix_checksum is set (written since it exists; files
+//!                                 without it still load); any other set bit is rejected
 //! 0x68  u32      top_k            experts chosen per token (= config.moe.top_k)
 //! 0x6C  u32      num_moe_layers   layers with a router (= number of router tensors)
-//! 0x70  [u8;144] reserved         zero (checked)
+//! 0x70  u64      prefix_checksum  xxHash64 (seed 0) of bytes [0, data_offset) with these 8 bytes
+//!                                 read as zero: header, metadata, tensor table, string table and
+//!                                 padding (checked when opening); 0 when flag bit 0 is clear
+//! 0x78  [u8;136] reserved         zero (checked)
 //! └──────────────────────────────────────────────────────────────────────────────────────────┘
 //!
 //! metadata section (at metadata_offset, metadata_size bytes):
@@ -96,9 +100,12 @@ mod writer;
 
 pub use dtype::{DType, DTypeInfo, Packing, GROUP};
 pub use finite::{find_nonfinite as find_nonfinite_in, NonFinite};
-pub use header::{Header, HEADER_SIZE, MAGIC, RESERVED_OFFSET, VERSION};
+pub use header::{
+    prefix_checksum, Header, FLAG_PREFIX_CHECKSUM, HEADER_SIZE, KNOWN_FLAGS, MAGIC, PREFIX_CHECKSUM_OFFSET,
+    RESERVED_OFFSET, VERSION,
+};
 pub use metadata::{MetaEntry, MetaKind, MAX_META_ENTRIES, MAX_META_KEY};
-pub use parse::{parse, verify_data, verify_data_with, ParsedFile};
+pub use parse::{parse, verify_data, verify_data_with, verify_prefix, ParsedFile};
 pub use table::{TensorKind, TensorRecord, MAX_NAME_LEN, MAX_NDIM, RECORD_SIZE};
 pub use writer::{FileWriter, PlannedTensor, WriteSummary};
 

@@ -202,6 +202,24 @@ fn check_routers(h: &Header, tensors: &[TensorRecord]) -> Result<()> {
     Ok(())
 }
 
+/// The prefix checksum (header, metadata, tables; flag bit 0), when the file carries one. The
+/// structure was checked by `parse`; this catches changes that keep it valid.
+pub fn verify_prefix(file: &[u8], parsed: &ParsedFile) -> Result<()> {
+    let h = &parsed.header;
+    if h.flags & super::header::FLAG_PREFIX_CHECKSUM == 0 {
+        return Ok(());
+    }
+    let found = super::header::prefix_checksum(&file[..h.data_offset as usize]);
+    if found != h.prefix_checksum {
+        return Err(Error::Checksum {
+            tensor: "(the header, metadata and tensor table)".into(),
+            expected: h.prefix_checksum,
+            found,
+        });
+    }
+    Ok(())
+}
+
 /// Full data check: per-tensor checksum, zero padding (between tensors and between experts),
 /// and a NaN/Inf scan of every float element and every block scale. Reads every byte of the file.
 pub fn verify_data(file: &[u8], parsed: &ParsedFile) -> Result<()> {

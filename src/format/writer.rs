@@ -2,7 +2,7 @@
 //! data is streamed tensor by tensor (checksummed on the way), the table is rewritten with the
 //! checksums at the end, and the file appears under its final name only after fsync + rename.
 
-use super::header::{Header, HEADER_SIZE, VERSION};
+use super::header::{prefix_checksum, Header, FLAG_PREFIX_CHECKSUM, HEADER_SIZE, VERSION};
 use super::metadata::{self, MetaKind};
 use super::table::{TensorKind, TensorRecord, RECORD_SIZE};
 use super::{align_up, DType, EXPERT_ALIGN};
@@ -36,6 +36,7 @@ pub struct FileWriter {
     out: Option<BufWriter<File>>,
     header: Header,
     records: Vec<TensorRecord>,
+    meta: Vec<u8>,
     strings: Vec<u8>,
     name_offsets: Vec<u32>,
     /// Index of the tensor being written, if any.
@@ -147,9 +148,10 @@ impl FileWriter {
             strings_size: strings.len() as u64,
             file_size: cursor,
             record_size: RECORD_SIZE as u32,
-            flags: 0,
+            flags: FLAG_PREFIX_CHECKSUM,
             top_k,
             num_moe_layers: routers.len() as u32,
+            prefix_checksum: 0,
         };
 
         let (tmp_path, file) = temp_file(path)?;
@@ -159,6 +161,7 @@ impl FileWriter {
             out: Some(BufWriter::with_capacity(1 << 20, file)),
             header,
             records,
+            meta: meta_bytes,
             strings,
             name_offsets,
             current: None,
@@ -167,7 +170,7 @@ impl FileWriter {
             hasher: Xxh64::new(0),
             pos: 0,
         };
-        w.write_prefix(&meta_bytes)?;
+        w.write_prefix()?;
         Ok(w)
     }
 
@@ -206,17 +209,22 @@ impl FileWriter {
         t
     }
 
-    fn write_prefix(&mut self, meta: &[u8]) -> Result<()> {
-        let header = self.header.encode();
-        self.raw(&header)?;
-        self.raw(meta)?;
-        self.zeros_to(self.header.table_offset)?;
-        let table = self.table_bytes();
-        self.raw(&table)?;
-        let strings = std::mem::take(&mut self.strings);
-        self.raw(&strings)?;
-        self.strings = strings;
-        self.zeros_to(self.header.data_offset)
+    /// Every byte before the data section: header, metadata, table, strings and padding.
+    fn prefix_bytes(&self) -> Vec<u8> {
+        let h = &self.header;
+        let mut p = Vec::with_capacity(h.data_offset as usize);
+        p.extend_from_slice(&h.encode());
+        p.extend_from_slice(&self.meta);
+        p.resize(h.table_offset as usize, 0);
+        p.extend_from_slice(&self.table_bytes());
+        p.extend_from_slice(&self.strings);
+        p.resize(h.data_offset as usize, 0);
+        p
+    }
+
+    fn write_prefix(&mut self) -> Result<()> {
+        let prefix = self.prefix_bytes();
+        self.raw(&prefix)
     }
 
     /// Start the next tensor; `name` must be the next one in the plan.
@@ -304,14 +312,16 @@ impl FileWriter {
                 reason: format!("finish() after {} of {} tensors", self.done, self.records.len()),
             });
         }
-        let table = self.table_bytes();
-        let table_offset = self.header.table_offset;
+        // The table now holds every checksum; the prefix checksum covers it.
+        self.header.prefix_checksum = 0;
+        self.header.prefix_checksum = prefix_checksum(&self.prefix_bytes());
+        let prefix = self.prefix_bytes();
         let out = self.out.take().ok_or_else(|| Error::InvalidArgument { reason: "writer already finished".into() })?;
         let tmp = self.tmp_path.clone();
         let publish = || -> Result<()> {
             let mut file = out.into_inner().map_err(|e| Error::io("flush output file", e.into_error()))?;
-            file.seek(SeekFrom::Start(table_offset)).map_err(io("seek output file"))?;
-            file.write_all(&table).map_err(io("write tensor table"))?;
+            file.seek(SeekFrom::Start(0)).map_err(io("seek output file"))?;
+            file.write_all(&prefix).map_err(io("write header and tensor table"))?;
             file.sync_all().map_err(io("fsync output file"))?;
             drop(file);
             std::fs::rename(&tmp, &self.final_path).map_err(io("rename output file"))

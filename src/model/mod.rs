@@ -164,6 +164,8 @@ impl Model {
                 }
             }
         }
+        // Last, so that a damaged field gets its own diagnosis above; this catches the rest.
+        format::verify_prefix(file, &parsed)?;
         let weights = Weights::bind(&config, &parsed, file)?;
         // SAFETY: `weights` (bound matrices) borrows only the bytes of `mapping` (a mapping or
         // heap allocation whose address does not change when `Model` moves), which lives exactly
