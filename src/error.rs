@@ -77,6 +77,9 @@ pub enum Error {
     /// Memory an input asked for could not be allocated (`bytes` of it, for `what`); nothing
     /// was changed.
     OutOfMemory { what: String, bytes: u64 },
+    /// The file is intact but cannot serve: its tokenizer, chat template or a canary forward
+    /// pass fails (`usable::prove`).
+    Unusable { what: String },
 }
 
 impl Error {
@@ -114,6 +117,7 @@ impl Error {
             Error::ContextFull { .. } => "context_full",
             Error::Unsupported { .. } => "unsupported",
             Error::OutOfMemory { .. } => "out_of_memory",
+            Error::Unusable { .. } => "unusable",
         }
     }
 
@@ -204,6 +208,7 @@ impl fmt::Display for Error {
             Error::OutOfMemory { what, bytes } => {
                 write!(f, "out of memory: {what} needs {bytes} bytes that could not be allocated")
             }
+            Error::Unusable { what } => write!(f, "unusable model: {what}"),
         }
     }
 }

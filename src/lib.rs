@@ -55,6 +55,8 @@ pub mod tensor;
 pub mod threads;
 /// cbindgen:ignore
 pub mod tokenizer;
+/// cbindgen:ignore
+pub mod usable;
 
 pub use error::{Error, Result};
 pub use mmap::LoadOptions;

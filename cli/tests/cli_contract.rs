@@ -2,6 +2,8 @@
 //! line `error: ...` on stderr and exit status 1 (never a signal); conversion errors name what is
 //! wrong; output files appear atomically; inspect/dump/validate report what the file holds.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -280,4 +282,67 @@ fn every_command_fails_cleanly_under_an_address_space_limit() {
             assert!(lines[0].starts_with("error: "), "{args:?} under ulimit -v {kib}: {err}");
         }
     }
+}
+
+/// The largest finite value of a float dtype, as its bytes.
+fn max_finite(dtype: colibri::format::DType) -> Vec<u8> {
+    use colibri::format::DType;
+    match dtype {
+        DType::F32 => f32::MAX.to_le_bytes().to_vec(),
+        DType::F16 => 0x7BFFu16.to_le_bytes().to_vec(),
+        DType::BF16 => 0x7F7Fu16.to_le_bytes().to_vec(),
+        d => panic!("routers are float, not {d}"),
+    }
+}
+
+/// Files that are intact (every checksum right, every value finite) but cannot serve are refused
+/// by `validate`: routers at the dtype's largest finite value (the canary forward pass overflows),
+/// a tokenizer that is the JSON number 42, a tokenizer with an added token past the model's
+/// vocabulary, a chat template that does not compile.
+#[test]
+fn validate_refuses_intact_files_that_cannot_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
+    let keep = |_: &str, v: Vec<u8>| v;
+    let same = |_: &colibri::format::TensorRecord, v: Vec<u8>| v;
+    let copy = tmp.path().join("copy.colibri");
+    common::rewrite_model(&model, &copy, keep, same);
+    let o = colibri(&["validate", s(&copy)]);
+    assert!(o.status.success(), "the faithful copy validates: {}", String::from_utf8_lossy(&o.stderr));
+
+    let routers = tmp.path().join("routers.colibri");
+    common::rewrite_model(&model, &routers, keep, |t, v| {
+        if t.kind != colibri::format::TensorKind::Router {
+            return v;
+        }
+        max_finite(t.dtype).iter().copied().cycle().take(v.len()).collect()
+    });
+    assert_fails(&colibri(&["validate", s(&routers)]), "non-finite logit");
+
+    let number = tmp.path().join("number.colibri");
+    common::rewrite_model(&model, &number, |k, v| if k == "tokenizer" { b"42".to_vec() } else { v }, same);
+    assert_fails(&colibri(&["validate", s(&number)]), "tokenizer does not load");
+
+    let vocab = colibri::Model::open(&model, &Default::default()).unwrap().config().vocab_size;
+    let added = tmp.path().join("added.colibri");
+    common::rewrite_model(
+        &model,
+        &added,
+        |k, v| {
+            if k != "tokenizer" {
+                return v;
+            }
+            let mut j: serde_json::Value = serde_json::from_slice(&v).unwrap();
+            let evil = serde_json::json!({"id": vocab + 7, "content": "<|evil|>", "single_word": false, "lstrip": false,
+                                          "rstrip": false, "normalized": false, "special": true});
+            j["added_tokens"].as_array_mut().unwrap().push(evil);
+            serde_json::to_vec(&j).unwrap()
+        },
+        same,
+    );
+    assert_fails(&colibri(&["validate", s(&added)]), "<|evil|>");
+
+    let template = tmp.path().join("template.colibri");
+    common::rewrite_model(&model, &template, |k, v| if k == "chat_template" { b"{% if %}".to_vec() } else { v }, same);
+    assert_fails(&colibri(&["validate", s(&template)]), "chat template does not compile");
 }

@@ -3,6 +3,7 @@
 //! missing file (rejected, the old model keeps serving), SIGTERM (in-flight work finishes, exit 0,
 //! pid file removed).
 
+mod common;
 mod serve_support;
 
 use serde_json::{json, Value};
@@ -104,14 +105,34 @@ fn reload_during_streams_drops_nothing_and_rejects_bad_files() {
     std::fs::rename(&bad, &served).unwrap();
     s.signal(libc::SIGUSR1);
     s.wait_until(|s| s.log().matches("reload rejected").count() == 1, "the corrupt file to be rejected");
+    // An intact file that cannot serve (routers at the f32/bf16 maximum: every checksum right,
+    // every value finite, the canary forward pass overflows) is rejected too.
+    let overflow = dir.path().join("overflow.colibri");
+    common::rewrite_model(
+        &serve_support::default_model(),
+        &overflow,
+        |_, v| v,
+        |t, v| {
+            if t.kind != colibri::format::TensorKind::Router {
+                return v;
+            }
+            let max: &[u8] =
+                if t.dtype == colibri::format::DType::F32 { &[0xFF, 0xFF, 0x7F, 0x7F] } else { &[0x7F, 0x7F] };
+            max.iter().copied().cycle().take(v.len()).collect()
+        },
+    );
+    std::fs::rename(&overflow, &served).unwrap();
+    s.signal(libc::SIGUSR1);
+    s.wait_until(|s| s.log().matches("reload rejected").count() == 2, "the overflowing file to be rejected");
+    assert!(s.log().contains("non-finite logit"), "{}", s.log());
     // A missing file too.
     std::fs::remove_file(&served).unwrap();
     s.signal(libc::SIGUSR1);
-    s.wait_until(|s| s.log().matches("reload rejected").count() == 2, "the missing file to be rejected");
+    s.wait_until(|s| s.log().matches("reload rejected").count() == 3, "the missing file to be rejected");
     assert_eq!(generation(&s), 2);
     assert_eq!(s.post("/generate", &json!({"prompt": "And", "max_tokens": 8, "temperature": 0})).json(), after);
     let m = s.get("/metrics").text();
-    assert!(m.contains("colibri_reloads_total 1") && m.contains("colibri_reload_failures_total 2"), "{m}");
+    assert!(m.contains("colibri_reloads_total 1") && m.contains("colibri_reload_failures_total 3"), "{m}");
 }
 
 #[test]

@@ -67,7 +67,8 @@ pub(crate) fn status_of(e: &Error) -> colibri_status {
         | Error::Metadata { .. }
         | Error::NonFinite { .. }
         | Error::NonFiniteScale { .. }
-        | Error::Checksum { .. } => COLIBRI_STATUS_INVALID_MODEL,
+        | Error::Checksum { .. }
+        | Error::Unusable { .. } => COLIBRI_STATUS_INVALID_MODEL,
     }
 }
 

@@ -24,13 +24,17 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Open `path`, verify every byte (checksums, NaN/Inf scan), load the tokenizer and the chat
-    /// template. `ctx` 0 = the model's context capped at 4096.
+    /// Open `path`, verify every byte (checksums, NaN/Inf scan) and prove it serves (tokenizer,
+    /// chat template, a canary forward pass: `colibri::usable::prove`). `ctx` 0 = the model's
+    /// context capped at 4096.
     pub fn load(path: &Path, ctx: usize, generation: u64) -> Result<Engine, Error> {
         let model = Model::open(path, &LoadOptions::default())?;
         model.verify()?;
-        let tokenizer = Tokenizer::from_model(&model)?;
-        let template = model.chat_template().and_then(|src| ChatTemplate::new(src).ok());
+        let usable = colibri::usable::prove(&model)?;
+        let tokenizer = usable.tokenizer.ok_or_else(|| Error::Unsupported {
+            what: "this model file carries no tokenizer (tokenizer.json)".into(),
+        })?;
+        let template = usable.template;
         let trained = model.config().max_position_embeddings;
         let n_ctx = if ctx == 0 { trained.min(DEFAULT_CTX_CAP) } else { ctx };
         if n_ctx < 2 {
