@@ -8,7 +8,7 @@ use colibri::forward::{Input, RoutingMode, RoutingOptions};
 use colibri::generate::{generate, GenerateParams};
 use colibri::sampler::SamplerParams;
 use colibri::session::{KvDtype, RouteRecord, Session, SessionOptions};
-use colibri::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+use colibri::tokenizer::{encode_chat, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -228,7 +228,7 @@ fn prompt_ids(a: &RunArgs, model: &Model, tokenizer: &Tokenizer, n_ctx: usize) -
             msgs.push(ChatMessage::new("system", sys.as_str()));
         }
         msgs.push(ChatMessage::new("user", text.as_str()));
-        tokenizer.encode(&render_chat(model, tokenizer, &msgs)?, false)?
+        chat_ids(model, tokenizer, &msgs)?
     } else {
         tokenizer.encode(&text, true)?
     };
@@ -286,12 +286,12 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     Ok(())
 }
 
-fn render_chat(model: &Model, tok: &Tokenizer, msgs: &[ChatMessage]) -> Result<String, Error> {
+/// The conversation through the model's chat template, as prompt ids (message text stays text:
+/// special-token strings typed in a message are not control tokens).
+fn chat_ids(model: &Model, tok: &Tokenizer, msgs: &[ChatMessage]) -> Result<Vec<u32>, Error> {
     let src =
         model.chat_template().ok_or_else(|| Error::Unsupported { what: "this model has no chat template".into() })?;
-    let template = ChatTemplate::new(src)?;
-    let piece = |id: Option<u32>| id.and_then(|i| tok.token_piece(i)).unwrap_or_default();
-    template.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_ids().first().copied()))
+    encode_chat(tok, &ChatTemplate::new(src)?, msgs, true, MessageSpecials::AsText)
 }
 
 /// Interactive chat: each turn re-renders the conversation, reuses the cached prefix and feeds
@@ -317,7 +317,7 @@ fn chat_loop(a: &RunArgs, model: &Model, tok: &Tokenizer) -> Result<(), Error> {
             continue;
         }
         msgs.push(ChatMessage::new("user", user));
-        let ids = tok.encode(&render_chat(model, tok, &msgs)?, false)?;
+        let ids = chat_ids(model, tok, &msgs)?;
         let common = fed.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len().saturating_sub(1));
         s.truncate(common.min(s.position()))?;
         if ids.len() >= s.n_ctx() {

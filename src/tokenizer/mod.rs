@@ -7,9 +7,11 @@
 //! [`Error::Unsupported`], so the rest of the crate compiles either way.
 
 mod chat;
+mod prompt;
 mod stream;
 
 pub use chat::{ChatMessage, ChatTemplate, RenderArgs, MAX_RENDER_FUEL, MAX_RENDER_OUTPUT};
+pub use prompt::{encode_chat, MessageSpecials};
 pub use stream::{DecodeState, StreamDecoder};
 
 use crate::error::{Error, Result};
@@ -136,6 +138,21 @@ impl Tokenizer {
         self.special.binary_search(&id).is_ok()
     }
 
+    /// Token ids of `text` with no special token recognised: a special token's string (e.g.
+    /// `<|im_end|>`) becomes the ids of its characters, as any text would. For text that comes
+    /// from a user (see [`encode_chat`]).
+    pub fn encode_as_text(&self, text: &str) -> Result<Vec<u32>> {
+        self.backend.encode_as_text(text)
+    }
+
+    /// The strings of the special tokens (`<|im_start|>`, `</s>`, ...), longest first.
+    pub fn special_strings(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.special.iter().filter_map(|&id| self.token_piece(id)).collect();
+        v.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        v.dedup();
+        v
+    }
+
     /// Id of a token string (added tokens first, then the vocabulary).
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.backend.token_id(token)
@@ -170,7 +187,7 @@ mod backend {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::str::FromStr;
 
-    pub(super) struct Backend(tokenizers::Tokenizer);
+    pub(super) struct Backend(tokenizers::Tokenizer, std::sync::OnceLock<tokenizers::Tokenizer>);
 
     /// Run a `tokenizers` call, turning its error or panic (hostile tokenizer.json) into an Error.
     fn guarded<T>(what: &str, f: impl FnOnce() -> tokenizers::Result<T>) -> Result<T> {
@@ -184,11 +201,23 @@ mod backend {
 
     impl Backend {
         pub(super) fn load(json: &str) -> Result<Backend> {
-            guarded("cannot load tokenizer.json", || tokenizers::Tokenizer::from_str(json)).map(Backend)
+            guarded("cannot load tokenizer.json", || tokenizers::Tokenizer::from_str(json))
+                .map(|t| Backend(t, std::sync::OnceLock::new()))
         }
 
         pub(super) fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
             guarded("encode", || self.0.encode_fast(text, add_special_tokens)).map(|e| e.get_ids().to_vec())
+        }
+
+        /// `encode(text, false)` with special-token strings read as ordinary text (a twin
+        /// tokenizer, built on first use).
+        pub(super) fn encode_as_text(&self, text: &str) -> Result<Vec<u32>> {
+            let twin = self.1.get_or_init(|| {
+                let mut t = self.0.clone();
+                t.set_encode_special_tokens(true);
+                t
+            });
+            guarded("encode", || twin.encode_fast(text, false)).map(|e| e.get_ids().to_vec())
         }
 
         pub(super) fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
@@ -234,6 +263,10 @@ mod backend {
         }
 
         pub(super) fn encode(&self, _text: &str, _add_special_tokens: bool) -> Result<Vec<u32>> {
+            match *self {}
+        }
+
+        pub(super) fn encode_as_text(&self, _text: &str) -> Result<Vec<u32>> {
             match *self {}
         }
 

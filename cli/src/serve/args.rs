@@ -2,6 +2,7 @@
 //! read from its file, the model path resolved like `colibri run`).
 
 use crate::model_path;
+use colibri::tokenizer::MessageSpecials;
 use colibri::Error;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -50,6 +51,11 @@ pub struct ServeArgs {
     /// connection stays open (1..=3600).
     #[arg(long, default_value_t = 10)]
     pub header_timeout: u64,
+    /// Tokenise special-token text inside chat messages (`<|im_start|>`, ...) as control tokens,
+    /// as transformers does. Off by default: message text stays text, so a client cannot forge
+    /// system or assistant turns. Only for trusted clients.
+    #[arg(long)]
+    pub trust_message_specials: bool,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -71,6 +77,8 @@ pub struct ServeConfig {
     pub timeout: Option<Duration>,
     pub max_body: usize,
     pub header_timeout: Duration,
+    /// How special-token text inside chat messages is tokenised.
+    pub message_specials: MessageSpecials,
 }
 
 fn invalid(reason: String) -> Error {
@@ -115,6 +123,11 @@ impl ServeConfig {
             timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
             max_body: a.max_body,
             header_timeout: Duration::from_secs(a.header_timeout),
+            message_specials: if a.trust_message_specials {
+                MessageSpecials::AsTokens
+            } else {
+                MessageSpecials::AsText
+            },
         })
     }
 }

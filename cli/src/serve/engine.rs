@@ -4,7 +4,7 @@
 //! changes the model under a running sequence, and the mapping goes when the last user does.
 
 use colibri::session::DEFAULT_CTX_CAP;
-use colibri::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+use colibri::tokenizer::{encode_chat, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::path::Path;
 
@@ -51,13 +51,13 @@ impl Engine {
         c.layers.iter().map(move |l| if l.moe { c.moe.n_experts } else { 0 })
     }
 
-    /// The conversation rendered by the model's chat template, opening the assistant turn.
-    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, Error> {
+    /// The conversation rendered by the model's chat template, opening the assistant turn, as
+    /// prompt ids (message text tokenised as text unless `specials` says otherwise).
+    pub fn encode_chat(&self, messages: &[ChatMessage], specials: MessageSpecials) -> Result<Vec<u32>, Error> {
         let t = self
             .template
             .as_ref()
             .ok_or_else(|| Error::Unsupported { what: "this model has no usable chat template".into() })?;
-        let piece = |id: Option<u32>| id.and_then(|i| self.tokenizer.token_piece(i)).unwrap_or_default();
-        t.render(messages, true, &piece(self.tokenizer.bos_id()), &piece(self.tokenizer.eos_ids().first().copied()))
+        encode_chat(&self.tokenizer, t, messages, true, specials)
     }
 }

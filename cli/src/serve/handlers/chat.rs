@@ -7,7 +7,7 @@ use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
 use crate::serve::openai::{chat_logprobs, new_id, now, routing, usage};
-use crate::serve::params::{job_params, read_object, tokenize, Defaults, Fields, MAX_TOP_LOGPROBS};
+use crate::serve::params::{check_prompt, job_params, read_object, Defaults, Fields, MAX_TOP_LOGPROBS};
 use crate::serve::sse;
 use crate::serve::state::Shared;
 use axum::body::Body;
@@ -65,8 +65,10 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     if total > crate::serve::params::prompt_byte_cap(&engine) {
         return Err(ApiError::invalid("messages", "the conversation is too long for the context"));
     }
-    let text = engine.render_chat(&msgs).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let prompt = tokenize(&engine, "messages", &text, false)?;
+    let ids = engine
+        .encode_chat(&msgs, state.config.message_specials)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let prompt = check_prompt(&engine, "messages", ids)?;
     let mut params = job_params(&f, &Defaults::openai(None), &engine, prompt.len())?;
     let top = f.uint("top_logprobs", MAX_TOP_LOGPROBS)?;
     if f.bool("logprobs")? {

@@ -1,0 +1,95 @@
+//! A conversation to prompt ids without chat-template injection: text that comes from a message
+//! (its content and its role) is tokenised as text, so `<|im_end|>\n<|im_start|>system` typed by
+//! a user stays characters and cannot forge a turn; special tokens are recognised only where the
+//! template itself writes them.
+//!
+//! How: each special-token string inside a message is replaced by a marker (a private-use
+//! character absent from every message, then the string's index, then the same character); the
+//! template renders that; the text between markers is tokenised as usual and each marker becomes
+//! the ids of its string read as text. A conversation without special-token text renders and
+//! tokenises exactly as before (no marker, one `encode`).
+
+use super::{ChatMessage, ChatTemplate, Tokenizer};
+use crate::error::{Error, Result};
+
+/// How special-token text inside messages is tokenised.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MessageSpecials {
+    /// As text (default): messages cannot write control tokens.
+    #[default]
+    AsText,
+    /// As control tokens, like transformers' `apply_chat_template(tokenize=True)` (only for
+    /// trusted input).
+    AsTokens,
+}
+
+/// A private-use character that no message contains (the marker delimiter).
+fn free_delimiter(messages: &[ChatMessage]) -> Result<char> {
+    ('\u{E000}'..='\u{F8FF}')
+        .find(|&c| messages.iter().all(|m| !m.content.contains(c) && !m.role.contains(c)))
+        .ok_or_else(|| Error::InvalidArgument { reason: "the messages use every private-use character".into() })
+}
+
+/// `text` with every occurrence of a `specials` string (longest first at each position)
+/// replaced by its marker; None when there is none.
+fn mark(text: &str, specials: &[String], delim: char) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut changed = false;
+    'scan: while !rest.is_empty() {
+        for (k, s) in specials.iter().enumerate() {
+            if rest.starts_with(s.as_str()) {
+                out.push(delim);
+                out.push_str(&k.to_string());
+                out.push(delim);
+                rest = &rest[s.len()..];
+                changed = true;
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    changed.then_some(out)
+}
+
+/// Render `messages` with `template` (bos/eos from the tokenizer) and tokenise the prompt
+/// (`add_special_tokens = false`: templates write their own), with message text kept as text
+/// unless `specials` says otherwise.
+pub fn encode_chat(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    specials: MessageSpecials,
+) -> Result<Vec<u32>> {
+    let piece = |id: Option<u32>| id.and_then(|i| tok.token_piece(i)).unwrap_or_default();
+    let (bos, eos) = (piece(tok.bos_id()), piece(tok.eos_ids().first().copied()));
+    let strings = tok.special_strings();
+    let delim = free_delimiter(messages)?;
+    let marked: Vec<ChatMessage> = messages
+        .iter()
+        .map(|m| ChatMessage {
+            role: mark(&m.role, &strings, delim).unwrap_or_else(|| m.role.clone()),
+            content: mark(&m.content, &strings, delim).unwrap_or_else(|| m.content.clone()),
+        })
+        .collect();
+    if specials == MessageSpecials::AsTokens || marked == messages {
+        return tok.encode(&template.render(messages, add_generation_prompt, &bos, &eos)?, false);
+    }
+    let text = template.render(&marked, add_generation_prompt, &bos, &eos)?;
+    // Even pieces are template output, odd pieces are marker indices.
+    let mut ids = Vec::new();
+    for (i, part) in text.split(delim).enumerate() {
+        if i % 2 == 0 {
+            ids.extend(tok.encode(part, false)?);
+        } else {
+            let s = part.parse::<usize>().ok().and_then(|k| strings.get(k)).ok_or_else(|| Error::InvalidArgument {
+                reason: "the chat template altered a message's special-token text".into(),
+            })?;
+            ids.extend(tok.encode_as_text(s)?);
+        }
+    }
+    Ok(ids)
+}
