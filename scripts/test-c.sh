@@ -80,6 +80,15 @@ cp "$REL/libcolibri.so" "$WORK/lib/$SO"
 ln -s "$SO" "$WORK/lib/libcolibri.so"
 cp "$REL/libcolibri.a" "$WORK/lib/libcolibri.a"
 
+# The build tree works as it is: a program linked against target/release (which records the
+# SONAME) finds libcolibri.so.$ABI there through its rpath, no install and no LD_LIBRARY_PATH.
+say "a program linked against the build tree runs"
+cc "${STRICT[@]}" -I"$ROOT/include" c_examples/version.c -L"$REL" -Wl,-rpath,"$REL" -lcolibri -lm -pthread \
+    -o "$WORK/version-buildtree" || fail "cannot link c_examples/version.c against $REL"
+readelf -d "$WORK/version-buildtree" | grep NEEDED | grep -qF "[$SO]" || fail "the program does not record $SO"
+env -u LD_LIBRARY_PATH "$WORK/version-buildtree" >"$WORK/version-buildtree.out" 2>&1 \
+    || fail "a program linked against $REL does not start: $(cat "$WORK/version-buildtree.out")"
+
 build_examples() { # OUT_DIR EXTRA_CFLAGS...
     local out=$1 e
     shift
