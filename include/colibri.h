@@ -164,6 +164,15 @@ typedef struct {
    * 1: lock the model's pages in RAM.
    */
   int32_t use_mlock;
+  /**
+   * 1: survive the model file being truncated or rewritten in place while it is mapped
+   * (0, the default, leaves SIGBUS alone). Installs a process-wide SIGBUS handler once (it
+   * chains to the handler installed before it for faults outside model mappings, and runs on
+   * the alternate signal stack, as Go's runtime requires); calls on a model whose file changed
+   * then return COLIBRI_STATUS_MODEL_CHANGED and never output computed from the changed
+   * bytes. Replace model files by writing a new file and renaming it over the old one.
+   */
+  int32_t sigbus_guard;
 } colibri_model_params;
 
 /**
@@ -478,6 +487,12 @@ typedef struct {
  * the process keeps running.
  */
 #define COLIBRI_STATUS_OUT_OF_MEMORY 10
+
+/**
+ * The model file was truncated or rewritten in place after it was opened (see
+ * `colibri_model_params.sigbus_guard`): the call's results were discarded; load the model again.
+ */
+#define COLIBRI_STATUS_MODEL_CHANGED 12
 
 #ifdef __cplusplus
 extern "C" {

@@ -80,6 +80,9 @@ pub enum Error {
     /// The file is intact but cannot serve: its tokenizer, chat template or a canary forward
     /// pass fails (`usable::prove`).
     Unusable { what: String },
+    /// The mapped model file was modified in place after it was opened (`reason`): results
+    /// computed from it cannot be trusted; open the file again.
+    ModelChanged { reason: &'static str },
 }
 
 impl Error {
@@ -118,6 +121,7 @@ impl Error {
             Error::Unsupported { .. } => "unsupported",
             Error::OutOfMemory { .. } => "out_of_memory",
             Error::Unusable { .. } => "unusable",
+            Error::ModelChanged { .. } => "model_changed",
         }
     }
 
@@ -209,6 +213,11 @@ impl fmt::Display for Error {
                 write!(f, "out of memory: {what} needs {bytes} bytes that could not be allocated")
             }
             Error::Unusable { what } => write!(f, "unusable model: {what}"),
+            Error::ModelChanged { reason } => write!(
+                f,
+                "the model file changed on disk after it was opened: {reason}; open it again (replace model files \
+                 by writing a new file and renaming it over the old one)"
+            ),
         }
     }
 }

@@ -48,6 +48,8 @@ pub mod sampler;
 /// cbindgen:ignore
 pub mod session;
 /// cbindgen:ignore
+pub mod sigbus;
+/// cbindgen:ignore
 pub mod stop;
 /// cbindgen:ignore
 pub mod tensor;

@@ -20,11 +20,15 @@ pub struct LoadOptions {
     pub hugepages: bool,
     /// Ask the kernel to read the whole file ahead (MADV_WILLNEED); a hint.
     pub willneed: bool,
+    /// Register the mapping with the SIGBUS guard (`crate::sigbus`; installs it): a read past
+    /// the end of a file truncated or rewritten in place then fails the forward pass with
+    /// `Error::ModelChanged` instead of killing the process. Off by default for library hosts.
+    pub sigbus_guard: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { mmap: true, mlock: false, hugepages: false, willneed: false }
+        LoadOptions { mmap: true, mlock: false, hugepages: false, willneed: false, sigbus_guard: false }
     }
 }
 
@@ -78,10 +82,28 @@ enum Storage {
     Heap(AlignedBuf),
 }
 
+/// What identifies the file's contents when it was mapped: a rewrite in place changes the size
+/// or the modification time of the same inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    mtime: (i64, i64),
+}
+
+fn stamp(file: &File) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    Some(Stamp { size: m.size(), mtime: (m.mtime(), m.mtime_nsec()) })
+}
+
 /// The bytes of a model file, read-only, page-aligned, alive as long as this value.
 pub struct Mapping {
+    // Unregistered from the SIGBUS guard before the mapping goes.
+    guard: Option<crate::sigbus::Registration>,
     storage: Storage,
     locked: bool,
+    /// The mapped file and its stamp at open (mapped storage only).
+    file: Option<(File, Stamp)>,
 }
 
 /// Open `path` for reading, refusing anything that is not a regular file. Opening is
@@ -149,11 +171,29 @@ impl Mapping {
             read_fully(&file, buf.as_mut_slice())?;
             Storage::Heap(buf)
         };
-        let mut m = Mapping { storage, locked: false };
+        let mut m = Mapping { guard: None, storage, locked: false, file: None };
+        if let Storage::Mapped(_) = m.storage {
+            if opts.sigbus_guard {
+                crate::sigbus::install()?;
+                m.guard = crate::sigbus::Registration::new(m.bytes());
+            }
+            m.file = stamp(&file).map(|s| (file, s));
+        }
         if opts.mlock {
             m.lock()?;
         }
         Ok(m)
+    }
+
+    /// Why the mapped bytes can no longer be trusted, if they cannot: the file was truncated or
+    /// rewritten in place after it was mapped (its size or modification time changed), or the
+    /// SIGBUS guard absorbed a read past its new end. None for a file read into memory.
+    pub fn changed(&self) -> Option<&'static str> {
+        if self.guard.as_ref().is_some_and(|g| g.poisoned()) {
+            return Some("a read past its new end was absorbed (the file shrank under the mapping)");
+        }
+        let (file, at_open) = self.file.as_ref()?;
+        (stamp(file) != Some(*at_open)).then_some("its size or modification time changed (rewritten in place)")
     }
 
     /// The whole file.

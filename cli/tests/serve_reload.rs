@@ -135,6 +135,40 @@ fn reload_during_streams_drops_nothing_and_rejects_bad_files() {
     assert!(m.contains("colibri_reloads_total 1") && m.contains("colibri_reload_failures_total 3"), "{m}");
 }
 
+/// The operator's mistake: the served file rewritten in place. Truncating it under a running
+/// stream ends that stream with an error (never a SIGBUS, never tokens from zeroed pages); new
+/// requests get 503 `model_changed` with Retry-After; once the path holds a whole model again
+/// (written in place, as `cp` does) the server reloads it within seconds and serves it.
+#[test]
+fn a_file_rewritten_in_place_is_survived_and_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served.colibri");
+    std::fs::copy(serve_support::default_model(), &served).unwrap();
+    let next = dir.path().join("next.colibri");
+    convert_fixture(&next);
+    let s = Server::start(&["-m", served.to_str().unwrap(), "-c", "2048"]);
+    let addr = s.addr.clone();
+    let stream = std::thread::spawn(move || {
+        let body = json!({"prompt": "And", "max_tokens": 1500, "ignore_eos": true, "stream": true});
+        request(&addr, "POST", "/v1/completions", &[], body.to_string().as_bytes())
+    });
+    s.wait_until(|s| active(s) == 1, "the stream to run");
+    std::fs::OpenOptions::new().write(true).open(&served).unwrap().set_len(8192).unwrap();
+    let r = stream.join().unwrap();
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("model file changed"), "the stream ends with the error: {text}");
+    let r = s.post("/generate", &json!({"prompt": "And", "max_tokens": 4}));
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["code"], "model_changed");
+    // `cp next.colibri served.colibri`: the same inode, truncated and rewritten.
+    std::fs::write(&served, std::fs::read(&next).unwrap()).unwrap();
+    s.wait_until(|s| generation(s) == 2, "the rewritten file to be reloaded");
+    let after = s.post("/generate", &json!({"prompt": "And", "max_tokens": 4, "temperature": 0}));
+    assert_eq!(after.status, 200, "{}", String::from_utf8_lossy(&after.body));
+    assert_eq!(model_info(&s)["colibri"]["n_layers"], 2);
+}
+
 #[test]
 fn sigterm_drains_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();

@@ -111,3 +111,7 @@ COLIBRI_STATUS_BAD_STRUCT_SIZE = 9
 #: Memory the call needed (a KV cache, logits) could not be allocated; nothing was changed and the
 #: process keeps running.
 COLIBRI_STATUS_OUT_OF_MEMORY = 10
+
+#: The model file was truncated or rewritten in place after it was opened (see
+#: `colibri_model_params.sigbus_guard`): the call's results were discarded; load the model again.
+COLIBRI_STATUS_MODEL_CHANGED = 12

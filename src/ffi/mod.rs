@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn versioned_structs_have_no_hidden_padding() {
-        assert_no_padding!(colibri_model_params, struct_size, use_mmap, use_mlock);
+        assert_no_padding!(colibri_model_params, struct_size, use_mmap, use_mlock, sigbus_guard);
         assert_no_padding!(
             colibri_model_info,
             struct_size,

@@ -20,15 +20,28 @@ pub struct colibri_model_params {
     pub use_mmap: i32,
     /// 1: lock the model's pages in RAM.
     pub use_mlock: i32,
+    /// 1: survive the model file being truncated or rewritten in place while it is mapped
+    /// (0, the default, leaves SIGBUS alone). Installs a process-wide SIGBUS handler once (it
+    /// chains to the handler installed before it for faults outside model mappings, and runs on
+    /// the alternate signal stack, as Go's runtime requires); calls on a model whose file changed
+    /// then return COLIBRI_STATUS_MODEL_CHANGED and never output computed from the changed
+    /// bytes. Replace model files by writing a new file and renaming it over the old one.
+    pub sigbus_guard: i32,
 }
 
 impl Versioned for colibri_model_params {
-    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_model_params>()];
+    /// ABI 1: up to use_mlock (12 bytes); then sigbus_guard (16).
+    const SIZES: &'static [usize] = &[12, std::mem::size_of::<colibri_model_params>()];
 }
 
 impl Default for colibri_model_params {
     fn default() -> Self {
-        colibri_model_params { struct_size: std::mem::size_of::<Self>() as u32, use_mmap: 1, use_mlock: 0 }
+        colibri_model_params {
+            struct_size: std::mem::size_of::<Self>() as u32,
+            use_mmap: 1,
+            use_mlock: 0,
+            sigbus_guard: 0,
+        }
     }
 }
 
@@ -107,7 +120,12 @@ pub struct colibri_model {
 
 impl colibri_model {
     pub(crate) fn open(path: &str, p: &colibri_model_params) -> Result<colibri_model, Failure> {
-        let opts = LoadOptions { mmap: p.use_mmap != 0, mlock: p.use_mlock != 0, ..LoadOptions::default() };
+        let opts = LoadOptions {
+            mmap: p.use_mmap != 0,
+            mlock: p.use_mlock != 0,
+            sigbus_guard: p.sigbus_guard != 0,
+            ..LoadOptions::default()
+        };
         let model = Model::open(std::path::Path::new(path), &opts)?;
         let (tokenizer, tokenizer_error) = match Tokenizer::from_model(&model) {
             Ok(t) => (Some(Arc::new(t)), String::new()),

@@ -32,6 +32,9 @@ pub const COLIBRI_STATUS_BAD_STRUCT_SIZE: colibri_status = 9;
 /// Memory the call needed (a KV cache, logits) could not be allocated; nothing was changed and
 /// the process keeps running.
 pub const COLIBRI_STATUS_OUT_OF_MEMORY: colibri_status = 10;
+/// The model file was truncated or rewritten in place after it was opened (see
+/// `colibri_model_params.sigbus_guard`): the call's results were discarded; load the model again.
+pub const COLIBRI_STATUS_MODEL_CHANGED: colibri_status = 12;
 
 /// Map a library error to its status, by variant: every variant is listed, so a new one must
 /// be given its status here (no message text is ever read).
@@ -42,6 +45,7 @@ pub(crate) fn status_of(e: &Error) -> colibri_status {
         Error::ContextFull { .. } => COLIBRI_STATUS_CONTEXT_FULL,
         Error::Unsupported { .. } => COLIBRI_STATUS_UNSUPPORTED,
         Error::OutOfMemory { .. } => COLIBRI_STATUS_OUT_OF_MEMORY,
+        Error::ModelChanged { .. } => COLIBRI_STATUS_MODEL_CHANGED,
         Error::FileTooSmall { .. }
         | Error::BadMagic { .. }
         | Error::UnsupportedVersion { .. }
@@ -88,6 +92,7 @@ pub extern "C" fn colibri_status_str(status: colibri_status) -> *const c_char {
         COLIBRI_STATUS_PANIC => "internal error (panic caught)\0",
         COLIBRI_STATUS_BAD_STRUCT_SIZE => "unknown struct_size\0",
         COLIBRI_STATUS_OUT_OF_MEMORY => "out of memory\0",
+        COLIBRI_STATUS_MODEL_CHANGED => "the model file changed on disk after it was loaded\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()

@@ -90,6 +90,7 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// checked; the caller guarantees it is the same model, not merely a same-shaped one) and share
 /// one activation mode (`SessionOptions::quant_act`).
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
+    model.check_unchanged()?;
     let (n, k) = check_batch(model, batch)?;
     // The memory the input asks for, allocated fallibly: a failure changes nothing a caller
     // can see (reserved KV positions and logits capacity are not state).
@@ -115,6 +116,9 @@ pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     };
     // logits = lm_head(rmsnorm(x))
     lm_head(model, &k, batch, &x);
+    // A file rewritten under the mapping during the step: its results are discarded (positions
+    // do not advance; the logits buffers hold nothing a caller may use).
+    model.check_unchanged()?;
     for q in batch.iter_mut() {
         q.session.pos += q.input.len(model.config().hidden_size);
     }

@@ -195,6 +195,15 @@ impl Model {
         self.mapping.bytes()
     }
 
+    /// `Error::ModelChanged` when the mapped file was truncated or rewritten in place since it
+    /// was opened (see `Mapping::changed`); the forward pass checks it after every step.
+    pub fn check_unchanged(&self) -> Result<()> {
+        match self.mapping.changed() {
+            Some(reason) => Err(Error::ModelChanged { reason }),
+            None => Ok(()),
+        }
+    }
+
     /// The mapping (for prefetch hints).
     pub fn mapping(&self) -> &Mapping {
         &self.mapping

@@ -28,7 +28,9 @@ impl Engine {
     /// chat template, a canary forward pass: `colibri::usable::prove`). `ctx` 0 = the model's
     /// context capped at 4096.
     pub fn load(path: &Path, ctx: usize, generation: u64) -> Result<Engine, Error> {
-        let model = Model::open(path, &LoadOptions::default())?;
+        // The SIGBUS guard: a file rewritten in place fails requests and triggers a reload
+        // (reload::watch) instead of killing the server.
+        let model = Model::open(path, &LoadOptions { sigbus_guard: true, ..LoadOptions::default() })?;
         model.verify()?;
         let usable = colibri::usable::prove(&model)?;
         let tokenizer = usable.tokenizer.ok_or_else(|| Error::Unsupported {

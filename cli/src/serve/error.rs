@@ -98,6 +98,19 @@ impl ApiError {
         }
     }
 
+    /// 503: the served file was rewritten in place; the server reloads whatever the path holds.
+    pub fn model_changed() -> ApiError {
+        ApiError {
+            code: Some("model_changed"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the model file changed on disk; the server is reloading it",
+            )
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

@@ -1,6 +1,9 @@
 //! Hot reload (SIGUSR1) and shutdown (SIGTERM / SIGINT). A reload re-opens the model path off the
 //! async threads, verifies it fully, and only then swaps the slot: running requests keep their
 //! engine, new ones get the new one; a bad or missing file is a log line and changes nothing.
+//! The served file rewritten in place (rather than replaced by rename) is noticed within a
+//! second (`Model::check_unchanged`): requests on it fail, new ones get 503, and the path is
+//! reloaded every second until it holds a good file again.
 
 use super::engine::Engine;
 use super::state::Shared;
@@ -26,14 +29,26 @@ impl Signals {
 
     /// Serve reloads until SIGTERM or SIGINT arrives.
     pub async fn run(mut self, state: Shared) {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = self.usr1.recv() => reload(&state).await,
+                _ = tick.tick() => watch(&state).await,
                 _ = self.term.recv() => break,
                 _ = self.int.recv() => break,
             }
         }
         eprintln!("shutting down: draining in-flight requests");
+    }
+}
+
+/// Reload when the served file changed under its mapping.
+async fn watch(state: &Shared) {
+    let changed = state.slot.get().and_then(|e| e.model.check_unchanged().err());
+    if let Some(e) = changed {
+        eprintln!("{e}: reloading");
+        reload(state).await;
     }
 }
 

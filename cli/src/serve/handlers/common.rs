@@ -11,7 +11,11 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// The engine new requests use, or 503 while the first model loads.
 pub fn engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
-    state.slot.get().ok_or_else(ApiError::loading)
+    let e = state.slot.get().ok_or_else(ApiError::loading)?;
+    if e.model.check_unchanged().is_err() {
+        return Err(ApiError::model_changed());
+    }
+    Ok(e)
 }
 
 /// Admit and queue a job; its events arrive on the returned channel.
