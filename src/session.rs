@@ -54,6 +54,12 @@ pub struct SessionOptions {
 /// Default context cap when the caller does not choose one (keeps the KV cache predictable).
 pub const DEFAULT_CTX_CAP: usize = 4096;
 
+/// Bytes of KV cache one token takes in a session of a model with config `c` (K and V of every
+/// layer): what a host multiplies by the tokens a sequence may reach to bound its memory.
+pub fn kv_bytes_per_token(c: &Config, dtype: KvDtype) -> usize {
+    [2, c.n_layers, c.n_kv_heads, c.head_dim, dtype.size()].into_iter().fold(1, usize::saturating_mul)
+}
+
 impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions { n_ctx: 0, kv_dtype: KvDtype::F32, routing_seed: 0, quant_act: QuantActivations::from_env() }
@@ -272,6 +278,12 @@ impl Session {
     /// Positions whose KV memory is allocated (it grows with use, never past n_ctx).
     pub fn kv_reserved(&self) -> usize {
         self.kv.reserved()
+    }
+
+    /// Bytes of KV cache each position of this session takes (see [`kv_bytes_per_token`]).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let element = self.kv.k.first().map_or(self.kv_dtype.size(), Store::bytes_per_element);
+        [2, self.kv.k.len(), self.kv.row, element].into_iter().fold(1, usize::saturating_mul)
     }
 
     /// Forget every cached token (the buffers stay allocated).

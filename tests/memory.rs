@@ -42,6 +42,21 @@ fn a_huge_context_costs_only_what_is_used() {
 }
 
 #[test]
+fn kv_bytes_per_token_is_what_a_position_costs() {
+    use colibri::session::{kv_bytes_per_token, KvDtype};
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, _) = model(tmp.path());
+    let c = m.config();
+    let row = c.n_kv_heads * c.head_dim;
+    for (dtype, element) in [(KvDtype::F32, 4), (KvDtype::F16, 2), (KvDtype::BF16, 2)] {
+        let want = 2 * c.n_layers * row * element;
+        assert_eq!(kv_bytes_per_token(c, dtype), want, "{dtype:?}");
+        let s = Session::new(c, &SessionOptions { kv_dtype: dtype, ..Default::default() }).unwrap();
+        assert_eq!(s.kv_bytes_per_token(), want, "{dtype:?}");
+    }
+}
+
+#[test]
 fn memory_that_cannot_be_had_is_an_error_that_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let (m, input) = model(tmp.path());

@@ -242,6 +242,30 @@ fn bos_and_eos_fall_back_to_tokenizer_config() {
     assert_eq!((tok.bos_id(), tok.eos_ids()), (Some(2), &[1][..]));
 }
 
+/// A tokenizer that can produce an id past the model's vocabulary, or lacks the model's eos, is
+/// refused at load (it would otherwise fail the forward pass of any prompt holding that token).
+#[test]
+fn a_tokenizer_that_does_not_fit_the_model_is_refused() {
+    let text = read(fixture_dir("bytelevel_bpe").join("tokenizer.json"));
+    let mut tj: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evil = serde_json::json!({"id": 400, "content": "<|evil|>", "single_word": false, "lstrip": false,
+                                  "rstrip": false, "normalized": false, "special": true});
+    tj["added_tokens"].as_array_mut().unwrap().push(evil);
+    let err = Tokenizer::from_json(&tj.to_string(), None, &config(None, &[395])).unwrap_err();
+    assert_eq!(err.code(), "metadata", "{err}");
+    assert!(err.to_string().contains("\"<|evil|>\" has id 400, outside the model's vocabulary of 400"), "{err}");
+    // The same tokenizer fits a model with a larger (padded) vocabulary.
+    let mut wide: serde_json::Value = serde_json::to_value(config(None, &[395])).unwrap();
+    wide["vocab_size"] = 512.into();
+    let wide = Config::from_json(wide.to_string().as_bytes()).unwrap();
+    assert_eq!(Tokenizer::from_json(&tj.to_string(), None, &wide).unwrap().vocab_size(), 401);
+    // An eos id the tokenizer does not know.
+    let mut cfg = wide.clone();
+    cfg.eos_token_ids = vec![450];
+    let err = Tokenizer::from_json(&text, None, &cfg).unwrap_err();
+    assert!(err.to_string().contains("special token id 450"), "{err}");
+}
+
 #[test]
 fn malformed_inputs_are_errors() {
     let cfg = config(None, &[]);

@@ -132,8 +132,9 @@ fn api_key_and_host_checks() {
     let auth = ("Authorization", "Bearer s3cret-key");
     let r = request(&s.addr, "GET", "/v1/models", &[("Host", "evil.example:8080"), auth], b"");
     assert_error(&r, 403, None);
-    for host in ["localhost", "127.0.0.1:9", "[::1]:80"] {
-        assert_eq!(request(&s.addr, "GET", "/v1/models", &[("Host", host), auth], b"").status, 200, "{host}");
+    let port = s.addr.rsplit(':').next().unwrap();
+    for host in ["localhost".to_string(), format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        assert_eq!(request(&s.addr, "GET", "/v1/models", &[("Host", &host), auth], b"").status, 200, "{host}");
     }
     let m = request(&s.addr, "GET", "/metrics", &[auth], b"").text();
     assert!(m.contains("colibri_requests_total{endpoint=\"/generate\",status=\"401\"} 4"), "{m}");
@@ -202,7 +203,8 @@ fn the_request_timeout_ends_a_generation() {
     // A body that never completes gets 408 (the body wait is capped by --timeout too).
     let mut c = connect(&s.addr);
     use std::io::Write;
-    c.write_all(b"POST /generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"prompt\":").unwrap();
+    c.write_all(b"POST /generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n").unwrap();
+    c.write_all(b"Content-Length: 100\r\n\r\n{\"prompt\":").unwrap();
     let mut r = BufReader::new(c);
     let (status, _) = read_head(&mut r);
     assert_eq!(status, 408);

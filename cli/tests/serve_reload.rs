@@ -204,3 +204,35 @@ fn a_bad_model_at_start_exits_with_an_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error: "));
 }
+
+/// A tokenizer with an added token whose id is past the model's vocabulary: any prompt holding
+/// that token's text would reach the forward pass with it (and fail every sequence batched with
+/// it). `validate`, the server's start and a reload all refuse such a model.
+#[test]
+fn a_tokenizer_that_does_not_fit_the_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.colibri");
+    serve_support::with_tokenizer(&serve_support::default_model(), &bad, |t| {
+        let evil = json!({"id": 4096, "content": "<|evil|>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true});
+        t["added_tokens"].as_array_mut().unwrap().push(evil);
+    });
+    let colibri =
+        |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_colibri")).args(args).output().unwrap();
+    let out = colibri(&["validate", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("\"<|evil|>\" has id 4096"), "validate: {err}");
+    let out = colibri(&["serve", "--port", "0", "-m", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let served = dir.path().join("served.colibri");
+    std::fs::copy(serve_support::default_model(), &served).unwrap();
+    let s = Server::start(&["-m", served.to_str().unwrap()]);
+    std::fs::rename(&bad, &served).unwrap();
+    s.signal(libc::SIGUSR1);
+    s.wait_until(|s| s.log().contains("reload rejected"), "the reload to be rejected");
+    assert!(s.log().contains("has id 4096"), "{}", s.log());
+    assert_eq!(generation(&s), 1);
+    let r = s.post("/v1/completions", &json!({"prompt": "And <|evil|>", "max_tokens": 3}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

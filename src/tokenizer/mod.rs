@@ -65,6 +65,7 @@ impl Tokenizer {
             eos.extend(lookup("eos_token"));
         }
         let vocab_size = backend.vocab_size();
+        check_fits(&backend, vocab_size, bos, &eos, config)?;
         let special = backend.special_ids();
         Ok(Tokenizer { backend, vocab_size, special, bos, eos })
     }
@@ -167,6 +168,25 @@ impl Tokenizer {
         Error::InvalidArgument {
             reason: format!("token id {id} is outside the tokenizer's vocabulary of {} ids", self.vocab_size),
         }
+    }
+}
+
+/// A tokenizer must fit the model it serves: every id it can produce (vocabulary and added
+/// tokens) inside the model's vocabulary — an id past it would reach the forward pass from any
+/// prompt holding that token's text — and the bos / eos ids known to it.
+fn check_fits(backend: &backend::Backend, vocab_size: usize, bos: Option<u32>, eos: &[u32], c: &Config) -> Result<()> {
+    let bad = |reason: String| Error::Metadata { key: "tokenizer".into(), reason };
+    if vocab_size > c.vocab_size {
+        let id = vocab_size - 1;
+        let piece: String = backend.token_piece(id as u32).unwrap_or_default().chars().take(64).collect();
+        return Err(bad(format!(
+            "token {piece:?} has id {id}, outside the model's vocabulary of {} ids",
+            c.vocab_size
+        )));
+    }
+    match bos.iter().chain(eos).find(|&&id| backend.token_piece(id).is_none()) {
+        Some(id) => Err(bad(format!("the model's special token id {id} (bos / eos) is not in the tokenizer"))),
+        None => Ok(()),
     }
 }
 

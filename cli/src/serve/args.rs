@@ -1,6 +1,9 @@
 //! `colibri serve` command line and the resolved server configuration (defaults, the API key
-//! read from its file, the model path resolved like `colibri run`).
+//! read from its file, the model path resolved like `colibri run`, the KV budget, the allowed
+//! origins).
 
+use super::budget;
+use super::cors::Origins;
 use crate::model_path;
 use colibri::tokenizer::MessageSpecials;
 use colibri::Error;
@@ -56,6 +59,22 @@ pub struct ServeArgs {
     /// system or assistant turns. Only for trusted clients.
     #[arg(long)]
     pub trust_message_specials: bool,
+    /// Most tokens one request may claim, prompt + max_tokens (more: 400; default: the context).
+    #[arg(long)]
+    pub max_request_tokens: Option<usize>,
+    /// max_tokens of a chat request that gives none (clamped to what the request may claim).
+    #[arg(long, default_value_t = 1024)]
+    pub default_max_tokens: usize,
+    /// KV-cache memory all queued and running requests together may claim, each its worst case
+    /// (KV bytes per token × prompt + max_tokens); a request past what remains gets 503 with
+    /// Retry-After. Bytes or K/M/G/T, e.g. 8G, 512M (default: half of MemAvailable at start).
+    #[arg(long, value_parser = budget::parse_size)]
+    pub kv_budget: Option<u64>,
+    /// Web origins whose pages may call the API (CORS), comma-separated, e.g.
+    /// http://localhost:3000; `*` allows every origin. Default: none (requests without an Origin
+    /// header and same-origin ones only; others get 403).
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -79,6 +98,11 @@ pub struct ServeConfig {
     pub header_timeout: Duration,
     /// How special-token text inside chat messages is tokenised.
     pub message_specials: MessageSpecials,
+    /// None = the context.
+    pub max_request_tokens: Option<usize>,
+    pub default_max_tokens: usize,
+    pub kv_budget: u64,
+    pub allowed_origins: Origins,
 }
 
 fn invalid(reason: String) -> Error {
@@ -107,6 +131,15 @@ impl ServeConfig {
             }
             (None, None) => None,
         };
+        if a.max_request_tokens.is_some_and(|n| n < 2) {
+            return Err(invalid("--max-request-tokens must be at least 2".into()));
+        }
+        if a.default_max_tokens == 0 {
+            return Err(invalid("--default-max-tokens must be at least 1".into()));
+        }
+        if a.kv_budget == Some(0) {
+            return Err(invalid("--kv-budget must be above 0".into()));
+        }
         if api_key.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("the API key is empty".into()));
         }
@@ -128,6 +161,10 @@ impl ServeConfig {
             } else {
                 MessageSpecials::AsText
             },
+            max_request_tokens: a.max_request_tokens,
+            default_max_tokens: a.default_max_tokens,
+            kv_budget: a.kv_budget.unwrap_or_else(budget::default_budget),
+            allowed_origins: Origins::parse(&a.allowed_origins)?,
         })
     }
 }

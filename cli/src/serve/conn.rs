@@ -21,8 +21,9 @@ use tower::ServiceExt;
 
 /// Most connections served at once.
 pub const MAX_CONNECTIONS: usize = 1024;
-/// Largest request head accepted (hyper answers 431 beyond it).
-const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// hyper's read buffer: it answers 431 to a head that fills it before it is complete (one that
+/// arrives whole in a larger read is measured by the guard).
+const MAX_HEAD_BYTES: usize = super::guard::MAX_HEAD_BYTES;
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting and waits for the
 /// open connections to finish their current response.

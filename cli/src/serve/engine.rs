@@ -3,7 +3,7 @@
 //! Shared as `Arc<Engine>`: a request keeps the engine it started with, so a reload never
 //! changes the model under a running sequence, and the mapping goes when the last user does.
 
-use colibri::session::DEFAULT_CTX_CAP;
+use colibri::session::{kv_bytes_per_token, SessionOptions, DEFAULT_CTX_CAP};
 use colibri::tokenizer::{encode_chat, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::path::Path;
@@ -21,6 +21,8 @@ pub struct Engine {
     pub n_ctx: usize,
     /// Unix seconds of the load (the `created` field of /v1/models).
     pub created: u64,
+    /// KV-cache bytes per token of the scheduler's sessions (their default KV type).
+    pub kv_bytes_per_token: usize,
 }
 
 impl Engine {
@@ -44,7 +46,8 @@ impl Engine {
         }
         let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Ok(Engine { model, tokenizer, template, id, generation, n_ctx, created })
+        let kv_bytes_per_token = kv_bytes_per_token(model.config(), SessionOptions::default().kv_dtype);
+        Ok(Engine { model, tokenizer, template, id, generation, n_ctx, created, kv_bytes_per_token })
     }
 
     /// Experts per layer (0 for a dense layer), for the metrics.

@@ -73,6 +73,70 @@ impl ApiError {
         }
     }
 
+    /// 400: the body ended before its Content-Length (or broke off).
+    pub fn incomplete_body(detail: impl std::fmt::Display) -> ApiError {
+        ApiError {
+            code: Some("incomplete_body"),
+            ..Self::bad_request(format!("the request body is incomplete: {detail}"))
+        }
+    }
+
+    /// 400: the request claims more tokens than one request may (`param` names the field).
+    pub fn request_too_large(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError { code: Some("request_too_large"), ..Self::invalid(param, message) }
+    }
+
+    /// 403: an Origin that is neither the server's own nor in --allowed-origins.
+    pub fn bad_origin() -> ApiError {
+        ApiError {
+            code: Some("invalid_origin"),
+            ..Self::new(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                "cross-origin request from an origin not allowed",
+            )
+        }
+    }
+
+    /// 415: a JSON endpoint got another content type.
+    pub fn unsupported_media_type() -> ApiError {
+        ApiError {
+            code: Some("unsupported_media_type"),
+            ..Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                "the body must be sent with Content-Type: application/json",
+            )
+        }
+    }
+
+    /// 431: the request line and headers together are above the cap.
+    pub fn head_too_large(cap: usize) -> ApiError {
+        ApiError {
+            code: Some("request_header_fields_too_large"),
+            ..Self::new(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "invalid_request_error",
+                format!("request line and headers above {cap} bytes"),
+            )
+        }
+    }
+
+    /// 503: the KV budget has no room for this request now.
+    pub fn kv_budget_full(need: u64, free: u64) -> ApiError {
+        ApiError {
+            code: Some("kv_budget_exhausted"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!(
+                    "this request may need {need} bytes of KV cache; {free} are free now (--kv-budget); retry later"
+                ),
+            )
+        }
+    }
+
     pub fn bad_host() -> ApiError {
         ApiError {
             code: Some("invalid_host"),
@@ -126,6 +190,9 @@ impl IntoResponse for ApiError {
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         r
     }

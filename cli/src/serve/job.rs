@@ -2,6 +2,7 @@
 //! the generation parameters, the channel for its events) and what comes back (`Event`s), plus
 //! the admission count that bounds running + waiting jobs.
 
+use super::budget::KvClaim;
 use super::engine::Engine;
 use colibri::decoder::{DecodeParams, Finish};
 use colibri::forward::RoutingOptions;
@@ -35,6 +36,8 @@ pub struct Job {
     /// Held while the job is queued or running; frees its admission place when dropped.
     #[allow(dead_code)] // never read: held for its Drop
     pub ticket: Ticket,
+    /// The job's share of the KV budget: released before its last event, or when dropped.
+    pub kv: KvClaim,
 }
 
 /// Log-probabilities of one generated token under the model's distribution (log-softmax of the

@@ -1,15 +1,18 @@
-//! `colibri serve`: an OpenAI-compatible HTTP server (axum + tokio) over one scheduler thread
-//! that batches the decoding of concurrent requests. This module wires the parts: bind, pid
+//! `colibri serve`: an OpenAI-compatible HTTP server (axum + hyper on tokio) over one scheduler
+//! thread that batches the decoding of concurrent requests. This module wires the parts: bind, pid
 //! file, signals, the first model load (GET /health says 503 until it is done), the routes and
 //! the graceful drain.
 
 mod args;
+mod budget;
 mod conn;
+mod cors;
 mod engine;
 mod error;
 mod guard;
 mod handlers;
 mod job;
+mod known;
 mod logprobs;
 mod metrics;
 mod openai;
@@ -94,8 +97,11 @@ async fn serve(config: ServeConfig) -> Result<(), Error> {
         .map_err(|e| Error::io("bind the listening socket", e))?;
     let addr = listener.local_addr().map_err(|e| Error::io("read the bound address", e))?;
     let _pid = PidFile::write(config.pid_file.clone())?;
+    eprintln!("KV budget: {} MiB (--kv-budget)", config.kv_budget >> 20);
     let state: Shared = Arc::new(AppState {
         admission: Admission::new(config.parallel + config.queue),
+        port: addr.port(),
+        kv: budget::KvBudget::new(config.kv_budget),
         config,
         slot: ModelSlot::default(),
         scheduler: scheduler.clone(),

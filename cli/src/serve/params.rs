@@ -24,15 +24,28 @@ pub const MAX_TOP_LOGPROBS: u64 = 20;
 /// Longest wait for a request body (against clients that send it slowly).
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The body, at most `cap` bytes: more → 413; a body that breaks off (shorter than its
+/// Content-Length, then EOF) → 400.
+async fn read_capped(body: Body, cap: usize) -> Result<Vec<u8>, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(ApiError::incomplete_body)?;
+        if out.len() + chunk.len() > cap {
+            return Err(ApiError::too_large(cap));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
 /// The body as a JSON object, read under the size cap and a time limit: too long → 413, too
-/// slow → 408, not JSON / not an object → 400.
+/// slow → 408, cut short → 400, not JSON / not an object → 400.
 pub async fn read_object(body: Body, config: &ServeConfig) -> Result<Map<String, Value>, ApiError> {
     let cap = config.max_body;
     let limit = config.timeout.map_or(BODY_TIMEOUT, |t| t.min(BODY_TIMEOUT));
-    let bytes = tokio::time::timeout(limit, axum::body::to_bytes(body, cap))
-        .await
-        .map_err(|_| ApiError::body_timeout())?
-        .map_err(|_| ApiError::too_large(cap))?;
+    let bytes = tokio::time::timeout(limit, read_capped(body, cap)).await.map_err(|_| ApiError::body_timeout())??;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
@@ -149,9 +162,42 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// Most tokens (prompt + max_tokens) one request may claim on `engine`: --max-request-tokens,
+/// never above the context.
+pub fn request_cap(config: &ServeConfig, engine: &Engine) -> usize {
+    config.max_request_tokens.unwrap_or(engine.n_ctx).min(engine.n_ctx)
+}
+
+/// max_tokens of a request with a prompt of `prompt_len` tokens: as asked (clamped to the
+/// context left), else the endpoint's default (clamped to what the request may claim, so a
+/// request without max_tokens never claims the whole context). A claim past `cap` is a 400.
+fn max_tokens(f: &Fields<'_>, d: &Defaults, engine: &Engine, prompt_len: usize, cap: usize) -> Result<usize, ApiError> {
+    let asked = f.uint("max_tokens", MAX_COUNT)?.or(f.uint("max_completion_tokens", MAX_COUNT)?);
+    let left = engine.n_ctx.saturating_sub(prompt_len);
+    let room = cap.saturating_sub(prompt_len);
+    match asked.map(|n| (n as usize).min(left)) {
+        Some(n) if n > room => Err(ApiError::request_too_large(
+            if f.get("max_tokens").is_some() { "max_tokens" } else { "max_completion_tokens" },
+            format!(
+                "the prompt ({prompt_len} tokens) and max_tokens ({n}) claim {} tokens; a request may claim {cap} \
+                 (--max-request-tokens)",
+                prompt_len + n
+            ),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(d.max_tokens.unwrap_or(left).min(room)),
+    }
+}
+
 /// Sampling, stop, max_tokens and MoE fields shared by every generating endpoint, for a prompt
-/// of `prompt_len` tokens on `engine`. max_tokens is clamped to the context left.
-pub fn job_params(f: &Fields<'_>, d: &Defaults, engine: &Engine, prompt_len: usize) -> Result<JobParams, ApiError> {
+/// of `prompt_len` tokens on `engine` (already checked against `cap`, see `check_prompt`).
+pub fn job_params(
+    f: &Fields<'_>,
+    d: &Defaults,
+    engine: &Engine,
+    prompt_len: usize,
+    cap: usize,
+) -> Result<JobParams, ApiError> {
     let s = &d.sampler;
     let seed = f.uint("seed", u64::MAX)?.or(d.seed).unwrap_or_else(random_seed);
     let sampler = SamplerParams {
@@ -175,12 +221,7 @@ pub fn job_params(f: &Fields<'_>, d: &Defaults, engine: &Engine, prompt_len: usi
     if f.uint("n", MAX_COUNT)?.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("n", "only n = 1 is supported"));
     }
-    let left = engine.n_ctx.saturating_sub(prompt_len);
-    let asked = match f.uint("max_tokens", MAX_COUNT)?.or(f.uint("max_completion_tokens", MAX_COUNT)?) {
-        Some(n) => Some(n as usize),
-        None => d.max_tokens,
-    };
-    let max_tokens = asked.unwrap_or(left).min(left);
+    let max_tokens = max_tokens(f, d, engine, prompt_len, cap)?;
     let moe = &engine.model.config().moe;
     let top_k = match f.uint("moe_top_k", MAX_COUNT)? {
         Some(k) if k == 0 || k as usize > moe.n_experts => {
@@ -208,28 +249,31 @@ pub fn prompt_byte_cap(engine: &Engine) -> usize {
     engine.n_ctx.saturating_mul(16).max(4096)
 }
 
-/// Tokenise `text` (capped first) and check it fits the context with room for one token.
-pub fn tokenize(engine: &Engine, param: &str, text: &str, add_special: bool) -> Result<Vec<u32>, ApiError> {
-    let cap = prompt_byte_cap(engine);
-    if text.len() > cap {
-        return Err(ApiError::invalid(param, format!("the prompt is longer than {cap} bytes")));
+/// Tokenise `text` (capped first) and check it with `check_prompt`.
+pub fn tokenize(engine: &Engine, param: &str, text: &str, add_special: bool, cap: usize) -> Result<Vec<u32>, ApiError> {
+    let bytes = prompt_byte_cap(engine);
+    if text.len() > bytes {
+        return Err(ApiError::invalid(param, format!("the prompt is longer than {bytes} bytes")));
     }
     let ids = engine.tokenizer.encode(text, add_special).map_err(|e| ApiError::invalid(param, e.to_string()))?;
-    check_prompt(engine, param, ids)
+    check_prompt(engine, param, ids, cap)
 }
 
-/// A prompt must hold at least one token and leave room for one more in the context.
-pub fn check_prompt(engine: &Engine, param: &str, ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {
+/// A prompt must hold at least one token, only ids of the model's vocabulary, and leave room
+/// for one more token in what one request may claim (`cap`, at most the context).
+pub fn check_prompt(engine: &Engine, param: &str, ids: Vec<u32>, cap: usize) -> Result<Vec<u32>, ApiError> {
     if ids.is_empty() {
         return Err(ApiError::invalid(param, "the prompt encodes to no tokens"));
     }
-    if ids.len() >= engine.n_ctx {
+    let vocab = engine.model.config().vocab_size;
+    if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ApiError::invalid(param, format!("token id {id} is outside the model's vocabulary of {vocab}")));
+    }
+    if ids.len() >= cap {
+        let limit = if cap < engine.n_ctx { "a request may claim" } else { "the context holds" };
         return Err(ApiError {
             code: Some("context_length_exceeded"),
-            ..ApiError::invalid(
-                param,
-                format!("the prompt has {} tokens; the context holds {}", ids.len(), engine.n_ctx),
-            )
+            ..ApiError::invalid(param, format!("the prompt has {} tokens; {limit} {cap}", ids.len()))
         });
     }
     Ok(ids)

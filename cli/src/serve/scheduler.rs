@@ -109,6 +109,24 @@ impl Active {
     }
 }
 
+/// End a sequence with its own error: its KV claim goes back first, then the event.
+fn fail(mut a: Active, e: &Error) {
+    a.job.kv.release();
+    a.send(Event::Failed(e.to_string()));
+}
+
+/// A job's prompt may join a batch only with ids of its model's vocabulary (the handlers check
+/// this too; a batch step refuses the whole batch for one bad id).
+fn check_ids(job: &Job) -> Result<(), Error> {
+    let vocab = job.engine.model.config().vocab_size;
+    match job.prompt.iter().find(|&&id| id as usize >= vocab) {
+        Some(id) => Err(Error::InvalidArgument {
+            reason: format!("token id {id} is outside the model's vocabulary of {vocab}"),
+        }),
+        None => Ok(()),
+    }
+}
+
 struct Loop {
     rx: Receiver<Command>,
     parallel: usize,
@@ -165,7 +183,8 @@ impl Loop {
     fn cancel_gone(&mut self) {
         let now = Instant::now();
         self.waiting.retain(|j| !j.events.is_closed());
-        for j in self.waiting.iter().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
+        for j in self.waiting.iter_mut().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
+            j.kv.release();
             let _ = j.events.send(Event::Done(Done {
                 finish: Ending::Timeout,
                 prompt_tokens: j.prompt.len(),
@@ -189,9 +208,15 @@ impl Loop {
 
     fn admit(&mut self) {
         while self.active.len() < self.parallel {
-            let Some(job) = self.waiting.pop_front() else { break };
+            let Some(mut job) = self.waiting.pop_front() else { break };
             let events = job.events.clone();
+            if let Err(e) = check_ids(&job) {
+                job.kv.release();
+                let _ = events.send(Event::Failed(e.to_string()));
+                continue;
+            }
             if job.params.decode.max_tokens == 0 {
+                job.kv.release();
                 let finish = Ending::Finished(Finish::Length);
                 let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
                 let _ = events.send(Event::Done(done));
@@ -206,7 +231,9 @@ impl Loop {
         }
     }
 
-    /// One forward step per model generation present, then sampling.
+    /// One forward step per model generation present, then sampling. A failed step is
+    /// attributed to the sequences that cause it: a rejected batch changes no session, so each of
+    /// its sequences is stepped alone, and only those that fail alone end, with their own error.
     fn step(&mut self) {
         self.reserve_memory();
         let mut engines: Vec<Arc<Engine>> = Vec::new();
@@ -216,37 +243,29 @@ impl Loop {
             }
         }
         for engine in engines {
-            let result = {
-                let mut batch: Vec<Sequence<'_>> = Vec::new();
-                for a in self.active.iter_mut().filter(|a| Arc::ptr_eq(&a.job.engine, &engine)) {
-                    let logits = a.plan();
-                    let Active { job, decoder, session, fed, step_rows, .. } = a;
-                    let ids = if *fed < job.prompt.len() {
-                        &job.prompt[*fed..*fed + *step_rows]
-                    } else {
-                        let history = decoder.history();
-                        &history[history.len() - 1..]
-                    };
-                    let opts = ForwardOptions { logits, routing: job.params.routing };
-                    batch.push(Sequence { session, input: Input::Tokens(ids), opts });
+            let members: Vec<usize> =
+                (0..self.active.len()).filter(|&i| Arc::ptr_eq(&self.active[i].job.engine, &engine)).collect();
+            let mut failed: Vec<(usize, Error)> = Vec::new();
+            match self.forward(&engine, &members) {
+                Ok(()) => {}
+                Err(e) if members.len() == 1 => failed.push((members[0], e)),
+                Err(_) => {
+                    for &i in &members {
+                        if let Err(e) = self.forward(&engine, &[i]) {
+                            failed.push((i, e));
+                        }
+                    }
                 }
-                let model = &engine.model;
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forward_batch(model, &mut batch)))
-                    .unwrap_or_else(|_| Err(Error::InvalidArgument { reason: "the engine panicked".into() }))
-            };
-            let mut i = 0;
-            while i < self.active.len() {
-                if !Arc::ptr_eq(&self.active[i].job.engine, &engine) {
-                    i += 1;
-                    continue;
-                }
-                if let Err(e) = &result {
-                    let a = self.active.swap_remove(i);
-                    a.send(Event::Failed(e.to_string()));
+            }
+            // Back to front, so that swap_remove leaves the indices still to visit in place.
+            for &i in members.iter().rev() {
+                if let Some(pos) = failed.iter().position(|(j, _)| *j == i) {
+                    let (_, e) = failed.swap_remove(pos);
+                    fail(self.active.swap_remove(i), &e);
                     continue;
                 }
                 match self.after_step(i) {
-                    After::Continue => i += 1,
+                    After::Continue => {}
                     After::Drop => {
                         self.active.swap_remove(i);
                     }
@@ -259,6 +278,26 @@ impl Loop {
         }
     }
 
+    /// One `forward_batch` over the active sequences at `which` (all of one engine).
+    fn forward(&mut self, engine: &Arc<Engine>, which: &[usize]) -> Result<(), Error> {
+        let mut batch: Vec<Sequence<'_>> = Vec::new();
+        for (_, a) in self.active.iter_mut().enumerate().filter(|(i, _)| which.contains(i)) {
+            let logits = a.plan();
+            let Active { job, decoder, session, fed, step_rows, .. } = a;
+            let ids = if *fed < job.prompt.len() {
+                &job.prompt[*fed..*fed + *step_rows]
+            } else {
+                let history = decoder.history();
+                &history[history.len() - 1..]
+            };
+            let opts = ForwardOptions { logits, routing: job.params.routing };
+            batch.push(Sequence { session, input: Input::Tokens(ids), opts });
+        }
+        let model = &engine.model;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forward_batch(model, &mut batch)))
+            .unwrap_or_else(|_| Err(Error::InvalidArgument { reason: "the engine panicked".into() }))
+    }
+
     /// Grow each sequence's KV cache for its rows of the coming step, one sequence at a time:
     /// a request whose memory cannot be had ends alone with the error, the others step on
     /// (the batch step would otherwise fail for all of them).
@@ -269,9 +308,7 @@ impl Loop {
             a.plan();
             match a.session.reserve(a.session.position() + a.step_rows) {
                 Ok(()) => i += 1,
-                Err(e) => {
-                    self.active.swap_remove(i).send(Event::Failed(e.to_string()));
-                }
+                Err(e) => fail(self.active.swap_remove(i), &e),
             }
         }
     }
@@ -293,6 +330,7 @@ impl Loop {
         let step = match a.decoder.next(Some(&engine.tokenizer), a.session.logits()) {
             Ok(step) => step,
             Err(e) => {
+                a.job.kv.release();
                 a.send(Event::Failed(e.to_string()));
                 return After::Drop;
             }
@@ -338,6 +376,121 @@ impl Loop {
             a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
         }
         let completion_tokens = a.decoder.generated();
+        a.job.kv.release();
         a.send(Event::Done(Done { finish: end, prompt_tokens: a.job.prompt.len(), completion_tokens }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::budget::KvBudget;
+    use crate::serve::job::{Admission, JobParams};
+    use colibri::decoder::DecodeParams;
+    use colibri::forward::RoutingOptions;
+    use colibri::sampler::SamplerParams;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+    const CLAIM: u64 = 100;
+
+    struct Fixture {
+        engine: Arc<Engine>,
+        budget: Arc<KvBudget>,
+        admission: Arc<Admission>,
+        run: Loop,
+    }
+
+    fn fixture() -> Fixture {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
+        let (_tx, rx) = std::sync::mpsc::channel();
+        let metrics = Arc::new(Metrics::default());
+        Fixture {
+            engine: Arc::new(Engine::load(&path, 64, 1).unwrap()),
+            budget: KvBudget::new(10 * CLAIM),
+            admission: Admission::new(8),
+            run: Loop { rx, parallel: 4, metrics, waiting: VecDeque::new(), active: Vec::new() },
+        }
+    }
+
+    impl Fixture {
+        fn job(&self, prompt: Vec<u32>) -> (Box<Job>, UnboundedReceiver<Event>) {
+            let (events, rx) = unbounded_channel();
+            let decode =
+                DecodeParams { sampler: SamplerParams::greedy(), max_tokens: 8, stop: Vec::new(), ignore_eos: true };
+            let params = JobParams {
+                decode,
+                routing: RoutingOptions::default(),
+                routing_seed: 0,
+                return_routing: false,
+                logprobs: None,
+            };
+            let job = Job {
+                engine: self.engine.clone(),
+                prompt,
+                params,
+                events,
+                enqueued: Instant::now(),
+                deadline: None,
+                ticket: self.admission.try_enter().unwrap(),
+                kv: self.budget.claim(CLAIM).unwrap(),
+            };
+            (Box::new(job), rx)
+        }
+    }
+
+    fn failure(rx: &mut UnboundedReceiver<Event>) -> String {
+        match rx.try_recv() {
+            Ok(Event::Failed(m)) => m,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    /// A batch step refused because of one sequence ends that sequence alone; the others step on
+    /// to their normal end.
+    #[test]
+    fn a_failing_sequence_ends_alone() {
+        let mut f = fixture();
+        let vocab = f.engine.model.config().vocab_size as u32;
+        let (good, mut good_rx) = f.job(vec![1, 2, 3]);
+        let (bad, mut bad_rx) = f.job(vec![1, vocab, 3]);
+        let (other, mut other_rx) = f.job(vec![4, 5]);
+        for j in [good, bad, other] {
+            f.run.active.push(Active::start(j).unwrap());
+        }
+        f.run.step();
+        assert!(failure(&mut bad_rx).contains(&format!("token id {vocab}")));
+        assert_eq!(f.run.active.len(), 2);
+        assert_eq!(f.budget.used(), 2 * CLAIM, "the failed sequence's claim went back");
+        while !f.run.active.is_empty() {
+            f.run.step();
+        }
+        for rx in [&mut good_rx, &mut other_rx] {
+            let mut tokens = 0;
+            loop {
+                match rx.try_recv() {
+                    Ok(Event::Token(t)) => tokens += usize::from(t.id.is_some()),
+                    Ok(Event::Done(d)) => {
+                        assert_eq!((d.completion_tokens, tokens), (8, 8));
+                        break;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        assert_eq!(f.budget.used(), 0);
+    }
+
+    /// A prompt with an id outside the vocabulary fails at admission and never joins a batch.
+    #[test]
+    fn a_prompt_outside_the_vocabulary_never_joins_a_batch() {
+        let mut f = fixture();
+        let vocab = f.engine.model.config().vocab_size as u32;
+        let (bad, mut bad_rx) = f.job(vec![vocab + 7]);
+        let (good, _good_rx) = f.job(vec![1]);
+        f.run.waiting.extend([bad, good]);
+        f.run.admit();
+        assert!(failure(&mut bad_rx).contains("outside the model's vocabulary"));
+        assert_eq!(f.run.active.len(), 1);
+        assert_eq!(f.budget.used(), CLAIM);
     }
 }

@@ -1,7 +1,9 @@
 //! What every handler shares: the configuration, the model slot (the engine new requests get;
-//! swapped whole on reload), the scheduler's channel, the admission count and the metrics.
+//! swapped whole on reload), the scheduler's channel, the admission count, the KV budget and the
+//! metrics.
 
 use super::args::ServeConfig;
+use super::budget::KvBudget;
 use super::engine::Engine;
 use super::job::Admission;
 use super::metrics::Metrics;
@@ -29,6 +31,9 @@ impl ModelSlot {
 
 pub struct AppState {
     pub config: ServeConfig,
+    /// The bound port (the Host check compares it; --port 0 picks one).
+    pub port: u16,
+    pub kv: Arc<KvBudget>,
     pub slot: ModelSlot,
     pub scheduler: Scheduler,
     pub admission: Arc<Admission>,

@@ -144,11 +144,16 @@ pub fn connect(addr: &str) -> TcpStream {
     s
 }
 
-/// Write a request (Connection: close) with a Host of `localhost`, unless `headers` sets one.
+/// Write a request (Connection: close) with a Host of `localhost` and, for a POST, a JSON
+/// Content-Type, unless `headers` sets them.
 pub fn send_request(s: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
     let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+    let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    if !has("host") {
         head.push_str("Host: localhost\r\n");
+    }
+    if method == "POST" && !has("content-type") {
+        head.push_str("Content-Type: application/json\r\n");
     }
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -210,6 +215,58 @@ pub fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], b
         r.read_to_end(&mut body).unwrap();
     }
     Resp { status, headers, body }
+}
+
+/// Send `bytes` as they are (then, if `shut`, close the writing half) and read the response
+/// up to the end of the connection.
+pub fn raw(addr: &str, bytes: &[u8], shut: bool) -> Resp {
+    let mut s = connect(addr);
+    let _ = s.write_all(bytes);
+    if shut {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut r = BufReader::new(s);
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    let _ = r.read_to_end(&mut body);
+    Resp { status, headers, body }
+}
+
+/// Copy the model at `src` to `dst` with its tokenizer.json metadata changed by `edit`
+/// (everything else byte for byte; checksums recomputed by the writer).
+pub fn with_tokenizer(src: &Path, dst: &Path, edit: impl Fn(&mut Value)) {
+    use colibri::format::{FileWriter, PlannedTensor};
+    let model = colibri::Model::open(src, &colibri::LoadOptions::default()).unwrap();
+    let p = model.parsed();
+    let meta: Vec<_> = p
+        .metadata
+        .iter()
+        .map(|e| {
+            let mut bytes = model.meta(&e.key).unwrap().to_vec();
+            if e.key == "tokenizer" {
+                let mut v: Value = serde_json::from_slice(&bytes).unwrap();
+                edit(&mut v);
+                bytes = v.to_string().into_bytes();
+            }
+            (e.key.clone(), e.kind, bytes)
+        })
+        .collect();
+    let plan: Vec<PlannedTensor> = p
+        .tensors
+        .iter()
+        .map(|t| PlannedTensor { name: t.name.clone(), dtype: t.dtype, shape: t.shape.clone(), kind: t.kind })
+        .collect();
+    let h = &p.header;
+    let mut w = FileWriter::create(dst, h.num_layers, h.num_experts, h.top_k, &meta, plan).unwrap();
+    for t in &p.tensors {
+        let view = model.tensor(&t.name).unwrap();
+        w.begin(&t.name).unwrap();
+        for e in 0..view.n_experts() {
+            w.write(view.expert(e).unwrap_or(view).bytes).unwrap();
+        }
+        w.end().unwrap();
+    }
+    w.finish().unwrap();
 }
 
 /// Parse a complete `text/event-stream` body strictly as the server writes it: every event is

@@ -6,8 +6,9 @@ use super::completions::include_usage;
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
+use crate::serve::known;
 use crate::serve::openai::{chat_logprobs, new_id, now, routing, usage};
-use crate::serve::params::{check_prompt, job_params, read_object, Defaults, Fields, MAX_TOP_LOGPROBS};
+use crate::serve::params::{check_prompt, job_params, read_object, request_cap, Defaults, Fields, MAX_TOP_LOGPROBS};
 use crate::serve::sse;
 use crate::serve::state::Shared;
 use axum::body::Body;
@@ -34,6 +35,9 @@ fn messages(f: &Fields<'_>) -> Result<Vec<ChatMessage>, ApiError> {
     list.iter()
         .map(|m| {
             let role = m.get("role").and_then(Value::as_str).ok_or_else(|| bad("each message needs a string role"))?;
+            if ["tool_calls", "function_call"].iter().any(|k| m.get(k).is_some_and(|v| !v.is_null())) {
+                return Err(bad("tool and function calls are not supported by this server"));
+            }
             if role.is_empty() || role.len() > 64 {
                 return Err(bad("a message role is empty or too long"));
             }
@@ -57,6 +61,7 @@ fn messages(f: &Fields<'_>) -> Result<Vec<ChatMessage>, ApiError> {
 
 pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let obj = read_object(body, &state.config).await?;
+    known::check(&obj, known::CHAT)?;
     let f = Fields(&obj);
     let engine = engine(&state)?;
     f.check_model(&engine)?;
@@ -68,8 +73,10 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     let ids = engine
         .encode_chat(&msgs, state.config.message_specials)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let prompt = check_prompt(&engine, "messages", ids)?;
-    let mut params = job_params(&f, &Defaults::openai(None), &engine, prompt.len())?;
+    let cap = request_cap(&state.config, &engine);
+    let prompt = check_prompt(&engine, "messages", ids, cap)?;
+    let defaults = Defaults::openai(Some(state.config.default_max_tokens));
+    let mut params = job_params(&f, &defaults, &engine, prompt.len(), cap)?;
     let top = f.uint("top_logprobs", MAX_TOP_LOGPROBS)?;
     if f.bool("logprobs")? {
         params.logprobs = Some(top.unwrap_or(0) as usize);

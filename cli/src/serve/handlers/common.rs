@@ -1,6 +1,8 @@
-//! Steps every generating endpoint shares: the serving engine, admission (503 when full),
-//! handing the job to the scheduler, and collecting a whole generation for non-stream replies.
+//! Steps every generating endpoint shares: the serving engine, admission (503 when full), the
+//! KV-budget claim (503 when it has no room), handing the job to the scheduler, and collecting
+//! a whole generation for non-stream replies.
 
+use crate::serve::budget::{KvClaim, Refused};
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::{Done, Event, Job, JobParams, Token};
@@ -18,6 +20,22 @@ pub fn engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
     Ok(e)
 }
 
+/// Claim the KV cache a job may reach at worst: its positions (prompt + max_tokens, within the
+/// context; what the scheduler sizes its session to) × KV bytes per token.
+fn claim_kv(state: &AppState, engine: &Engine, prompt: &[u32], params: &JobParams) -> Result<KvClaim, ApiError> {
+    let tokens = (prompt.len() + params.decode.max_tokens).min(engine.n_ctx).max(1);
+    let need = (tokens as u64).saturating_mul(engine.kv_bytes_per_token as u64);
+    state.kv.claim(need).map_err(|r| match r {
+        Refused::NotNow { need, free } => ApiError::kv_budget_full(need, free),
+        Refused::Never { need, total } => ApiError::request_too_large(
+            "max_tokens",
+            format!(
+                "this request may need {need} bytes of KV cache, more than the server's whole --kv-budget ({total})"
+            ),
+        ),
+    })
+}
+
 /// Admit and queue a job; its events arrive on the returned channel.
 pub fn submit(
     state: &AppState,
@@ -26,6 +44,7 @@ pub fn submit(
     params: JobParams,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let ticket = state.admission.try_enter().ok_or_else(ApiError::busy)?;
+    let kv = claim_kv(state, &engine, &prompt, &params)?;
     let (tx, rx) = unbounded_channel();
     let now = Instant::now();
     let job = Job {
@@ -36,6 +55,7 @@ pub fn submit(
         enqueued: now,
         deadline: state.config.timeout.map(|t| now + t),
         ticket,
+        kv,
     };
     if !state.scheduler.submit(job) {
         return Err(ApiError::internal("the scheduler stopped"));

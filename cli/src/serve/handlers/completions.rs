@@ -4,8 +4,11 @@ use super::common::{collect, engine, envelope, submit};
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
+use crate::serve::known;
 use crate::serve::openai::{completion_logprobs, new_id, now, routing, usage};
-use crate::serve::params::{check_prompt, job_params, read_object, tokenize, Defaults, Fields, MAX_TOP_LOGPROBS};
+use crate::serve::params::{
+    check_prompt, job_params, read_object, request_cap, tokenize, Defaults, Fields, MAX_TOP_LOGPROBS,
+};
 use crate::serve::sse;
 use crate::serve::state::Shared;
 use axum::body::Body;
@@ -18,7 +21,7 @@ use std::sync::Arc;
 const DEFAULT_MAX_TOKENS: usize = 16;
 
 /// `prompt`: a string, a list of one string, a list of token ids, or a list of one such list.
-fn prompt_ids(f: &Fields<'_>, e: &Engine) -> Result<Vec<u32>, ApiError> {
+fn prompt_ids(f: &Fields<'_>, e: &Engine, cap: usize) -> Result<Vec<u32>, ApiError> {
     let bad = || ApiError::invalid("prompt", "prompt must be a string, a token-id list, or a list of one of these");
     let mut v = f.get("prompt").ok_or_else(|| ApiError::invalid("prompt", "prompt is required"))?;
     if let Value::Array(a) = v {
@@ -29,17 +32,14 @@ fn prompt_ids(f: &Fields<'_>, e: &Engine) -> Result<Vec<u32>, ApiError> {
         }
     }
     match v {
-        Value::String(s) => tokenize(e, "prompt", s, true),
+        Value::String(s) => tokenize(e, "prompt", s, true, cap),
         Value::Array(a) => {
             let vocab = e.tokenizer.vocab_size().min(e.model.config().vocab_size) as u64;
-            if a.len() >= e.n_ctx {
-                return Err(ApiError::invalid("prompt", "the prompt does not fit the context"));
-            }
             let ids = a
                 .iter()
                 .map(|x| x.as_u64().filter(|&i| i < vocab).map(|i| i as u32).ok_or_else(bad))
                 .collect::<Result<Vec<u32>, _>>()?;
-            check_prompt(e, "prompt", ids)
+            check_prompt(e, "prompt", ids, cap)
         }
         _ => Err(bad()),
     }
@@ -56,6 +56,7 @@ pub fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
 
 pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let obj = read_object(body, &state.config).await?;
+    known::check(&obj, known::COMPLETIONS)?;
     let f = Fields(&obj);
     let engine = engine(&state)?;
     f.check_model(&engine)?;
@@ -65,8 +66,9 @@ pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Resp
     if f.uint("best_of", 1 << 20)?.is_some_and(|n| n > 1) {
         return Err(ApiError::invalid("best_of", "only best_of = 1 is supported"));
     }
-    let prompt = prompt_ids(&f, &engine)?;
-    let mut params = job_params(&f, &Defaults::openai(Some(DEFAULT_MAX_TOKENS)), &engine, prompt.len())?;
+    let cap = request_cap(&state.config, &engine);
+    let prompt = prompt_ids(&f, &engine, cap)?;
+    let mut params = job_params(&f, &Defaults::openai(Some(DEFAULT_MAX_TOKENS)), &engine, prompt.len(), cap)?;
     params.logprobs = f.uint("logprobs", MAX_TOP_LOGPROBS)?.map(|n| n as usize);
     let stream = f.bool("stream")?;
     let with_usage = include_usage(&f)?;

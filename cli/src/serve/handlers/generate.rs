@@ -4,7 +4,7 @@
 use super::common::{collect, engine, submit};
 use crate::serve::error::ApiError;
 use crate::serve::openai::routing;
-use crate::serve::params::{job_params, read_object, tokenize, Defaults, Fields};
+use crate::serve::params::{job_params, read_object, request_cap, tokenize, Defaults, Fields};
 use crate::serve::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
@@ -20,8 +20,9 @@ pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Va
         None => return Err(ApiError::invalid("prompt", "prompt is required")),
     };
     let engine = engine(&state)?;
-    let prompt = tokenize(&engine, "prompt", text, true)?;
-    let params = job_params(&f, &Defaults::generate(), &engine, prompt.len())?;
+    let cap = request_cap(&state.config, &engine);
+    let prompt = tokenize(&engine, "prompt", text, true, cap)?;
+    let params = job_params(&f, &Defaults::generate(), &engine, prompt.len(), cap)?;
     let c = collect(submit(&state, engine, prompt, params)?).await?;
     let finish = c.done.finish.simple();
     let tokens: Vec<u32> = c.tokens.iter().filter_map(|t| t.id).collect();

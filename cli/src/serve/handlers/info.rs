@@ -55,5 +55,7 @@ pub async fn metrics(State(state): State<Shared>) -> Response {
     if let Some(e) = state.slot.get() {
         m.generation.store(e.generation, Ordering::Relaxed);
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.render()).into_response()
+    let mut text = m.render();
+    state.kv.render(&mut text);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
