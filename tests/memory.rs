@@ -75,3 +75,60 @@ fn memory_that_cannot_be_had_is_an_error_that_changes_nothing() {
     forward(&m, &mut ok, Input::Tokens(&input[..4]), &ForwardOptions::default()).unwrap();
     assert_eq!(ok.position(), 4);
 }
+
+/// A call longer than MAX_STEP_ROWS runs as consecutive steps of at most that many rows (what a
+/// step allocates stays bounded): one call of MAX + 37 tokens gives exactly what feeding the
+/// same tokens in MAX-row pieces gives, for every logits mode, and a batch that long gives each
+/// sequence what it gets alone.
+#[test]
+fn a_huge_prompt_in_one_call_runs_in_bounded_steps() {
+    use colibri::forward::{forward_batch, Sequence, MAX_STEP_ROWS};
+    let m = Model::open(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/default.colibri"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vocab = m.config().vocab_size as u32;
+    let n = MAX_STEP_ROWS + 37;
+    let toks: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let opts = SessionOptions { n_ctx: 2 * n, ..SessionOptions::default() };
+    let all = ForwardOptions { logits: LogitsMode::All, ..ForwardOptions::default() };
+    let mut pieces = Session::new(m.config(), &opts).unwrap();
+    let mut want = Vec::new();
+    for piece in toks.chunks(MAX_STEP_ROWS) {
+        forward(&m, &mut pieces, Input::Tokens(piece), &all).unwrap();
+        want.extend_from_slice(pieces.logits());
+    }
+    let mut one = Session::new(m.config(), &opts).unwrap();
+    forward(&m, &mut one, Input::Tokens(&toks), &all).unwrap();
+    assert_eq!(one.position(), n);
+    assert!(one.logits() == want.as_slice(), "All: one call = MAX-row pieces");
+    let (mut last, mut last_pieces) =
+        (Session::new(m.config(), &opts).unwrap(), Session::new(m.config(), &opts).unwrap());
+    forward(&m, &mut last, Input::Tokens(&toks), &ForwardOptions::default()).unwrap();
+    let none = ForwardOptions { logits: LogitsMode::None, ..ForwardOptions::default() };
+    forward(&m, &mut last_pieces, Input::Tokens(&toks[..MAX_STEP_ROWS]), &none).unwrap();
+    forward(&m, &mut last_pieces, Input::Tokens(&toks[MAX_STEP_ROWS..]), &ForwardOptions::default()).unwrap();
+    assert!(last.logits() == last_pieces.logits(), "Last: the last row of the pieces");
+    assert_eq!(last.logits().len(), vocab as usize);
+    // Two sequences, MAX + 37 + 50 rows in one batch: each gets what it gets alone.
+    let short = &toks[..50];
+    let mut alone = Session::new(m.config(), &opts).unwrap();
+    forward(&m, &mut alone, Input::Tokens(short), &ForwardOptions::default()).unwrap();
+    let (mut a, mut b) = (Session::new(m.config(), &opts).unwrap(), Session::new(m.config(), &opts).unwrap());
+    let last_only = ForwardOptions::default();
+    forward_batch(
+        &m,
+        &mut [
+            Sequence { session: &mut a, input: Input::Tokens(&toks), opts: last_only },
+            Sequence { session: &mut b, input: Input::Tokens(short), opts: last_only },
+        ],
+    )
+    .unwrap();
+    assert!(a.logits() == last.logits() && b.logits() == alone.logits());
+    // Too long for the context: refused before anything changes.
+    let mut small = Session::new(m.config(), &SessionOptions { n_ctx: n - 1, ..SessionOptions::default() }).unwrap();
+    let e = forward(&m, &mut small, Input::Tokens(&toks), &ForwardOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::ContextFull { .. }), "{e}");
+    assert_eq!(small.position(), 0);
+}

@@ -14,6 +14,7 @@
 
 mod attention;
 mod check;
+mod chunked;
 mod experts;
 mod ffn;
 mod lanes;
@@ -41,11 +42,19 @@ pub enum Input<'a> {
     Embeddings(&'a [f32]),
 }
 
-impl Input<'_> {
+impl<'a> Input<'a> {
     fn len(&self, hidden: usize) -> usize {
         match self {
             Input::Tokens(t) => t.len(),
             Input::Embeddings(e) => e.len() / hidden.max(1),
+        }
+    }
+
+    /// Rows `rows` of the input.
+    fn rows(&self, rows: Range<usize>, hidden: usize) -> Input<'a> {
+        match *self {
+            Input::Tokens(t) => Input::Tokens(&t[rows]),
+            Input::Embeddings(e) => Input::Embeddings(&e[rows.start * hidden..rows.end * hidden]),
         }
     }
 }
@@ -90,6 +99,21 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// checked; the caller guarantees it is the same model, not merely a same-shaped one) and share
 /// one activation mode (`SessionOptions::quant_act`).
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
+    let h = model.config().hidden_size;
+    if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
+        return chunked::forward_in_steps(model, batch);
+    }
+    one_step(model, batch)
+}
+
+/// Most rows one step computes: a longer call runs as consecutive steps (`chunked`), so what a
+/// step allocates (activations, expert groups, kernel scratch) is bounded whatever a caller
+/// passes. A sequence fed in one call gets exactly what feeding it in pieces of this many rows
+/// would give.
+pub const MAX_STEP_ROWS: usize = 1024;
+
+/// One step over the whole batch (at most `MAX_STEP_ROWS` rows).
+fn one_step(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     model.check_unchanged()?;
     let (n, k) = check_batch(model, batch)?;
     // The memory the input asks for, allocated fallibly: a failure changes nothing a caller

@@ -1,0 +1,65 @@
+//! A call longer than `MAX_STEP_ROWS` rows, run as consecutive steps: each sequence in turn, in
+//! pieces of at most `MAX_STEP_ROWS` rows (a sequence's result does not depend on its batch
+//! companions). Everything is checked first, as for one step; a failure in a later step puts
+//! every session back where it was (positions and routing traces; the logits buffers hold
+//! nothing a caller may use after an error).
+
+use super::check::check_batch;
+use super::{one_step, ForwardOptions, LogitsMode, Sequence, MAX_STEP_ROWS};
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// `forward_batch` for a batch of more than `MAX_STEP_ROWS` rows.
+pub fn forward_in_steps(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
+    check_batch(model, batch)?;
+    let starts: Vec<(usize, usize)> =
+        batch.iter().map(|q| (q.session.pos, q.session.trace.as_ref().map_or(0, Vec::len))).collect();
+    let mut result = Ok(());
+    for q in batch.iter_mut() {
+        result = sequence_in_steps(model, q);
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_err() {
+        for (q, &(pos, traced)) in batch.iter_mut().zip(&starts) {
+            q.session.pos = pos;
+            if let Some(t) = q.session.trace.as_mut() {
+                t.truncate(traced);
+            }
+        }
+    }
+    result
+}
+
+/// One sequence in pieces; its logits are those one step would have left.
+fn sequence_in_steps(model: &Model, q: &mut Sequence<'_>) -> Result<()> {
+    let (h, vocab) = (model.config().hidden_size, model.config().vocab_size);
+    let n = q.input.len(h);
+    let mut all_logits = Vec::new();
+    if q.opts.logits == LogitsMode::All {
+        let len = n.saturating_mul(vocab);
+        crate::fallible::reserve_exact(&mut all_logits, len).map_err(|_| Error::OutOfMemory {
+            what: format!("logits of {n} rows"),
+            bytes: (len as u64).saturating_mul(4),
+        })?;
+    }
+    let mut at = 0;
+    while at < n {
+        let end = (at + MAX_STEP_ROWS).min(n);
+        let logits = match q.opts.logits {
+            LogitsMode::Last if end < n => LogitsMode::None,
+            mode => mode,
+        };
+        let opts = ForwardOptions { logits, ..q.opts };
+        one_step(model, &mut [Sequence { session: &mut *q.session, input: q.input.rows(at..end, h), opts }])?;
+        if logits == LogitsMode::All {
+            all_logits.extend_from_slice(&q.session.logits);
+        }
+        at = end;
+    }
+    if q.opts.logits == LogitsMode::All {
+        q.session.logits = all_logits;
+    }
+    Ok(())
+}
