@@ -120,6 +120,15 @@ fn convert_rejects_bad_checkpoints_with_a_named_reason() {
     convert_ok(&d, &out, &["--dtype", "bf16"]);
     std::fs::remove_file(&out).unwrap();
 
+    // A tokenizer with a token past the model's vocabulary (every loader would refuse the file).
+    let d = copy_fixture("mixtral_gqa", &tmp.path().join("g"));
+    let tok_path = d.join("tokenizer.json");
+    let mut tok: serde_json::Value = serde_json::from_slice(&std::fs::read(&tok_path).unwrap()).unwrap();
+    tok["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({"id": 100000, "content": "<|past|>",
+        "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+    std::fs::write(&tok_path, serde_json::to_vec(&tok).unwrap()).unwrap();
+    assert_fails(&colibri(&["convert", s(&d), "-o", s(&out)]), "<|past|>");
+
     // Not a directory.
     assert_fails(&colibri(&["convert", s(&st_path), "-o", s(&out)]), "not a checkpoint directory");
     assert!(!out.exists(), "no output may appear after failures");

@@ -134,6 +134,12 @@ pub fn gather(dir: &Path, hf_text: &str, config: &mut Config, warnings: &mut Vec
     config.pad_token_id = config.pad_token_id.filter(|&i| drop_bad("pad token", i));
     config.eos_token_ids.retain(|&i| drop_bad("eos token", i));
 
+    // The tokenizer must fit the model, as every loader of the file checks (ids inside the
+    // vocabulary, bos / eos known): refuse here rather than write a file `validate` refuses.
+    match colibri::tokenizer::Tokenizer::from_json(&tok_text, tc.as_ref().map(|(t, _)| t.as_str()), config) {
+        Ok(_) | Err(colibri::Error::Unsupported { .. }) => {}
+        Err(e) => return Err(fail(format!("tokenizer.json does not fit the model: {e}"))),
+    }
     let config_json = serde_json::to_vec(config).map_err(|e| fail(format!("serialising config: {e}")))?;
     let mut meta = vec![
         (meta_keys::CONFIG.to_string(), MetaKind::Json, config_json),
