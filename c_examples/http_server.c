@@ -9,6 +9,8 @@
  * fields as a flat JSON object (stop: one string; nested values: 400), generates on a fresh session
  * of N_CTX tokens (0: the model's, at most 4096) and answers with the library's finish_reason.
  * Other paths: 404, methods: 405. Limits: head 8 KiB (431), body 64 KiB (413), 10 s to send it.
+ * Web pages cannot use it: a body must say Content-Type: application/json (415) and a request that
+ * carries an Origin header is refused (403) — a browser lets any page POST text/plain to localhost.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <colibri.h>
@@ -219,7 +221,8 @@ static int handle(const colibri_model *model, uint32_t n_ctx) {
     time_t deadline = time(NULL) + TIMEOUT_S;
     size_t len = 0, head = 0;
     unsigned long long want;
-    char *line, *length = NULL, minor, after;
+    char *line, *length = NULL, *ctype = NULL, minor, after;
+    int origin = 0;
     ssize_t r;
 
     while (head == 0) { /* the head: through its empty line (CRLF or bare LF line ends) */
@@ -234,12 +237,19 @@ static int handle(const colibri_model *model, uint32_t n_ctx) {
     if (sscanf(req, "%15[A-Z] %255[^ \r\n] HTTP/1.%c%c", method, path, &minor, &after) != 4 ||
         (minor != '0' && minor != '1') || (after != '\r' && after != '\n'))
         return method[0] = path[0] = '\0', fail(400, NULL, "malformed request line");
-    for (line = strchr(req, '\n'); line != NULL; line = strchr(line + 1, '\n')) /* other headers are ignored */
+    for (line = strchr(req, '\n'); line != NULL; line = strchr(line + 1, '\n')) { /* other headers are ignored */
         if (strncasecmp(line + 1, "Content-Length:", 15) == 0) /* a repeated one is refused below */
             length = length ? "" : line + 16 + strspn(line + 16, " \t");
+        if (strncasecmp(line + 1, "Content-Type:", 13) == 0) ctype = line + 14 + strspn(line + 14, " \t");
+        if (strncasecmp(line + 1, "Origin:", 7) == 0) origin = 1;
+    }
     path[strcspn(path, "?")] = '\0'; /* the query string is ignored */
     if (strcmp(path, "/generate") != 0) return fail(404, NULL, "not found: this server has only POST /generate");
     if (strcmp(method, "POST") != 0) return fail(405, NULL, "method not allowed: use POST");
+    if (origin) return fail(403, NULL, "cross-origin requests are refused");
+    if (ctype == NULL || strncasecmp(ctype, "application/json", 16) != 0 || (ctype[16] != ';' && ctype[16] != '\r' &&
+                                                                            ctype[16] != '\n' && ctype[16] != ' '))
+        return fail(415, NULL, "send the body with Content-Type: application/json");
     errno = 0;
     if (length == NULL || *length < '0' || *length > '9' ||
         (want = strtoull(length, &line, 10), line[strspn(line, " \t\r")] != '\n'))

@@ -352,6 +352,10 @@ http_cases() {
     http delete 405 "error=null" -- -X DELETE "$url"
     http head 405 - -- -I "$url"
     grep -qi '^Allow: POST' "$WORK/h.head" 2>/dev/null || [ "$H_PHASE" = count ] || fail "[$MODE] 405 without Allow: POST"
+    # Web pages: a text/plain body (what a no-cors fetch sends) and a foreign Origin are refused.
+    http text-plain 415 "error=null" -- "$url" -H 'Content-Type: text/plain' -d '{"prompt": "Hello", "max_tokens": 1}'
+    http no-content-type 415 "error=null" -- "$url" -H 'Content-Type:' -d '{"prompt": "Hello", "max_tokens": 1}'
+    http foreign-origin 403 "error=null" -- "${j[@]}" -H 'Origin: http://evil.example' "$url" -d '{"prompt": "Hello", "max_tokens": 1}'
     # Bodies that are not a JSON object, or not JSON.
     http not-json 400 "error=null" -- "${j[@]}" "$url" -d 'prompt=Hello'
     http empty-body 400 "error=null" -- "${j[@]}" "$url" -H 'Content-Length: 0' -X POST

@@ -171,6 +171,11 @@ class GenerateApp:
                 raise BadRequest("404 Not Found", f"no route for {environ.get('PATH_INFO', '')!r}; use POST /generate")
             if environ.get("REQUEST_METHOD", "GET").upper() != "POST":
                 raise BadRequest("405 Method Not Allowed", "use POST on /generate")
+            # Web pages cannot use it: a browser lets any page POST text/plain to localhost.
+            if environ.get("HTTP_ORIGIN"):
+                raise BadRequest("403 Forbidden", "cross-origin requests are refused")
+            if environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower() != "application/json":
+                raise BadRequest("415 Unsupported Media Type", "send the body with Content-Type: application/json")
             req = parse_request(self._read_body(environ))
             status, payload = "200 OK", self.generate(req)
         except BadRequest as e:

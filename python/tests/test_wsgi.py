@@ -54,7 +54,8 @@ Response = Tuple[int, Dict[str, str], Any]
 
 
 def call(app: Any, method: str = "POST", path: str = "/generate", body: Any = None,
-         raw: Optional[bytes] = None, content_length: Optional[str] = None) -> Response:
+         raw: Optional[bytes] = None, content_length: Optional[str] = None,
+         extra: Optional[Dict[str, str]] = None) -> Response:
     data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
     env: Dict[str, Any] = {
         "REQUEST_METHOD": method,
@@ -63,6 +64,7 @@ def call(app: Any, method: str = "POST", path: str = "/generate", body: Any = No
         "CONTENT_LENGTH": str(len(data)) if content_length is None else content_length,
         "wsgi.input": io.BytesIO(data),
     }
+    env.update(extra or {})
     setup_testing_defaults(env)
     got: Dict[str, Any] = {}
 
@@ -155,6 +157,15 @@ def test_method_not_allowed(app: Any) -> None:
         resp = call(app, method, body={"prompt": "x"})
         assert_error(resp, 405)
         assert resp[1]["Allow"] == "POST"
+
+
+def test_web_pages_cannot_call_it(app: Any) -> None:
+    # What a page's no-cors fetch sends: text/plain, or a foreign Origin.
+    body = {"prompt": "Hello", "max_tokens": 1}
+    assert_error(call(app, body=body, extra={"CONTENT_TYPE": "text/plain"}), 415)
+    assert_error(call(app, body=body, extra={"CONTENT_TYPE": ""}), 415)
+    assert_error(call(app, body=body, extra={"HTTP_ORIGIN": "http://evil.example"}), 403)
+    assert call(app, body=body, extra={"CONTENT_TYPE": "application/json; charset=utf-8"})[0] == 200
 
 
 def test_body_cap(app: Any) -> None:
