@@ -376,6 +376,8 @@ typedef struct {
 
 #define COLIBRI_FAMILY_OLMOE 3
 
+#define COLIBRI_FAMILY_GRANITEMOE 4
+
 /**
  * The weights as given (f32). What `colibri_moe_init` does.
  */

@@ -74,6 +74,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import (  # noqa: E402
     AutoTokenizer,
     GenerationConfig,
+    GraniteMoeConfig,
+    GraniteMoeForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
@@ -378,6 +380,7 @@ FAMILIES = {
     "qwen2_moe": (Qwen2MoeConfig, Qwen2MoeForCausalLM),
     "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
     "olmoe": (OlmoeConfig, OlmoeForCausalLM),
+    "granitemoe": (GraniteMoeConfig, GraniteMoeForCausalLM),
 }
 
 SP_IDS = {"unk": 0, "bos": 1, "eos": 2}
@@ -525,6 +528,46 @@ FIXTURES = [
         "k projection ((hidden/heads)*num_kv_heads = 32, kv heads 2 < 4 q heads on purpose), applied before the head split "
         "and RoPE; 8 experts top-3 with norm_topk_prob=false; no shared expert.",
     ),
+    dict(
+        name="granitemoe_tied",
+        family="granitemoe",
+        tokenizer="bytelevel_bpe",
+        seed=8808,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=True,
+            max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=395, eos_token_id=395, pad_token_id=395,
+            embedding_multiplier=12.0, attention_multiplier=0.0625, residual_multiplier=0.22, logits_scaling=6.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Granite-MoE (granite-3.x-moe-like multipliers): x = embed * 12, attention scores * 0.0625 (= 1/head_dim, "
+        "not 1/sqrt(head_dim)), each residual branch * 0.22, logits / 6; router softmax over the top-2 LOGITS (= renormalised "
+        "top-k probabilities); tied embeddings; GQA 4/2; transformers-5 names (block_sparse_moe.router.weight, "
+        "block_sparse_moe.experts.gate_up_proj [E,2F,H] / down_proj [E,H,F]) written with save_original_format=False.",
+    ),
+    dict(
+        name="granitemoe_hub",
+        family="granitemoe",
+        tokenizer="bytelevel_bpe",
+        seed=9909,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=24, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=1, num_local_experts=6, num_experts_per_tok=3, tie_word_embeddings=False,
+            max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=395, eos_token_id=395,
+            embedding_multiplier=4.0, attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=2.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="hub", sharded=False, dtype="float32", config_style="legacy_hub",
+        chat=None,
+        notes="Granite-MoE, MQA (4 q heads / 1 kv head, head_dim 12), 6 experts top-3, untied lm_head, other multipliers "
+        "(embed * 4, scores * 0.2, residual * 0.5, logits / 2.5); the HUB layout save_pretrained writes by default "
+        "(block_sparse_moe.router.layer.weight, block_sparse_moe.input_linear.weight [E,2F,H], output_linear.weight [E,H,F]); "
+        "legacy hub config (rope_theta top level, torch_dtype).",
+    ),
 ]
 
 # design constants
@@ -539,8 +582,18 @@ GREEDY_MIN_REL = 0.05  # asserted: min over greedy steps of (top1 - top2) / max|
 MAX_ATTEMPTS = 20
 
 
+def moe_block(layer):
+    """The layer's MoE (or dense MLP) module: `block_sparse_moe` (Granite) or `mlp`."""
+    return getattr(layer, "block_sparse_moe", None) or layer.mlp
+
+
+def router_of(block):
+    """The router module of a MoE block: `gate` (most families) or `router` (Granite)."""
+    return block.gate if hasattr(block, "gate") else block.router
+
+
 def moe_layers(model):
-    return [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+    return [i for i, layer in enumerate(model.model.layers) if hasattr(moe_block(layer), "experts")]
 
 
 def special_ids(spec):
@@ -566,6 +619,8 @@ def design_weights(model, spec, seed):
     tied = bool(cfg.tie_word_embeddings)
     emb_rms = A_LM / H if tied else 1.0
     BRANCH = BRANCH_TOTAL / math.sqrt(2 * cfg.num_hidden_layers)
+    if spec["family"] == "granitemoe":  # keep each branch's share of the residual stream as designed
+        BRANCH *= cfg.embedding_multiplier / cfg.residual_multiplier
 
     def nrm(shape, std):
         return rng.standard_normal(shape) * std
@@ -590,7 +645,7 @@ def design_weights(model, spec, seed):
 
     # 2. router subspace
     moe = moe_layers(model)
-    E = model.model.layers[moe[0]].mlp.gate.weight.shape[0]
+    E = router_of(moe_block(model.model.layers[moe[0]])).weight.shape[0]
     k = cfg.num_experts_per_tok
     W = {i: nrm((E, H), 1.0) for i in moe}
     A = np.concatenate([W[i] * g_post[i][None, :] for i in moe], axis=0)  # M x H
@@ -623,7 +678,7 @@ def design_weights(model, spec, seed):
         put(mod.down_proj.weight, Q @ nrm((H, F), scale * BRANCH * emb_rms * 2.0 / math.sqrt(F)))
 
     for i, layer in enumerate(layers):
-        mlp = layer.mlp
+        mlp = moe_block(layer)
         if i in moe:
             ex = mlp.experts
             Ee, twoF, _ = ex.gate_up_proj.shape
@@ -655,7 +710,7 @@ def design_weights(model, spec, seed):
     put(model.model.embed_tokens.weight, Emb)
     kappa = DELTA / a
     for i in moe:
-        put(layers[i].mlp.gate.weight, kappa * W[i])
+        put(router_of(moe_block(layers[i])).weight, kappa * W[i])
 
     # 6. lm_head
     pi = None
@@ -689,7 +744,7 @@ class RouterRecorder:
         self.records = {}
         self.handles = []
         for i in self.layers:
-            self.handles.append(model.model.layers[i].mlp.gate.register_forward_hook(self._hook(i)))
+            self.handles.append(router_of(moe_block(model.model.layers[i])).register_forward_hook(self._hook(i)))
 
     def _hook(self, i):
         def fn(mod, inp, out):
@@ -843,7 +898,10 @@ def independent_forward(d: Path, ids):
     k = c["num_experts_per_tok"]
     cos, sin = _np_rope(c, hd, T)
     sw = c.get("sliding_window") if (fam == "mixtral" or c.get("use_sliding_window")) else None
-    x = W["model.embed_tokens.weight"][ids]
+    granite = fam == "granitemoe"
+    res_mult = c.get("residual_multiplier", 1.0) if granite else 1.0
+    att_scale = c.get("attention_multiplier", 1.0) if granite else 1 / math.sqrt(hd)
+    x = W["model.embed_tokens.weight"][ids] * (c.get("embedding_multiplier", 1.0) if granite else 1.0)
     routing = []
     for L in range(c["num_hidden_layers"]):
         p = f"model.layers.{L}."
@@ -864,7 +922,7 @@ def independent_forward(d: Path, ids):
         q = q * cos[:, None] + _np_rot(q) * sin[:, None]
         kk = kk * cos[:, None] + _np_rot(kk) * sin[:, None]
         kk, v = np.repeat(kk, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
-        sc = np.einsum("qhd,khd->hqk", q, kk) / math.sqrt(hd)
+        sc = np.einsum("qhd,khd->hqk", q, kk) * att_scale
         qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
         mask = kj <= qi
         if sw:
@@ -872,19 +930,23 @@ def independent_forward(d: Path, ids):
         sc = np.where(mask[None], sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         sc /= sc.sum(-1, keepdims=True)
-        x = x + lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd))
+        x = x + res_mult * lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd))
         h = _np_rms(x, W[p + "post_attention_layernorm.weight"], eps)
-        pre = p + ("block_sparse_moe." if fam == "mixtral" else "mlp.")
-        if pre + "gate.weight" not in W:  # dense layer
+        pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
+        router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
+        if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
+            W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
+            W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
+        if router is None:  # dense layer
             routing.append(None)
             x = x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
             continue
-        lg = h @ W[pre + "gate.weight"].T
+        lg = h @ W[router].T
         pr = np.exp(lg - lg.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
         top = np.argsort(-pr, -1, kind="stable")[:, :k]
         tw = np.take_along_axis(pr, top, -1)
-        if fam == "mixtral" or c.get("norm_topk_prob"):
+        if fam in ("mixtral", "granitemoe") or c.get("norm_topk_prob"):  # Granite: softmax over the top-k logits
             tw = tw / tw.sum(-1, keepdims=True)
         routing.append(top.tolist())
         y = np.zeros_like(x)
@@ -903,10 +965,10 @@ def independent_forward(d: Path, ids):
         if pre + "shared_expert_gate.weight" in W:
             se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
             y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
-        x = x + y
+        x = x + res_mult * y
     x = _np_rms(x, W["model.norm.weight"], eps)
     lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    return x @ lm.T, routing
+    return x @ lm.T / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
 
 
 # --------------------------------------------------------------------------------------
@@ -1142,6 +1204,7 @@ def build_fixture(spec, tok_texts, log):
     layout_note = {
         "per_expert": "hub per-expert layout written by save_pretrained (save_original_format=True, the default)",
         "fused": "fused layout: transformers-5 in-memory names, written by save_pretrained(save_original_format=False)",
+        "hub": "the family's hub layout written by save_pretrained (save_original_format=True, the default)",
     }[spec["layout"]]
     cfg_json = json.loads((out / "config.json").read_text())
     meta = {

@@ -3,7 +3,7 @@
 //! Family rules mirror transformers' configuration_<family>.py and modeling_<family>.py.
 
 use crate::error::{fail, Result};
-use colibri::model::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling};
+use colibri::model::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales};
 use serde_json::Value;
 
 fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
@@ -58,10 +58,12 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("Qwen2MoeForCausalLM"), _) | (None, Some("qwen2_moe")) => Family::Qwen2Moe,
         (Some("Qwen3MoeForCausalLM"), _) | (None, Some("qwen3_moe")) => Family::Qwen3Moe,
         (Some("OlmoeForCausalLM"), _) | (None, Some("olmoe")) => Family::Olmoe,
+        (Some("GraniteMoeForCausalLM"), _) | (None, Some("granitemoe")) => Family::GraniteMoe,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
-                 MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM",
+                 MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
+                 GraniteMoeForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -153,6 +155,7 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
     }
     Ok(match fam {
         Family::Mixtral => vec![window; n_layers],
+        Family::GraniteMoe => vec![None; n_layers],
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
         Family::Qwen2Moe => {
             let max_window_layers = opt_usize(hf, "max_window_layers")?.unwrap_or(28);
@@ -174,9 +177,11 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         None => usize_key(hf, "num_experts")?,
     };
     let top_k = usize_key(hf, "num_experts_per_tok")?;
-    let norm_topk_prob = fam == Family::Mixtral || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
+    // Granite takes the softmax over the top-k logits: the renormalised top-k probabilities.
+    let norm_topk_prob =
+        matches!(fam, Family::Mixtral | Family::GraniteMoe) || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
     let (expert_ffn, dense_ffn, shared) = match fam {
-        Family::Mixtral | Family::Olmoe => (usize_key(hf, "intermediate_size")?, 0, 0),
+        Family::Mixtral | Family::Olmoe | Family::GraniteMoe => (usize_key(hf, "intermediate_size")?, 0, 0),
         Family::Qwen2Moe => (
             usize_key(hf, "moe_intermediate_size")?,
             opt_usize(hf, "intermediate_size")?.unwrap_or(0),
@@ -234,6 +239,20 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
     Ok((attention_bias, qk_norm))
 }
 
+/// The residual-stream multipliers (GraniteMoeConfig: embedding_multiplier,
+/// attention_multiplier, residual_multiplier, logits_scaling; defaults as transformers').
+fn scales(hf: &Value, fam: Family) -> Result<Scales> {
+    if fam != Family::GraniteMoe {
+        return Ok(Scales::default());
+    }
+    Ok(Scales {
+        embedding: opt_f64(hf, "embedding_multiplier")?.unwrap_or(1.0),
+        attention: Some(opt_f64(hf, "attention_multiplier")?.unwrap_or(1.0)),
+        residual: opt_f64(hf, "residual_multiplier")?.unwrap_or(1.0),
+        logits_divisor: opt_f64(hf, "logits_scaling")?.unwrap_or(1.0),
+    })
+}
+
 /// Build the colibri config from a parsed config.json.
 pub fn config_from_hf(hf: &Value) -> Result<Config> {
     if get(hf, "quantization_config").is_some() {
@@ -277,6 +296,7 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         bos_token_id: ids(get(hf, "bos_token_id")).first().copied(),
         eos_token_ids: ids(get(hf, "eos_token_id")),
         pad_token_id: ids(get(hf, "pad_token_id")).first().copied(),
+        scales: scales(hf, fam)?,
     };
     Ok(config)
 }

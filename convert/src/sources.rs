@@ -49,7 +49,7 @@ fn required(ck: &Checkpoint, names: &[String], want: &[u64], what: &str) -> Resu
 fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
     let base = format!("model.layers.{l}");
     match fam {
-        Family::Mixtral => vec![format!("{base}.block_sparse_moe"), format!("{base}.mlp")],
+        Family::Mixtral | Family::GraniteMoe => vec![format!("{base}.block_sparse_moe"), format!("{base}.mlp")],
         _ => vec![format!("{base}.mlp")],
     }
 }
@@ -77,12 +77,18 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
                 return (0..e_count).map(|e| required(ck, &[name(e)], &[rows, cols], &spec.name)).collect();
             }
         }
-        // transformers-5 fused layout.
-        let fused = match proj {
-            Proj::Gate | Proj::Up => format!("{prefix}.experts.gate_up_proj"),
-            Proj::Down => format!("{prefix}.experts.down_proj"),
+        // transformers-5 fused layout, or Granite's hub layout (the same [E, 2F, H] / [E, H, F]
+        // stacks named input_linear / output_linear).
+        let fused_names = match proj {
+            Proj::Gate | Proj::Up => {
+                [format!("{prefix}.experts.gate_up_proj"), format!("{prefix}.input_linear.weight")]
+            }
+            Proj::Down => [format!("{prefix}.experts.down_proj"), format!("{prefix}.output_linear.weight")],
         };
-        if let Some(t) = ck.tensors.get(&fused) {
+        let Some((fused, t)) = fused_names.iter().find_map(|n| ck.tensors.get(n).map(|t| (n.clone(), t))) else {
+            continue;
+        };
+        {
             let fused_rows = if proj == Proj::Down { rows } else { 2 * rows };
             let want = [e_count, fused_rows, cols];
             if t.shape != want {
@@ -138,7 +144,7 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 V_BIAS => one(attn("v_proj.bias"))?,
                 Q_NORM => one(attn("q_norm.weight"))?,
                 K_NORM => one(attn("k_norm.weight"))?,
-                ROUTER => one(moe("gate.weight"))?,
+                ROUTER => one([moe("gate.weight"), moe("router.weight"), moe("router.layer.weight")].concat())?,
                 EXPERTS_GATE => expert_stack(ck, c.family, l, Proj::Gate, spec)?,
                 EXPERTS_UP => expert_stack(ck, c.family, l, Proj::Up, spec)?,
                 EXPERTS_DOWN => expert_stack(ck, c.family, l, Proj::Down, spec)?,

@@ -19,10 +19,11 @@ type Family int32
 
 // The families of colibri_model_info.family (COLIBRI_FAMILY_*).
 const (
-	FamilyMixtral  Family = C.COLIBRI_FAMILY_MIXTRAL
-	FamilyQwen2MoE Family = C.COLIBRI_FAMILY_QWEN2_MOE
-	FamilyQwen3MoE Family = C.COLIBRI_FAMILY_QWEN3_MOE
-	FamilyOLMoE    Family = C.COLIBRI_FAMILY_OLMOE
+	FamilyMixtral    Family = C.COLIBRI_FAMILY_MIXTRAL
+	FamilyQwen2MoE   Family = C.COLIBRI_FAMILY_QWEN2_MOE
+	FamilyQwen3MoE   Family = C.COLIBRI_FAMILY_QWEN3_MOE
+	FamilyOLMoE      Family = C.COLIBRI_FAMILY_OLMOE
+	FamilyGraniteMoE Family = C.COLIBRI_FAMILY_GRANITEMOE
 )
 
 func (f Family) String() string {

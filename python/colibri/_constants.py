@@ -39,6 +39,8 @@ COLIBRI_FAMILY_QWEN3_MOE = 2
 
 COLIBRI_FAMILY_OLMOE = 3
 
+COLIBRI_FAMILY_GRANITEMOE = 4
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

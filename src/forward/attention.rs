@@ -98,7 +98,7 @@ fn attend(c: &Config, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut S
     let nq = c.n_heads * hd;
     let window = c.layers[layer].sliding_window;
     let group = c.n_heads / c.n_kv_heads;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = c.scales.attention.map_or(1.0 / (hd as f32).sqrt(), |a| a as f32);
     let q: &[f32] = &b.q;
     b.att[..n * nq].par_chunks_mut(hd).enumerate().for_each(|(idx, out)| {
         let (t, head) = (idx / c.n_heads, idx % c.n_heads);

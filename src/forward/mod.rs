@@ -195,6 +195,10 @@ fn lm_head(model: &Model, k: &Kernels, batch: &mut [Sequence<'_>], x: &[f32]) {
     all.resize(m * vocab, 0.0);
     if m > 0 {
         k.matmul(w.lm_head, &xn, m, all);
+        if c.scales.logits_divisor != 1.0 {
+            let d = c.scales.logits_divisor as f32;
+            all.iter_mut().for_each(|v| *v /= d);
+        }
     }
     let mut at = own;
     for q in rest.iter_mut() {

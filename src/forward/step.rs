@@ -53,6 +53,10 @@ impl<'s> Step<'s> {
                 }
                 Input::Embeddings(e) => x.copy_from_slice(e),
             }
+            if c.scales.embedding != 1.0 {
+                let m = c.scales.embedding as f32;
+                x.iter_mut().for_each(|v| *v *= m);
+            }
             rope.extend_table(s.pos, rows.len(), &mut sc.cos, &mut sc.sin);
             let top_k = q.opts.routing.top_k.unwrap_or(c.moe.top_k); // validated by the checks
             let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
@@ -72,10 +76,16 @@ impl<'s> Step<'s> {
         kernels::rmsnorm(&self.sc.x[..nh], w, self.c.rms_norm_eps as f32, &mut self.sc.xn[..nh]);
     }
 
-    /// x += out.
+    /// x += out (· the residual multiplier, when the family has one).
     pub fn residual(&mut self) {
         let nh = self.n() * self.c.hidden_size;
-        self.sc.x[..nh].iter_mut().zip(&self.sc.out[..nh]).for_each(|(a, b)| *a += b);
+        let (x, out) = (&mut self.sc.x[..nh], &self.sc.out[..nh]);
+        let m = self.c.scales.residual as f32;
+        if m == 1.0 {
+            x.iter_mut().zip(out).for_each(|(a, b)| *a += b);
+        } else {
+            x.iter_mut().zip(out).for_each(|(a, b)| *a += m * b);
+        }
     }
 
     /// out = attention(xn) of layer `l`, appending each sequence's K/V to its cache.

@@ -17,6 +17,8 @@ pub enum Family {
     Qwen3Moe,
     /// OlmoeForCausalLM
     Olmoe,
+    /// GraniteMoeForCausalLM (Mixtral's blocks with four scalar multipliers: `Scales`)
+    GraniteMoe,
 }
 
 impl Family {
@@ -27,6 +29,7 @@ impl Family {
             Family::Qwen2Moe => "Qwen2MoeForCausalLM",
             Family::Qwen3Moe => "Qwen3MoeForCausalLM",
             Family::Olmoe => "OlmoeForCausalLM",
+            Family::GraniteMoe => "GraniteMoeForCausalLM",
         }
     }
 
@@ -37,6 +40,7 @@ impl Family {
             Family::Qwen2Moe => "qwen2_moe",
             Family::Qwen3Moe => "qwen3_moe",
             Family::Olmoe => "olmoe",
+            Family::GraniteMoe => "granitemoe",
         }
     }
 }
@@ -114,6 +118,27 @@ pub struct MoeConfig {
     pub shared_expert_gate: bool,
 }
 
+/// Scalar multipliers some families put on the residual stream (Granite): all 1 / the usual
+/// 1/sqrt(head_dim) elsewhere.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Scales {
+    /// x = embed(tokens) · embedding.
+    pub embedding: f64,
+    /// Attention scores = q·k · attention (None: 1/sqrt(head_dim)).
+    pub attention: Option<f64>,
+    /// x += residual · branch(x), for the attention and the FFN branch.
+    pub residual: f64,
+    /// logits = lm_head(x) / logits_divisor.
+    pub logits_divisor: f64,
+}
+
+impl Default for Scales {
+    fn default() -> Self {
+        Scales { embedding: 1.0, attention: None, residual: 1.0, logits_divisor: 1.0 }
+    }
+}
+
 /// Per-layer choices.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerSpec {
@@ -156,6 +181,9 @@ pub struct Config {
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     pub pad_token_id: Option<u32>,
+    /// Residual-stream multipliers (Granite); absent in files of other families.
+    #[serde(default)]
+    pub scales: Scales,
 }
 
 /// Caps that keep a hostile config from sizing absurd buffers.
@@ -203,6 +231,17 @@ impl Config {
             return Err(Error::config("partial_rotary_factor must be in (0, 1]"));
         }
         self.validate_rope_scaling()?;
+        let sc = &self.scales;
+        for (what, v) in [
+            ("scales.embedding", sc.embedding),
+            ("scales.residual", sc.residual),
+            ("scales.logits_divisor", sc.logits_divisor),
+            ("scales.attention", sc.attention.unwrap_or(1.0)),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::config(format!("{what} {v} must be finite and > 0")));
+            }
+        }
         if let Some(c) = self.clip_qkv {
             if !(c.is_finite() && c > 0.0) {
                 return Err(Error::config(format!("clip_qkv {c} must be finite and > 0")));

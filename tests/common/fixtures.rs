@@ -107,9 +107,10 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
         }
         "moe.shared_expert_gate" => "mlp.shared_expert_gate.weight".to_string(),
         "moe.router" => {
-            let a = format!("{base}.mlp.gate.weight");
-            let b = format!("{base}.block_sparse_moe.gate.weight");
-            let s = src.get(&a).or_else(|| src.get(&b)).expect("router source");
+            let s = ["mlp.gate", "block_sparse_moe.gate", "block_sparse_moe.router", "block_sparse_moe.router.layer"]
+                .iter()
+                .find_map(|leaf| src.get(&format!("{base}.{leaf}.weight")))
+                .expect("router source");
             return (s.dtype, s.bytes.clone());
         }
         s if s.starts_with("moe.experts.") => {
@@ -128,13 +129,20 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
                     return (s.dtype, s.bytes.clone());
                 }
             }
-            // Fused transformers-5 layout.
-            let fused = if proj == "down" {
-                format!("{base}.mlp.experts.down_proj")
+            // Fused stacks: transformers 5 (under mlp or Granite's block_sparse_moe) or Granite's hub names.
+            let leaves: [&str; 3] = if proj == "down" {
+                ["mlp.experts.down_proj", "block_sparse_moe.experts.down_proj", "block_sparse_moe.output_linear.weight"]
             } else {
-                format!("{base}.mlp.experts.gate_up_proj")
+                [
+                    "mlp.experts.gate_up_proj",
+                    "block_sparse_moe.experts.gate_up_proj",
+                    "block_sparse_moe.input_linear.weight",
+                ]
             };
-            let s = src.get(&fused).unwrap_or_else(|| panic!("no source for {name} expert {e}"));
+            let s = leaves
+                .iter()
+                .find_map(|leaf| src.get(&format!("{base}.{leaf}")))
+                .unwrap_or_else(|| panic!("no source for {name} expert {e}"));
             let row_bytes = s.shape[2] * elem_size(s.dtype);
             let per_expert_rows = s.shape[1];
             let first_row = e * per_expert_rows + if proj == "up" { rows } else { 0 };

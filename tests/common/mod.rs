@@ -117,6 +117,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         bos_token_id: Some(1),
         eos_token_ids: vec![2],
         pad_token_id: None,
+        scales: Default::default(),
     }
 }
 
