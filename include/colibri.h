@@ -378,6 +378,8 @@ typedef struct {
 
 #define COLIBRI_FAMILY_GRANITEMOE 4
 
+#define COLIBRI_FAMILY_GLM4_MOE 5
+
 /**
  * The weights as given (f32). What `colibri_moe_init` does.
  */

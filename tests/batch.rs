@@ -163,11 +163,12 @@ fn gumbel_routes_seeds_and_top_k_stay_per_session() {
     let tmp = tempfile::tempdir().unwrap();
     for dir in fixture_dirs() {
         let model = open(&dir, "f32", tmp.path());
-        let n_experts = model.config().moe.n_experts;
+        // Every expert a token can choose (all, or those of its best groups).
+        let most = model.config().moe.choosable();
         let routing = [
             RoutingOptions { mode: RoutingMode::Gumbel, top_k: None },
             RoutingOptions { mode: RoutingMode::Gumbel, top_k: Some(1) },
-            RoutingOptions { mode: RoutingMode::TopK, top_k: Some(n_experts) },
+            RoutingOptions { mode: RoutingMode::TopK, top_k: Some(most) },
         ];
         let seeds = [11, 22, 33];
         let mut solo: Vec<Session> = seeds.iter().map(|&s| session(&model, 64, s)).collect();

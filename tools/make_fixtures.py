@@ -74,6 +74,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import (  # noqa: E402
     AutoTokenizer,
     GenerationConfig,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
     GraniteMoeConfig,
     GraniteMoeForCausalLM,
     MixtralConfig,
@@ -381,6 +383,7 @@ FAMILIES = {
     "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
     "olmoe": (OlmoeConfig, OlmoeForCausalLM),
     "granitemoe": (GraniteMoeConfig, GraniteMoeForCausalLM),
+    "glm4_moe": (Glm4MoeConfig, Glm4MoeForCausalLM),
 }
 
 SP_IDS = {"unk": 0, "bos": 1, "eos": 2}
@@ -568,6 +571,49 @@ FIXTURES = [
         "(block_sparse_moe.router.layer.weight, block_sparse_moe.input_linear.weight [E,2F,H], output_linear.weight [E,H,F]); "
         "legacy hub config (rope_theta top level, torch_dtype).",
     ),
+    dict(
+        name="glm4_moe_groups",
+        family="glm4_moe",
+        tokenizer="bytelevel_bpe",
+        seed=10101,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+            n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1, norm_topk_prob=True,
+            use_qk_norm=True, attention_bias=True, max_position_embeddings=4096, rms_norm_eps=1e-5,
+            bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="GLM-4.5: sigmoid router scores + e_score_correction_bias (random, for choosing only), 8 experts in 2 groups "
+        "(group score = sum of its two best biased scores; topk_group=1), top-2 renormalised (+1e-20) then x2.5 "
+        "(routed_scaling_factor), one ungated shared expert (moe_intermediate_size), first_k_dense_replace=1 (layer 0 dense, "
+        "intermediate_size 48), per-head q/k RMSNorm (use_qk_norm), q/k/v bias, partial RoPE (half of head_dim 16), "
+        "hub per-expert layout (mlp.experts.{e}.gate_proj ...; mlp.gate.weight, mlp.gate.e_score_correction_bias, "
+        "mlp.shared_experts.*).",
+    ),
+    dict(
+        name="glm4_moe_plain",
+        family="glm4_moe",
+        tokenizer="bytelevel_bpe",
+        seed=11111,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=40, moe_intermediate_size=24, num_hidden_layers=2,
+            num_attention_heads=3, num_key_value_heads=1, head_dim=16, n_routed_experts=6, num_experts_per_tok=3,
+            n_shared_experts=2, n_group=1, topk_group=1, routed_scaling_factor=1.0, first_k_dense_replace=0,
+            norm_topk_prob=False, use_qk_norm=False, attention_bias=False, max_position_embeddings=4096, rms_norm_eps=1e-5,
+            bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="GLM-4.5 without groups: 6 experts top-3 by biased sigmoid scores, weights = the raw sigmoid scores "
+        "(norm_topk_prob=false, routed_scaling_factor 1), two shared experts (shared ffn 2 x 24), every layer sparse, "
+        "MQA 3/1 with head_dim 16 != 48/3, no q/k norm, no bias, partial RoPE 0.25 (4 of 16 dims); fused layout.",
+    ),
 ]
 
 # design constants
@@ -580,6 +626,12 @@ BG_LM = 0.5  # std of the random lm_head background logits
 ROUTER_MIN_REL = 0.08  # asserted: min over tokens/layers/i<=k of (l_i - l_{i+1}) / max|l|
 GREEDY_MIN_REL = 0.05  # asserted: min over greedy steps of (top1 - top2) / max|logit|
 MAX_ATTEMPTS = 20
+
+
+def router_min_rel(spec):
+    """The relative router margin a fixture must keep: sigmoid routers (GLM-4.5) choose on scores in
+    (0, 1) + a small bias, where max|key| ~ 1 and an absolute gap of 0.04 is far beyond rounding."""
+    return 0.04 if spec["family"] == "glm4_moe" else ROUTER_MIN_REL
 
 
 def moe_block(layer):
@@ -684,11 +736,17 @@ def design_weights(model, spec, seed):
             Ee, twoF, _ = ex.gate_up_proj.shape
             F = twoF // 2
             put(ex.gate_up_proj, nrm((Ee, twoF, H), 1.0 / math.sqrt(H)))
-            down = np.stack([Q @ nrm((H, F), BRANCH * emb_rms * 2.5 / math.sqrt(F)) for _ in range(Ee)])
+            rs = getattr(cfg, "routed_scaling_factor", 1.0) or 1.0  # GLM: weights x rs; keep the branch size
+            down = np.stack([Q @ nrm((H, F), BRANCH * emb_rms * 2.5 / (rs * math.sqrt(F))) for _ in range(Ee)])
             put(ex.down_proj, down)
             if hasattr(mlp, "shared_expert"):
                 mlp_weights(mlp.shared_expert, scale=0.8)
                 put(mlp.shared_expert_gate.weight, nrm((1, H), 1.5 / math.sqrt(H)))
+            if hasattr(mlp, "shared_experts"):  # GLM-4.5: added as it is
+                mlp_weights(mlp.shared_experts, scale=0.3)
+            bias = getattr(router_of(mlp), "e_score_correction_bias", None)
+            if bias is not None:  # small, for choosing only: the oracle shows its effect
+                put(bias, rng.uniform(-0.03, 0.03, bias.shape[0]))
         else:
             mlp_weights(mlp)
 
@@ -698,9 +756,18 @@ def design_weights(model, spec, seed):
         for j, _ in enumerate(moe):
             t = np.empty(E)
             perm = rng.permutation(E)
+            n_group = getattr(cfg, "n_group", 1) or 1
+            if n_group > 1:  # the ladder inside one group, so that group wins clearly
+                per = E // n_group
+                g = int(rng.integers(n_group))
+                inside = rng.permutation(np.arange(g * per, (g + 1) * per))
+                outside = rng.permutation(np.setdiff1d(np.arange(E), inside))
+                perm = np.concatenate([inside[:k], outside, inside[k:]])
             # top-k ladder with random gaps in [0.8, 1.5] units (diverse routing weights), rest in [-1.2, 0]
             t[perm[:k]] = np.cumsum(rng.uniform(0.8, 1.5, k))[::-1]
             t[perm[k:]] = rng.uniform(-1.2, 0.0, E - k)
+            if spec["family"] == "glm4_moe":  # sigmoid scores: centre the ladder on the steep part
+                t -= t[perm[:k]].mean()
             T[v, j * E:(j + 1) * E] = t
     X = T @ A_pinv.T  # V x H, A X^T = T^T
     Z = nrm((V, H), 1.0) @ (np.eye(H) - P)
@@ -749,7 +816,10 @@ class RouterRecorder:
     def _hook(self, i):
         def fn(mod, inp, out):
             logits, scores, idx = out
-            self.records[i] = (logits.detach().float().clone(), scores.detach().float().clone(), idx.detach().clone())
+            scores, idx = scores.detach().float().clone(), idx.detach().clone()
+            order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # by weight (GLM: unsorted topk)
+            scores, idx = scores.gather(-1, order), idx.gather(-1, order)
+            self.records[i] = (choice_keys(mod, logits.detach().float().clone()), scores, idx)
 
         return fn
 
@@ -759,6 +829,30 @@ class RouterRecorder:
     def remove(self):
         for h in self.handles:
             h.remove()
+
+
+def choice_keys(router, logits: torch.Tensor) -> torch.Tensor:
+    """What a router's top-k is taken over: the logits (softmax routers: same order), or for the
+    sigmoid routers sigmoid(logits) + e_score_correction_bias, with the losing groups' experts put
+    at (the k-th best winning key - the group margin): the margin at position k then also covers
+    the choice of groups."""
+    bias = getattr(router, "e_score_correction_bias", None)
+    if bias is None:
+        return logits
+    keys = logits.sigmoid() + bias.float()
+    g = getattr(router, "num_group", 1) or 1
+    if g > 1:
+        per = keys.shape[-1] // g
+        gs = keys.view(-1, g, per).topk(2, dim=-1)[0].sum(-1)  # [T, g]
+        sg, _ = torch.sort(gs, dim=-1, descending=True)
+        tg = router.topk_group
+        win = gs >= sg[:, tg - 1:tg]
+        # a losing group's experts rank below every winner by exactly the group margin
+        gap = (sg[:, tg - 1] - sg[:, tg]).clamp_min(0)
+        winners = keys.masked_fill(~win.repeat_interleave(per, -1), float("-inf"))
+        floor = winners.topk(router.top_k, dim=-1)[0][:, -1] - gap
+        keys = torch.where(win.repeat_interleave(per, -1), keys, floor[:, None] - 1e-9 * torch.arange(keys.shape[-1]))
+    return keys
 
 
 def router_margin(logits: torch.Tensor, k: int) -> tuple[float, float]:
@@ -836,10 +930,14 @@ def run_variant(model, input_ids, prompt, n_new=32):
 
 
 def rounded_copy(model, dtype):
+    """Every weight rounded to `dtype`, except those transformers keeps in f32 when it loads the
+    model in that dtype (`_keep_in_fp32_modules_strict`: GLM-4.5's router gate.weight)."""
     m = copy.deepcopy(model)
+    keep = getattr(m, "_keep_in_fp32_modules_strict", None) or []
     with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(p.to(dtype).to(torch.float32))
+        for name, p in m.named_parameters():
+            if not any(k in name for k in keep):
+                p.copy_(p.to(dtype).to(torch.float32))
     return m
 
 
@@ -860,6 +958,7 @@ def _np_rope(c, hd, T):
     rp = dict(c.get("rope_parameters") or {})
     theta = rp.get("rope_theta", c.get("rope_theta"))
     sc = c.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
+    hd = int(hd * rp.get("partial_rotary_factor", 1.0))  # the rotated leading dims (GLM-4.5: a part)
     inv = 1.0 / (theta ** (np.arange(0, hd, 2) / hd))
     att = 1.0
     if sc:
@@ -916,11 +1015,12 @@ def independent_forward(d: Path, ids):
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
         q, kk, v = q.reshape(T, nh, hd), kk.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
-        if fam == "qwen3_moe":  # RMSNorm per head over head_dim
+        if fam in ("qwen3_moe", "glm4_moe") and p + "self_attn.q_norm.weight" in W:  # RMSNorm per head over head_dim
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos[:, None] + _np_rot(q) * sin[:, None]
-        kk = kk * cos[:, None] + _np_rot(kk) * sin[:, None]
+        r = cos.shape[-1]  # rotate the leading r dims of each head, pass the rest
+        q = np.concatenate([q[..., :r] * cos[:, None] + _np_rot(q[..., :r]) * sin[:, None], q[..., r:]], -1)
+        kk = np.concatenate([kk[..., :r] * cos[:, None] + _np_rot(kk[..., :r]) * sin[:, None], kk[..., r:]], -1)
         kk, v = np.repeat(kk, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
         sc = np.einsum("qhd,khd->hqk", q, kk) * att_scale
         qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
@@ -942,11 +1042,30 @@ def independent_forward(d: Path, ids):
             x = x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
             continue
         lg = h @ W[router].T
-        pr = np.exp(lg - lg.max(-1, keepdims=True))
-        pr /= pr.sum(-1, keepdims=True)
-        top = np.argsort(-pr, -1, kind="stable")[:, :k]
-        tw = np.take_along_axis(pr, top, -1)
-        if fam in ("mixtral", "granitemoe") or c.get("norm_topk_prob"):  # Granite: softmax over the top-k logits
+        if fam == "glm4_moe":  # sigmoid scores; choose by score + bias within the best groups
+            pr = 1 / (1 + np.exp(-lg))
+            keys = pr + W[pre + "gate.e_score_correction_bias"]
+            g = c.get("n_group", 1)
+            if g > 1:
+                per = keys.shape[-1] // g
+                gs = np.sort(keys.reshape(T, g, per), -1)[..., -2:].sum(-1)
+                lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
+                for t in range(T):
+                    for gi in lose[t]:
+                        keys[t, gi * per:(gi + 1) * per] = -np.inf
+            top = np.argsort(-keys, -1, kind="stable")[:, :k]
+            tw = np.take_along_axis(pr, top, -1)
+            order = np.argsort(-tw, -1, kind="stable")
+            top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
+            if c.get("norm_topk_prob"):
+                tw = tw / (tw.sum(-1, keepdims=True) + 1e-20)
+            tw = tw * c.get("routed_scaling_factor", 1.0)
+        else:
+            pr = np.exp(lg - lg.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            top = np.argsort(-pr, -1, kind="stable")[:, :k]
+            tw = np.take_along_axis(pr, top, -1)
+        if fam in ("mixtral", "granitemoe") or (fam != "glm4_moe" and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
             tw = tw / tw.sum(-1, keepdims=True)
         routing.append(top.tolist())
         y = np.zeros_like(x)
@@ -965,6 +1084,8 @@ def independent_forward(d: Path, ids):
         if pre + "shared_expert_gate.weight" in W:
             se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
             y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
+        if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
+            y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
         x = x + res_mult * y
     x = _np_rms(x, W["model.norm.weight"], eps)
     lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
@@ -1171,7 +1292,8 @@ def build_fixture(spec, tok_texts, log):
         if spec["dtype"] == "bfloat16":
             model = rounded_copy(model, torch.bfloat16)
         ref = run_variant(model, input_ids, prompt)
-        if ref["r_rel"] < ROUTER_MIN_REL or ref["g_rel"] < GREEDY_MIN_REL:
+        r_min = router_min_rel(spec)
+        if ref["r_rel"] < r_min or ref["g_rel"] < GREEDY_MIN_REL:
             last_err = f"attempt {attempt} (seed {seed}): router {ref['r_rel']:.4f} greedy {ref['g_rel']:.4f}"
             log("    retry: " + last_err)
             continue
@@ -1188,7 +1310,7 @@ def build_fixture(spec, tok_texts, log):
         variants = {"f32": loaded, "bf16": rounded_copy(loaded, torch.bfloat16), "f16": rounded_copy(loaded, torch.float16)}
         res = {name: run_variant(m, input_ids, prompt) for name, m in variants.items()}
         assert torch.allclose(res["f32"]["logits"], ref["logits"], atol=1e-5, rtol=0), "reloaded checkpoint changed the logits"
-        bad = [(n, r["r_rel"], r["g_rel"]) for n, r in res.items() if r["r_rel"] < ROUTER_MIN_REL or r["g_rel"] < GREEDY_MIN_REL]
+        bad = [(n, r["r_rel"], r["g_rel"]) for n, r in res.items() if r["r_rel"] < r_min or r["g_rel"] < GREEDY_MIN_REL]
         if bad:
             last_err = f"attempt {attempt} (seed {seed}): {bad}"
             log("    retry: " + last_err)
@@ -1246,7 +1368,8 @@ def build_fixture(spec, tok_texts, log):
         "design": info,
         "logits_files": {
             "logits_f32.npy": "float32 [T, V] teacher-forced logits over input_ids (no BOS added), model loaded in float32, eager attention, eager experts",
-            "logits_bf16.npy": "same, every weight rounded to bfloat16 then back to float32, computed in float32",
+            "logits_bf16.npy": "same, every weight rounded to bfloat16 then back to float32 (except what transformers keeps in "
+            "float32: _keep_in_fp32_modules_strict), computed in float32",
             "logits_f16.npy": "same, every weight rounded to float16 then back to float32, computed in float32",
         },
         "routing_format": "routing_*[layer][token] = top-k expert ids sorted by routing weight descending (null for dense "

@@ -259,11 +259,25 @@ fn validate_checks_the_header_before_reading_a_huge_file() {
     assert_fails(&colibri(&["validate", "--no-mmap", s(&big)]), "trailing");
 }
 
+/// `colibri ARGS` under `ulimit -v KIB`.
+fn under_limit(kib: u64, args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_colibri"))
+        .args(args)
+        .output()
+        .expect("run sh")
+}
+
 /// Under an address-space limit (`ulimit -v`) every command either works or exits 1 with one
-/// `error:` line: no panic (101) and no abort (134), whatever the limit. The sweep crosses the
-/// limits where the mapping, the thread pool, the tokenizer and the KV cache each fail first.
+/// `error:` line: no panic (101) and no abort (134), whatever the limit. The sweep starts at the
+/// smallest limit the binary can start under at all (below it the dynamic loader fails, before
+/// any of our code runs) and crosses the limits where the mapping, the thread pool, the
+/// tokenizer and the KV cache each fail first.
 #[test]
 fn every_command_fails_cleanly_under_an_address_space_limit() {
+    let start = (4_000..64_000).step_by(1_000).find(|&k| under_limit(k, &["--version"]).status.success()).unwrap();
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
     let m = s(&model);
     let commands: [&[&str]; 4] = [
@@ -272,15 +286,9 @@ fn every_command_fails_cleanly_under_an_address_space_limit() {
         &["inspect", m],
         &["run", "-m", m, "-p", "Hello there", "-n", "4"],
     ];
-    for kib in (8_000..=96_000).step_by(1_000) {
+    for kib in (start..=start + 96_000).step_by(1_000) {
         for args in commands {
-            let o = Command::new("sh")
-                .arg("-c")
-                .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
-                .arg(env!("CARGO_BIN_EXE_colibri"))
-                .args(args)
-                .output()
-                .expect("run sh");
+            let o = under_limit(kib, args);
             if o.status.success() {
                 continue;
             }

@@ -3,7 +3,7 @@
 //! Family rules mirror transformers' configuration_<family>.py and modeling_<family>.py.
 
 use crate::error::{fail, Result};
-use colibri::model::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales};
+use colibri::model::{Config, ExpertGroups, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
 use serde_json::Value;
 
 fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
@@ -59,11 +59,12 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("Qwen3MoeForCausalLM"), _) | (None, Some("qwen3_moe")) => Family::Qwen3Moe,
         (Some("OlmoeForCausalLM"), _) | (None, Some("olmoe")) => Family::Olmoe,
         (Some("GraniteMoeForCausalLM"), _) | (None, Some("granitemoe")) => Family::GraniteMoe,
+        (Some("Glm4MoeForCausalLM"), _) | (None, Some("glm4_moe")) => Family::Glm4Moe,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
-                 GraniteMoeForCausalLM",
+                 GraniteMoeForCausalLM, Glm4MoeForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -88,7 +89,9 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
-    let partial = pf("partial_rotary_factor")?.or(opt_f64(hf, "partial_rotary_factor")?).unwrap_or(1.0);
+    // GLM-4.5 rotates half of each head unless told otherwise (Glm4MoeConfig's default).
+    let default_partial = if fam == Family::Glm4Moe { 0.5 } else { 1.0 };
+    let partial = pf("partial_rotary_factor")?.or(opt_f64(hf, "partial_rotary_factor")?).unwrap_or(default_partial);
     let kind = p("rope_type").or_else(|| p("type")).and_then(|t| t.as_str()).unwrap_or("default");
     let original =
         pf("original_max_position_embeddings")?.or(opt_f64(hf, "original_max_position_embeddings")?).map(|x| x as u64);
@@ -155,7 +158,7 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
     }
     Ok(match fam {
         Family::Mixtral => vec![window; n_layers],
-        Family::GraniteMoe => vec![None; n_layers],
+        Family::GraniteMoe | Family::Glm4Moe => vec![None; n_layers],
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
         Family::Qwen2Moe => {
             let max_window_layers = opt_usize(hf, "max_window_layers")?.unwrap_or(28);
@@ -170,11 +173,11 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
 /// The routed experts (count, top-k, widths, renormalisation, shared expert) and the dense
 /// layers' FFN width.
 fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
-    // transformers 5 writes `num_local_experts` for every family; transformers 4 `num_experts`
-    // for all but Mixtral.
-    let n_experts = match opt_usize(hf, "num_local_experts")? {
-        Some(n) => n,
-        None => usize_key(hf, "num_experts")?,
+    // transformers 5 writes `num_local_experts` for most families; transformers 4 `num_experts`
+    // for all but Mixtral; GLM-4.5 (and DeepSeek) `n_routed_experts`.
+    let n_experts = match (opt_usize(hf, "num_local_experts")?, opt_usize(hf, "n_routed_experts")?) {
+        (Some(n), _) | (None, Some(n)) => n,
+        (None, None) => usize_key(hf, "num_experts")?,
     };
     let top_k = usize_key(hf, "num_experts_per_tok")?;
     // Granite takes the softmax over the top-k logits: the renormalised top-k probabilities.
@@ -190,6 +193,18 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         Family::Qwen3Moe => {
             (usize_key(hf, "moe_intermediate_size")?, opt_usize(hf, "intermediate_size")?.unwrap_or(0), 0)
         }
+        Family::Glm4Moe => {
+            let f = usize_key(hf, "moe_intermediate_size")?;
+            let n_shared = opt_usize(hf, "n_shared_experts")?.unwrap_or(1);
+            (f, opt_usize(hf, "intermediate_size")?.unwrap_or(0), f * n_shared)
+        }
+    };
+    let glm = fam == Family::Glm4Moe;
+    let groups = match (opt_usize(hf, "n_group")?, opt_usize(hf, "topk_group")?) {
+        (Some(n_group), topk_group) if glm && n_group > 1 => {
+            Some(ExpertGroups { n_group, topk_group: topk_group.unwrap_or(1) })
+        }
+        _ => None,
     };
     let moe = MoeConfig {
         n_experts,
@@ -197,7 +212,12 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         expert_ffn,
         norm_topk_prob,
         shared_expert_ffn: shared,
-        shared_expert_gate: shared > 0,
+        // Qwen2-MoE gates its shared expert; GLM-4.5 adds it as it is.
+        shared_expert_gate: shared > 0 && fam == Family::Qwen2Moe,
+        scoring: if glm { Scoring::Sigmoid } else { Scoring::Softmax },
+        choice_bias: glm,
+        groups,
+        routed_scaling: if glm { opt_f64(hf, "routed_scaling_factor")?.unwrap_or(1.0) } else { 1.0 },
     };
     Ok((moe, dense_ffn))
 }
@@ -208,6 +228,8 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
     // modeling_qwen2_moe / qwen3_moe: sparse iff not in mlp_only_layers and (i+1) % step == 0.
     let moe_layer = |i: usize| -> Result<bool> {
         match fam {
+            // modeling_glm4_moe: the first `first_k_dense_replace` layers are dense.
+            Family::Glm4Moe => Ok(i >= opt_usize(hf, "first_k_dense_replace")?.unwrap_or(1)),
             Family::Qwen2Moe | Family::Qwen3Moe => {
                 let step = opt_usize(hf, "decoder_sparse_step")?.unwrap_or(1).max(1);
                 let mlp_only: Vec<u64> = get(hf, "mlp_only_layers")
@@ -228,11 +250,13 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
         Family::Qwen2Moe => opt_bool(hf, "qkv_bias")?.or(opt_bool(hf, "attention_bias")?).unwrap_or(true),
         _ => opt_bool(hf, "attention_bias")?.unwrap_or(false),
     };
-    if attention_bias && fam != Family::Qwen2Moe {
+    // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's.
+    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe) {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
         Family::Qwen3Moe => QkNorm::PerHead,
+        Family::Glm4Moe if opt_bool(hf, "use_qk_norm")?.unwrap_or(false) => QkNorm::PerHead,
         Family::Olmoe => QkNorm::Full,
         _ => QkNorm::None,
     };

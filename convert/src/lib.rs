@@ -103,7 +103,8 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     if !unused.is_empty() {
         warnings.push(format!("{} source tensors are not used: {}", unused.len(), unused.join(", ")));
     }
-    let plan = plan::plan(&resolved, args.dtype, args.quantize.as_ref(), &mut warnings)?;
+    let routers_f32 = config.moe.scoring == colibri::model::Scoring::Sigmoid;
+    let plan = plan::plan(&resolved, args.dtype, args.quantize.as_ref(), routers_f32, &mut warnings)?;
     meta.push(metadata::provenance(dir, &config, args, plan.provenance(args.quantize.as_ref())));
     meta.extend(metadata::user_blob(args)?);
 

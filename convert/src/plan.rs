@@ -1,7 +1,8 @@
 //! The dtype of every output tensor. Without `--quantize`: `--dtype`, else the source dtype.
 //! With it: the scheme's block dtype for every matrix of a selected class whose rows are whole
 //! groups of 32; a selected matrix whose rows are not stays float (`--dtype`, else f16) and is
-//! named in a warning; everything else follows the no-quantisation rule.
+//! named in a warning; everything else follows the no-quantisation rule, except that sigmoid
+//! routers and their choice bias stay f32.
 
 use super::quantize::Quantize;
 use super::sources::Resolved;
@@ -72,6 +73,7 @@ pub fn plan(
     resolved: &[Resolved],
     dtype: Option<DType>,
     quantize: Option<&Quantize>,
+    routers_f32: bool,
     warnings: &mut Vec<String>,
 ) -> Result<Plan> {
     let mut out = Plan { tensors: Vec::with_capacity(resolved.len()), quantised: 0, kept_float: Vec::new() };
@@ -94,6 +96,9 @@ pub fn plan(
                 out.kept_float.push(r.spec.name.clone());
                 dtype.unwrap_or(DType::F16)
             }
+            // Sigmoid routers (and their choice bias) stay f32 whatever --dtype says, as
+            // transformers keeps them: bf16 routers change which experts win.
+            None if routers_f32 && r.spec.role == colibri::model::Role::Router => DType::F32,
             None => {
                 let src = r.pieces[0].tensor.dtype;
                 if r.pieces.iter().any(|p| p.tensor.dtype != src) && dtype.is_none() {

@@ -132,6 +132,10 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
             let base = format!("model.layers.{l}");
             let attn = |leaf: &str| vec![format!("{base}.self_attn.{leaf}")];
             let moe = |leaf: &str| moe_prefixes(c.family, l).into_iter().map(|p| format!("{p}.{leaf}")).collect();
+            // Qwen2-MoE's `shared_expert`, GLM-4.5's `shared_experts`.
+            let shared = |proj: &str| -> Vec<String> {
+                [moe(&format!("shared_expert.{proj}.weight")), moe(&format!("shared_experts.{proj}.weight"))].concat()
+            };
             match sfx {
                 ATTN_NORM => one(vec![format!("{base}.input_layernorm.weight")])?,
                 FFN_NORM => one(vec![format!("{base}.post_attention_layernorm.weight")])?,
@@ -145,12 +149,13 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 Q_NORM => one(attn("q_norm.weight"))?,
                 K_NORM => one(attn("k_norm.weight"))?,
                 ROUTER => one([moe("gate.weight"), moe("router.weight"), moe("router.layer.weight")].concat())?,
+                ROUTER_BIAS => one(moe("gate.e_score_correction_bias"))?,
                 EXPERTS_GATE => expert_stack(ck, c.family, l, Proj::Gate, spec)?,
                 EXPERTS_UP => expert_stack(ck, c.family, l, Proj::Up, spec)?,
                 EXPERTS_DOWN => expert_stack(ck, c.family, l, Proj::Down, spec)?,
-                SHARED_GATE_PROJ => one(moe("shared_expert.gate_proj.weight"))?,
-                SHARED_UP => one(moe("shared_expert.up_proj.weight"))?,
-                SHARED_DOWN => one(moe("shared_expert.down_proj.weight"))?,
+                SHARED_GATE_PROJ => one(shared("gate_proj"))?,
+                SHARED_UP => one(shared("up_proj"))?,
+                SHARED_DOWN => one(shared("down_proj"))?,
                 SHARED_EXPERT_GATE => one(moe("shared_expert_gate.weight"))?,
                 MLP_GATE => one(vec![format!("{base}.mlp.gate_proj.weight")])?,
                 MLP_UP => one(vec![format!("{base}.mlp.up_proj.weight")])?,

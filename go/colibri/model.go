@@ -24,6 +24,7 @@ const (
 	FamilyQwen3MoE   Family = C.COLIBRI_FAMILY_QWEN3_MOE
 	FamilyOLMoE      Family = C.COLIBRI_FAMILY_OLMOE
 	FamilyGraniteMoE Family = C.COLIBRI_FAMILY_GRANITEMOE
+	FamilyGLM4MoE    Family = C.COLIBRI_FAMILY_GLM4_MOE
 )
 
 func (f Family) String() string {

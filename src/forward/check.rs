@@ -11,7 +11,7 @@ use crate::session::Session;
 
 /// Check routing options against a model (top-k override within 1..=n_experts).
 pub fn check_routing(c: &Config, r: &RoutingOptions) -> Result<()> {
-    router::effective_top_k(r, c.moe.n_experts, c.moe.top_k).map(|_| ())
+    router::effective_top_k(r, c.moe.choosable(), c.moe.top_k).map(|_| ())
 }
 
 /// Check every sequence of a batch; returns the total number of new rows and the kernels the
@@ -72,7 +72,7 @@ pub fn check_input(model: &Model, s: &Session, input: &Input<'_>, opts: &Forward
     if s.pos + n > s.n_ctx() {
         return Err(Error::ContextFull { cached: s.pos, new: n, n_ctx: s.n_ctx(), sequence: None });
     }
-    router::effective_top_k(&opts.routing, c.moe.n_experts, c.moe.top_k)?;
+    router::effective_top_k(&opts.routing, c.moe.choosable(), c.moe.top_k)?;
     Ok(n)
 }
 

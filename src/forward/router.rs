@@ -1,10 +1,13 @@
-//! The MoE router: gate logits → softmax → top-k (deterministic, or Gumbel-perturbed selection)
-//! → combination weights by the family's rule (renormalised over the chosen experts when
-//! `norm_topk_prob`, else the full-softmax probabilities). Mirrors `MixtralTopKRouter` /
-//! `Qwen2MoeTopKRouter`.
+//! The MoE router: gate logits → scores (softmax over all experts, or a sigmoid per expert) →
+//! top-k (deterministic, or Gumbel-perturbed selection; optionally with a per-expert choice bias
+//! and limited to the best expert groups) → combination weights by the family's rule
+//! (renormalised over the chosen experts when `norm_topk_prob`, else the scores themselves; then
+//! × routed_scaling). Mirrors `MixtralTopKRouter` / `Qwen2MoeTopKRouter` / `Glm4MoeTopkRouter`
+//! (= DeepSeek-V3's).
 
 use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels, Mat};
+use crate::model::{ExpertGroups, Scoring};
 use crate::rng::Rng;
 
 /// How experts are chosen.
@@ -14,7 +17,9 @@ pub enum RoutingMode {
     #[default]
     TopK,
     /// The k largest of logit + Gumbel noise −log(−log u), u from the session's seeded RNG.
-    /// Only the choice is perturbed; the weights come from the un-noised logits.
+    /// Only the choice is perturbed; the weights come from the un-noised logits. With sigmoid
+    /// scoring the noise is added to the logit before the sigmoid, and the choice bias and the
+    /// group scores are computed from those perturbed scores.
     Gumbel,
 }
 
@@ -80,48 +85,109 @@ pub fn logits(k: &Kernels, w: Mat<'_>, xn: &[f32], n: usize, out: &mut Vec<f32>)
     k.matmul(w, xn, n, out);
 }
 
+/// The model's routing rule (from `MoeConfig` and the layer's choice bias).
+#[derive(Clone, Copy, Debug)]
+pub struct Rule<'b> {
+    /// Renormalise the weights over the chosen experts (else the scores themselves).
+    pub renormalise: bool,
+    pub scoring: Scoring,
+    /// [n_experts] added to the scores for choosing only.
+    pub bias: Option<&'b [f32]>,
+    pub groups: Option<ExpertGroups>,
+    /// Weights × this.
+    pub scale: f32,
+}
+
 /// How one sequence chooses its experts.
 pub struct Choice<'r> {
     pub k: usize,
-    /// Renormalise the weights over the chosen experts (else the full-softmax probabilities).
-    pub renormalise: bool,
     pub mode: RoutingMode,
     /// The sequence's RNG (Gumbel noise).
     pub rng: &'r mut Rng,
 }
 
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Keep only the experts of the `topk_group` groups whose two best `keys` sum highest (others
+/// get −∞), as `Glm4MoeTopkRouter` does.
+fn limit_to_groups(keys: &mut [f32], g: ExpertGroups) {
+    let per = keys.len() / g.n_group;
+    let mut group_score: Vec<(f32, usize)> = keys
+        .chunks_exact(per)
+        .enumerate()
+        .map(|(i, ks)| {
+            let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for &x in ks {
+                if x > a {
+                    (a, b) = (x, a);
+                } else if x > b {
+                    b = x;
+                }
+            }
+            (a + b, i)
+        })
+        .collect();
+    group_score.sort_by(|x, y| y.0.partial_cmp(&x.0).unwrap_or(std::cmp::Ordering::Equal));
+    for &(_, i) in &group_score[g.topk_group..] {
+        keys[i * per..(i + 1) * per].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+    }
+}
+
 /// Choose experts for each row of `logits` ([rows, n_experts]) and append the rows to `routes`.
-pub fn select(logits: &[f32], n_experts: usize, choice: &mut Choice<'_>, routes: &mut Routes) {
+pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Choice<'_>, routes: &mut Routes) {
     let k = choice.k;
     let mut order: Vec<usize> = Vec::with_capacity(n_experts);
     let mut keys = vec![0f32; n_experts];
-    let mut probs = vec![0f32; n_experts];
+    let mut scores = vec![0f32; n_experts];
     for l in logits.chunks_exact(n_experts) {
-        probs.copy_from_slice(l);
-        kernels::softmax(&mut probs);
+        scores.copy_from_slice(l);
+        match rule.scoring {
+            Scoring::Softmax => kernels::softmax(&mut scores),
+            Scoring::Sigmoid => scores.iter_mut().for_each(|x| *x = sigmoid(*x)),
+        }
         match choice.mode {
-            RoutingMode::TopK => keys.copy_from_slice(&probs),
+            RoutingMode::TopK => keys.copy_from_slice(&scores),
             RoutingMode::Gumbel => {
                 for (key, &li) in keys.iter_mut().zip(l) {
                     let u = choice.rng.next_open01();
-                    *key = li + (-(-u.ln()).ln()) as f32;
+                    let noisy = li + (-(-u.ln()).ln()) as f32;
+                    *key = if rule.scoring == Scoring::Sigmoid { sigmoid(noisy) } else { noisy };
                 }
             }
+        }
+        if let Some(b) = rule.bias {
+            keys.iter_mut().zip(b).for_each(|(key, b)| *key += b);
+        }
+        if let Some(g) = rule.groups {
+            limit_to_groups(&mut keys, g);
         }
         order.clear();
         order.extend(0..n_experts);
         // Largest key first; equal keys keep the lower index first (stable sort).
         order.sort_by(|&a, &b| keys[b].partial_cmp(&keys[a]).unwrap_or(std::cmp::Ordering::Equal));
-        let chosen = &order[..k];
-        if choice.renormalise {
+        let chosen = &mut order[..k];
+        let at = routes.weights.len();
+        if rule.scoring == Scoring::Softmax && rule.renormalise {
             // Softmax over the chosen logits, max taken over the chosen ones.
             let m = chosen.iter().map(|&e| l[e]).fold(f32::NEG_INFINITY, f32::max);
-            let at = routes.weights.len();
             routes.weights.extend(chosen.iter().map(|&e| (l[e] - m).exp()));
             let s: f32 = routes.weights[at..].iter().sum();
             routes.weights[at..].iter_mut().for_each(|v| *v /= s);
         } else {
-            routes.weights.extend(chosen.iter().map(|&e| probs[e]));
+            if rule.bias.is_some() {
+                // Chosen by biased keys: list them by their weights (the unbiased scores).
+                chosen.sort_by(|&a, &b| scores[b].partial_cmp(&scores[a]).unwrap_or(std::cmp::Ordering::Equal));
+            }
+            routes.weights.extend(chosen.iter().map(|&e| scores[e]));
+            if rule.renormalise {
+                let s: f32 = routes.weights[at..].iter().sum::<f32>() + 1e-20;
+                routes.weights[at..].iter_mut().for_each(|v| *v /= s);
+            }
+        }
+        if rule.scale != 1.0 {
+            routes.weights[at..].iter_mut().for_each(|v| *v *= rule.scale);
         }
         routes.experts.extend(chosen.iter().map(|&e| e as u32));
         routes.start.push(routes.experts.len());

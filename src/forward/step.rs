@@ -108,15 +108,18 @@ impl<'s> Step<'s> {
         router::logits(&self.k, mw.router, xn, n, &mut self.gate);
         self.routes.clear();
         let e = mw.router.rows();
+        let m = &self.c.moe;
+        let rule = router::Rule {
+            renormalise: m.norm_topk_prob,
+            scoring: m.scoring,
+            bias: mw.choice_bias.as_deref(),
+            groups: m.groups,
+            scale: m.routed_scaling as f32,
+        };
         for lane in self.lanes.iter_mut() {
             let r = lane.rows.clone();
-            let mut choice = router::Choice {
-                k: lane.top_k,
-                renormalise: self.c.moe.norm_topk_prob,
-                mode: lane.mode,
-                rng: &mut *lane.rng,
-            };
-            router::select(&self.gate[r.start * e..r.end * e], e, &mut choice, &mut self.routes);
+            let mut choice = router::Choice { k: lane.top_k, mode: lane.mode, rng: &mut *lane.rng };
+            router::select(&self.gate[r.start * e..r.end * e], e, &rule, &mut choice, &mut self.routes);
             if let Some(trace) = lane.trace.as_deref_mut() {
                 record(trace, &self.routes, r, l, lane.pos0);
             }

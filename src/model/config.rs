@@ -19,6 +19,9 @@ pub enum Family {
     Olmoe,
     /// GraniteMoeForCausalLM (Mixtral's blocks with four scalar multipliers: `Scales`)
     GraniteMoe,
+    /// Glm4MoeForCausalLM (GLM-4.5 / 4.6: sigmoid routing with a choice bias and expert groups,
+    /// an ungated shared expert, leading dense layers, partial RoPE)
+    Glm4Moe,
 }
 
 impl Family {
@@ -30,6 +33,7 @@ impl Family {
             Family::Qwen3Moe => "Qwen3MoeForCausalLM",
             Family::Olmoe => "OlmoeForCausalLM",
             Family::GraniteMoe => "GraniteMoeForCausalLM",
+            Family::Glm4Moe => "Glm4MoeForCausalLM",
         }
     }
 
@@ -41,6 +45,7 @@ impl Family {
             Family::Qwen3Moe => "qwen3_moe",
             Family::Olmoe => "olmoe",
             Family::GraniteMoe => "granitemoe",
+            Family::Glm4Moe => "glm4_moe",
         }
     }
 }
@@ -99,8 +104,28 @@ pub enum RopeScaling {
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: u64 },
 }
 
+/// How router logits become expert scores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scoring {
+    /// softmax over all experts (Mixtral, Qwen, OLMoE, Granite).
+    #[default]
+    Softmax,
+    /// sigmoid of each logit (DeepSeek-V3, GLM-4.5).
+    Sigmoid,
+}
+
+/// Group-limited choice (DeepSeek-V3 / GLM-4.5 `n_group`, `topk_group`): the experts form
+/// `n_group` equal groups; a group's score is the sum of its two best choice scores, and only
+/// the `topk_group` best groups compete for the top-k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpertGroups {
+    pub n_group: usize,
+    pub topk_group: usize,
+}
+
 /// The routed-experts part of a MoE layer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MoeConfig {
     /// Routed experts per MoE layer.
     pub n_experts: usize,
@@ -116,6 +141,19 @@ pub struct MoeConfig {
     /// Shared expert output scaled by sigmoid(shared_expert_gate · x) (Qwen2-MoE).
     #[serde(default)]
     pub shared_expert_gate: bool,
+    /// Expert scores from the router logits.
+    #[serde(default)]
+    pub scoring: Scoring,
+    /// A per-expert bias (`moe.router_bias`, f32) added to the scores for choosing only; the
+    /// weights come from the unbiased scores (`e_score_correction_bias`).
+    #[serde(default)]
+    pub choice_bias: bool,
+    /// Group-limited choice, if any.
+    #[serde(default)]
+    pub groups: Option<ExpertGroups>,
+    /// Combination weights × this (`routed_scaling_factor`), after any renormalisation.
+    #[serde(default = "one")]
+    pub routed_scaling: f64,
 }
 
 /// Scalar multipliers some families put on the residual stream (Granite): all 1 / the usual
@@ -136,6 +174,13 @@ pub struct Scales {
 impl Default for Scales {
     fn default() -> Self {
         Scales { embedding: 1.0, attention: None, residual: 1.0, logits_divisor: 1.0 }
+    }
+}
+
+impl MoeConfig {
+    /// How many experts a token can choose among: all, or those of the `topk_group` groups.
+    pub fn choosable(&self) -> usize {
+        self.groups.map_or(self.n_experts, |g| g.topk_group * (self.n_experts / g.n_group.max(1)))
     }
 }
 
@@ -247,14 +292,7 @@ impl Config {
                 return Err(Error::config(format!("clip_qkv {c} must be finite and > 0")));
             }
         }
-        let m = &self.moe;
-        within("moe.n_experts", m.n_experts, 1, MAX_EXPERTS)?;
-        within("moe.top_k", m.top_k, 1, m.n_experts)?;
-        within("moe.expert_ffn", m.expert_ffn, 1, MAX_FFN)?;
-        within("moe.shared_expert_ffn", m.shared_expert_ffn, 0, MAX_FFN)?;
-        if m.shared_expert_gate && m.shared_expert_ffn == 0 {
-            return Err(Error::config("shared_expert_gate without a shared expert"));
-        }
+        self.validate_moe()?;
         if self.layers.len() != self.n_layers {
             return Err(Error::config(format!("{} layer specs for {} layers", self.layers.len(), self.n_layers)));
         }
@@ -276,6 +314,33 @@ impl Config {
         for &id in ids {
             if id as usize >= self.vocab_size {
                 return Err(Error::config(format!("special token id {id} ≥ vocab_size {}", self.vocab_size)));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_moe(&self) -> Result<()> {
+        let m = &self.moe;
+        within("moe.n_experts", m.n_experts, 1, MAX_EXPERTS)?;
+        within("moe.top_k", m.top_k, 1, m.n_experts)?;
+        within("moe.expert_ffn", m.expert_ffn, 1, MAX_FFN)?;
+        within("moe.shared_expert_ffn", m.shared_expert_ffn, 0, MAX_FFN)?;
+        if m.shared_expert_gate && m.shared_expert_ffn == 0 {
+            return Err(Error::config("shared_expert_gate without a shared expert"));
+        }
+        if !(m.routed_scaling.is_finite() && m.routed_scaling > 0.0) {
+            return Err(Error::config(format!("moe.routed_scaling {} must be finite and > 0", m.routed_scaling)));
+        }
+        if let Some(g) = m.groups {
+            within("moe.groups.n_group", g.n_group, 1, m.n_experts)?;
+            within("moe.groups.topk_group", g.topk_group, 1, g.n_group)?;
+            let per = m.n_experts / g.n_group;
+            if !m.n_experts.is_multiple_of(g.n_group) || per < 2 || g.topk_group * per < m.top_k {
+                return Err(Error::config(format!(
+                    "{} experts in {} groups, {} of them chosen, cannot give top-{} (groups must be equal, of at \
+                     least 2 experts, and hold top_k experts between them)",
+                    m.n_experts, g.n_group, g.topk_group, m.top_k
+                )));
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ mod config;
 mod names;
 mod weights;
 
-pub use config::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales};
+pub use config::{Config, ExpertGroups, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
 pub use names::{
     layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
     LM_HEAD,

@@ -96,6 +96,7 @@ pub mod suffix {
     pub const K_NORM: &str = "attn.k_norm";
     pub const FFN_NORM: &str = "ffn_norm";
     pub const ROUTER: &str = "moe.router";
+    pub const ROUTER_BIAS: &str = "moe.router_bias";
     pub const EXPERTS_GATE: &str = "moe.experts.gate";
     pub const EXPERTS_UP: &str = "moe.experts.up";
     pub const EXPERTS_DOWN: &str = "moe.experts.down";
@@ -158,6 +159,9 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         v.push(quantisable(spec(n(O), &[h, q_out], Plain, Attention), QuantClass::Attn));
         v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
         if spec_l.moe {
+            if c.moe.choice_bias {
+                v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
+            }
             let f = c.moe.expert_ffn;
             v.push(quantisable(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts), QuantClass::Experts));
             v.push(quantisable(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts), QuantClass::Experts));

@@ -32,6 +32,8 @@ pub struct MoeWeights<'a> {
     pub shared: Option<MlpWeights<'a>>,
     /// [1, hidden]: the shared expert's sigmoid gate.
     pub shared_gate: Option<Mat<'a>>,
+    /// [n_experts]: the bias added to the scores for choosing (`MoeConfig::choice_bias`).
+    pub choice_bias: Option<Vec<f32>>,
 }
 
 /// The feed-forward part of a layer.
@@ -130,6 +132,11 @@ impl<'a> Weights<'a> {
                         None
                     },
                     shared_gate: b.opt(&n(SHARED_EXPERT_GATE))?,
+                    choice_bias: b.opt(&n(ROUTER_BIAS))?.map(|m| {
+                        let mut v = vec![0f32; c.moe.n_experts];
+                        m.row_to_f32(0, &mut v);
+                        v
+                    }),
                 })
             } else {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
