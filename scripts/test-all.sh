@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project: formatting, lints, the Rust unit and integration tests
 # (library, CLI, C ABI), then the C examples (plain, ASan/UBSan, valgrind, CMake/pkg-config
-# install), the Python binding and the Go binding — all against one release build.
+# install), the Python binding, colibri serve against its OpenAPI description (conformance and a
+# bounded schemathesis fuzz run) and the Go binding — all against one release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +49,12 @@ fi
 
 echo "== Python binding"
 (cd python && COLIBRI_LIB_PATH="$PWD/../target/release" python3 -m pytest -q)
+
+echo "== colibri serve against its OpenAPI description (docs/openapi.yaml, scripts/openapi)"
+(cd scripts/openapi && python3 -m pytest -q -p no:cacheprovider) # $COLIBRI_BIN, else target/release
+
+echo "== schema-driven fuzz of colibri serve (scripts/fuzz-serve.sh)"
+scripts/fuzz-serve.sh
 
 if [ -x scripts/test-go.sh ]; then
     echo "== Go binding"

@@ -1,7 +1,8 @@
 //! `colibri serve` and the details of HTTP: a body shorter than its Content-Length (400, not
 //! 413), `WWW-Authenticate: Bearer` on 401, the Bearer scheme in any case, OpenAI fields that
 //! are not implemented (400 naming the field, never silently ignored), the Host check (port
-//! compared, duplicate Host headers refused) and the 64 KiB cap on a request head (431).
+//! compared, duplicate Host headers refused), the 64 KiB cap on a request head (431) and path
+//! segments that do not decode (400 JSON).
 
 mod serve_support;
 
@@ -107,4 +108,20 @@ fn a_request_head_above_64_kib_is_a_431() {
     }
     let value = "a".repeat(60_000);
     assert_eq!(request(&s.addr, "GET", "/health", &[("X-Big", &value)], b"").status, 200);
+}
+
+/// A model id in the path that does not percent-decode to UTF-8 gets the JSON error object, not
+/// the extractor's plain-text 400 (found by the OpenAPI conformance check).
+#[test]
+fn an_undecodable_model_id_is_a_json_400() {
+    let s = Server::start(&["-m", &model()]);
+    for path in ["/v1/models/%FF", "/v1/models/a%C3", "/v1/models/%80%80"] {
+        let r = s.get(path);
+        assert!(r.header("content-type").is_some_and(|c| c.starts_with("application/json")), "{path}: {r:?}");
+        let e = error(&r, 400);
+        assert_eq!(e["param"], "id", "{path}: {e}");
+    }
+    // A percent-encoded id that decodes is compared as decoded.
+    assert_eq!(s.get("/v1/models/%64efault").status, 200);
+    assert_eq!(error(&s.get("/v1/models/d%2Ffault"), 404)["code"], "model_not_found");
 }

@@ -33,11 +33,21 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     pub enqueued: Instant,
     pub deadline: Option<Instant>,
-    /// Held while the job is queued or running; frees its admission place when dropped.
-    #[allow(dead_code)] // never read: held for its Drop
+    /// Held while the job is queued or running: released before its last event, or when dropped.
     pub ticket: Ticket,
     /// The job's share of the KV budget: released before its last event, or when dropped.
     pub kv: KvClaim,
+}
+
+impl Job {
+    /// Send the job's last event (`Done` or `Failed`), its admission place and KV claim given
+    /// back first: a client that sends its next request as soon as this one ends finds them
+    /// free. False if the client is gone.
+    pub fn end(&mut self, last: Event) -> bool {
+        self.kv.release();
+        self.ticket.release();
+        self.events.send(last).is_ok()
+    }
 }
 
 /// Log-probabilities of one generated token under the model's distribution (log-softmax of the
@@ -106,12 +116,21 @@ pub struct Admission {
     capacity: usize,
 }
 
-/// One admitted place; dropping it gives the place back.
-pub struct Ticket(Arc<Admission>);
+/// One admitted place; releasing or dropping it gives the place back.
+pub struct Ticket(Option<Arc<Admission>>);
+
+impl Ticket {
+    /// Give the place back now (idempotent).
+    pub fn release(&mut self) {
+        if let Some(a) = self.0.take() {
+            a.in_system.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.0.in_system.fetch_sub(1, Ordering::AcqRel);
+        self.release();
     }
 }
 
@@ -125,7 +144,7 @@ impl Admission {
         self.in_system
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.capacity).then_some(n + 1))
             .ok()
-            .map(|_| Ticket(self.clone()))
+            .map(|_| Ticket(Some(self.clone())))
     }
 }
 
@@ -140,6 +159,10 @@ mod tests {
         let _t2 = a.try_enter().unwrap();
         assert!(a.try_enter().is_none());
         drop(t1);
-        assert!(a.try_enter().is_some());
+        let mut t3 = a.try_enter().unwrap();
+        t3.release();
+        t3.release();
+        let _t4 = a.try_enter().expect("t3's place is back");
+        assert!(a.try_enter().is_none(), "released once, however often asked");
     }
 }

@@ -109,10 +109,9 @@ impl Active {
     }
 }
 
-/// End a sequence with its own error: its KV claim goes back first, then the event.
+/// End a sequence with its own error: its place and KV claim go back first, then the event.
 fn fail(mut a: Active, e: &Error) {
-    a.job.kv.release();
-    a.send(Event::Failed(e.to_string()));
+    a.job.end(Event::Failed(e.to_string()));
 }
 
 /// A job's prompt may join a batch only with ids of its model's vocabulary (the handlers check
@@ -184,12 +183,7 @@ impl Loop {
         let now = Instant::now();
         self.waiting.retain(|j| !j.events.is_closed());
         for j in self.waiting.iter_mut().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
-            j.kv.release();
-            let _ = j.events.send(Event::Done(Done {
-                finish: Ending::Timeout,
-                prompt_tokens: j.prompt.len(),
-                completion_tokens: 0,
-            }));
+            j.end(Event::Done(Done { finish: Ending::Timeout, prompt_tokens: j.prompt.len(), completion_tokens: 0 }));
         }
         self.waiting.retain(|j| j.deadline.is_none_or(|d| now < d));
         let mut i = 0;
@@ -211,19 +205,18 @@ impl Loop {
             let Some(mut job) = self.waiting.pop_front() else { break };
             let events = job.events.clone();
             if let Err(e) = check_ids(&job) {
-                job.kv.release();
-                let _ = events.send(Event::Failed(e.to_string()));
+                job.end(Event::Failed(e.to_string()));
                 continue;
             }
             if job.params.decode.max_tokens == 0 {
-                job.kv.release();
                 let finish = Ending::Finished(Finish::Length);
                 let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
-                let _ = events.send(Event::Done(done));
+                job.end(Event::Done(done));
                 continue;
             }
             match Active::start(job) {
                 Ok(a) => self.active.push(a),
+                // The job (its place, its KV claim) was dropped inside `start`.
                 Err(e) => {
                     let _ = events.send(Event::Failed(e.to_string()));
                 }
@@ -330,8 +323,7 @@ impl Loop {
         let step = match a.decoder.next(Some(&engine.tokenizer), a.session.logits()) {
             Ok(step) => step,
             Err(e) => {
-                a.job.kv.release();
-                a.send(Event::Failed(e.to_string()));
+                a.job.end(Event::Failed(e.to_string()));
                 return After::Drop;
             }
         };
@@ -376,8 +368,7 @@ impl Loop {
             a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
         }
         let completion_tokens = a.decoder.generated();
-        a.job.kv.release();
-        a.send(Event::Done(Done { finish: end, prompt_tokens: a.job.prompt.len(), completion_tokens }));
+        a.job.end(Event::Done(Done { finish: end, prompt_tokens: a.job.prompt.len(), completion_tokens }));
     }
 }
 

@@ -4,6 +4,7 @@
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::state::Shared;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -35,7 +36,14 @@ pub async fn models(State(state): State<Shared>) -> Result<Json<Value>, ApiError
     Ok(Json(json!({"object": "list", "data": [model_entry(&e)]})))
 }
 
-pub async fn model(State(state): State<Shared>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/models/{id}`. An id that does not percent-decode to UTF-8 is a JSON 400 like every
+/// other refusal (axum's own rejection is plain text).
+pub async fn model(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) =
+        id.map_err(|_| ApiError::invalid("id", "the model id in the path is not UTF-8 once percent-decoded"))?;
     let e = state.slot.get().ok_or_else(ApiError::loading)?;
     if id != e.id {
         return Err(ApiError::model_not_found(&id));
