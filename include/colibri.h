@@ -1,6 +1,23 @@
 /*
  * colibri: Mixture-of-Experts LLM inference on CPU — C API.
  * Licensed MIT OR Apache-2.0.
+ *
+ * Threads. A model is immutable: any number of threads and sessions may use one at once. It
+ * owns the worker threads its forward passes run on (colibri_model_params.n_threads; 0 = one
+ * per physical core), shared by all its sessions, started by the first call that needs them;
+ * results do not depend on their number. A session serves one call at a time: every function
+ * taking a session holds it for the whole call, and any call on it meanwhile (from another
+ * thread, or from a token or route callback of the running call) returns COLIBRI_STATUS_BUSY
+ * and does nothing; colibri_session_free of a busy session frees nothing. Use one session per
+ * thread. A MoE layer (colibri_moe) may be used by several threads at once. The last error
+ * message is per thread.
+ *
+ * fork(). A model opened (and used) before fork() works in the child: the child starts worker
+ * threads of its own at its first call (the parent's do not exist there). Sessions too.
+ *
+ * Environment. The library reads COLIBRI_CPU (forces a kernel path: generic, avx2, avx512) and
+ * COLIBRI_QUANT_ACT (the default of colibri_session_params.quant_act), nothing else; thread
+ * counts come from the params only (RAYON_NUM_THREADS has no effect).
  */
 
 #ifndef COLIBRI_H
@@ -23,6 +40,11 @@
 #define COLIBRI_ABI_VERSION 1
 
 /**
+ * What a route callback returns to fail the call it reports on (see colibri_route_callback).
+ */
+#define COLIBRI_ROUTE_ABORT -1
+
+/**
  * An opened model (opaque to C).
  */
 typedef struct colibri_model colibri_model;
@@ -33,7 +55,7 @@ typedef struct colibri_model colibri_model;
 typedef struct colibri_moe colibri_moe;
 
 /**
- * A session (opaque to C).
+ * A session (opaque to C): its state behind the in-use flag every entry point takes.
  */
 typedef struct colibri_session colibri_session;
 
@@ -173,6 +195,17 @@ typedef struct {
    * bytes. Replace model files by writing a new file and renaming it over the old one.
    */
   int32_t sigbus_guard;
+  /**
+   * Worker threads of the model's forward passes, at most 1024; 0 (default) = one per
+   * physical core the process may run on. The model owns its pool (shared by all its
+   * sessions and threads), started by the first call that needs it and again in a forked
+   * child. Results do not depend on the count.
+   */
+  uint32_t n_threads;
+  /**
+   * 1: pin worker i to the i-th CPU the process may run on (Linux). Default 0.
+   */
+  int32_t pin_threads;
 } colibri_model_params;
 
 /**
@@ -220,6 +253,26 @@ typedef struct {
  * How a layer stores its weights (`colibri_moe_init_with`). Frozen numbers.
  */
 typedef int32_t colibri_moe_storage;
+
+/**
+ * Options of `colibri_moe_init_params`. Fill with `colibri_moe_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_moe_params), set by colibri_moe_params_init.
+   */
+  uint32_t struct_size;
+  /**
+   * How the weights are stored: a COLIBRI_MOE_* value (default COLIBRI_MOE_F32).
+   */
+  colibri_moe_storage storage;
+  /**
+   * Worker threads of a call, at most 1024; 0 (default) = one per physical core the process
+   * may run on. Layers with the same count share one pool, started by the first call (and
+   * again in a forked child).
+   */
+  uint32_t n_threads;
+} colibri_moe_params;
 
 /**
  * Element type of a session's KV cache (`kv_type`). Frozen numbers.
@@ -307,9 +360,14 @@ typedef struct {
   uint64_t routing_seed;
   colibri_quant_act quant_act;
   /**
-   * 0 (the struct's tail, named so that a later field changes struct_size).
+   * 0 (named so that the struct has no hidden padding).
    */
   int32_t reserved;
+  /**
+   * As in colibri_model_params.
+   */
+  uint32_t n_threads;
+  int32_t pin_threads;
 } colibri_params;
 
 /**
@@ -320,7 +378,9 @@ typedef colibri_session colibri_ctx;
 /**
  * Routing-trace callback: called after a forward call for every (token position, MoE layer)
  * with the chosen expert ids and their weights (k of each; valid during the call only).
- * Return non-zero to skip the remaining records of this call.
+ * Return 0 to go on, a positive value to skip the remaining records of this call, or
+ * COLIBRI_ROUTE_ABORT (any negative value) to fail it: the call returns
+ * COLIBRI_STATUS_ABORTED and is undone (the session as before it, no logits written).
  */
 typedef int32_t (*colibri_route_callback)(void *userdata,
                                           int32_t layer,
@@ -493,10 +553,23 @@ typedef struct {
 #define COLIBRI_STATUS_OUT_OF_MEMORY 10
 
 /**
+ * The session is in use by another call — another thread's, or the running call whose
+ * callback made this one (a session serves one call at a time). Nothing was done; retry once
+ * that call has returned.
+ */
+#define COLIBRI_STATUS_BUSY 11
+
+/**
  * The model file was truncated or rewritten in place after it was opened (see
  * `colibri_model_params.sigbus_guard`): the call's results were discarded; load the model again.
  */
 #define COLIBRI_STATUS_MODEL_CHANGED 12
+
+/**
+ * A route callback returned COLIBRI_ROUTE_ABORT: the call was undone — the session (its cached
+ * tokens, its routing RNG) is as it was before the call, and no logits were written.
+ */
+#define COLIBRI_STATUS_ABORTED 13
 
 #ifdef __cplusplus
 extern "C" {
@@ -521,18 +594,22 @@ uint32_t colibri_abi_version(void);
  * session in array order: each session's last-position logits (vocab_size floats), or with
  * its `all_logits` every new position's (n_tokens[i]·vocab_size). Each session keeps its own
  * options (routing mode, seed, moe_top_k, all_logits) and its route callback is called after
- * the step, session after session.
+ * the step, session after session; one returning COLIBRI_ROUTE_ABORT fails the call
+ * (COLIBRI_STATUS_ABORTED): the later sessions' callbacks are not called, every session is as
+ * it was before the call and no logits are written.
  *
  * Checks, in this order, before anything changes (a failed call leaves every session as it
  * was): `model` (NULL_ARGUMENT); `n_sessions` 0 (INVALID_ARGUMENT); `sessions`, `tokens`,
  * `n_tokens` (NULL_ARGUMENT); for each i: `sessions[i]` NULL (NULL_ARGUMENT), repeated in the
- * array or made on another model handle (INVALID_ARGUMENT), `tokens[i]` NULL while
+ * array (INVALID_ARGUMENT), in use by another call (BUSY), made on another model handle
+ * (INVALID_ARGUMENT), `tokens[i]` NULL while
  * n_tokens[i] > 0 (NULL_ARGUMENT), a negative id or `n_tokens[i]` 0 (INVALID_ARGUMENT);
  * `logits_out` (NULL_ARGUMENT; BUFFER_TOO_SMALL when shorter than the sum above); then each
  * session's ids (INVALID_ARGUMENT for an id outside the vocabulary), context (CONTEXT_FULL)
  * and activation mode (INVALID_ARGUMENT unless every session has the same `quant_act`). The
- * last error message names the failing index. The sessions must not be used by other threads
- * during the call; the model may be.
+ * last error message names the failing index. Every session is busy until the call returns
+ * (COLIBRI_STATUS_BUSY for another call on it meanwhile, from a route callback or another
+ * thread); the model may be used by other calls.
  *
  * # Safety
  * `sessions`, `tokens` and `n_tokens` readable for n_sessions elements; `tokens[i]` readable
@@ -568,8 +645,11 @@ void colibri_generate_result_init(colibri_generate_result *result);
  * (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation then also
  * ends (COLIBRI_FINISH_LENGTH) when `tokens_cap` tokens are stored. `result` (may be NULL;
  * its struct_size set by the caller) says why generation ended and how many tokens were
- * delivered. A registered routing-trace callback is called after the generation. `params` may
- * be NULL for the defaults. Not thread-safe per session.
+ * delivered. A registered routing-trace callback is called after the generation; if it
+ * returns COLIBRI_ROUTE_ABORT the call returns COLIBRI_STATUS_ABORTED and the session is as
+ * before the call (the tokens already delivered to `callback` and `tokens_out` stand). `params` may
+ * be NULL for the defaults. The session is busy until the call returns: a call on it from a
+ * callback or another thread meanwhile gets COLIBRI_STATUS_BUSY.
  *
  * # Safety
  * `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints;
@@ -586,7 +666,8 @@ colibri_status colibri_generate(colibri_session *session,
                                 colibri_generate_result *result);
 
 /**
- * Fill `params` with the defaults (mmap on, mlock off). Thread-safe.
+ * Fill `params` with the defaults (mmap on, mlock off, one thread per physical core).
+ * Thread-safe.
  *
  * # Safety
  * `params` must be NULL or point to a writable colibri_model_params.
@@ -660,7 +741,7 @@ colibri_status colibri_moe_init(colibri_moe **moe_out,
 
 /**
  * `colibri_moe_init` with the weights stored as `storage` (a COLIBRI_MOE_* value; the error
- * bound of each is documented with it). Weights must be finite.
+ * bound of each is documented with it), on the default thread count. Weights must be finite.
  *
  * # Safety
  * As colibri_moe_init.
@@ -672,6 +753,29 @@ colibri_status colibri_moe_init_with(colibri_moe **moe_out,
                                      int32_t hidden_size,
                                      int32_t top_k,
                                      colibri_moe_storage storage);
+
+/**
+ * Fill `params` with the defaults (f32 storage, one thread per physical core). Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or point to a writable colibri_moe_params.
+ */
+void colibri_moe_params_init(colibri_moe_params *params);
+
+/**
+ * `colibri_moe_init` with options (`params` may be NULL for the defaults): the storage of the
+ * weights (`colibri_moe_init_with`) and the worker threads of a call. Weights must be finite.
+ *
+ * # Safety
+ * As colibri_moe_init; `params` NULL or a valid struct.
+ */
+colibri_status colibri_moe_init_params(colibri_moe **moe_out,
+                                       const float *expert_weights,
+                                       const int32_t *expert_sizes,
+                                       int32_t n_experts,
+                                       int32_t hidden_size,
+                                       int32_t top_k,
+                                       const colibri_moe_params *params);
 
 /**
  * output (max(expert_sizes) floats) = Σ over the top_k largest `gates` (n_experts logits) of
@@ -746,7 +850,9 @@ colibri_status colibri_session_new(const colibri_model *model,
                                    colibri_session **session_out);
 
 /**
- * Release a session. NULL is a no-op.
+ * Release a session. NULL is a no-op. A session in use by a call (freed from inside one of its
+ * callbacks, or while another thread's call runs) is not freed: it stays valid, and
+ * colibri_last_error_message says so.
  *
  * # Safety
  * `session` must be NULL or from colibri_session_new / colibri_init, freed once.
@@ -767,7 +873,8 @@ colibri_status colibri_init(const char *model_path,
  * Run the forward pass over `n_tokens` new tokens, appending them to the KV cache, and write
  * the last position's vocab_size logits (all positions' with all_logits) to `logits_out`
  * (`logits_len` floats). Nothing is added to the tokens. A failed call leaves the KV cache as
- * it was. Not thread-safe per session.
+ * it was. The session is busy until the call returns (COLIBRI_STATUS_BUSY for any other call
+ * on it meanwhile, from a route callback or another thread).
  *
  * # Safety
  * `tokens` readable for n_tokens ints; `logits_out` writable for logits_len floats.

@@ -3,11 +3,12 @@
 //! filesystems where mmap is unsafe; lock and advise on request.
 
 use crate::error::{Error, Result};
+use crate::threads::ThreadOptions;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-/// How to bring a model file into memory.
+/// How to bring a model file into memory, and the model's worker pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Map the file (default). When false, read it into an aligned heap buffer: every byte is
@@ -24,11 +25,21 @@ pub struct LoadOptions {
     /// the end of a file truncated or rewritten in place then fails the forward pass with
     /// `Error::ModelChanged` instead of killing the process. Off by default for library hosts.
     pub sigbus_guard: bool,
+    /// The model's worker pool (`Model::open` makes it; the mapping does not read it): its
+    /// size (0 = the physical cores) and pinning.
+    pub threads: ThreadOptions,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { mmap: true, mlock: false, hugepages: false, willneed: false, sigbus_guard: false }
+        LoadOptions {
+            mmap: true,
+            mlock: false,
+            hugepages: false,
+            willneed: false,
+            sigbus_guard: false,
+            threads: ThreadOptions::default(),
+        }
     }
 }
 

@@ -217,6 +217,17 @@ pub struct RouteRecord {
     pub weights: Vec<f32>,
 }
 
+/// What a forward call changes that a reader of a session can see — the cached tokens, the
+/// routing RNG and the routing trace — saved before a call so that `Session::rollback` can undo
+/// it (a call failing after some of its steps ran; a host whose own part of the call failed
+/// after the forward pass, e.g. a callback that asked to abort).
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    pos: usize,
+    rng: Rng,
+    traced: usize,
+}
+
 /// A sequence being processed: KV cache, position, routing RNG and trace, last logits.
 pub struct Session {
     pub(crate) kv: KvCache,
@@ -298,6 +309,22 @@ impl Session {
         }
         self.pos = n;
         Ok(())
+    }
+
+    /// The state to go back to with `rollback`.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint { pos: self.pos, rng: self.rng.clone(), traced: self.trace.as_ref().map_or(0, Vec::len) }
+    }
+
+    /// Undo the calls made since `c` was taken on this session: the tokens they cached are
+    /// forgotten, the routing RNG is as it was and the routing records they added are dropped
+    /// (the last logits are not restored).
+    pub fn rollback(&mut self, c: Checkpoint) {
+        self.pos = self.pos.min(c.pos);
+        self.rng = c.rng;
+        if let Some(t) = self.trace.as_mut() {
+            t.truncate(c.traced);
+        }
     }
 
     /// Re-seed the routing RNG.

@@ -1,15 +1,24 @@
-//! The worker pool the kernels run on: rayon's global pool, sized once per process, with
-//! optional pinning of worker i to the i-th CPU the process may run on (Linux).
-//! This module only decides the pool's size and placement.
+//! Worker pools owned by what computes — a model, a layer of the C ABI's MoE primitive — each
+//! sized by its own options, built on first use and rebuilt in a forked child (whose copy of
+//! the parent's pool has no threads). The library never uses rayon's global pool: its entry
+//! points run their parallel regions inside the owner's `Pool::install`, and code reached
+//! outside any pool runs on the calling thread (`current()` is 1 there). This module decides
+//! the pools' size and placement; the kernels decide how work is split.
 
 use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Largest worker count a pool accepts.
+pub const MAX_THREADS: usize = 1024;
 
 /// How many workers and where.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadOptions {
-    /// Worker count (None: one per CPU the process may use).
-    pub threads: Option<usize>,
-    /// Pin worker i to allowed CPU i (mod the allowed count).
+    /// Worker count, 1..=1024; 0 = one per physical core the process may run on
+    /// (`physical_cores`).
+    pub n_threads: usize,
+    /// Pin worker i to allowed CPU i (mod the allowed count; Linux).
     pub pin: bool,
 }
 
@@ -32,6 +41,20 @@ pub fn allowed_cpus() -> Vec<usize> {
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
 }
 
+/// Physical cores among the CPUs this process may run on: distinct (package, core) pairs of
+/// the allowed CPUs' topology (Linux sysfs); the allowed CPU count where the topology is
+/// unknown.
+pub fn physical_cores() -> usize {
+    let cpus = allowed_cpus();
+    let read = |cpu: usize, field: &str| -> Option<u64> {
+        let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/{field}");
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    };
+    let cores: Option<std::collections::HashSet<(u64, u64)>> =
+        cpus.iter().map(|&c| Some((read(c, "physical_package_id")?, read(c, "core_id")?))).collect();
+    cores.map_or(cpus.len(), |set| set.len()).max(1)
+}
+
 #[cfg(target_os = "linux")]
 fn pin_current_thread(cpu: usize) {
     // SAFETY: as above; failure leaves the thread unpinned, which is only slower.
@@ -45,23 +68,221 @@ fn pin_current_thread(cpu: usize) {
 #[cfg(not(target_os = "linux"))]
 fn pin_current_thread(_cpu: usize) {}
 
-/// Build the global pool. Call once, before the first forward pass; returns the worker count.
-/// Fails when the count is outside 1..=1024 or the pool already exists.
-pub fn init(opts: ThreadOptions) -> Result<usize> {
-    let cpus = allowed_cpus();
-    let n = opts.threads.unwrap_or(cpus.len());
-    if n == 0 || n > 1024 {
-        return Err(Error::InvalidArgument { reason: format!("thread count {n} outside 1..=1024") });
+/// Workers of the pool running the caller; 1 outside any pool (the caller's thread alone).
+/// Never touches rayon's global pool.
+pub fn current() -> usize {
+    if rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        1
     }
-    let mut b = rayon::ThreadPoolBuilder::new().num_threads(n);
-    if opts.pin {
-        b = b.start_handler(move |i| pin_current_thread(cpus[i % cpus.len()]));
-    }
-    b.build_global().map_err(|e| Error::InvalidArgument { reason: format!("thread pool: {e}") })?;
-    Ok(n)
 }
 
-/// Workers of the pool in use.
-pub fn current() -> usize {
-    rayon::current_num_threads()
+/// A pool built in process `pid`. Dropped (only ever in that process) it stops its workers and
+/// waits for them to exit: `pool` is dropped before `workers`.
+struct Built {
+    pid: u32,
+    pool: rayon::ThreadPool,
+    #[allow(dead_code)] // held for its Drop
+    workers: Workers,
+    /// The next pool in `FORKED`.
+    next: AtomicPtr<Built>,
+}
+
+/// The threads of a pool, joined on drop — unless dropped on one of them (a pool dropped by a
+/// job it runs), whose workers then exit on their own.
+struct Workers(Vec<std::thread::JoinHandle<()>>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        let me = std::thread::current().id();
+        if self.0.iter().all(|h| h.thread().id() != me) {
+            for h in self.0.drain(..) {
+                // A worker's own panics are caught by rayon; nothing to report.
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// Pools inherited through `fork()` and replaced in the child: kept (reachable, for leak
+/// checkers) and never touched again. A stack that is only pushed, without a lock: a lock could
+/// have been held by a thread that does not exist in the child.
+static FORKED: AtomicPtr<Built> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Keep `b`, a pool of the process this one was forked from, in `FORKED`.
+fn keep_forked(b: *mut Built) {
+    // SAFETY: `b` came from Box::into_raw and is owned by no one else any more (it was just
+    // replaced); it is never freed.
+    let next = unsafe { &(*b).next };
+    let mut head = FORKED.load(Ordering::Acquire);
+    loop {
+        next.store(head, Ordering::Relaxed);
+        match FORKED.compare_exchange(head, b, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(h) => head = h,
+        }
+    }
+}
+
+/// A worker pool of its own: sized by `ThreadOptions`, built by the first `install`, and built
+/// again by the first `install` in a forked child. Shared by reference between threads (each
+/// `install` queues its work on the same workers). Dropped, it stops its workers and waits for
+/// them to exit.
+///
+/// After `fork()` the child's copy of the parent's pool is leaked (kept in `FORKED`), never
+/// joined or dropped: its threads do not exist there, and its locks may have been held by them
+/// at the fork. What those threads had allocated (about 2.4 KB each) stays unreachable in the
+/// child.
+pub struct Pool {
+    opts: ThreadOptions,
+    /// NULL until built; then a `Box<Built>` freed only by `Drop` (which has `&mut self`).
+    built: AtomicPtr<Built>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("opts", &self.opts).finish()
+    }
+}
+
+impl Pool {
+    /// A pool for `opts` (no thread starts yet). Fails when n_threads is above 1024.
+    pub fn new(opts: ThreadOptions) -> Result<Pool> {
+        if opts.n_threads > MAX_THREADS {
+            return Err(Error::InvalidArgument {
+                reason: format!("thread count {} outside 1..={MAX_THREADS} (0 = the physical cores)", opts.n_threads),
+            });
+        }
+        Ok(Pool { opts, built: AtomicPtr::new(std::ptr::null_mut()) })
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> ThreadOptions {
+        self.opts
+    }
+
+    /// Workers of this pool: n_threads, or the physical cores when n_threads is 0.
+    pub fn threads(&self) -> usize {
+        match self.opts.n_threads {
+            0 => physical_cores(),
+            n => n,
+        }
+    }
+
+    /// Run `f` on this pool's workers (the caller waits); parallel regions inside it use them.
+    /// Fails, running nothing, when the workers cannot be started.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
+        Ok(self.get()?.pool.install(f))
+    }
+
+    /// This process's pool, built now if it has none.
+    fn get(&self) -> Result<&Built> {
+        let pid = std::process::id();
+        loop {
+            let seen = self.built.load(Ordering::Acquire);
+            // SAFETY: a non-NULL pointer here came from Box::into_raw below and is freed only in
+            // Drop, which has exclusive access; pools of other processes are never freed.
+            if let Some(b) = unsafe { seen.as_ref() } {
+                if b.pid == pid {
+                    return Ok(b);
+                }
+            }
+            let (pool, workers) = self.build()?;
+            let built = Built { pid, pool, workers, next: AtomicPtr::new(std::ptr::null_mut()) };
+            let fresh = Box::into_raw(Box::new(built));
+            match self.built.compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    // `seen` was NULL or the pool of the process this one was forked from.
+                    if !seen.is_null() {
+                        keep_forked(seen);
+                    }
+                    // SAFETY: `fresh` is now owned by `self.built` (see above).
+                    return Ok(unsafe { &*fresh });
+                }
+                // Another thread of this process built one first: use that one.
+                // SAFETY: `fresh` was never shared.
+                Err(_) => drop(unsafe { Box::from_raw(fresh) }),
+            }
+        }
+    }
+
+    /// Start the workers (named colibri-i, worker i pinned to allowed CPU i when asked), keeping
+    /// their handles to join them when the pool goes.
+    fn build(&self) -> Result<(rayon::ThreadPool, Workers)> {
+        let cpus = if self.opts.pin { allowed_cpus() } else { Vec::new() };
+        let mut handles = Vec::new();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.threads())
+            .spawn_handler(|worker| {
+                let i = worker.index();
+                let cpu = cpus.get(i % cpus.len().max(1)).copied();
+                let handle = std::thread::Builder::new().name(format!("colibri-{i}")).spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_current_thread(cpu);
+                    }
+                    worker.run()
+                })?;
+                handles.push(handle);
+                Ok(())
+            })
+            .build()
+            // rayon stops the workers it started; they are not waited for.
+            .map_err(|e| Error::io("start the worker threads", std::io::Error::other(e.to_string())))?;
+        Ok((pool, Workers(handles)))
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let p = *self.built.get_mut();
+        if !p.is_null() {
+            // SAFETY: from Box::into_raw in `get`, and `&mut self` excludes every other user.
+            let b = unsafe { Box::from_raw(p) };
+            if b.pid != std::process::id() {
+                // A forked copy: see the type's comment.
+                keep_forked(Box::into_raw(b));
+            }
+        }
+    }
+}
+
+/// The pool of `opts` shared by every holder of the same options (the C ABI's MoE layers: the
+/// layers of one model run one after another and need one set of workers, not one each). It
+/// lives while a holder does.
+pub fn shared(opts: ThreadOptions) -> Result<Arc<Pool>> {
+    static SHARED: Mutex<Vec<(ThreadOptions, Weak<Pool>)>> = Mutex::new(Vec::new());
+    let mut pools = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    pools.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(p) = pools.iter().find(|(o, _)| *o == opts).and_then(|(_, w)| w.upgrade()) {
+        return Ok(p);
+    }
+    let p = Arc::new(Pool::new(opts)?);
+    pools.push((opts, Arc::downgrade(&p)));
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_limits() {
+        assert!(Pool::new(ThreadOptions { n_threads: MAX_THREADS + 1, pin: false }).is_err());
+        let p = Pool::new(ThreadOptions { n_threads: 3, pin: false }).unwrap();
+        assert_eq!(p.install(current).unwrap(), 3);
+        assert_eq!(current(), 1, "outside a pool the caller runs alone");
+        let cores = physical_cores();
+        assert!((1..=allowed_cpus().len()).contains(&cores));
+        assert_eq!(Pool::new(ThreadOptions::default()).unwrap().threads(), cores);
+    }
+
+    #[test]
+    fn shared_pools_are_shared_per_options_while_held() {
+        let two = ThreadOptions { n_threads: 2, pin: false };
+        let (a, b) = (shared(two).unwrap(), shared(two).unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &shared(ThreadOptions { n_threads: 3, pin: false }).unwrap()));
+        assert_eq!(a.install(current).unwrap(), 2);
+    }
 }

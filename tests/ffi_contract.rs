@@ -478,10 +478,10 @@ fn generate_reports_why_it_ended_and_never_delivers_a_stop_string() {
 fn panics_errors_and_statuses_are_reported_not_fatal() {
     assert_eq!(colibri_debug_panic(), COLIBRI_STATUS_PANIC);
     assert!(last_error().contains("panic"), "{}", last_error());
-    for st in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, i32::MAX] {
+    for st in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1, i32::MAX] {
         let s = unsafe { CStr::from_ptr(colibri_status_str(st)) }.to_str().unwrap().to_string();
         assert!(!s.is_empty());
-        if !(0..=10).contains(&st) {
+        if !(0..=13).contains(&st) {
             assert_eq!(s, "unknown status");
         }
     }

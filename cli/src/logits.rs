@@ -1,7 +1,7 @@
 //! `colibri logits`: teacher-forced logits at every position of the given ids, written as a
 //! float32 .npy [n_tokens, vocab_size]. Nothing is added to the ids (no BOS, no template).
 
-use crate::{model_path, npy, run::init_threads};
+use crate::{model_path, npy, threads};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::session::{Session, SessionOptions};
 use colibri::{Error, LoadOptions, Model};
@@ -17,13 +17,12 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>, Error> {
 }
 
 pub fn run(model: Option<&Path>, tokens: &str, out: &Path, threads: Option<usize>) -> Result<(), Error> {
-    init_threads(threads)?;
     let ids = parse_ids(tokens)?;
     if ids.is_empty() {
         return Err(Error::InvalidArgument { reason: "--tokens holds no ids".into() });
     }
     let path = model_path::resolve(model)?;
-    let model = Model::open(&path, &LoadOptions::default())?;
+    let model = Model::open(&path, &LoadOptions { threads: threads::options(threads), ..LoadOptions::default() })?;
     let c = model.config();
     let n_ctx = ids.len().max(1);
     let mut s = Session::new(c, &SessionOptions { n_ctx, ..Default::default() })?;

@@ -2,7 +2,7 @@
 //! conversation that keeps its KV cache between turns). stdout carries only the generated text;
 //! statistics and routing traces go to stderr.
 
-use crate::{model_path, npy};
+use crate::{model_path, npy, threads};
 use colibri::decoder::{DecodeParams, Finish};
 use colibri::forward::{Input, RoutingMode, RoutingOptions};
 use colibri::generate::{generate, GenerateParams};
@@ -96,19 +96,6 @@ pub struct RunArgs {
     pub embedding: Option<PathBuf>,
 }
 
-/// Build the worker pool once with the requested thread count (and pinning).
-pub fn init_threads(threads: Option<usize>) -> Result<(), Error> {
-    init_threads_pinned(threads, std::env::var_os("COLIBRI_PIN").is_some_and(|v| v == "1"))
-}
-
-/// `init_threads` with explicit pinning of worker i to the i-th allowed CPU.
-pub fn init_threads_pinned(threads: Option<usize>, pin: bool) -> Result<(), Error> {
-    if threads.is_none() && !pin {
-        return Ok(());
-    }
-    colibri::threads::init(colibri::threads::ThreadOptions { threads, pin }).map(|_| ())
-}
-
 struct Loaded {
     model: Model,
     tokenizer: Tokenizer,
@@ -118,7 +105,12 @@ struct Loaded {
 
 fn load(a: &RunArgs) -> Result<Loaded, Error> {
     let path = model_path::resolve(a.model.as_deref())?;
-    let opts = LoadOptions { mmap: !a.no_mmap, mlock: a.mlock, ..LoadOptions::default() };
+    let opts = LoadOptions {
+        mmap: !a.no_mmap,
+        mlock: a.mlock,
+        threads: threads::options(a.threads),
+        ..LoadOptions::default()
+    };
     let t0 = std::time::Instant::now();
     let model = Model::open(&path, &opts)?;
     let tokenizer = Tokenizer::from_model(&model)?;
@@ -245,7 +237,6 @@ fn prompt_ids(a: &RunArgs, model: &Model, tokenizer: &Tokenizer, n_ctx: usize) -
 
 /// `colibri run`.
 pub fn run(a: &RunArgs) -> Result<(), Error> {
-    init_threads(a.threads)?;
     let Loaded { model, tokenizer, seconds: load_s } = load(a)?;
     if a.chat && a.prompt.is_none() && a.file.is_none() {
         return chat_loop(a, &model, &tokenizer);

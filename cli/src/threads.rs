@@ -1,11 +1,19 @@
-//! Private worker pools for `colibri bench`, which may compare several thread counts in one
-//! process (the other commands size rayon's global pool once, with `run::init_threads`).
-//! Engine calls made inside `pool.install(..)` run on that pool.
+//! The worker threads of the CLI's engine calls: every command's model gets a pool of its own
+//! (`LoadOptions::threads`, from `-t` and `COLIBRI_PIN`), and `colibri bench`, which compares
+//! several thread counts on one model, also keeps private pools for its bandwidth probe.
 
+use colibri::threads::ThreadOptions;
 use colibri::Error;
 
 /// Largest thread count accepted on the command line.
 const MAX_THREADS: usize = 1024;
+
+/// The model's pool for `-t THREADS` (None: one worker per physical core), pinned when
+/// `COLIBRI_PIN=1` (read by the CLI only; the library reads no thread setting from the
+/// environment).
+pub fn options(threads: Option<usize>) -> ThreadOptions {
+    ThreadOptions { n_threads: threads.unwrap_or(0), pin: std::env::var_os("COLIBRI_PIN").is_some_and(|v| v == "1") }
+}
 
 /// A pool of `t` threads.
 pub fn pool(t: usize) -> Result<rayon::ThreadPool, Error> {
@@ -18,7 +26,7 @@ pub fn pool(t: usize) -> Result<rayon::ThreadPool, Error> {
         .map_err(|e| Error::InvalidArgument { reason: format!("thread pool of {t}: {e}") })
 }
 
-/// Number of cores available to this process (the default thread count).
+/// Physical cores available to this process (the default thread count).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    colibri::threads::physical_cores()
 }

@@ -8,6 +8,7 @@ package colibri
 /*
 #include <stdint.h>
 #include <stddef.h>
+#include <colibri.h>
 */
 import "C"
 
@@ -53,18 +54,18 @@ func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (s
 
 // colibriGoRoute is the route callback: it copies one routing record out of C memory for the
 // caller's fn and asks the library to skip the call's remaining records once fn has returned
-// false or panicked.
+// false, or to abort (and undo) the call once fn has panicked.
 //
 //export colibriGoRoute
 func colibriGoRoute(h C.uintptr_t, layer, position C.int32_t, experts *C.int32_t, weights *C.float, k C.size_t) (stop C.int32_t) {
 	st := cgo.Handle(h).Value().(*routeState)
 	if st.panicked {
-		return 1
+		return C.COLIBRI_ROUTE_ABORT
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			st.panicked, st.panicVal = true, r
-			stop = 1
+			stop = C.COLIBRI_ROUTE_ABORT
 		}
 	}()
 	r := Route{Layer: int(layer), Position: int(position), Experts: make([]int32, int(k)), Weights: make([]float32, int(k))}

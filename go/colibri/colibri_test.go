@@ -977,7 +977,16 @@ func TestCallbackPanicPropagates(t *testing.T) {
 	if ids := res.Tokens; err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32[:3]) {
 		t.Errorf("after a callback panic: %v, %v", ids, err)
 	}
-	// Same for the route callback.
+	// Same for the route callback, and the call it panicked in was undone: a retry gives what
+	// one clean call gives.
+	clean := newSession(t, m)
+	want, err := clean.Infer([]int32{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.SetRouteCallback(func(Route) bool { panic("route boom") }); err != nil {
 		t.Fatal(err)
 	}
@@ -987,10 +996,48 @@ func TestCallbackPanicPropagates(t *testing.T) {
 				t.Errorf("recovered %v, want route boom", r)
 			}
 		}()
-		s.Infer([]int32{1})
+		s.Infer([]int32{1, 2})
 	}()
+	if pos, _, err := s.Position(); err != nil || pos != 0 {
+		t.Errorf("after a route callback panic: position %d (%v), want 0: the call is undone", pos, err)
+	}
 	if err := s.SetRouteCallback(nil); err != nil {
 		t.Fatal(err)
+	}
+	if got, err := s.Infer([]int32{1, 2}); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("the retry differs from one clean call (%v)", err)
+	}
+}
+
+func TestThreadCountChangesNoResult(t *testing.T) {
+	var got [][]float32
+	for _, n := range []int{1, 3} {
+		m, err := Open(modelPath, WithThreads(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newSession(t, m, WithAllLogits(true))
+		logits, err := s.Infer([]int32{5, 6, 7, 8, 9, 10, 11})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, logits)
+		m.Close()
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Error("1 and 3 threads gave different logits")
+	}
+	if _, err := Open(modelPath, WithThreads(1025)); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("WithThreads(1025): %v", err)
+	}
+	// The library's statuses reach errors.Is.
+	for _, c := range []struct {
+		st  Status
+		err error
+	}{{StatusBusy, ErrBusy}, {StatusAborted, ErrAborted}} {
+		if e := (&Error{Op: "Infer", Status: c.st, Message: "m"}); !errors.Is(e, c.err) {
+			t.Errorf("%v is not %v", e, c.err)
+		}
 	}
 }
 

@@ -27,6 +27,8 @@ const (
 	StatusPanic           Status = C.COLIBRI_STATUS_PANIC
 	StatusBadStructSize   Status = C.COLIBRI_STATUS_BAD_STRUCT_SIZE
 	StatusOutOfMemory     Status = C.COLIBRI_STATUS_OUT_OF_MEMORY
+	StatusBusy            Status = C.COLIBRI_STATUS_BUSY
+	StatusAborted         Status = C.COLIBRI_STATUS_ABORTED
 )
 
 // String is the library's description of the status (colibri_status_str), e.g. "I/O error".
@@ -84,14 +86,16 @@ var (
 	// running; the Session the call was working on should be closed.
 	ErrPanic         = &Error{Status: StatusPanic}
 	ErrBadStructSize = &Error{Status: StatusBadStructSize}
+	// ErrBusy: a Session method was called while another call on the same Session was
+	// running (from another goroutine, or from inside that call's callback). Nothing was done.
+	ErrBusy = &Error{Status: StatusBusy}
+	// ErrAborted: a route callback panicked; the call was undone (the Session is as it was
+	// before it) and the panic is re-raised by the method.
+	ErrAborted = &Error{Status: StatusAborted}
 )
 
 // ErrClosed is returned by methods of a Model or Session after Close.
 var ErrClosed = errors.New("colibri: use of a closed Model or Session")
-
-// ErrBusy is returned by a Session method called while another call on the same Session is
-// running (from another goroutine, or from inside that call's callback).
-var ErrBusy = errors.New("colibri: session busy (a Session serves one call at a time)")
 
 // invalid builds an INVALID_ARGUMENT error for arguments the Go side rejects itself.
 func invalid(op, msg string) error {

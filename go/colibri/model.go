@@ -67,6 +67,8 @@ type Option func(*openConfig)
 
 type openConfig struct {
 	mmap, mlock bool
+	threads     int
+	pin         bool
 }
 
 // WithMmap maps the file (true, the default) or reads it into memory (false, for filesystems
@@ -75,6 +77,14 @@ func WithMmap(on bool) Option { return func(c *openConfig) { c.mmap = on } }
 
 // WithMlock locks the model's pages in RAM (default false).
 func WithMlock(on bool) Option { return func(c *openConfig) { c.mlock = on } }
+
+// WithThreads sets the number of worker threads the model's forward passes run on (0, the
+// default: one per physical core; at most 1024). The model owns them, shared by all its
+// sessions; results do not depend on the count.
+func WithThreads(n int) Option { return func(c *openConfig) { c.threads = n } }
+
+// WithPinnedThreads pins worker i to the i-th CPU the process may run on (Linux; default false).
+func WithPinnedThreads(on bool) Option { return func(c *openConfig) { c.pin = on } }
 
 // Model is an opened .colibri file; see the package documentation for ownership rules.
 type Model struct {
@@ -94,6 +104,10 @@ func Open(path string, opts ...Option) (*Model, error) {
 		o(&cfg)
 	}
 	p.use_mmap, p.use_mlock = boolInt(cfg.mmap), boolInt(cfg.mlock)
+	if cfg.threads < 0 || cfg.threads > 1024 {
+		return nil, invalid("Open", fmt.Sprintf("WithThreads(%d) outside 0..1024", cfg.threads))
+	}
+	p.n_threads, p.pin_threads = C.uint32_t(cfg.threads), boolInt(cfg.pin)
 	if strings.IndexByte(path, 0) >= 0 {
 		return nil, invalid("Open", "path contains a NUL byte")
 	}

@@ -353,7 +353,8 @@ type routeState struct {
 // Generate, the routing of each (position, MoE layer) that call computed, ordered by position
 // then layer; fn returns false to skip the rest of that call's records. nil removes the
 // callback. fn runs on the calling goroutine inside the call and must not call methods of this
-// Session (they return ErrBusy); a panic in fn is re-raised by the call.
+// Session (they return ErrBusy); a panic in fn is re-raised by the call, which the library has
+// undone: the Session is as it was before it (cached tokens, routing RNG).
 func (s *Session) SetRouteCallback(fn func(Route) bool) error {
 	ptr, err := s.acquire()
 	if err != nil {

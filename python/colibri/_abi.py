@@ -37,6 +37,8 @@ __all__ = [
     "GenerateResult",
     "ModelInfoStruct",
     "ModelParams",
+    "MoeParams",
+    "ROUTE_ABORT",
     "Params",
     "RouteCallback",
     "SessionParams",
@@ -67,6 +69,10 @@ QUANT_ACTS = named("COLIBRI_QUANT_ACT_")
 FINISH_REASONS = {v: k for k, v in named("COLIBRI_FINISH_").items()}
 #: ``colibri_model_info.family`` value -> name (``COLIBRI_FAMILY_*``): "mixtral", "qwen2_moe", ...
 FAMILIES = {v: k for k, v in named("COLIBRI_FAMILY_").items()}
+
+#: What a route callback returns to fail the call it reports on (``COLIBRI_ROUTE_ABORT``): the
+#: call returns ``Status.ABORTED`` and the session is as it was before it.
+ROUTE_ABORT: int = C.COLIBRI_ROUTE_ABORT
 
 #: ``colibri_status`` values (``COLIBRI_STATUS_*``, frozen numbers of the C ABI): ``Status.OK``,
 #: ``Status.INVALID_ARGUMENT``, ... ``Status.BAD_STRUCT_SIZE``.
@@ -124,6 +130,19 @@ class ModelParams(Structure):
         ("struct_size", c_uint32),
         ("use_mmap", c_int32),
         ("use_mlock", c_int32),
+        ("sigbus_guard", c_int32),
+        ("n_threads", c_uint32),
+        ("pin_threads", c_int32),
+    ]
+
+
+class MoeParams(Structure):
+    """``colibri_moe_params``."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("storage", c_int32),
+        ("n_threads", c_uint32),
     ]
 
 
@@ -177,6 +196,8 @@ class Params(Structure):
         ("routing_seed", c_uint64),
         ("quant_act", c_int32),
         ("reserved", c_int32),
+        ("n_threads", c_uint32),
+        ("pin_threads", c_int32),
     ]
 
 
@@ -191,7 +212,8 @@ class ChatMessage(Structure):
 #: (read it with ctypes.string_at(text, len)).
 TokenCallback = CFUNCTYPE(c_int32, c_void_p, c_int32, c_void_p, c_size_t)
 
-#: ``colibri_route_callback``: (userdata, layer, position, experts, weights, k) -> int.
+#: ``colibri_route_callback``: (userdata, layer, position, experts, weights, k) -> int: 0 to go
+#: on, positive to skip the call's remaining records, ``ROUTE_ABORT`` to fail and undo the call.
 RouteCallback = CFUNCTYPE(c_int32, c_void_p, c_int32, c_int32, POINTER(c_int32), POINTER(c_float), c_size_t)
 
 # Opaque handles travel as void pointers.
@@ -222,6 +244,11 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_moe_init_with": (
         _status,
         [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32, c_int32],
+    ),
+    "colibri_moe_params_init": (None, [POINTER(MoeParams)]),
+    "colibri_moe_init_params": (
+        _status,
+        [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32, POINTER(MoeParams)],
     ),
     "colibri_moe_infer": (_status, [_handle, POINTER(c_float), POINTER(c_float), POINTER(c_float)]),
     "colibri_moe_free": (None, [_handle]),

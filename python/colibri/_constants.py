@@ -16,6 +16,9 @@ COLIBRI_VERSION_PATCH = 0
 #: writes it to the header.)
 COLIBRI_ABI_VERSION = 1
 
+#: What a route callback returns to fail the call it reports on (see colibri_route_callback).
+COLIBRI_ROUTE_ABORT = -1
+
 #: `max_tokens` (or `tokens_cap`) tokens were generated.
 COLIBRI_FINISH_LENGTH = 0
 
@@ -116,6 +119,15 @@ COLIBRI_STATUS_BAD_STRUCT_SIZE = 9
 #: process keeps running.
 COLIBRI_STATUS_OUT_OF_MEMORY = 10
 
+#: The session is in use by another call — another thread's, or the running call whose callback
+#: made this one (a session serves one call at a time). Nothing was done; retry once that call has
+#: returned.
+COLIBRI_STATUS_BUSY = 11
+
 #: The model file was truncated or rewritten in place after it was opened (see
 #: `colibri_model_params.sigbus_guard`): the call's results were discarded; load the model again.
 COLIBRI_STATUS_MODEL_CHANGED = 12
+
+#: A route callback returned COLIBRI_ROUTE_ABORT: the call was undone — the session (its cached
+#: tokens, its routing RNG) is as it was before the call, and no logits were written.
+COLIBRI_STATUS_ABORTED = 13

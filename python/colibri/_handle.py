@@ -54,7 +54,7 @@ class OwnedHandle:
                 raise self._closed_error()
             if self._users:
                 raise ColibriError(
-                    Status.INVALID_ARGUMENT,
+                    Status.BUSY,
                     f"this {self._kind} is busy: another call (a running generate() iterator, "
                     "a callback, or another thread) is using it; a session serves one call at a time",
                 )

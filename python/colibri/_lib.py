@@ -31,6 +31,7 @@ from ._abi import (  # noqa: F401  (the structs are re-exported: colibri._lib.Se
     GenerateResult,
     ModelInfoStruct,
     ModelParams,
+    MoeParams,
     Params,
     RouteCallback,
     SessionParams,
@@ -183,6 +184,11 @@ class Library:
     def model_params(self) -> ModelParams:
         p = ModelParams()
         self.colibri_model_params_init(ctypes.byref(p))
+        return p
+
+    def moe_params(self) -> MoeParams:
+        p = MoeParams()
+        self.colibri_moe_params_init(ctypes.byref(p))
         return p
 
     def model_info_struct(self) -> ModelInfoStruct:

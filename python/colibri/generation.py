@@ -84,6 +84,7 @@ class Generating(OwnedHandle):
 
     _model: Any  # the Model, for tokenising text prompts
     _stops: List[threading.Event]  # running generate() iterators
+    _route_error: Optional[BaseException]  # raised by the session's route callback, if any
     last_result: Optional[GenerationResult]
 
     # -- arguments ---------------------------------------------------------------------------
@@ -172,8 +173,13 @@ class Generating(OwnedHandle):
         res = lib.generate_result()
         st = lib.colibri_generate(h, as_int32_ptr(arr), n, byref(gp), cfn, None, None, 0, byref(res))
         err = lib.error(st) if st != Status.OK else None
+        # An exception of the session's route callback (reported after generation) aborted the
+        # call, which the library undid.
+        route_error, self._route_error = self._route_error, None
         if state["error"] is not None:
             raise state["error"]
+        if st == Status.ABORTED and route_error is not None:
+            raise route_error
         if err is not None:
             raise err
         reason = FINISH_REASONS.get(res.finish_reason, f"unknown({res.finish_reason})")

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _buffers
 from ._abi import FAMILIES, ChatMessage
-from ._args import as_int32_ptr, check_bool, encode_path, encode_text, int32_array
+from ._args import as_int32_ptr, check_bool, check_int, encode_path, encode_text, int32_array
 from ._buffers import Logits
 from ._handle import OwnedHandle
 from ._lib import ColibriError, Library, Status, get_library
@@ -49,8 +49,13 @@ class ModelInfo:
 class Model(OwnedHandle):
     """An opened model file.
 
-    ``Model(path, mmap=True, mlock=False)`` maps (or with ``mmap=False`` reads) and validates the
-    file; a bad path raises ``ColibriError`` with status ``IO``, a malformed file ``INVALID_MODEL``.
+    ``Model(path, mmap=True, mlock=False, *, n_threads=0, pin_threads=False)`` maps (or with
+    ``mmap=False`` reads) and validates the file; a bad path raises ``ColibriError`` with status
+    ``IO``, a malformed file ``INVALID_MODEL``. The model runs its forward passes on worker
+    threads of its own, shared by all its sessions: ``n_threads`` of them (0: one per physical
+    core; at most 1024), pinned to CPUs with ``pin_threads``; results do not depend on the
+    count. They start at the first forward pass, and again in a child process forked after it
+    (``multiprocessing`` with the "fork" start method, pre-forking servers).
     Close it with ``close()`` or a ``with`` block; sessions made from it stay valid after that
     (the C session holds its own reference), but tokenising text through a session needs the
     model open.
@@ -62,15 +67,26 @@ class Model(OwnedHandle):
     path: Union[str, bytes]
 
     def __init__(
-        self, path: PathLike, mmap: bool = True, mlock: bool = False, *, lib: Optional[Library] = None
+        self,
+        path: PathLike,
+        mmap: bool = True,
+        mlock: bool = False,
+        *,
+        n_threads: int = 0,
+        pin_threads: bool = False,
+        lib: Optional[Library] = None,
     ) -> None:
         raw = encode_path(path)
         use_mmap = check_bool("mmap", mmap)
         use_mlock = check_bool("mlock", mlock)
+        threads = check_int("n_threads", n_threads, 0, 1024)
+        pin = check_bool("pin_threads", pin_threads)
         lib = lib if lib is not None else get_library()
         p = lib.model_params()
         p.use_mmap = int(use_mmap)
         p.use_mlock = int(use_mlock)
+        p.n_threads = threads
+        p.pin_threads = int(pin)
         h = c_void_p()
         st = lib.colibri_model_open(raw, byref(p), byref(h))
         if st != Status.OK:
@@ -253,10 +269,12 @@ def infer_batch(model: "Model", sessions: Sequence[Session], token_lists: Sequen
     ``sessions[i].infer(token_lists[i])`` would, while the model's weights are read once for
     all of them. Returns one logits array per session, shaped as its ``infer`` would return them.
 
-    Every session must have been made from this Model object and be free (not closed, not busy);
-    a session given twice raises ColibriError INVALID_ARGUMENT. The library checks the rest
-    before anything changes — an empty token list or a session of another model (INVALID_ARGUMENT),
-    a full context (CONTEXT_FULL) — so a failed call leaves every session as it was."""
+    Every session must have been made from this Model object and be free (not closed; not busy:
+    ColibriError BUSY); a session given twice raises ColibriError INVALID_ARGUMENT. The library
+    checks the rest before anything changes — an empty token list or a session of another model
+    (INVALID_ARGUMENT), a full context (CONTEXT_FULL) — so a failed call leaves every session as
+    it was. An exception raised by a session's ``on_route`` callback is re-raised, and the step
+    is undone for every session."""
     if not isinstance(model, Model):
         raise TypeError(f"model must be a colibri.Model, not {type(model).__name__}")
     sessions = list(sessions)
@@ -292,10 +310,10 @@ def infer_batch(model: "Model", sessions: Sequence[Session], token_lists: Sequen
         route_errors = [s._route_error for s in sessions if s._route_error is not None]
         for s in sessions:
             s._route_error = None
+        if st == Status.ABORTED and route_errors:
+            raise route_errors[0]  # the library undid the step: every session is as it was
         if err is not None:
             raise err
-        if route_errors:
-            raise route_errors[0]
     finally:
         for s in held:
             s._release()

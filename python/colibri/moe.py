@@ -20,12 +20,19 @@ class MoeLayer(OwnedHandle):
     ``colibri.MOE_STORAGES``; the error bound of each is in include/colibri.h, q8 needs `hidden`
     a multiple of 32). ``infer(x, gates)`` returns ``max(rows_e)`` floats: the sum over the
     `top_k` largest `gates` of softmax-over-chosen(gate) · (W_e · x); a shorter expert contributes
-    zeros past its rows. Safe to call from several threads at once."""
+    zeros past its rows. ``n_threads``: worker threads of a call (0: one per physical core;
+    layers with the same count share them). Safe to call from several threads at once."""
 
     _kind = "MoeLayer"
 
     def __init__(
-        self, experts: Sequence[Any], top_k: int, *, storage: str = "f32", lib: Optional[Library] = None
+        self,
+        experts: Sequence[Any],
+        top_k: int,
+        *,
+        storage: str = "f32",
+        n_threads: int = 0,
+        lib: Optional[Library] = None,
     ) -> None:
         if isinstance(experts, (str, bytes)) or not hasattr(experts, "__len__"):
             raise TypeError("experts must be a sequence of 2-D float matrices")
@@ -34,6 +41,7 @@ class MoeLayer(OwnedHandle):
             raise ValueError("experts is empty")
         k = check_int("top_k", top_k, 1, INT32_MAX)
         kind = choice("storage", storage, MOE_STORAGES)
+        threads = check_int("n_threads", n_threads, 0, 1024)
         rows = []
         hidden = -1
         blobs = []
@@ -54,7 +62,10 @@ class MoeLayer(OwnedHandle):
         sizes = (c_int32 * n)(*rows)
         lib = lib if lib is not None else get_library()
         h = c_void_p()
-        st = lib.colibri_moe_init_with(byref(h), flat, sizes, n, hidden, k, kind)
+        p = lib.moe_params()
+        p.storage = kind
+        p.n_threads = threads
+        st = lib.colibri_moe_init_params(byref(h), flat, sizes, n, hidden, k, byref(p))
         if st != Status.OK:
             raise lib.error(st)
         super().__init__(lib, h.value, lib.colibri_moe_free)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from ctypes import byref, c_size_t, c_void_p
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 from . import _buffers
-from ._abi import KV_TYPES, QUANT_ACTS, ROUTING_MODES, RouteCallback
+from ._abi import KV_TYPES, QUANT_ACTS, ROUTE_ABORT, ROUTING_MODES, RouteCallback
 from ._args import (
     INT32_MAX,
     UINT32_MAX,
@@ -182,9 +182,11 @@ class Session(Generating):
         ``infer_embeddings`` call it is called for every (position, MoE layer) as
         ``fn(layer, position, experts, weights)`` with the chosen expert ids and their weights
         (Python lists); return True to skip the remaining records of that call. An exception
-        raised by `fn` stops the records and is re-raised by the infer call.
-
-        (libcolibri 0.1 reports routes for infer calls only, not during generation.)"""
+        raised by `fn` fails the call and is re-raised by it, and the library undoes the call:
+        the session is as it was before it (cached tokens, routing RNG; no logits returned), so
+        retrying it gives what one clean call gives. The generate methods report their routes
+        once generation has ended, and the same holds for them (the pieces already streamed
+        stand)."""
         callable_or_none("fn", fn)
         lib = self._lib
         if fn is None:
@@ -200,7 +202,7 @@ class Session(Generating):
                     me = wself()
                     if me is not None and me._route_error is None:
                         me._route_error = e
-                    return 1
+                    return ROUTE_ABORT  # the library undoes the call
 
             cfn = RouteCallback(trampoline)
         with self._exclusive() as h:
@@ -216,10 +218,13 @@ class Session(Generating):
         ptr, result, self._scratch = _buffers.logits_buffer(need, shape, copy, out, self._scratch)
         return ptr, result
 
-    def _finish_route_error(self) -> None:
-        err, self._route_error = self._route_error, None
-        if err is not None:
-            raise err
+    def _check_call(self, status: int) -> None:
+        """Raise for the status of a call this session's route callback saw: the callback's own
+        exception when it aborted the call (which the library undid), else ColibriError."""
+        route_error, self._route_error = self._route_error, None
+        if status == Status.ABORTED and route_error is not None:
+            raise route_error
+        self._lib.check(status)
 
     def infer(self, tokens: Sequence[int], *, copy: bool = True, out: Any = None) -> Logits:
         """Run the forward pass over new `tokens` (appended to the KV cache; nothing is added to
@@ -233,8 +238,9 @@ class Session(Generating):
         * ``out=array``: write into your own C-contiguous float32 array (at least the needed
           size) and return a view of it: no allocation at all.
 
-        A failed call (bad id → ColibriError INVALID_ARGUMENT, too many tokens → CONTEXT_FULL)
-        leaves the cache as it was."""
+        A failed call (bad id → ColibriError INVALID_ARGUMENT, too many tokens → CONTEXT_FULL,
+        an exception in the ``on_route`` callback → that exception) leaves the session as it was
+        (and ``out`` / the reused buffer unwritten)."""
         arr, n = int32_array("tokens", tokens)
         if n == 0:
             raise ValueError("tokens is empty: at least one token is needed")
@@ -243,12 +249,7 @@ class Session(Generating):
         ptr, result = self._logits_buffer(need, n, copy, out)
         lib = self._lib
         with self._exclusive() as h:
-            st = lib.colibri_infer(h, as_int32_ptr(arr), n, ptr, need)
-            if st != Status.OK:
-                err = lib.error(st)
-                self._route_error = None
-                raise err
-            self._finish_route_error()
+            self._check_call(lib.colibri_infer(h, as_int32_ptr(arr), n, ptr, need))
         return result
 
     def infer_embeddings(self, embeddings: Any, *, copy: bool = True, out: Any = None) -> Logits:
@@ -266,11 +267,7 @@ class Session(Generating):
         with self._exclusive() as h:
             st = lib.colibri_infer_embeddings(h, ptr_in, n, width, ptr, need)
             del keep
-            if st != Status.OK:
-                err = lib.error(st)
-                self._route_error = None
-                raise err
-            self._finish_route_error()
+            self._check_call(st)
         return result
 
 

@@ -14,7 +14,8 @@ import pytest
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 REPO = PYTHON_DIR.parent
-RELEASE = REPO / "target" / "release"
+# cargo's output: $CARGO_TARGET_DIR (relative to the repository root) or target/.
+RELEASE = REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "release"
 CLI = RELEASE / ("colibri.exe" if sys.platform == "win32" else "colibri")
 FIXTURE = REPO / "tests" / "fixtures" / "models" / "qwen2_moe_shared"
 

@@ -218,8 +218,9 @@ def test_breaking_out_of_the_stream_stops_generation(session: colibri.Session) -
 def test_session_is_busy_while_a_stream_runs(session: colibri.Session) -> None:
     it = session.generate("Hello", max_tokens=20, temperature=0, ignore_eos=True)
     next(it)
-    with pytest.raises(colibri.ColibriError, match="busy"):
+    with pytest.raises(colibri.ColibriError, match="busy") as e:
         session.infer([1])
+    assert e.value.status == colibri.Status.BUSY
     with pytest.raises(colibri.ColibriError, match="busy"):
         session.complete([1], max_tokens=1)
     rest = list(it)

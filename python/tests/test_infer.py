@@ -244,7 +244,7 @@ def test_routing_trace_stop_remove_and_exceptions(model: colibri.Model) -> None:
         s.on_route(boom)
         with pytest.raises(Boom):
             s.infer([5])
-        assert s.position == 5  # the forward pass itself succeeded
+        assert s.position == 4  # the call failed, and was undone
         s.on_route(None)
         s.infer([6])  # no callback, no error
         with pytest.raises(TypeError):
@@ -290,3 +290,43 @@ def test_routing_seed_keeps_its_old_name_for_now(model: colibri.Model, oracle: D
         assert [e for _, _, e, _ in _trace(s, ids)] == want
     with pytest.raises(TypeError, match="routing_seed"):
         model.session(routing_seed=1, seed=2)
+
+
+def test_thread_count_changes_no_result(model_path: Any) -> None:
+    ids = [i % 390 for i in range(5, 45)]
+    got = []
+    for n in (1, 3):
+        with colibri.Model(model_path, n_threads=n) as m, m.session() as s:
+            got.append([float(v) for v in s.infer(ids)])
+    assert got[0] == got[1]
+    for bad in (-1, 1025):
+        with pytest.raises(ValueError):
+            colibri.Model(model_path, n_threads=bad)
+
+
+@pytest.mark.parametrize("routing", ["topk", "gumbel"])
+def test_an_exception_in_on_route_undoes_the_call(model: colibri.Model, routing: str) -> None:
+    class Boom(Exception):
+        pass
+
+    def boom(*_: Any) -> None:
+        raise Boom("from the route callback")
+
+    with model.session(routing=routing, routing_seed=3) as clean, model.session(routing=routing, routing_seed=3) as s:
+        clean.infer([7, 8])
+        want = list(clean.infer([1, 2, 3]))
+        want_next = list(clean.infer([4]))
+        view = s.infer([7, 8], copy=False)  # the session's reused buffer
+        kept = list(view)
+        s.on_route(boom)
+        for _ in range(2):
+            with pytest.raises(Boom):
+                s.infer([1, 2, 3], copy=False)
+            assert s.position == 2, "a failed call changed the cache"
+            assert list(view) == kept, "a failed call wrote logits"
+        with pytest.raises(Boom):
+            s.complete([1, 2, 3], max_tokens=2, temperature=0)
+        assert s.position == 2
+        s.on_route(None)
+        assert list(s.infer([1, 2, 3])) == want, "the retry differs from one clean call"
+        assert list(s.infer([4])) == want_next, "the routing RNG was not restored"

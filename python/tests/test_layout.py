@@ -88,7 +88,7 @@ def test_public_names_are_importable_from_the_package() -> None:
 _C_SIZES = {
     "uint32_t": 4, "int32_t": 4, "float": 4, "uint64_t": 8, "size_t": ctypes.sizeof(ctypes.c_size_t),
     "colibri_kv_type": 4, "colibri_routing_mode": 4, "colibri_quant_act": 4, "colibri_family": 4,
-    "colibri_finish_reason": 4,
+    "colibri_finish_reason": 4, "colibri_moe_storage": 4,
 }
 
 
@@ -114,6 +114,7 @@ def test_structs_mirror_the_header() -> None:
         "colibri_generate_params": _abi.GenerateParams,
         "colibri_generate_result": _abi.GenerateResult,
         "colibri_model_params": _abi.ModelParams,
+        "colibri_moe_params": _abi.MoeParams,
         "colibri_model_info": _abi.ModelInfoStruct,
         "colibri_session_params": _abi.SessionParams,
         "colibri_params": _abi.Params,

@@ -13,7 +13,7 @@ import pytest
 import colibri
 from colibri import _lib
 
-from conftest import PYTHON_DIR, RELEASE
+from conftest import PYTHON_DIR, RELEASE, REPO
 
 
 def _lib_file() -> Path:
@@ -86,7 +86,7 @@ def test_package_dir_is_used_without_env(tmp_path: Path) -> None:
 
 def test_every_header_function_is_declared() -> None:
     lib = colibri.get_library()
-    header = (RELEASE.parent.parent / "include" / "colibri.h").read_text()
+    header = (REPO / "include" / "colibri.h").read_text()
     import re
 
     names = set(re.findall(r"\b(colibri_[a-z_]+)\(", header))

@@ -100,3 +100,18 @@ def test_storage_names_are_checked() -> None:
         colibri.MoeLayer([[[1.0] * 32]], 1, storage=2)  # type: ignore[arg-type]
     with pytest.raises(colibri.ColibriError, match="multiple of 32"):
         colibri.MoeLayer([[[1.0] * 33]], 1, storage="q8")
+
+
+def test_thread_count_changes_no_result() -> None:
+    rng = random.Random(9)
+    hidden = 64
+    experts = [[[rng.uniform(-1, 1) for _ in range(hidden)] for _ in range(200)] for _ in range(3)]
+    x = [rng.uniform(-1, 1) for _ in range(hidden)]
+    gates = [0.5, -1.0, 2.0]
+    got = []
+    for n in (1, 3):
+        with colibri.MoeLayer(experts, top_k=2, n_threads=n) as layer:
+            got.append(list(layer.infer(x, gates)))
+    assert got[0] == got[1]
+    with pytest.raises(ValueError):
+        colibri.MoeLayer(experts, top_k=2, n_threads=1025)

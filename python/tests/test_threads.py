@@ -114,7 +114,7 @@ def test_one_session_refuses_a_concurrent_call(model: colibri.Model) -> None:
                 errors.append(e)
         release.set()
         t.join()
-        assert len(errors) == 3 and all("busy" in str(e) for e in errors)
+        assert len(errors) == 3 and all(e.status == colibri.Status.BUSY and "busy" in str(e) for e in errors)
         s.infer([1])  # free again
 
 

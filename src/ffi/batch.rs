@@ -5,7 +5,7 @@
 use super::handle::*;
 use super::model::colibri_model;
 use super::panic::{guard, Failure};
-use super::session::colibri_session;
+use super::session::{aborted, colibri_session};
 use super::status::*;
 use crate::forward::{forward_batch, ForwardOptions, Input, Sequence};
 use std::sync::Arc;
@@ -20,18 +20,22 @@ fn invalid(msg: String) -> Failure {
 /// session in array order: each session's last-position logits (vocab_size floats), or with
 /// its `all_logits` every new position's (n_tokens[i]·vocab_size). Each session keeps its own
 /// options (routing mode, seed, moe_top_k, all_logits) and its route callback is called after
-/// the step, session after session.
+/// the step, session after session; one returning COLIBRI_ROUTE_ABORT fails the call
+/// (COLIBRI_STATUS_ABORTED): the later sessions' callbacks are not called, every session is as
+/// it was before the call and no logits are written.
 ///
 /// Checks, in this order, before anything changes (a failed call leaves every session as it
 /// was): `model` (NULL_ARGUMENT); `n_sessions` 0 (INVALID_ARGUMENT); `sessions`, `tokens`,
 /// `n_tokens` (NULL_ARGUMENT); for each i: `sessions[i]` NULL (NULL_ARGUMENT), repeated in the
-/// array or made on another model handle (INVALID_ARGUMENT), `tokens[i]` NULL while
+/// array (INVALID_ARGUMENT), in use by another call (BUSY), made on another model handle
+/// (INVALID_ARGUMENT), `tokens[i]` NULL while
 /// n_tokens[i] > 0 (NULL_ARGUMENT), a negative id or `n_tokens[i]` 0 (INVALID_ARGUMENT);
 /// `logits_out` (NULL_ARGUMENT; BUFFER_TOO_SMALL when shorter than the sum above); then each
 /// session's ids (INVALID_ARGUMENT for an id outside the vocabulary), context (CONTEXT_FULL)
 /// and activation mode (INVALID_ARGUMENT unless every session has the same `quant_act`). The
-/// last error message names the failing index. The sessions must not be used by other threads
-/// during the call; the model may be.
+/// last error message names the failing index. Every session is busy until the call returns
+/// (COLIBRI_STATUS_BUSY for another call on it meanwhile, from a route callback or another
+/// thread); the model may be used by other calls.
 ///
 /// # Safety
 /// `sessions`, `tokens` and `n_tokens` readable for n_sessions elements; `tokens[i]` readable
@@ -57,11 +61,13 @@ pub unsafe extern "C" fn colibri_infer_batch(
         let vocab = m.model.config().vocab_size;
         let mut ids = Vec::with_capacity(n_sessions);
         let mut need = 0usize;
+        let mut ss = Vec::with_capacity(n_sessions);
         for (i, &h) in handles.iter().enumerate() {
-            let s = borrow(h as *const colibri_session, &format!("sessions[{i}]"))?;
+            borrow(h as *const colibri_session, &format!("sessions[{i}]"))?;
             if let Some(j) = handles[..i].iter().position(|&o| o == h) {
                 return Err(invalid(format!("sessions[{j}] and sessions[{i}] are the same session")));
             }
+            let s = colibri_session::take(h, &format!("sessions[{i}]"))?;
             if !Arc::ptr_eq(&s.model, &m.model) {
                 return Err(invalid(format!("sessions[{i}] was made on another model handle")));
             }
@@ -71,6 +77,7 @@ pub unsafe extern "C" fn colibri_infer_batch(
             }
             need = need.saturating_add(if s.all_logits { t.len() } else { 1 }.saturating_mul(vocab));
             ids.push(t);
+            ss.push(s);
         }
         let logits = slice_mut(logits_out, logits_len, "logits_out")?;
         if logits.len() < need {
@@ -79,12 +86,10 @@ pub unsafe extern "C" fn colibri_infer_batch(
                 format!("logits_len is {} floats; this batch needs {need}", logits.len()),
             ));
         }
-        // SAFETY: every pointer is non-NULL, live (the caller's contract) and distinct (checked
-        // above), so these exclusive borrows do not alias.
-        let mut ss: Vec<&mut colibri_session> = handles.iter().map(|&h| unsafe { &mut *h }).collect();
         for s in ss.iter_mut() {
             s.begin_trace();
         }
+        let before: Vec<_> = ss.iter().map(|s| s.session.checkpoint()).collect();
         let mut batch: Vec<Sequence<'_>> = ss
             .iter_mut()
             .zip(&ids)
@@ -95,12 +100,18 @@ pub unsafe extern "C" fn colibri_infer_batch(
             .collect();
         forward_batch(&m.model, &mut batch)?;
         drop(batch);
+        // Session after session; the first abort ends the reports and undoes the whole step.
+        if !ss.iter_mut().all(|s| s.report_routes()) {
+            for (s, c) in ss.iter_mut().zip(before) {
+                s.session.rollback(c);
+            }
+            return Err(aborted());
+        }
         let mut at = 0;
-        for s in ss.iter_mut() {
+        for s in ss.iter() {
             let out = s.session.logits();
             logits[at..at + out.len()].copy_from_slice(out);
             at += out.len();
-            s.report_routes();
         }
         Ok(())
     })

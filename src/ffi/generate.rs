@@ -4,7 +4,7 @@
 
 use super::handle::*;
 use super::panic::{guard, guard_or, Failure};
-use super::session::colibri_session;
+use super::session::{aborted, colibri_session};
 use super::status::*;
 use crate::decoder::{DecodeParams, Finish};
 use crate::forward::Input;
@@ -203,8 +203,11 @@ pub unsafe extern "C" fn colibri_generate_result_init(result: *mut colibri_gener
 /// (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation then also
 /// ends (COLIBRI_FINISH_LENGTH) when `tokens_cap` tokens are stored. `result` (may be NULL;
 /// its struct_size set by the caller) says why generation ended and how many tokens were
-/// delivered. A registered routing-trace callback is called after the generation. `params` may
-/// be NULL for the defaults. Not thread-safe per session.
+/// delivered. A registered routing-trace callback is called after the generation; if it
+/// returns COLIBRI_ROUTE_ABORT the call returns COLIBRI_STATUS_ABORTED and the session is as
+/// before the call (the tokens already delivered to `callback` and `tokens_out` stand). `params` may
+/// be NULL for the defaults. The session is busy until the call returns: a call on it from a
+/// callback or another thread meanwhile gets COLIBRI_STATUS_BUSY.
 ///
 /// # Safety
 /// `prompt` readable for n_prompt ints; `tokens_out` NULL or writable for tokens_cap ints;
@@ -223,7 +226,7 @@ pub unsafe extern "C" fn colibri_generate(
     result: *mut colibri_generate_result,
 ) -> colibri_status {
     guard(|| {
-        let s = borrow_mut(session, "session")?;
+        let mut s = colibri_session::take(session, "session")?;
         let result_size = versioned_size(result, "result")?;
         let ids = token_ids(prompt, n_prompt, "prompt")?;
         let p = super::handle::params(params, colibri_generate_params::default(), "params")?;
@@ -239,6 +242,7 @@ pub unsafe extern "C" fn colibri_generate(
         let gp = GenerateParams { decode, routing: s.routing };
         let (tokenizer, model) = (s.tokenizer.clone(), s.model.clone());
         s.begin_trace();
+        let before = s.session.checkpoint();
         let mut delivered = 0usize;
         let outcome = generate(&model, &mut s.session, tokenizer.as_deref(), Input::Tokens(&ids), &gp, |piece| {
             let token = piece.token.map(|t| t as i32).unwrap_or(-1);
@@ -259,8 +263,12 @@ pub unsafe extern "C" fn colibri_generate(
                 None => true,
             }
         });
-        s.report_routes();
+        let reported = s.report_routes();
         let outcome = outcome?;
+        if !reported {
+            s.session.rollback(before);
+            return Err(aborted());
+        }
         if let Some(size) = result_size {
             let full = colibri_generate_result {
                 struct_size: size as u32,

@@ -12,12 +12,6 @@ pub(crate) fn borrow<'a, T>(p: *const T, arg: &str) -> Result<&'a T, Failure> {
     unsafe { p.as_ref() }.ok_or_else(|| Failure::null(arg))
 }
 
-/// `&mut T` from a pointer, or a NULL_ARGUMENT failure.
-pub(crate) fn borrow_mut<'a, T>(p: *mut T, arg: &str) -> Result<&'a mut T, Failure> {
-    // SAFETY: as in `borrow`; the caller owns the object exclusively for the call.
-    unsafe { p.as_mut() }.ok_or_else(|| Failure::null(arg))
-}
-
 /// A UTF-8 C string.
 pub(crate) fn c_str<'a>(p: *const c_char, arg: &str) -> Result<&'a str, Failure> {
     if p.is_null() {

@@ -3,12 +3,14 @@
 //!
 //! One file per C object (model, session, text, generate, moe), one for steps over several
 //! sessions at once (batch), plus the plumbing: status codes, the panic boundary with the
-//! per-thread last error, and argument conversion (handle.rs).
+//! per-thread last error, argument conversion (handle.rs) and the one-call-at-a-time flag of a
+//! session (exclusive.rs).
 
 // The C names (colibri_model, colibri_session, …) are the ABI.
 #![allow(non_camel_case_types)]
 
 mod batch;
+mod exclusive;
 mod generate;
 mod handle;
 mod model;
@@ -72,7 +74,15 @@ mod tests {
 
     #[test]
     fn versioned_structs_have_no_hidden_padding() {
-        assert_no_padding!(colibri_model_params, struct_size, use_mmap, use_mlock, sigbus_guard);
+        assert_no_padding!(
+            colibri_model_params,
+            struct_size,
+            use_mmap,
+            use_mlock,
+            sigbus_guard,
+            n_threads,
+            pin_threads
+        );
         assert_no_padding!(
             colibri_model_info,
             struct_size,
@@ -112,7 +122,9 @@ mod tests {
             moe_top_k,
             routing_seed,
             quant_act,
-            reserved
+            reserved,
+            n_threads,
+            pin_threads
         );
         assert_no_padding!(
             colibri_generate_params,
@@ -133,6 +145,7 @@ mod tests {
             n_stop
         );
         assert_no_padding!(colibri_generate_result, struct_size, finish_reason, n_tokens, n_cached);
+        assert_no_padding!(colibri_moe_params, struct_size, storage, n_threads);
     }
 
     #[test]

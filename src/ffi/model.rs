@@ -5,6 +5,7 @@ use super::handle::*;
 use super::panic::{guard, guard_or, Failure};
 use super::status::*;
 use crate::model::Model;
+use crate::threads::ThreadOptions;
 use crate::tokenizer::Tokenizer;
 use crate::LoadOptions;
 use std::ffi::c_char;
@@ -27,11 +28,19 @@ pub struct colibri_model_params {
     /// then return COLIBRI_STATUS_MODEL_CHANGED and never output computed from the changed
     /// bytes. Replace model files by writing a new file and renaming it over the old one.
     pub sigbus_guard: i32,
+    /// Worker threads of the model's forward passes, at most 1024; 0 (default) = one per
+    /// physical core the process may run on. The model owns its pool (shared by all its
+    /// sessions and threads), started by the first call that needs it and again in a forked
+    /// child. Results do not depend on the count.
+    pub n_threads: u32,
+    /// 1: pin worker i to the i-th CPU the process may run on (Linux). Default 0.
+    pub pin_threads: i32,
 }
 
 impl Versioned for colibri_model_params {
-    /// ABI 1: up to use_mlock (12 bytes); then sigbus_guard (16).
-    const SIZES: &'static [usize] = &[12, std::mem::size_of::<colibri_model_params>()];
+    /// ABI 1: up to use_mlock (12 bytes); then sigbus_guard (16); then n_threads and
+    /// pin_threads (24).
+    const SIZES: &'static [usize] = &[12, 16, std::mem::size_of::<colibri_model_params>()];
 }
 
 impl Default for colibri_model_params {
@@ -41,6 +50,8 @@ impl Default for colibri_model_params {
             use_mmap: 1,
             use_mlock: 0,
             sigbus_guard: 0,
+            n_threads: 0,
+            pin_threads: 0,
         }
     }
 }
@@ -124,10 +135,12 @@ pub struct colibri_model {
 
 impl colibri_model {
     pub(crate) fn open(path: &str, p: &colibri_model_params) -> Result<colibri_model, Failure> {
+        let threads = ThreadOptions { n_threads: p.n_threads as usize, pin: p.pin_threads != 0 };
         let opts = LoadOptions {
             mmap: p.use_mmap != 0,
             mlock: p.use_mlock != 0,
             sigbus_guard: p.sigbus_guard != 0,
+            threads,
             ..LoadOptions::default()
         };
         let model = Model::open(std::path::Path::new(path), &opts)?;
@@ -143,7 +156,8 @@ impl colibri_model {
     }
 }
 
-/// Fill `params` with the defaults (mmap on, mlock off). Thread-safe.
+/// Fill `params` with the defaults (mmap on, mlock off, one thread per physical core).
+/// Thread-safe.
 ///
 /// # Safety
 /// `params` must be NULL or point to a writable colibri_model_params.

@@ -4,7 +4,8 @@
 //!
 //! The weights are copied at init into one 64-byte-aligned buffer, each expert on its own line,
 //! stored as f32, bf16 or q8 (`colibri_moe_storage`). A call splits the output rows into one
-//! range per pool thread and computes every chosen expert's rows of its range there (one
+//! range per worker of the layer's pool (`colibri_moe_params.n_threads`; layers with the same
+//! count share one pool) and computes every chosen expert's rows of its range there (one
 //! fork-join per call). The input meets the weights in their own arithmetic (the `Reduced`
 //! activation mode: bf16 products, int8 block products), which is what the stated error bounds
 //! cover, whatever `COLIBRI_QUANT_ACT` says.
@@ -14,7 +15,9 @@ use super::panic::{guard, guard_or, Failure};
 use super::status::*;
 use crate::format::DType;
 use crate::kernels::{Kernels, Mat, QuantActivations};
+use crate::threads::{self, Pool, ThreadOptions};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// How a layer stores its weights (`colibri_moe_init_with`). Frozen numbers.
 #[allow(non_camel_case_types)]
@@ -32,6 +35,30 @@ pub const COLIBRI_MOE_BF16: colibri_moe_storage = 1;
 /// output r: |Δoutput[r]| ≤ Σ_chosen p_e · Σ_blocks b ((max_b |W_e[r]| / 200 + 2⁻²⁴) ·
 /// ‖input_b‖₁ + max_b |input| · (‖W_e[r]_b‖₁ / 100 + 2⁻²⁴)).
 pub const COLIBRI_MOE_Q8: colibri_moe_storage = 2;
+
+/// Options of `colibri_moe_init_params`. Fill with `colibri_moe_params_init`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct colibri_moe_params {
+    /// sizeof(colibri_moe_params), set by colibri_moe_params_init.
+    pub struct_size: u32,
+    /// How the weights are stored: a COLIBRI_MOE_* value (default COLIBRI_MOE_F32).
+    pub storage: colibri_moe_storage,
+    /// Worker threads of a call, at most 1024; 0 (default) = one per physical core the process
+    /// may run on. Layers with the same count share one pool, started by the first call (and
+    /// again in a forked child).
+    pub n_threads: u32,
+}
+
+impl Versioned for colibri_moe_params {
+    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_moe_params>()];
+}
+
+impl Default for colibri_moe_params {
+    fn default() -> Self {
+        colibri_moe_params { struct_size: std::mem::size_of::<Self>() as u32, storage: COLIBRI_MOE_F32, n_threads: 0 }
+    }
+}
 
 /// 64 bytes: the unit of the aligned weight copy.
 #[repr(C, align(64))]
@@ -54,6 +81,8 @@ pub struct colibri_moe {
     hidden: usize,
     top_k: usize,
     out_len: usize,
+    /// Where calls run (shared with the layers of the same thread count).
+    pool: Arc<Pool>,
 }
 
 /// Largest total of weights accepted (2^32 values).
@@ -98,7 +127,7 @@ pub unsafe extern "C" fn colibri_moe_init(
 }
 
 /// `colibri_moe_init` with the weights stored as `storage` (a COLIBRI_MOE_* value; the error
-/// bound of each is documented with it). Weights must be finite.
+/// bound of each is documented with it), on the default thread count. Weights must be finite.
 ///
 /// # Safety
 /// As colibri_moe_init.
@@ -112,10 +141,47 @@ pub unsafe extern "C" fn colibri_moe_init_with(
     top_k: i32,
     storage: colibri_moe_storage,
 ) -> colibri_status {
+    let p = colibri_moe_params { storage, ..Default::default() };
+    // SAFETY: the caller's contract is colibri_moe_init_params's; `p` is a valid struct.
+    unsafe { colibri_moe_init_params(moe_out, expert_weights, expert_sizes, n_experts, hidden_size, top_k, &p) }
+}
+
+/// Fill `params` with the defaults (f32 storage, one thread per physical core). Thread-safe.
+///
+/// # Safety
+/// `params` must be NULL or point to a writable colibri_moe_params.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_moe_params_init(params: *mut colibri_moe_params) {
+    guard_or((), || {
+        if !params.is_null() {
+            put(params, colibri_moe_params::default());
+        }
+    })
+}
+
+/// `colibri_moe_init` with options (`params` may be NULL for the defaults): the storage of the
+/// weights (`colibri_moe_init_with`) and the worker threads of a call. Weights must be finite.
+///
+/// # Safety
+/// As colibri_moe_init; `params` NULL or a valid struct.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_moe_init_params(
+    moe_out: *mut *mut colibri_moe,
+    expert_weights: *const f32,
+    expert_sizes: *const i32,
+    n_experts: i32,
+    hidden_size: i32,
+    top_k: i32,
+    params: *const colibri_moe_params,
+) -> colibri_status {
     guard(|| {
         if moe_out.is_null() {
             return Err(Failure::null("moe_out"));
         }
+        let p = super::handle::params(params, colibri_moe_params::default(), "params")?;
+        let storage = p.storage;
+        let threads = ThreadOptions { n_threads: p.n_threads as usize, pin: false };
+        let pool = threads::shared(threads).map_err(|e| invalid(e.to_string()))?;
         if !(1..=65536).contains(&n_experts) {
             return Err(invalid(format!("n_experts {n_experts} outside 1..=65536")));
         }
@@ -170,7 +236,7 @@ pub unsafe extern "C" fn colibri_moe_init_with(
             at += n;
         }
         let out_len = sizes.iter().map(|&s| s as usize).max().unwrap_or(0);
-        let moe = colibri_moe { lines, experts, hidden, top_k: top_k as usize, out_len };
+        let moe = colibri_moe { lines, experts, hidden, top_k: top_k as usize, out_len, pool };
         put(moe_out, Box::into_raw(Box::new(moe)));
         Ok(())
     })
@@ -206,17 +272,17 @@ pub unsafe extern "C" fn colibri_moe_infer(
         let ex: Vec<f32> = chosen.iter().map(|&e| (g[e] - max).exp()).collect();
         let sum: f32 = ex.iter().sum();
         let mats: Vec<(Mat<'_>, f32)> = chosen.iter().zip(&ex).map(|(&e, &w)| (m.mat(e), w / sum)).collect();
-        mix(&mats, x, out);
+        m.pool.install(|| mix(&mats, x, out))?;
         Ok(())
     })
 }
 
 /// out = Σ_j p_j · (W_j · x) over `mats` = [(W_j, p_j)] in order (rows past a shorter W_j add
-/// nothing): one range of rows per pool thread, each a multiple of 8 rows (the interleaved row
-/// group), every chosen expert's rows of the range computed there.
+/// nothing): one range of rows per thread of the pool running it, each a multiple of 8 rows
+/// (the interleaved row group), every chosen expert's rows of the range computed there.
 fn mix(mats: &[(Mat<'_>, f32)], x: &[f32], out: &mut [f32]) {
     let k = Kernels::new(QuantActivations::Reduced);
-    let per = out.len().div_ceil(rayon::current_num_threads().max(1)).next_multiple_of(8);
+    let per = out.len().div_ceil(threads::current()).next_multiple_of(8);
     let range = |r0: usize, o: &mut [f32]| {
         o.fill(0.0);
         let mut y = vec![0f32; o.len()];

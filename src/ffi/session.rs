@@ -1,11 +1,13 @@
 //! `colibri_session` (alias `colibri_ctx`): one sequence's KV cache and state, holding a
-//! shared reference to its model. Used by one thread at a time; many sessions share a model.
+//! shared reference to its model. One call at a time: every entry point taking a session takes
+//! its in-use flag, and a call meanwhile gets COLIBRI_STATUS_BUSY. Many sessions share a model.
 //! Also the one-call entry path colibri_init / colibri_infer / colibri_free (a model and one
 //! session in one handle).
 
+use super::exclusive::{take, Exclusive, Held};
 use super::handle::*;
 use super::model::{colibri_model, colibri_model_params};
-use super::panic::{guard, guard_or, Failure};
+use super::panic::{guard, guard_or, set_last_error, Failure};
 use super::status::*;
 use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingMode, RoutingOptions};
 use crate::kernels::QuantActivations;
@@ -17,7 +19,9 @@ use std::sync::Arc;
 
 /// Routing-trace callback: called after a forward call for every (token position, MoE layer)
 /// with the chosen expert ids and their weights (k of each; valid during the call only).
-/// Return non-zero to skip the remaining records of this call.
+/// Return 0 to go on, a positive value to skip the remaining records of this call, or
+/// COLIBRI_ROUTE_ABORT (any negative value) to fail it: the call returns
+/// COLIBRI_STATUS_ABORTED and is undone (the session as before it, no logits written).
 #[allow(non_camel_case_types)]
 pub type colibri_route_callback = Option<
     unsafe extern "C" fn(
@@ -29,6 +33,17 @@ pub type colibri_route_callback = Option<
         k: usize,
     ) -> i32,
 >;
+
+/// What a route callback returns to fail the call it reports on (see colibri_route_callback).
+pub const COLIBRI_ROUTE_ABORT: i32 = -1;
+
+/// The failure of a call whose route callback returned COLIBRI_ROUTE_ABORT.
+pub(crate) fn aborted() -> Failure {
+    Failure::new(
+        COLIBRI_STATUS_ABORTED,
+        "the route callback aborted the call (COLIBRI_ROUTE_ABORT); the session is as it was before it",
+    )
+}
 
 /// Element type of a session's KV cache (`kv_type`). Frozen numbers.
 #[allow(non_camel_case_types)]
@@ -121,12 +136,16 @@ pub struct colibri_params {
     pub moe_top_k: i32,
     pub routing_seed: u64,
     pub quant_act: colibri_quant_act,
-    /// 0 (the struct's tail, named so that a later field changes struct_size).
+    /// 0 (named so that the struct has no hidden padding).
     pub reserved: i32,
+    /// As in colibri_model_params.
+    pub n_threads: u32,
+    pub pin_threads: i32,
 }
 
 impl Versioned for colibri_params {
-    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_params>()];
+    /// 48: ABI 1 before n_threads and pin_threads.
+    const SIZES: &'static [usize] = &[48, std::mem::size_of::<colibri_params>()];
 }
 
 impl Default for colibri_params {
@@ -144,12 +163,27 @@ impl Default for colibri_params {
             routing_seed: s.routing_seed,
             quant_act: s.quant_act,
             reserved: 0,
+            n_threads: 0,
+            pin_threads: 0,
         }
     }
 }
 
-/// A session (opaque to C).
+/// A session (opaque to C): its state behind the in-use flag every entry point takes.
 pub struct colibri_session {
+    state: Exclusive<SessionState>,
+}
+
+impl colibri_session {
+    /// The session at `p` for one call: NULL_ARGUMENT for NULL, BUSY while another call (another
+    /// thread, or a callback of the running call) uses it.
+    pub(crate) fn take<'a>(p: *const colibri_session, arg: &str) -> Result<Held<'a, SessionState>, Failure> {
+        take(&borrow(p, arg)?.state, arg)
+    }
+}
+
+/// What a session holds.
+pub(crate) struct SessionState {
     pub(crate) model: Arc<Model>,
     pub(crate) tokenizer: Option<Arc<Tokenizer>>,
     pub(crate) session: Session,
@@ -211,7 +245,7 @@ impl colibri_session {
         crate::forward::check_routing(c, &routing)?;
         let opts = SessionOptions { n_ctx: p.n_ctx as usize, kv_dtype, routing_seed: p.routing_seed, quant_act };
         let session = Session::new(c, &opts)?;
-        Ok(colibri_session {
+        let state = SessionState {
             model: m.model.clone(),
             tokenizer: m.tokenizer.clone(),
             session,
@@ -219,9 +253,12 @@ impl colibri_session {
             all_logits: p.all_logits != 0,
             route_cb: None,
             route_userdata: std::ptr::null_mut(),
-        })
+        };
+        Ok(colibri_session { state: Exclusive::new(state) })
     }
+}
 
+impl SessionState {
     /// Run the forward pass and copy logits out; nothing changes when a check fails.
     fn infer(&mut self, input: Input<'_>, n: usize, logits: &mut [f32]) -> Result<(), Failure> {
         let vocab = self.model.config().vocab_size;
@@ -233,10 +270,14 @@ impl colibri_session {
             ));
         }
         self.begin_trace();
+        let before = self.session.checkpoint();
         let opts = ForwardOptions { logits: self.logits_mode(), routing: self.routing };
         forward(&self.model, &mut self.session, input, &opts)?;
+        if !self.report_routes() {
+            self.session.rollback(before);
+            return Err(aborted());
+        }
         logits[..need].copy_from_slice(&self.session.logits()[..need]);
-        self.report_routes();
         Ok(())
     }
 
@@ -255,20 +296,26 @@ impl colibri_session {
         self.session.take_trace();
     }
 
-    pub(crate) fn report_routes(&mut self) {
-        let Some(cb) = self.route_cb else { return };
+    /// Hand the call's routing records to the callback; false when it aborted the call (the
+    /// caller then rolls the session back).
+    pub(crate) fn report_routes(&mut self) -> bool {
+        let Some(cb) = self.route_cb else { return true };
         let mut records = self.session.take_trace();
         records.sort_by_key(|r| (r.position, r.layer));
         for r in records {
             let ids: Vec<i32> = r.experts.iter().map(|&e| e as i32).collect();
             // SAFETY: the caller registered this callback and vouches for userdata.
-            let stop = unsafe {
+            let answer = unsafe {
                 cb(self.route_userdata, r.layer as i32, r.position as i32, ids.as_ptr(), r.weights.as_ptr(), ids.len())
             };
-            if stop != 0 {
+            if answer < 0 {
+                return false;
+            }
+            if answer > 0 {
                 break;
             }
         }
+        true
     }
 }
 
@@ -328,16 +375,25 @@ pub unsafe extern "C" fn colibri_session_new(
     })
 }
 
-/// Release a session. NULL is a no-op.
+/// Release a session. NULL is a no-op. A session in use by a call (freed from inside one of its
+/// callbacks, or while another thread's call runs) is not freed: it stays valid, and
+/// colibri_last_error_message says so.
 ///
 /// # Safety
 /// `session` must be NULL or from colibri_session_new / colibri_init, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn colibri_session_free(session: *mut colibri_session) {
     guard_or((), || {
-        if !session.is_null() {
-            // SAFETY: from Box::into_raw.
-            drop(unsafe { Box::from_raw(session) });
+        if session.is_null() {
+            return;
+        }
+        match colibri_session::take(session, "session") {
+            Err(busy) => set_last_error(&format!("colibri_session_free: not freed: {}", busy.message)),
+            Ok(held) => {
+                drop(held);
+                // SAFETY: from Box::into_raw; no call holds it (checked just now).
+                drop(unsafe { Box::from_raw(session) });
+            }
         }
     })
 }
@@ -358,7 +414,13 @@ pub unsafe extern "C" fn colibri_init(
         }
         let path = c_str(model_path, "model_path")?;
         let p = super::handle::params(params, colibri_params::default(), "params")?;
-        let mp = colibri_model_params { use_mmap: p.use_mmap, use_mlock: p.use_mlock, ..Default::default() };
+        let mp = colibri_model_params {
+            use_mmap: p.use_mmap,
+            use_mlock: p.use_mlock,
+            n_threads: p.n_threads,
+            pin_threads: p.pin_threads,
+            ..Default::default()
+        };
         let sp = colibri_session_params {
             n_ctx: p.n_ctx,
             kv_type: p.kv_type,
@@ -378,7 +440,8 @@ pub unsafe extern "C" fn colibri_init(
 /// Run the forward pass over `n_tokens` new tokens, appending them to the KV cache, and write
 /// the last position's vocab_size logits (all positions' with all_logits) to `logits_out`
 /// (`logits_len` floats). Nothing is added to the tokens. A failed call leaves the KV cache as
-/// it was. Not thread-safe per session.
+/// it was. The session is busy until the call returns (COLIBRI_STATUS_BUSY for any other call
+/// on it meanwhile, from a route callback or another thread).
 ///
 /// # Safety
 /// `tokens` readable for n_tokens ints; `logits_out` writable for logits_len floats.
@@ -391,7 +454,7 @@ pub unsafe extern "C" fn colibri_infer(
     logits_len: usize,
 ) -> colibri_status {
     guard(|| {
-        let s = borrow_mut(ctx, "ctx")?;
+        let mut s = colibri_session::take(ctx, "ctx")?;
         let ids = tokens_of(tokens, n_tokens)?;
         let logits = slice_mut(logits_out, logits_len, "logits_out")?;
         s.infer(Input::Tokens(&ids), ids.len(), logits)
@@ -413,7 +476,7 @@ pub unsafe extern "C" fn colibri_infer_embeddings(
     logits_len: usize,
 ) -> colibri_status {
     guard(|| {
-        let s = borrow_mut(ctx, "ctx")?;
+        let mut s = colibri_session::take(ctx, "ctx")?;
         let h = s.model.config().hidden_size;
         if hidden_size != h {
             return Err(Failure::new(
@@ -450,7 +513,7 @@ pub unsafe extern "C" fn colibri_free(ctx: *mut colibri_ctx) {
 #[no_mangle]
 pub unsafe extern "C" fn colibri_session_reset(session: *mut colibri_session) -> colibri_status {
     guard(|| {
-        borrow_mut(session, "session")?.session.reset();
+        colibri_session::take(session, "session")?.session.reset();
         Ok(())
     })
 }
@@ -462,7 +525,7 @@ pub unsafe extern "C" fn colibri_session_reset(session: *mut colibri_session) ->
 #[no_mangle]
 pub unsafe extern "C" fn colibri_session_truncate(session: *mut colibri_session, n_tokens: usize) -> colibri_status {
     guard(|| {
-        borrow_mut(session, "session")?.session.truncate(n_tokens)?;
+        colibri_session::take(session, "session")?.session.truncate(n_tokens)?;
         Ok(())
     })
 }
@@ -478,7 +541,7 @@ pub unsafe extern "C" fn colibri_session_position(
     n_ctx_out: *mut usize,
 ) -> colibri_status {
     guard(|| {
-        let s = borrow(session, "session")?;
+        let s = colibri_session::take(session, "session")?;
         if position_out.is_null() {
             return Err(Failure::null("position_out"));
         }
@@ -504,7 +567,7 @@ pub unsafe extern "C" fn colibri_session_set_routing(
     moe_top_k: i32,
 ) -> colibri_status {
     guard(|| {
-        let s = borrow_mut(session, "session")?;
+        let mut s = colibri_session::take(session, "session")?;
         let r = routing_of(mode, moe_top_k)?;
         crate::forward::check_routing(s.model.config(), &r)?;
         s.routing = r;
@@ -524,7 +587,7 @@ pub unsafe extern "C" fn colibri_session_set_route_callback(
     userdata: *mut c_void,
 ) -> colibri_status {
     guard(|| {
-        let s = borrow_mut(session, "session")?;
+        let mut s = colibri_session::take(session, "session")?;
         s.route_cb = callback;
         s.route_userdata = userdata;
         Ok(())

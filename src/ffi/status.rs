@@ -32,9 +32,16 @@ pub const COLIBRI_STATUS_BAD_STRUCT_SIZE: colibri_status = 9;
 /// Memory the call needed (a KV cache, logits) could not be allocated; nothing was changed and
 /// the process keeps running.
 pub const COLIBRI_STATUS_OUT_OF_MEMORY: colibri_status = 10;
+/// The session is in use by another call — another thread's, or the running call whose
+/// callback made this one (a session serves one call at a time). Nothing was done; retry once
+/// that call has returned.
+pub const COLIBRI_STATUS_BUSY: colibri_status = 11;
 /// The model file was truncated or rewritten in place after it was opened (see
 /// `colibri_model_params.sigbus_guard`): the call's results were discarded; load the model again.
 pub const COLIBRI_STATUS_MODEL_CHANGED: colibri_status = 12;
+/// A route callback returned COLIBRI_ROUTE_ABORT: the call was undone — the session (its cached
+/// tokens, its routing RNG) is as it was before the call, and no logits were written.
+pub const COLIBRI_STATUS_ABORTED: colibri_status = 13;
 
 /// Map a library error to its status, by variant: every variant is listed, so a new one must
 /// be given its status here (no message text is ever read).
@@ -92,7 +99,9 @@ pub extern "C" fn colibri_status_str(status: colibri_status) -> *const c_char {
         COLIBRI_STATUS_PANIC => "internal error (panic caught)\0",
         COLIBRI_STATUS_BAD_STRUCT_SIZE => "unknown struct_size\0",
         COLIBRI_STATUS_OUT_OF_MEMORY => "out of memory\0",
+        COLIBRI_STATUS_BUSY => "session busy\0",
         COLIBRI_STATUS_MODEL_CHANGED => "the model file changed on disk after it was loaded\0",
+        COLIBRI_STATUS_ABORTED => "aborted by a callback\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()

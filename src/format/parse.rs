@@ -230,7 +230,7 @@ pub fn verify_data(file: &[u8], parsed: &ParsedFile) -> Result<()> {
 /// reading it (read-ahead hints for mapped files on a cold page cache).
 pub fn verify_data_with(file: &[u8], parsed: &ParsedFile, prefetch: &(dyn Fn(usize, usize) + Sync)) -> Result<()> {
     let n = parsed.tensors.len();
-    (0..n).into_par_iter().try_for_each(|i| {
+    let check = |i: usize| -> Result<()> {
         let t = &parsed.tensors[i];
         for next in &parsed.tensors[i..(i + 2).min(n)] {
             prefetch(next.data_offset as usize, next.byte_length as usize);
@@ -256,5 +256,12 @@ pub fn verify_data_with(file: &[u8], parsed: &ParsedFile, prefetch: &(dyn Fn(usi
         // Padding after this tensor, up to the next one.
         let next = parsed.tensors.get(i + 1).map(|t| t.data_offset as usize).unwrap_or(t.end() as usize);
         zeros(file, t.end() as usize..next, &format!("padding after tensor '{}'", t.name))
-    })
+    };
+    // In parallel on the pool running the caller (`Model::verify` runs it on the model's), on
+    // the calling thread outside any pool.
+    if crate::threads::current() > 1 {
+        (0..n).into_par_iter().try_for_each(check)
+    } else {
+        (0..n).try_for_each(check)
+    }
 }

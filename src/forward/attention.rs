@@ -100,7 +100,7 @@ fn attend(c: &Config, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut S
     let group = c.n_heads / c.n_kv_heads;
     let scale = c.scales.attention.map_or(1.0 / (hd as f32).sqrt(), |a| a as f32);
     let q: &[f32] = &b.q;
-    b.att[..n * nq].par_chunks_mut(hd).enumerate().for_each(|(idx, out)| {
+    let head_out = |(idx, out): (usize, &mut [f32])| {
         let (t, head) = (idx / c.n_heads, idx % c.n_heads);
         let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
         let kv: &KvCache = &*s.kv;
@@ -114,5 +114,11 @@ fn attend(c: &Config, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut S
         for (j, &pj) in (lo..=p).zip(&scores) {
             kv.v_axpy(kern, layer, j, kvh, pj, out);
         }
-    });
+    };
+    let att = &mut b.att[..n * nq];
+    if crate::threads::current() > 1 {
+        att.par_chunks_mut(hd).enumerate().for_each(head_out);
+    } else {
+        att.chunks_mut(hd).enumerate().for_each(head_out);
+    }
 }

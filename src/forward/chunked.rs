@@ -1,8 +1,8 @@
 //! A call longer than `MAX_STEP_ROWS` rows, run as consecutive steps: each sequence in turn, in
 //! pieces of at most `MAX_STEP_ROWS` rows (a sequence's result does not depend on its batch
 //! companions). Everything is checked first, as for one step; a failure in a later step puts
-//! every session back where it was (positions and routing traces; the logits buffers hold
-//! nothing a caller may use after an error).
+//! every session back where it was (`Session::rollback`: positions, routing RNG and traces; the
+//! logits buffers hold nothing a caller may use after an error).
 
 use super::check::check_batch;
 use super::{one_step, ForwardOptions, LogitsMode, Sequence, MAX_STEP_ROWS};
@@ -12,8 +12,7 @@ use crate::model::Model;
 /// `forward_batch` for a batch of more than `MAX_STEP_ROWS` rows.
 pub fn forward_in_steps(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     check_batch(model, batch)?;
-    let starts: Vec<(usize, usize)> =
-        batch.iter().map(|q| (q.session.pos, q.session.trace.as_ref().map_or(0, Vec::len))).collect();
+    let starts: Vec<_> = batch.iter().map(|q| q.session.checkpoint()).collect();
     let mut result = Ok(());
     for q in batch.iter_mut() {
         result = sequence_in_steps(model, q);
@@ -22,11 +21,8 @@ pub fn forward_in_steps(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()>
         }
     }
     if result.is_err() {
-        for (q, &(pos, traced)) in batch.iter_mut().zip(&starts) {
-            q.session.pos = pos;
-            if let Some(t) = q.session.trace.as_mut() {
-                t.truncate(traced);
-            }
+        for (q, start) in batch.iter_mut().zip(starts) {
+            q.session.rollback(start);
         }
     }
     result

@@ -95,7 +95,7 @@ struct ExpertJob<'a> {
 /// thread inside its GEMMs. Every job's result is the same either way.
 fn run_jobs(k: &Kernels, jobs: Vec<ExpertJob<'_>>) {
     let small = jobs.iter().all(|j| j.rows < kernels::GEMM_MIN_ROWS);
-    if small && jobs.len() > 1 && rayon::current_num_threads() > 1 {
+    if small && jobs.len() > 1 && crate::threads::current() > 1 {
         jobs.into_par_iter().for_each(|j| mlp(k, j.w, j.x, j.rows, j.y));
     } else {
         for j in jobs {

@@ -97,13 +97,16 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// once for all rows. Every input is checked before anything changes: a failed batch leaves
 /// every session as it was. The sessions must have been made for `model` (the KV shape is
 /// checked; the caller guarantees it is the same model, not merely a same-shaped one) and share
-/// one activation mode (`SessionOptions::quant_act`).
+/// one activation mode (`SessionOptions::quant_act`). The step runs on the model's worker pool
+/// (`Model::pool`); the caller's thread waits.
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
-    let h = model.config().hidden_size;
-    if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
-        return chunked::forward_in_steps(model, batch);
-    }
-    one_step(model, batch)
+    model.pool().install(|| {
+        let h = model.config().hidden_size;
+        if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
+            return chunked::forward_in_steps(model, batch);
+        }
+        one_step(model, batch)
+    })?
 }
 
 /// Most rows one step computes: a longer call runs as consecutive steps (`chunked`), so what a
@@ -112,7 +115,7 @@ pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
 /// would give.
 pub const MAX_STEP_ROWS: usize = 1024;
 
-/// One step over the whole batch (at most `MAX_STEP_ROWS` rows).
+/// One step over the whole batch (at most `MAX_STEP_ROWS` rows), on the pool running the caller.
 fn one_step(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     model.check_unchanged()?;
     let (n, k) = check_batch(model, batch)?;

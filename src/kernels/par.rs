@@ -50,9 +50,10 @@ impl OutPtr {
     }
 }
 
-/// Run `body` over `tasks` indices, in parallel when the call is big enough.
+/// Run `body` over `tasks` indices, in parallel on the pool running the caller when the call is
+/// big enough (on the calling thread outside any pool).
 pub(super) fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
-    if tasks == 1 || work < PAR_MIN_WORK || rayon::current_num_threads() == 1 {
+    if tasks == 1 || work < PAR_MIN_WORK || crate::threads::current() == 1 {
         (0..tasks).for_each(body);
     } else {
         (0..tasks).into_par_iter().for_each(body);

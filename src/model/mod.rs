@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, ParsedFile};
 use crate::mmap::{LoadOptions, Mapping};
 use crate::tensor::TensorView;
+use crate::threads::{Pool, ThreadOptions};
 use std::path::Path;
 
 /// Metadata keys written by the converter.
@@ -28,12 +29,15 @@ pub mod meta_keys {
     pub const USER: &str = "user";
 }
 
-/// An opened, validated model. Immutable; share it across threads with `Arc<Model>`.
+/// An opened, validated model. Immutable; share it across threads with `Arc<Model>`. It owns
+/// the worker pool its forward passes and checks run on (`LoadOptions::threads`), shared by
+/// every session and thread using it, built on first use and again in a forked child.
 pub struct Model {
     // Field order matters: `weights` borrows from `mapping` and is dropped first.
     weights: Weights<'static>,
     parsed: ParsedFile,
     config: Config,
+    pool: Pool,
     mapping: Mapping,
 }
 
@@ -129,11 +133,12 @@ impl Model {
     /// Map (or read) and validate the model at `path`: structure against the real file size,
     /// config, tensors against the config, header against both, norm weights finite.
     pub fn open(path: &Path, opts: &LoadOptions) -> Result<Model> {
+        let pool = Pool::new(opts.threads)?;
         let mapping = Mapping::open(path, opts)?;
-        Self::from_mapping(mapping)
+        Self::from_mapping(mapping, pool)
     }
 
-    fn from_mapping(mapping: Mapping) -> Result<Model> {
+    fn from_mapping(mapping: Mapping, pool: Pool) -> Result<Model> {
         let file = mapping.bytes();
         let parsed = format::parse(file)?;
         for e in &parsed.metadata {
@@ -172,12 +177,23 @@ impl Model {
         // as long as the Model; `weights` is dropped first (field order) and only handed out
         // with the lifetime of `&self`.
         let weights: Weights<'static> = unsafe { std::mem::transmute::<Weights<'_>, Weights<'static>>(weights) };
-        Ok(Model { weights, parsed, config, mapping })
+        Ok(Model { weights, parsed, config, pool, mapping })
     }
 
     /// The model configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The worker pool of this model's forward passes and checks.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Replace the worker pool (a tool comparing thread counts on one model).
+    pub fn set_threads(&mut self, threads: ThreadOptions) -> Result<()> {
+        self.pool = Pool::new(threads)?;
+        Ok(())
     }
 
     /// The weights, borrowed for as long as the model.
@@ -248,6 +264,7 @@ impl Model {
     /// whole file.
     pub fn verify(&self) -> Result<()> {
         let m = &self.mapping;
-        format::verify_data_with(m.bytes(), &self.parsed, &|offset, len| m.prefetch(offset, len))
+        self.pool
+            .install(|| format::verify_data_with(m.bytes(), &self.parsed, &|offset, len| m.prefetch(offset, len)))?
     }
 }

@@ -78,7 +78,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
     }
 
     let path = model_path::resolve(a.model.as_deref())?;
-    let model = Model::open(&path, &LoadOptions::default())?;
+    let mut model = Model::open(&path, &LoadOptions::default())?;
     let cx = Context {
         model_filename: path.display().to_string(),
         model: file_stem(&path),
@@ -106,10 +106,12 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
 
     let mut rows = Vec::with_capacity(tests.len());
     for test in tests {
-        let pool = pools.iter().find(|(t, _)| *t == test.n_threads).map(|(_, p)| p);
-        let pool = pool.ok_or_else(|| Error::InvalidArgument { reason: "thread pool missing".into() })?;
+        if model.pool().options().n_threads != test.n_threads {
+            // The engine runs on the model's own pool: resize it for this thread count.
+            model.set_threads(threads::options(Some(test.n_threads)))?;
+        }
         eprintln!("bench: {} with {} threads: warm-up + {} runs", test.name(), test.n_threads, a.repetitions);
-        let samples_ns = pool.install(|| timing::measure(&model, &test, a.repetitions))?;
+        let samples_ns = timing::measure(&model, &test, a.repetitions)?;
         let bandwidth_gbs = probes.iter().find(|p| p.threads == test.n_threads).map(|p| p.gbs);
         rows.push(Row { test, samples_ns, bandwidth_gbs });
     }

@@ -82,7 +82,7 @@ fn repetition(model: &Model, s: &mut Session, t: &Test, tok: &mut Tokens) -> Res
     Ok(t0.elapsed().as_nanos() as u64)
 }
 
-/// Run test `t` (in the current rayon pool): one warm-up, then `reps` timed repetitions.
+/// Run test `t` (on the model's pool): one warm-up, then `reps` timed repetitions.
 /// Returns the per-repetition times in nanoseconds.
 pub fn measure(model: &Model, t: &Test, reps: usize) -> Result<Vec<u64>, Error> {
     let c = model.config();

@@ -8,7 +8,7 @@
 mod eval;
 mod score;
 
-use crate::{model_path, run::init_threads};
+use crate::{model_path, threads};
 use colibri::session::{Session, SessionOptions};
 use colibri::tokenizer::Tokenizer;
 use colibri::{Error, LoadOptions, Model};
@@ -78,7 +78,8 @@ impl Runner {
 /// The base model for --kl-base, refused unless it shares the vocabulary and tokenises the text
 /// to the same ids.
 fn open_base(path: &Path, ctx: usize, model: &Model, text: &str, ids: &[u32]) -> Result<Runner, Error> {
-    let base = Runner::new(Model::open(path, &LoadOptions::default())?, ctx)?;
+    let opts = LoadOptions { threads: model.pool().options(), ..LoadOptions::default() };
+    let base = Runner::new(Model::open(path, &opts)?, ctx)?;
     let (vb, vm) = (base.model.config().vocab_size, model.config().vocab_size);
     if vb != vm {
         return Err(invalid(format!(
@@ -126,13 +127,13 @@ fn score_chunk(t: &mut Totals, logits: &[f32], base: Option<&[f32]>, next: &[u32
 
 /// `colibri perplexity`.
 pub fn run(a: &PerplexityArgs) -> Result<(), Error> {
-    init_threads(a.threads)?;
     if a.batch == Some(0) || a.chunks == Some(0) {
         return Err(invalid("-b and --chunks must be at least 1".into()));
     }
     let path = model_path::resolve(a.model.as_deref())?;
     let text = std::fs::read_to_string(&a.file).map_err(|e| invalid(format!("{}: {e}", a.file.display())))?;
-    let model = Model::open(&path, &LoadOptions::default())?;
+    let opts = LoadOptions { threads: threads::options(a.threads), ..LoadOptions::default() };
+    let model = Model::open(&path, &opts)?;
     let ctx = chunk_size(a, &model)?;
     let mut main = Runner::new(model, ctx)?;
     let tok = Tokenizer::from_model(&main.model)?;

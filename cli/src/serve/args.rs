@@ -5,6 +5,7 @@
 use super::budget;
 use super::cors::Origins;
 use crate::model_path;
+use colibri::threads::ThreadOptions;
 use colibri::tokenizer::MessageSpecials;
 use colibri::Error;
 use std::net::IpAddr;
@@ -90,7 +91,8 @@ pub struct ServeConfig {
     pub queue: usize,
     pub api_key: Option<String>,
     pub pid_file: Option<PathBuf>,
-    pub threads: Option<usize>,
+    /// Every loaded model's worker pool (`-t`, `COLIBRI_PIN`).
+    pub threads: ThreadOptions,
     /// 0 = the model's context capped at 4096 (decided per loaded model).
     pub ctx: usize,
     pub timeout: Option<Duration>,
@@ -151,7 +153,7 @@ impl ServeConfig {
             queue: a.queue,
             api_key,
             pid_file: a.pid_file.clone(),
-            threads: a.threads,
+            threads: crate::threads::options(a.threads),
             ctx: a.ctx,
             timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
             max_body: a.max_body,

@@ -79,7 +79,6 @@ impl Drop for PidFile {
 /// `colibri serve`.
 pub fn run(a: &ServeArgs) -> Result<(), Error> {
     let config = ServeConfig::from_args(a)?;
-    crate::run::init_threads(config.threads)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -115,8 +114,8 @@ async fn serve(config: ServeConfig) -> Result<(), Error> {
     {
         let (state, fatal, stop) = (state.clone(), fatal.clone(), stop.clone());
         tokio::spawn(async move {
-            let (path, ctx) = (state.config.model_path.clone(), state.config.ctx);
-            match tokio::task::spawn_blocking(move || engine::Engine::load(&path, ctx, 1)).await {
+            let (path, ctx, threads) = (state.config.model_path.clone(), state.config.ctx, state.config.threads);
+            match tokio::task::spawn_blocking(move || engine::Engine::load(&path, ctx, threads, 1)).await {
                 Ok(Ok(e)) => {
                     eprintln!("model {} ready (context {} tokens)", e.id, e.n_ctx);
                     state.metrics.generation.store(1, Ordering::Relaxed);

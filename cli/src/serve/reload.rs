@@ -60,8 +60,8 @@ pub async fn reload(state: &Shared) {
     };
     let generation = current.generation + 1;
     drop(current);
-    let (path, ctx) = (state.config.model_path.clone(), state.config.ctx);
-    let loaded = tokio::task::spawn_blocking(move || Engine::load(&path, ctx, generation)).await;
+    let (path, ctx, threads) = (state.config.model_path.clone(), state.config.ctx, state.config.threads);
+    let loaded = tokio::task::spawn_blocking(move || Engine::load(&path, ctx, threads, generation)).await;
     match loaded {
         Ok(Ok(engine)) => {
             let id = engine.id.clone();

@@ -396,7 +396,7 @@ mod tests {
         let (_tx, rx) = std::sync::mpsc::channel();
         let metrics = Arc::new(Metrics::default());
         Fixture {
-            engine: Arc::new(Engine::load(&path, 64, 1).unwrap()),
+            engine: Arc::new(Engine::load(&path, 64, Default::default(), 1).unwrap()),
             budget: KvBudget::new(10 * CLAIM),
             admission: Admission::new(8),
             run: Loop { rx, parallel: 4, metrics, waiting: VecDeque::new(), active: Vec::new() },
