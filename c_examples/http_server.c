@@ -41,7 +41,8 @@ static int32_t prompt_ids[MAX_BODY + 64];
 /* Send an answer (`body`: JSON). If the client left or stalled past SO_SNDTIMEO, so be it. */
 static int respond(int status, const char *body) {
     const char *reason = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found"
-                       : status == 405 ? "Method Not Allowed" : status == 413 ? "Content Too Large"
+                       : status == 403 ? "Forbidden" : status == 405 ? "Method Not Allowed"
+                       : status == 413 ? "Content Too Large" : status == 415 ? "Unsupported Media Type"
                        : status == 431 ? "Request Header Fields Too Large" : "Internal Server Error";
     dprintf(client, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %lu\r\n%sConnection: close\r\n"
             "\r\n%s", status, reason, (unsigned long)strlen(body), status == 405 ? "Allow: POST\r\n" : "",
@@ -247,14 +248,14 @@ static int handle(const colibri_model *model, uint32_t n_ctx) {
     if (strcmp(path, "/generate") != 0) return fail(404, NULL, "not found: this server has only POST /generate");
     if (strcmp(method, "POST") != 0) return fail(405, NULL, "method not allowed: use POST");
     if (origin) return fail(403, NULL, "cross-origin requests are refused");
-    if (ctype == NULL || strncasecmp(ctype, "application/json", 16) != 0 || (ctype[16] != ';' && ctype[16] != '\r' &&
-                                                                            ctype[16] != '\n' && ctype[16] != ' '))
-        return fail(415, NULL, "send the body with Content-Type: application/json");
     errno = 0;
     if (length == NULL || *length < '0' || *length > '9' ||
         (want = strtoull(length, &line, 10), line[strspn(line, " \t\r")] != '\n'))
         return fail(400, NULL, "a body with a numeric Content-Length is required (chunked bodies are not supported)");
     if (errno == ERANGE || want > MAX_BODY) return fail(413, NULL, "the body is larger than 64 KiB");
+    if (ctype == NULL || strncasecmp(ctype, "application/json", 16) != 0 || (ctype[16] != ';' && ctype[16] != '\r' &&
+                                                                            ctype[16] != '\n' && ctype[16] != ' '))
+        return fail(415, NULL, "send the body with Content-Type: application/json");
     for (len -= head; len < want; len += (size_t)r) /* the body; bytes after it are ignored */
         if ((r = recv(client, req + head + len, (size_t)want - len, 0)) <= 0 || time(NULL) > deadline) return 0;
     req[head + want] = '\0';

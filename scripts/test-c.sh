@@ -428,7 +428,7 @@ http_cases() {
     raw garbage 400 'GARBAGE\r\n\r\n'
     raw binary 400 '\x00\x01\x02\xff\xfe\xfd\x80\r\n\r\n'
     raw binary-no-end 400 '\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n'
-    raw bare-lf 200 'POST /generate HTTP/1.0\nContent-Length: 36\n\n{"prompt": "Hello", "max_tokens": 1}'
+    raw bare-lf 200 'POST /generate HTTP/1.0\nContent-Type: application/json\nContent-Length: 36\n\n{"prompt": "Hello", "max_tokens": 1}'
     raw connect-and-close none ''
     raw half-request none 'POST /generate HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"prompt": '
     # Still alive and still right.

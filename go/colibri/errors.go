@@ -29,6 +29,7 @@ const (
 	StatusOutOfMemory     Status = C.COLIBRI_STATUS_OUT_OF_MEMORY
 	StatusBusy            Status = C.COLIBRI_STATUS_BUSY
 	StatusAborted         Status = C.COLIBRI_STATUS_ABORTED
+	StatusModelChanged    Status = C.COLIBRI_STATUS_MODEL_CHANGED
 )
 
 // String is the library's description of the status (colibri_status_str), e.g. "I/O error".
@@ -92,6 +93,9 @@ var (
 	// ErrAborted: a route callback panicked; the call was undone (the Session is as it was
 	// before it) and the panic is re-raised by the method.
 	ErrAborted = &Error{Status: StatusAborted}
+	// ErrModelChanged: the model file was truncated or rewritten in place after it was opened
+	// (see WithSigbusGuard); the call's results were discarded. Open the model again.
+	ErrModelChanged = &Error{Status: StatusModelChanged}
 )
 
 // ErrClosed is returned by methods of a Model or Session after Close.

@@ -69,6 +69,7 @@ type openConfig struct {
 	mmap, mlock bool
 	threads     int
 	pin         bool
+	sigbus      bool
 }
 
 // WithMmap maps the file (true, the default) or reads it into memory (false, for filesystems
@@ -85,6 +86,13 @@ func WithThreads(n int) Option { return func(c *openConfig) { c.threads = n } }
 
 // WithPinnedThreads pins worker i to the i-th CPU the process may run on (Linux; default false).
 func WithPinnedThreads(on bool) Option { return func(c *openConfig) { c.pin = on } }
+
+// WithSigbusGuard survives the model file being truncated or rewritten in place while it is
+// mapped (default false): calls then fail with ErrModelChanged (open the model again) instead of
+// the process dying of SIGBUS. It installs a process-wide SIGBUS handler once; the handler runs
+// on the alternate signal stack (SA_ONSTACK, which Go's runtime requires) and passes every
+// fault outside a model mapping on to the handler installed before it (Go's own).
+func WithSigbusGuard(on bool) Option { return func(c *openConfig) { c.sigbus = on } }
 
 // Model is an opened .colibri file; see the package documentation for ownership rules.
 type Model struct {
@@ -108,6 +116,7 @@ func Open(path string, opts ...Option) (*Model, error) {
 		return nil, invalid("Open", fmt.Sprintf("WithThreads(%d) outside 0..1024", cfg.threads))
 	}
 	p.n_threads, p.pin_threads = C.uint32_t(cfg.threads), boolInt(cfg.pin)
+	p.sigbus_guard = boolInt(cfg.sigbus)
 	if strings.IndexByte(path, 0) >= 0 {
 		return nil, invalid("Open", "path contains a NUL byte")
 	}

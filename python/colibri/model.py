@@ -49,13 +49,16 @@ class ModelInfo:
 class Model(OwnedHandle):
     """An opened model file.
 
-    ``Model(path, mmap=True, mlock=False, *, n_threads=0, pin_threads=False)`` maps (or with
+    ``Model(path, mmap=True, mlock=False, *, n_threads=0, pin_threads=False, sigbus_guard=False)`` maps (or with
     ``mmap=False`` reads) and validates the file; a bad path raises ``ColibriError`` with status
     ``IO``, a malformed file ``INVALID_MODEL``. The model runs its forward passes on worker
     threads of its own, shared by all its sessions: ``n_threads`` of them (0: one per physical
     core; at most 1024), pinned to CPUs with ``pin_threads``; results do not depend on the
     count. They start at the first forward pass, and again in a child process forked after it
     (``multiprocessing`` with the "fork" start method, pre-forking servers).
+    ``sigbus_guard=True`` survives the file being truncated or rewritten in place while mapped:
+    calls then raise ``ColibriError`` with status ``MODEL_CHANGED`` (open the model again) instead
+    of the process dying of SIGBUS; it installs a process-wide handler that chains to any earlier.
     Close it with ``close()`` or a ``with`` block; sessions made from it stay valid after that
     (the C session holds its own reference), but tokenising text through a session needs the
     model open.
@@ -74,6 +77,7 @@ class Model(OwnedHandle):
         *,
         n_threads: int = 0,
         pin_threads: bool = False,
+        sigbus_guard: bool = False,
         lib: Optional[Library] = None,
     ) -> None:
         raw = encode_path(path)
@@ -81,12 +85,14 @@ class Model(OwnedHandle):
         use_mlock = check_bool("mlock", mlock)
         threads = check_int("n_threads", n_threads, 0, 1024)
         pin = check_bool("pin_threads", pin_threads)
+        guard = check_bool("sigbus_guard", sigbus_guard)
         lib = lib if lib is not None else get_library()
         p = lib.model_params()
         p.use_mmap = int(use_mmap)
         p.use_mlock = int(use_mlock)
         p.n_threads = threads
         p.pin_threads = int(pin)
+        p.sigbus_guard = int(guard)
         h = c_void_p()
         st = lib.colibri_model_open(raw, byref(p), byref(h))
         if st != Status.OK:

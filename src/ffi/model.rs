@@ -275,6 +275,7 @@ pub unsafe extern "C" fn colibri_model_user_metadata(
         if len_out.is_null() {
             return Err(Failure::null("len_out"));
         }
+        m.model.check_unchanged()?;
         let blob = m.model.user_metadata();
         put(data_out, blob.map(|b| b.as_ptr()).unwrap_or(std::ptr::null()));
         put(len_out, blob.map(|b| b.len()).unwrap_or(0));

@@ -128,6 +128,8 @@ pub unsafe extern "C" fn colibri_chat_render(
             &piece(tok.bos_id()),
             &piece(tok.eos_ids().first().copied()),
         )?;
+        // The template was read from the mapping: a file changed under it gives no text.
+        m.model.check_unchanged()?;
         write_text(&text, buf, buf_cap, len_out)
     })
 }
