@@ -103,8 +103,15 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
         }
         "mlp.gate" | "mlp.up" | "mlp.down" => format!("mlp.{}_proj.weight", &sfx[4..]),
         "moe.shared.gate" | "moe.shared.up" | "moe.shared.down" => {
-            format!("mlp.shared_expert.{}_proj.weight", &sfx[11..])
+            // Qwen2-MoE's shared_expert, GLM-4.5's shared_experts.
+            let qwen = format!("mlp.shared_expert.{}_proj.weight", &sfx[11..]);
+            if src.contains_key(&format!("{base}.{qwen}")) {
+                qwen
+            } else {
+                format!("mlp.shared_experts.{}_proj.weight", &sfx[11..])
+            }
         }
+        "moe.router_bias" => "mlp.gate.e_score_correction_bias".to_string(),
         "moe.shared_expert_gate" => "mlp.shared_expert_gate.weight".to_string(),
         "moe.router" => {
             let s = ["mlp.gate", "block_sparse_moe.gate", "block_sparse_moe.router", "block_sparse_moe.router.layer"]
