@@ -1010,6 +1010,26 @@ colibri_status colibri_chat_render(const colibri_model *model,
                                    size_t buf_cap,
                                    size_t *len_out);
 
+/**
+ * Render `n_messages` messages with the model's chat template and tokenise the prompt, the way
+ * to feed a conversation: text that comes from a message (content and role) is tokenised as
+ * text, so special-token strings typed by a user (`<|im_end|>`...) cannot forge turns; special
+ * tokens are read only where the template writes them (colibri_chat_render followed by
+ * colibri_tokenize would read them everywhere). Output like colibri_tokenize. UNSUPPORTED when
+ * the model has no template or tokenizer. Safe to call concurrently.
+ *
+ * # Safety
+ * `messages` readable for n_messages entries with valid strings; `tokens_out` writable for
+ * tokens_cap ints.
+ */
+colibri_status colibri_chat_tokenize(const colibri_model *model,
+                                     const colibri_chat_message *messages,
+                                     size_t n_messages,
+                                     int32_t add_generation_prompt,
+                                     int32_t *tokens_out,
+                                     size_t tokens_cap,
+                                     size_t *n_tokens_out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -5,7 +5,7 @@ use super::handle::*;
 use super::model::colibri_model;
 use super::panic::{guard, Failure};
 use super::status::*;
-use crate::tokenizer::{ChatMessage, ChatTemplate};
+use crate::tokenizer::{encode_chat, ChatMessage, ChatTemplate, MessageSpecials};
 use std::ffi::c_char;
 
 /// One chat message for colibri_chat_render.
@@ -47,18 +47,7 @@ pub unsafe extern "C" fn colibri_tokenize(
         let text = std::str::from_utf8(bytes)
             .map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "text is not valid UTF-8"))?;
         let ids = m.tokenizer()?.encode(text, add_special != 0)?;
-        put(n_tokens_out, ids.len());
-        if ids.len() > tokens_cap {
-            return Err(Failure::new(
-                COLIBRI_STATUS_BUFFER_TOO_SMALL,
-                format!("{} tokens do not fit tokens_cap {tokens_cap}", ids.len()),
-            ));
-        }
-        let out = slice_mut(tokens_out, tokens_cap, "tokens_out")?;
-        for (o, &id) in out.iter_mut().zip(&ids) {
-            *o = id as i32;
-        }
-        Ok(())
+        write_ids(&ids, tokens_out, tokens_cap, n_tokens_out)
     })
 }
 
@@ -110,12 +99,7 @@ pub unsafe extern "C" fn colibri_chat_render(
         if len_out.is_null() {
             return Err(Failure::null("len_out"));
         }
-        let msgs = slice(messages, n_messages, "messages")?
-            .iter()
-            .map(|msg| {
-                Ok(ChatMessage::new(c_str(msg.role, "messages[].role")?, c_str(msg.content, "messages[].content")?))
-            })
-            .collect::<Result<Vec<_>, Failure>>()?;
+        let msgs = chat_messages(messages, n_messages)?;
         let src = m
             .model
             .chat_template()
@@ -131,5 +115,70 @@ pub unsafe extern "C" fn colibri_chat_render(
         // The template was read from the mapping: a file changed under it gives no text.
         m.model.check_unchanged()?;
         write_text(&text, buf, buf_cap, len_out)
+    })
+}
+
+/// The C messages as library messages.
+fn chat_messages(messages: *const colibri_chat_message, n_messages: usize) -> Result<Vec<ChatMessage>, Failure> {
+    slice(messages, n_messages, "messages")?
+        .iter()
+        .map(|msg| Ok(ChatMessage::new(c_str(msg.role, "messages[].role")?, c_str(msg.content, "messages[].content")?)))
+        .collect()
+}
+
+/// Write `ids` to the caller's buffer like colibri_tokenize (count always, BUFFER_TOO_SMALL when
+/// they do not fit).
+fn write_ids(ids: &[u32], tokens_out: *mut i32, tokens_cap: usize, n_tokens_out: *mut usize) -> Result<(), Failure> {
+    put(n_tokens_out, ids.len());
+    if ids.len() > tokens_cap {
+        return Err(Failure::new(
+            COLIBRI_STATUS_BUFFER_TOO_SMALL,
+            format!("{} tokens do not fit tokens_cap {tokens_cap}", ids.len()),
+        ));
+    }
+    let out = slice_mut(tokens_out, tokens_cap, "tokens_out")?;
+    for (o, &id) in out.iter_mut().zip(ids) {
+        *o = id as i32;
+    }
+    Ok(())
+}
+
+/// Render `n_messages` messages with the model's chat template and tokenise the prompt, the way
+/// to feed a conversation: text that comes from a message (content and role) is tokenised as
+/// text, so special-token strings typed by a user (`<|im_end|>`...) cannot forge turns; special
+/// tokens are read only where the template writes them (colibri_chat_render followed by
+/// colibri_tokenize would read them everywhere). Output like colibri_tokenize. UNSUPPORTED when
+/// the model has no template or tokenizer. Safe to call concurrently.
+///
+/// # Safety
+/// `messages` readable for n_messages entries with valid strings; `tokens_out` writable for
+/// tokens_cap ints.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_chat_tokenize(
+    model: *const colibri_model,
+    messages: *const colibri_chat_message,
+    n_messages: usize,
+    add_generation_prompt: i32,
+    tokens_out: *mut i32,
+    tokens_cap: usize,
+    n_tokens_out: *mut usize,
+) -> colibri_status {
+    guard(|| {
+        let m = borrow(model, "model")?;
+        if n_tokens_out.is_null() {
+            return Err(Failure::null("n_tokens_out"));
+        }
+        if tokens_out.is_null() && tokens_cap > 0 {
+            return Err(Failure::null("tokens_out"));
+        }
+        let msgs = chat_messages(messages, n_messages)?;
+        let src = m
+            .model
+            .chat_template()
+            .ok_or_else(|| Failure::new(COLIBRI_STATUS_UNSUPPORTED, "this model has no chat template"))?;
+        let template = ChatTemplate::new(src)?;
+        let ids = encode_chat(m.tokenizer()?, &template, &msgs, add_generation_prompt != 0, MessageSpecials::AsText)?;
+        m.model.check_unchanged()?;
+        write_ids(&ids, tokens_out, tokens_cap, n_tokens_out)
     })
 }
