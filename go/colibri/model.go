@@ -242,36 +242,86 @@ func (m *Model) detokenize(op string, ids []int32, skipSpecial bool) (string, er
 
 // ChatRender renders messages with the model's chat template; addGenerationPrompt ends the
 // text with the assistant header. ErrUnsupported when the model has no template. The result
-// is text: tokenize it with addSpecial=false (the template writes its own special tokens).
+// is text; to feed a conversation use ChatTokens (tokenizing this text reads special-token
+// strings typed inside messages as control tokens).
 func (m *Model) ChatRender(msgs []Message, addGenerationPrompt bool) (string, error) {
 	ptr, err := m.acquire()
 	if err != nil {
 		return "", err
 	}
 	defer m.release()
-	// The array lives in C memory: it holds C pointers only, and C never sees Go pointers.
+	arr, free, err := cMessages("ChatRender", msgs)
+	if err != nil {
+		return "", err
+	}
+	defer free()
+	return readText("ChatRender", 256, func(buf []byte, n *C.size_t) C.colibri_status {
+		return C.colibri_chat_render(ptr, arr, C.size_t(len(msgs)), boolInt(addGenerationPrompt),
+			cBytes(buf), C.size_t(len(buf)), n)
+	})
+}
+
+// ChatTokens returns the conversation's prompt ids, with text that comes from a message
+// tokenized as text: "<|im_end|>" typed by a user stays characters and cannot forge a turn;
+// special tokens are read only where the template writes them. Safe for concurrent use.
+func (m *Model) ChatTokens(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
+	ptr, err := m.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer m.release()
+	arr, free, err := cMessages("ChatTokens", msgs)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	toks := make([]int32, 256)
+	for {
+		var n C.size_t
+		err := ccall("ChatTokens", func() C.colibri_status {
+			return C.colibri_chat_tokenize(ptr, arr, C.size_t(len(msgs)), boolInt(addGenerationPrompt),
+				cInt32s(toks), C.size_t(len(toks)), &n)
+		})
+		if err == nil {
+			return toks[:n], nil
+		}
+		if !isBufferTooSmall(err) || int(n) <= len(toks) {
+			return nil, err
+		}
+		toks = make([]int32, n)
+	}
+}
+
+// cMessages copies msgs into C memory (the array holds C pointers only: C never sees Go
+// pointers); free releases it.
+func cMessages(op string, msgs []Message) (*C.colibri_chat_message, func(), error) {
 	var arr *C.colibri_chat_message
+	var strs []*C.char
+	free := func() {
+		for _, p := range strs {
+			C.free(unsafe.Pointer(p))
+		}
+		if arr != nil {
+			C.free(unsafe.Pointer(arr))
+		}
+	}
 	if len(msgs) > 0 {
 		arr = (*C.colibri_chat_message)(C.calloc(C.size_t(len(msgs)), C.size_t(unsafe.Sizeof(C.colibri_chat_message{}))))
 		if arr == nil {
 			panic("colibri: out of memory")
 		}
-		defer C.free(unsafe.Pointer(arr))
 	}
 	cm := unsafe.Slice(arr, len(msgs))
 	for i, msg := range msgs {
 		if strings.IndexByte(msg.Role, 0) >= 0 || strings.IndexByte(msg.Content, 0) >= 0 {
-			return "", invalid("ChatRender", fmt.Sprintf("message %d contains a NUL byte", i))
+			free()
+			return nil, nil, invalid(op, fmt.Sprintf("message %d contains a NUL byte", i))
 		}
 		cm[i].role = C.CString(msg.Role)
-		defer C.free(unsafe.Pointer(cm[i].role))
 		cm[i].content = C.CString(msg.Content)
-		defer C.free(unsafe.Pointer(cm[i].content))
+		strs = append(strs, cm[i].role, cm[i].content)
 	}
-	return readText("ChatRender", 256, func(buf []byte, n *C.size_t) C.colibri_status {
-		return C.colibri_chat_render(ptr, arr, C.size_t(len(msgs)), boolInt(addGenerationPrompt),
-			cBytes(buf), C.size_t(len(buf)), n)
-	})
+	return arr, free, nil
 }
 
 // UserMetadata returns a copy of the blob attached at conversion (`colibri convert

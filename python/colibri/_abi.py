@@ -289,4 +289,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
         _status,
         [_handle, POINTER(ChatMessage), c_size_t, c_int32, POINTER(c_char), c_size_t, POINTER(c_size_t)],
     ),
+    "colibri_chat_tokenize": (
+        _status,
+        [_handle, POINTER(ChatMessage), c_size_t, c_int32, POINTER(c_int32), c_size_t, POINTER(c_size_t)],
+    ),
 }

@@ -183,35 +183,34 @@ class Model(OwnedHandle):
         """Render messages with the model's chat template (``add_generation_prompt``: end with
         the assistant header). ``messages``: ``{"role", "content"}`` mappings or ``(role,
         content)`` pairs. Raises ColibriError UNSUPPORTED when the model has no template.
-        Tokenise the result with ``add_special=False``."""
-        if isinstance(messages, (str, bytes, Mapping)):
-            raise TypeError("messages must be a list of {'role', 'content'} mappings or (role, content) pairs")
-        keep: List[bytes] = []
-        structs: List[Tuple[bytes, bytes]] = []
-        for i, m in enumerate(messages):
-            if isinstance(m, Mapping):
-                if "role" not in m or "content" not in m:
-                    raise ValueError(f"messages[{i}] needs 'role' and 'content'")
-                role, content = m["role"], m["content"]
-            elif isinstance(m, (tuple, list)) and len(m) == 2:
-                role, content = m[0], m[1]
-            else:
-                raise TypeError(f"messages[{i}] must be a mapping or a (role, content) pair, not {type(m).__name__}")
-            r = encode_text(f"messages[{i}].role", role, allow_nul=False)
-            c = encode_text(f"messages[{i}].content", content, allow_nul=False)
-            keep += [r, c]
-            structs.append((r, c))
-        n = len(structs)
-        arr = (ChatMessage * max(n, 1))()
-        for i, (r, c) in enumerate(structs):
-            arr[i].role = r
-            arr[i].content = c
+        To feed a conversation use ``chat_tokens``: tokenising this text reads special-token
+        strings typed inside messages as control tokens."""
+        arr, n, size = _chat_array(messages)
         gen = int(check_bool("add_generation_prompt", add_generation_prompt))
-        guess = 256 + 2 * sum(len(b) for b in keep)
         return self._text_call(
             lambda h, buf, cap, out: self._lib.colibri_chat_render(h, arr, n, gen, buf, cap, out),
-            guess,
+            256 + 2 * size,
         )
+
+    def chat_tokens(self, messages: Iterable[Message], add_generation_prompt: bool = True) -> List[int]:
+        """The conversation's prompt ids (messages as for ``chat``), with text that comes from a
+        message tokenised as text: ``<|im_end|>`` typed by a user stays characters and cannot
+        forge a turn; special tokens are read only where the template writes them."""
+        arr, n, size = _chat_array(messages)
+        gen = int(check_bool("add_generation_prompt", add_generation_prompt))
+        lib = self._lib
+        cap = 64 + size
+        got = c_size_t()
+        with self._shared() as h:
+            for _ in range(3):
+                buf = (c_int32 * cap)()
+                st = lib.colibri_chat_tokenize(h, arr, n, gen, buf, cap, byref(got))
+                if st == Status.BUFFER_TOO_SMALL and got.value > cap:
+                    cap = got.value
+                    continue
+                lib.check(st)
+                return buf[: got.value]
+        raise AssertionError("colibri_chat_tokenize kept asking for a larger buffer")  # pragma: no cover
 
     def _text_call(self, call: Any, cap: int) -> str:
         """Run a (buf, cap, len_out) text call, growing the buffer once if needed."""
@@ -324,3 +323,31 @@ def infer_batch(model: "Model", sessions: Sequence[Session], token_lists: Sequen
         for s in held:
             s._release()
     return _buffers.split_rows(buf, rows, vocab, [s._all_logits for s in sessions])
+
+
+def _chat_array(messages: Iterable[Message]) -> Tuple[Any, int, int]:
+    """The messages as a C array (kept alive by the array's own byte strings), their count and
+    their total text size."""
+    if isinstance(messages, (str, bytes, Mapping)):
+        raise TypeError("messages must be a list of {'role', 'content'} mappings or (role, content) pairs")
+    structs: List[Tuple[bytes, bytes]] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, Mapping):
+            if "role" not in m or "content" not in m:
+                raise ValueError(f"messages[{i}] needs 'role' and 'content'")
+            role, content = m["role"], m["content"]
+        elif isinstance(m, (tuple, list)) and len(m) == 2:
+            role, content = m[0], m[1]
+        else:
+            raise TypeError(f"messages[{i}] must be a mapping or a (role, content) pair, not {type(m).__name__}")
+        structs.append(
+            (encode_text(f"messages[{i}].role", role, allow_nul=False),
+             encode_text(f"messages[{i}].content", content, allow_nul=False))
+        )
+    n = len(structs)
+    arr = (ChatMessage * max(n, 1))()
+    for i, (r, c) in enumerate(structs):
+        arr[i].role = r
+        arr[i].content = c
+    arr._keep = structs  # type: ignore[attr-defined]
+    return arr, n, sum(len(r) + len(c) for r, c in structs)

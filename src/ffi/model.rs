@@ -38,9 +38,9 @@ pub struct colibri_model_params {
 }
 
 impl Versioned for colibri_model_params {
-    /// ABI 1: up to use_mlock (12 bytes); then sigbus_guard (16); then n_threads and
-    /// pin_threads (24).
-    const SIZES: &'static [usize] = &[12, 16, std::mem::size_of::<colibri_model_params>()];
+    /// ABI 1 as released: up to use_mlock (12 bytes); then sigbus_guard, n_threads and
+    /// pin_threads (24), added together.
+    const SIZES: &'static [usize] = &[12, std::mem::size_of::<colibri_model_params>()];
 }
 
 impl Default for colibri_model_params {
