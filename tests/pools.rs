@@ -109,8 +109,8 @@ fn the_c_abi_takes_thread_counts() {
         let mut mp = colibri_model_params::default();
         assert_eq!(std::mem::size_of::<colibri_model_params>(), 24);
         for (size, n_threads, pin, want) in [
-            (12, 1025, 0, COLIBRI_STATUS_OK), // sizes before n_threads: it is not read
-            (16, 1025, 0, COLIBRI_STATUS_OK),
+            (12, 1025, 0, COLIBRI_STATUS_OK), // ABI 1's first size, before n_threads: not read
+            (16, 1025, 0, COLIBRI_STATUS_BAD_STRUCT_SIZE), // never released
             (24, 1025, 0, COLIBRI_STATUS_INVALID_ARGUMENT),
             (24, 3, 1, COLIBRI_STATUS_OK),
             (20, 3, 0, COLIBRI_STATUS_BAD_STRUCT_SIZE),
