@@ -201,13 +201,19 @@ func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	defer m.release()
 	ctext := C.CString(text) // copies: C must not see Go string memory
 	defer C.free(unsafe.Pointer(ctext))
-	toks := make([]int32, len(text)/2+16)
+	return readIDs("Tokenize", len(text)/2+16, func(toks []int32, n *C.size_t) C.colibri_status {
+		return C.colibri_tokenize(ptr, ctext, C.size_t(len(text)), boolInt(addSpecial),
+			cInt32s(toks), C.size_t(len(toks)), n)
+	})
+}
+
+// readIDs runs an id-returning call with a buffer of capacity ids, growing it once when the
+// library says how many it needs.
+func readIDs(op string, capacity int, call func(toks []int32, n *C.size_t) C.colibri_status) ([]int32, error) {
+	toks := make([]int32, capacity)
 	for {
 		var n C.size_t
-		err := ccall("Tokenize", func() C.colibri_status {
-			return C.colibri_tokenize(ptr, ctext, C.size_t(len(text)), boolInt(addSpecial),
-				cInt32s(toks), C.size_t(len(toks)), &n)
-		})
+		err := ccall(op, func() C.colibri_status { return call(toks, &n) })
 		if err == nil {
 			return toks[:n], nil
 		}
@@ -275,21 +281,10 @@ func (m *Model) ChatTokens(msgs []Message, addGenerationPrompt bool) ([]int32, e
 		return nil, err
 	}
 	defer free()
-	toks := make([]int32, 256)
-	for {
-		var n C.size_t
-		err := ccall("ChatTokens", func() C.colibri_status {
-			return C.colibri_chat_tokenize(ptr, arr, C.size_t(len(msgs)), boolInt(addGenerationPrompt),
-				cInt32s(toks), C.size_t(len(toks)), &n)
-		})
-		if err == nil {
-			return toks[:n], nil
-		}
-		if !isBufferTooSmall(err) || int(n) <= len(toks) {
-			return nil, err
-		}
-		toks = make([]int32, n)
-	}
+	return readIDs("ChatTokens", 256, func(toks []int32, n *C.size_t) C.colibri_status {
+		return C.colibri_chat_tokenize(ptr, arr, C.size_t(len(msgs)), boolInt(addGenerationPrompt),
+			cInt32s(toks), C.size_t(len(toks)), n)
+	})
 }
 
 // cMessages copies msgs into C memory (the array holds C pointers only: C never sees Go

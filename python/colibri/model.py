@@ -155,19 +155,24 @@ class Model(OwnedHandle):
         says (nothing for Qwen-style tokenizers)."""
         raw = encode_text("text", text)
         special = int(check_bool("add_special", add_special))
-        lib = self._lib
-        cap = len(raw) + 8
+        return self._ids_call(
+            lambda h, buf, cap, out: self._lib.colibri_tokenize(h, raw, len(raw), special, buf, cap, out),
+            len(raw) + 8,
+        )
+
+    def _ids_call(self, call: Any, cap: int) -> List[int]:
+        """Run a (tokens_out, tokens_cap, n_tokens_out) call, growing the buffer once if needed."""
         n = c_size_t()
         with self._shared() as h:
             for _ in range(3):
                 buf = (c_int32 * cap)()
-                st = lib.colibri_tokenize(h, raw, len(raw), special, buf, cap, byref(n))
+                st = call(h, buf, cap, byref(n))
                 if st == Status.BUFFER_TOO_SMALL and n.value > cap:
                     cap = n.value
                     continue
-                lib.check(st)
+                self._lib.check(st)
                 return buf[: n.value]
-        raise AssertionError("colibri_tokenize kept asking for a larger buffer")  # pragma: no cover
+        raise AssertionError("the library kept asking for a larger buffer")  # pragma: no cover
 
     def detokenize(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """The text of token ids (an id outside the vocabulary raises ColibriError
@@ -198,19 +203,10 @@ class Model(OwnedHandle):
         forge a turn; special tokens are read only where the template writes them."""
         arr, n, size = _chat_array(messages)
         gen = int(check_bool("add_generation_prompt", add_generation_prompt))
-        lib = self._lib
-        cap = 64 + size
-        got = c_size_t()
-        with self._shared() as h:
-            for _ in range(3):
-                buf = (c_int32 * cap)()
-                st = lib.colibri_chat_tokenize(h, arr, n, gen, buf, cap, byref(got))
-                if st == Status.BUFFER_TOO_SMALL and got.value > cap:
-                    cap = got.value
-                    continue
-                lib.check(st)
-                return buf[: got.value]
-        raise AssertionError("colibri_chat_tokenize kept asking for a larger buffer")  # pragma: no cover
+        return self._ids_call(
+            lambda h, buf, cap, out: self._lib.colibri_chat_tokenize(h, arr, n, gen, buf, cap, out),
+            64 + size,
+        )
 
     def _text_call(self, call: Any, cap: int) -> str:
         """Run a (buf, cap, len_out) text call, growing the buffer once if needed."""

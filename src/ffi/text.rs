@@ -37,12 +37,7 @@ pub unsafe extern "C" fn colibri_tokenize(
 ) -> colibri_status {
     guard(|| {
         let m = borrow(model, "model")?;
-        if n_tokens_out.is_null() {
-            return Err(Failure::null("n_tokens_out"));
-        }
-        if tokens_out.is_null() && tokens_cap > 0 {
-            return Err(Failure::null("tokens_out"));
-        }
+        check_ids_out(tokens_out, tokens_cap, n_tokens_out)?;
         let bytes = slice(text as *const u8, text_len, "text")?;
         let text = std::str::from_utf8(bytes)
             .map_err(|_| Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, "text is not valid UTF-8"))?;
@@ -126,6 +121,17 @@ fn chat_messages(messages: *const colibri_chat_message, n_messages: usize) -> Re
         .collect()
 }
 
+/// The out-parameters of an id-returning call, checked before any work.
+fn check_ids_out(tokens_out: *mut i32, tokens_cap: usize, n_tokens_out: *mut usize) -> Result<(), Failure> {
+    if n_tokens_out.is_null() {
+        return Err(Failure::null("n_tokens_out"));
+    }
+    if tokens_out.is_null() && tokens_cap > 0 {
+        return Err(Failure::null("tokens_out"));
+    }
+    Ok(())
+}
+
 /// Write `ids` to the caller's buffer like colibri_tokenize (count always, BUFFER_TOO_SMALL when
 /// they do not fit).
 fn write_ids(ids: &[u32], tokens_out: *mut i32, tokens_cap: usize, n_tokens_out: *mut usize) -> Result<(), Failure> {
@@ -165,12 +171,7 @@ pub unsafe extern "C" fn colibri_chat_tokenize(
 ) -> colibri_status {
     guard(|| {
         let m = borrow(model, "model")?;
-        if n_tokens_out.is_null() {
-            return Err(Failure::null("n_tokens_out"));
-        }
-        if tokens_out.is_null() && tokens_cap > 0 {
-            return Err(Failure::null("tokens_out"));
-        }
+        check_ids_out(tokens_out, tokens_cap, n_tokens_out)?;
         let msgs = chat_messages(messages, n_messages)?;
         let src = m
             .model
