@@ -89,14 +89,16 @@ pub struct colibri_moe {
 const MAX_WEIGHTS: usize = 1 << 32;
 
 impl colibri_moe {
-    /// Expert e bound as a matrix (its bytes were encoded for exactly this shape at init).
-    fn mat(&self, e: usize) -> Mat<'_> {
+    /// Expert e bound as a matrix (its bytes were encoded for exactly this shape at init, so
+    /// neither step fails; if one ever did, the call returns a status instead of panicking).
+    fn mat(&self, e: usize) -> Result<Mat<'_>, Failure> {
         let x = &self.experts[e];
-        let len = x.dtype.bytes_for((x.rows * self.hidden) as u64).expect("sized at init") as usize;
+        let broken = || Failure::new(COLIBRI_STATUS_PANIC, format!("expert {e} no longer matches its shape"));
+        let len = x.dtype.bytes_for((x.rows * self.hidden) as u64).ok_or_else(broken)? as usize;
         // SAFETY: Line is 64 plain bytes; the expert's `len` bytes lie inside the lines reserved
         // for it at init.
         let bytes = unsafe { std::slice::from_raw_parts(self.lines[x.line..].as_ptr().cast::<u8>(), len) };
-        Mat::new(x.dtype, x.rows, self.hidden, bytes).expect("encoded for this shape at init")
+        Mat::new(x.dtype, x.rows, self.hidden, bytes).map_err(|_| broken())
     }
 }
 
@@ -271,7 +273,11 @@ pub unsafe extern "C" fn colibri_moe_infer(
         let max = chosen.iter().map(|&e| g[e]).fold(f32::NEG_INFINITY, f32::max);
         let ex: Vec<f32> = chosen.iter().map(|&e| (g[e] - max).exp()).collect();
         let sum: f32 = ex.iter().sum();
-        let mats: Vec<(Mat<'_>, f32)> = chosen.iter().zip(&ex).map(|(&e, &w)| (m.mat(e), w / sum)).collect();
+        let mats = chosen
+            .iter()
+            .zip(&ex)
+            .map(|(&e, &w)| Ok((m.mat(e)?, w / sum)))
+            .collect::<Result<Vec<(Mat<'_>, f32)>, Failure>>()?;
         m.pool.install(|| mix(&mats, x, out))?;
         Ok(())
     })
