@@ -5,6 +5,7 @@
 
 pub mod cast;
 mod error;
+pub mod gguf;
 mod hf_config;
 mod metadata;
 mod plan;
