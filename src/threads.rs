@@ -208,29 +208,80 @@ impl Pool {
     }
 
     /// Start the workers (named colibri-i, worker i pinned to allowed CPU i when asked), keeping
-    /// their handles to join them when the pool goes.
+    /// their handles to join them when the pool goes. Refuses (`OutOfMemory`) when the address
+    /// space cannot hold the workers' stacks and start-up mappings, instead of letting a thread
+    /// die half-started (std and glibc abort then). Returns only when every worker has finished
+    /// its start-up (rayon allocates each worker's queues there): a `fork()` right after cannot
+    /// inherit an allocator lock held by a starting worker (sanitizer allocators do not reset
+    /// theirs in the child).
     fn build(&self) -> Result<(rayon::ThreadPool, Workers)> {
+        let n = self.threads();
+        reserve_address_space(n)?;
         let cpus = if self.opts.pin { allowed_cpus() } else { Vec::new() };
+        let started = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+        let signal = Arc::clone(&started);
         let mut handles = Vec::new();
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(self.threads())
+            .num_threads(n)
+            .start_handler(move |_| {
+                let (count, cv) = &*signal;
+                *count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                cv.notify_all();
+            })
             .spawn_handler(|worker| {
                 let i = worker.index();
                 let cpu = cpus.get(i % cpus.len().max(1)).copied();
-                let handle = std::thread::Builder::new().name(format!("colibri-{i}")).spawn(move || {
-                    if let Some(cpu) = cpu {
-                        pin_current_thread(cpu);
-                    }
-                    worker.run()
-                })?;
+                let handle = std::thread::Builder::new().name(format!("colibri-{i}")).stack_size(STACK_BYTES).spawn(
+                    move || {
+                        if let Some(cpu) = cpu {
+                            pin_current_thread(cpu);
+                        }
+                        worker.run()
+                    },
+                )?;
                 handles.push(handle);
                 Ok(())
             })
             .build()
             // rayon stops the workers it started; they are not waited for.
             .map_err(|e| Error::io("start the worker threads", std::io::Error::other(e.to_string())))?;
+        let (count, cv) = &*started;
+        let mut done = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *done < n {
+            done = cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(done);
         Ok((pool, Workers(handles)))
     }
+}
+
+/// Stack of each worker thread.
+const STACK_BYTES: usize = 2 << 20;
+
+/// Address space a worker needs besides its stack: guard page, TLS, the signal stack std maps
+/// and what glibc and rayon map or allocate at thread start.
+const THREAD_SLACK_BYTES: usize = 1 << 20;
+
+/// Check that `n` workers' stacks and start-up mappings fit in the address space (RLIMIT_AS):
+/// map that much as inaccessible, reserved-nothing memory and unmap it at once.
+fn reserve_address_space(n: usize) -> Result<()> {
+    let bytes = n.saturating_mul(STACK_BYTES + THREAD_SLACK_BYTES);
+    let refused = || Error::OutOfMemory { what: format!("address space for {n} worker threads"), bytes: bytes as u64 };
+    #[cfg(unix)]
+    {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        // SAFETY: an anonymous PROT_NONE mapping at an address of the kernel's choosing touches
+        // no existing memory; it is unmapped below with the same length.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_NONE, flags, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(refused());
+        }
+        // SAFETY: `p` is the mapping of `bytes` made just above, used by nothing.
+        unsafe { libc::munmap(p, bytes) };
+    }
+    #[cfg(not(unix))]
+    let _ = refused;
+    Ok(())
 }
 
 impl Drop for Pool {

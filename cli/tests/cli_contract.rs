@@ -270,11 +270,28 @@ fn under_limit(kib: u64, args: &[&str]) -> Output {
         .expect("run sh")
 }
 
+/// A command's outcome under `ulimit -v kib`: success, or exit 1 with one `error:` line — never a
+/// panic (101) or an abort (134). Returns whether it succeeded.
+fn succeeds_or_fails_cleanly(kib: u64, args: &[&str]) -> bool {
+    let o = under_limit(kib, args);
+    if o.status.success() {
+        return true;
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{args:?} under ulimit -v {kib}: {:?}; stderr: {err}", o.status);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
+    assert_eq!(lines.len(), 1, "{args:?} under ulimit -v {kib}: one error line expected, got: {err}");
+    assert!(lines[0].starts_with("error: "), "{args:?} under ulimit -v {kib}: {err}");
+    false
+}
+
 /// Under an address-space limit (`ulimit -v`) every command either works or exits 1 with one
 /// `error:` line: no panic (101) and no abort (134), whatever the limit. The sweep starts at the
 /// smallest limit the binary can start under at all (below it the dynamic loader fails, before
 /// any of our code runs) and crosses the limits where the mapping, the thread pool, the
-/// tokenizer and the KV cache each fail first.
+/// tokenizer and the KV cache each fail first, in 1 MiB steps; then, for each command, it finds
+/// by bisection the smallest limit it works under and sweeps the 8 MiB below that in 20 KiB
+/// steps — the windows where a half-started thread used to abort are ~100 KiB wide.
 #[test]
 fn every_command_fails_cleanly_under_an_address_space_limit() {
     let start = (4_000..64_000).step_by(1_000).find(|&k| under_limit(k, &["--version"]).status.success()).unwrap();
@@ -284,19 +301,27 @@ fn every_command_fails_cleanly_under_an_address_space_limit() {
         &["validate", m],
         &["validate", "--no-mmap", m],
         &["inspect", m],
-        &["run", "-m", m, "-p", "Hello there", "-n", "4"],
+        &["run", "-m", m, "-p", "Hello there", "-n", "4", "-t", "2"],
     ];
-    for kib in (start..=start + 96_000).step_by(1_000) {
+    let end = start + 96_000;
+    for kib in (start..=end).step_by(1_000) {
         for args in commands {
-            let o = under_limit(kib, args);
-            if o.status.success() {
-                continue;
+            succeeds_or_fails_cleanly(kib, args);
+        }
+    }
+    for args in commands {
+        let (mut lo, mut hi) = (start, end);
+        assert!(succeeds_or_fails_cleanly(hi, args), "{args:?} works under ulimit -v {hi}");
+        while hi - lo > 20 {
+            let mid = lo + (hi - lo) / 2;
+            if succeeds_or_fails_cleanly(mid, args) {
+                hi = mid;
+            } else {
+                lo = mid;
             }
-            let err = String::from_utf8_lossy(&o.stderr);
-            assert_eq!(o.status.code(), Some(1), "{args:?} under ulimit -v {kib}: {:?}; stderr: {err}", o.status);
-            let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
-            assert_eq!(lines.len(), 1, "{args:?} under ulimit -v {kib}: one error line expected, got: {err}");
-            assert!(lines[0].starts_with("error: "), "{args:?} under ulimit -v {kib}: {err}");
+        }
+        for kib in (hi.saturating_sub(8_192).max(start)..hi).step_by(20) {
+            succeeds_or_fails_cleanly(kib, args);
         }
     }
 }
