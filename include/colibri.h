@@ -40,6 +40,13 @@
 #define COLIBRI_ABI_VERSION 1
 
 /**
+ * The seed value that asks for a fresh random seed (the default of colibri_generate_params.seed
+ * and of the routing seeds, as llama.cpp's LLAMA_DEFAULT_SEED): each sampler or session then
+ * draws its own from the OS. Every other value, 0 included, gives the same output every time.
+ */
+#define COLIBRI_SEED_RANDOM 18446744073709551615ull
+
+/**
  * What a route callback returns to fail the call it reports on (see colibri_route_callback).
  */
 #define COLIBRI_ROUTE_ABORT -1
@@ -117,7 +124,8 @@ typedef struct {
    */
   int32_t reserved;
   /**
-   * Seed of the sampler's random numbers (default 0).
+   * Seed of the sampler's random numbers. Default COLIBRI_SEED_RANDOM: a fresh seed per call,
+   * so two calls sample different text; any other value (0 included) repeats exactly.
    */
   uint64_t seed;
   /**
@@ -320,7 +328,8 @@ typedef struct {
    */
   int32_t moe_top_k;
   /**
-   * Seed of the routing RNG (Gumbel routing; default 0).
+   * Seed of the routing RNG (Gumbel routing). Default COLIBRI_SEED_RANDOM: a fresh seed per
+   * session; any other value (0 included) repeats exactly.
    */
   uint64_t routing_seed;
   /**
@@ -934,8 +943,8 @@ colibri_status colibri_session_position(const colibri_session *session,
                                         size_t *n_ctx_out);
 
 /**
- * Routing of later calls: a COLIBRI_ROUTING_* mode, the seed of the Gumbel RNG, experts per
- * token (0 = the model's top_k, else 1..n_experts).
+ * Routing of later calls: a COLIBRI_ROUTING_* mode, the seed of the Gumbel RNG
+ * (COLIBRI_SEED_RANDOM: a fresh one), experts per token (0 = the model's top_k, else 1..n_experts).
  *
  * # Safety
  * `session` must be a live session.

@@ -2,6 +2,39 @@
 //! own instance (a session's sampler, a session's Gumbel router): there is no global RNG, so
 //! results depend only on the seed, never on threads or call order elsewhere.
 
+/// The seed value that asks for a fresh, unpredictable seed (llama.cpp's `LLAMA_DEFAULT_SEED`
+/// convention: the largest u64). Every other value, 0 included, is reproducible.
+pub const SEED_RANDOM: u64 = u64::MAX;
+
+/// `seed` itself, or a fresh seed from the OS (never `SEED_RANDOM`) when it is `SEED_RANDOM`.
+pub fn resolve_seed(seed: u64) -> u64 {
+    if seed != SEED_RANDOM {
+        return seed;
+    }
+    let mut bytes = [0u8; 8];
+    #[cfg(target_os = "linux")]
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer passed.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) } == bytes.len() as isize;
+    #[cfg(not(target_os = "linux"))]
+    let got = false;
+    let fresh = if got {
+        u64::from_le_bytes(bytes)
+    } else {
+        // No OS randomness: std's per-process random hash keys, the time and a counter.
+        use std::hash::{BuildHasher, Hasher};
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        h.write_u64(CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        h.finish()
+    };
+    if fresh == SEED_RANDOM {
+        0
+    } else {
+        fresh
+    }
+}
+
 /// xoshiro256** state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rng {

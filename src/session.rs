@@ -44,7 +44,8 @@ pub struct SessionOptions {
     /// (`Session::reserve` allocates ahead).
     pub n_ctx: usize,
     pub kv_dtype: KvDtype,
-    /// Seed of the routing RNG (Gumbel routing).
+    /// Seed of the routing RNG (Gumbel routing); `rng::SEED_RANDOM` (the default) draws a fresh
+    /// one per session.
     pub routing_seed: u64,
     /// How reduced-precision weights meet their activations (default: `COLIBRI_QUANT_ACT`, else
     /// reduced).
@@ -62,7 +63,12 @@ pub fn kv_bytes_per_token(c: &Config, dtype: KvDtype) -> usize {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { n_ctx: 0, kv_dtype: KvDtype::F32, routing_seed: 0, quant_act: QuantActivations::from_env() }
+        SessionOptions {
+            n_ctx: 0,
+            kv_dtype: KvDtype::F32,
+            routing_seed: crate::rng::SEED_RANDOM,
+            quant_act: QuantActivations::from_env(),
+        }
     }
 }
 
@@ -251,7 +257,7 @@ impl Session {
         Ok(Session {
             kv: KvCache::new(c, n_ctx, opts.kv_dtype)?,
             pos: 0,
-            rng: Rng::new(opts.routing_seed),
+            rng: Rng::new(crate::rng::resolve_seed(opts.routing_seed)),
             trace: None,
             logits: Vec::new(),
             kv_dtype: opts.kv_dtype,
@@ -327,9 +333,9 @@ impl Session {
         }
     }
 
-    /// Re-seed the routing RNG.
+    /// Re-seed the routing RNG (`rng::SEED_RANDOM`: a fresh seed).
     pub fn set_routing_seed(&mut self, seed: u64) {
-        self.rng = Rng::new(seed);
+        self.rng = Rng::new(crate::rng::resolve_seed(seed));
     }
 
     /// Start (true) or stop (false) recording routing decisions.

@@ -52,9 +52,10 @@ pub struct RunArgs {
     /// Last tokens the penalties look at.
     #[arg(long, default_value_t = 64)]
     pub repeat_last_n: usize,
-    /// Random seed (sampling and Gumbel routing).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Random seed of sampling and Gumbel routing (default: a fresh one each run; any value, 0
+    /// included, repeats exactly).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Stop string (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
@@ -130,7 +131,7 @@ fn params(a: &RunArgs) -> GenerateParams {
                 presence_penalty: a.presence_penalty,
                 frequency_penalty: a.frequency_penalty,
                 penalty_last_n: a.repeat_last_n,
-                seed: a.seed,
+                seed: a.seed.unwrap_or(colibri::rng::SEED_RANDOM),
             },
             ignore_eos: a.ignore_eos,
             stop: a.stop.clone(),
@@ -146,7 +147,12 @@ fn session(a: &RunArgs, model: &Model) -> Result<Session, Error> {
     let kv_dtype = KvDtype::from_name(&a.kv_type).unwrap_or(KvDtype::F32);
     let mut s = Session::new(
         model.config(),
-        &SessionOptions { n_ctx: a.ctx, kv_dtype, routing_seed: a.seed, ..Default::default() },
+        &SessionOptions {
+            n_ctx: a.ctx,
+            kv_dtype,
+            routing_seed: a.seed.unwrap_or(colibri::rng::SEED_RANDOM),
+            ..Default::default()
+        },
     )?;
     s.set_trace(a.debug_routing);
     Ok(s)

@@ -1156,3 +1156,31 @@ func TestChatTokensKeepMessageTextAsText(t *testing.T) {
 		t.Fatalf("NUL in a message: %v", err)
 	}
 }
+
+// With the default seed (SeedRandom) each call samples with a fresh seed; 0 repeats exactly.
+func TestDefaultSeedIsFreshAndZeroRepeats(t *testing.T) {
+	m := openModel(t)
+	s := newSession(t, m)
+	p := DefaultGenerateParams()
+	if p.Seed != SeedRandom {
+		t.Fatalf("default seed %d, want SeedRandom", p.Seed)
+	}
+	p.MaxTokens, p.IgnoreEOS, p.Temperature, p.TopK = 24, true, 1.0, 0
+	gen := func(p GenerateParams) []int32 {
+		if err := s.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Generate(oracle.GreedyPrompt, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Tokens
+	}
+	if a, b := gen(p), gen(p); reflect.DeepEqual(a, b) {
+		t.Errorf("two calls with the default seed sampled the same tokens: %v", a)
+	}
+	p.Seed = 0
+	if a, b := gen(p), gen(p); !reflect.DeepEqual(a, b) {
+		t.Errorf("seed 0 did not repeat: %v vs %v", a, b)
+	}
+}

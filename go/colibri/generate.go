@@ -43,7 +43,7 @@ type GenerateParams struct {
 	PenaltyLastN      int // last tokens the penalties look at
 	MaxTokens         int // most tokens to generate
 	IgnoreEOS         bool
-	Seed              uint64 // the sampler's seed (the routing seed is a session option)
+	Seed              uint64 // the sampler's seed: SeedRandom (the default) = a fresh one per call; any other value repeats exactly (the routing seed is a session option)
 	// Stop ends generation as soon as the generated text contains one of these strings
 	// (UTF-8, no NUL bytes; empty strings are ignored). The stop string and anything after it
 	// are never delivered: text that could still become one is held back until it cannot.
@@ -51,8 +51,12 @@ type GenerateParams struct {
 	Stop []string
 }
 
+// SeedRandom as a seed asks for a fresh random seed (COLIBRI_SEED_RANDOM, the default of
+// GenerateParams.Seed and of the routing seed); every other value, 0 included, repeats exactly.
+const SeedRandom uint64 = C.COLIBRI_SEED_RANDOM
+
 // DefaultGenerateParams returns the library's defaults (temperature 0.8, top-k 40, top-p 0.95,
-// min-p 0.05, no penalties, 128 tokens, stop at end-of-sequence, no stop strings).
+// min-p 0.05, no penalties, 128 tokens, stop at end-of-sequence, no stop strings, SeedRandom).
 func DefaultGenerateParams() GenerateParams {
 	var c C.colibri_generate_params
 	C.colibri_generate_params_init(&c)

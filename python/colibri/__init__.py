@@ -13,6 +13,7 @@ or a directory), then the package directory, then the system (see :func:`load_li
 from __future__ import annotations
 
 from ._abi import FINISH_REASONS, KV_TYPES, MOE_STORAGES, QUANT_ACTS, ROUTING_MODES
+from ._constants import COLIBRI_SEED_RANDOM as SEED_RANDOM
 from ._lib import (
     ABI_VERSION,
     ColibriError,
@@ -35,6 +36,7 @@ __all__ = [
     "MOE_STORAGES",
     "QUANT_ACTS",
     "ROUTING_MODES",
+    "SEED_RANDOM",
     "ColibriError",
     "GenerationResult",
     "Library",

@@ -16,6 +16,11 @@ COLIBRI_VERSION_PATCH = 0
 #: writes it to the header.)
 COLIBRI_ABI_VERSION = 1
 
+#: The seed value that asks for a fresh random seed (the default of colibri_generate_params.seed
+#: and of the routing seeds, as llama.cpp's LLAMA_DEFAULT_SEED): each sampler or session then draws
+#: its own from the OS. Every other value, 0 included, gives the same output every time.
+COLIBRI_SEED_RANDOM = 18446744073709551615
+
 #: What a route callback returns to fail the call it reports on (see colibri_route_callback).
 COLIBRI_ROUTE_ABORT = -1
 

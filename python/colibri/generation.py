@@ -216,7 +216,8 @@ class Generating(OwnedHandle):
         `prompt` is text (tokenised with ``add_special``) or token ids, fed after whatever the
         cache holds. Options left at None take the library's defaults (``max_tokens`` 128,
         ``temperature`` 0.8 — 0 is greedy —, ``top_k`` 40, ``top_p`` 0.95, ``min_p`` 0.05,
-        ``repetition_penalty`` 1 = off, ``penalty_last_n`` 64, ``seed`` 0, the sampler's seed).
+        ``repetition_penalty`` 1 = off, ``penalty_last_n`` 64, ``seed`` random: a fresh one per call —
+        any value, 0 included, repeats exactly).
         ``stop``: a string or a list of strings; generation ends when the text contains one
         (finish reason "stop"), and no part of it is ever returned or streamed (needs the
         model's tokenizer: ColibriError UNSUPPORTED without one).

@@ -232,7 +232,7 @@ class Model(OwnedHandle):
         all_logits: bool = False,
         routing: str = "topk",
         moe_top_k: int = 0,
-        routing_seed: int = 0,
+        routing_seed: Optional[int] = None,
         quant_act: str = "default",
         *,
         seed: Optional[int] = None,
@@ -240,7 +240,7 @@ class Model(OwnedHandle):
         """A new :class:`Session` (KV cache) on this model. ``n_ctx`` 0 = the trained context
         capped at 4096; ``kv_type`` "f32" | "f16" | "bf16"; ``all_logits``: infer returns every
         new position's logits; ``routing`` "topk" | "gumbel" with ``routing_seed`` for the
-        Gumbel RNG; ``moe_top_k`` experts per token (0 = the model's); ``quant_act`` how
+        Gumbel RNG (None = a fresh random seed; any value, 0 included, repeats exactly); ``moe_top_k`` experts per token (0 = the model's); ``quant_act`` how
         q8/q4/bf16 weights meet activations: "reduced" (int8 / bf16 activations, faster),
         "float" (activations stay f32) or "default" (``$COLIBRI_QUANT_ACT``, else reduced). ``seed`` is the deprecated name of
         ``routing_seed``. Names are case-insensitive; others raise ValueError."""

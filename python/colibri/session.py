@@ -29,6 +29,7 @@ from ._args import (
     int32_array,
 )
 from ._buffers import Logits
+from ._constants import COLIBRI_SEED_RANDOM
 from ._handle import OwnedHandle
 from ._lib import ColibriError, Status
 from .generation import GenerationResult, Generating, PieceCallback, Prompt
@@ -48,12 +49,13 @@ def _is_model(obj: Any) -> bool:
     return isinstance(obj, OwnedHandle) and getattr(obj, "_kind", None) == "Model"
 
 
-def routing_seed_arg(routing_seed: int, seed: Optional[int]) -> int:
+def routing_seed_arg(routing_seed: Optional[int], seed: Optional[int]) -> int:
     """The routing seed from ``routing_seed`` or the deprecated ``seed`` keyword (ABI 0's name,
-    which read like the sampler's seed of generation)."""
+    which read like the sampler's seed of generation); neither given = COLIBRI_SEED_RANDOM (a
+    fresh seed per session)."""
     if seed is None:
-        return routing_seed
-    if routing_seed:
+        return COLIBRI_SEED_RANDOM if routing_seed is None else routing_seed
+    if routing_seed is not None:
         raise TypeError("give routing_seed only (seed is its deprecated name)")
     warnings.warn("seed= of a session's routing is now routing_seed=", DeprecationWarning, stacklevel=3)
     return seed
@@ -83,7 +85,7 @@ class Session(Generating):
         all_logits: bool = False,
         routing: str = "topk",
         moe_top_k: int = 0,
-        routing_seed: int = 0,
+        routing_seed: Optional[int] = None,
         quant_act: str = "default",
         *,
         seed: Optional[int] = None,
@@ -166,10 +168,11 @@ class Session(Generating):
             self._lib.check(self._lib.colibri_session_truncate(h, n))
 
     def set_routing(
-        self, mode: str = "topk", routing_seed: int = 0, moe_top_k: int = 0, *, seed: Optional[int] = None
+        self, mode: str = "topk", routing_seed: Optional[int] = None, moe_top_k: int = 0, *,
+        seed: Optional[int] = None
     ) -> None:
         """Routing of later calls: ``mode`` "topk" | "gumbel", the Gumbel RNG's
-        ``routing_seed``, experts per token (0 = the model's top_k, else 1..n_experts). ``seed``
+        ``routing_seed`` (None = a fresh random one; any value repeats exactly), experts per token (0 = the model's top_k, else 1..n_experts). ``seed``
         is the deprecated name of ``routing_seed``."""
         m = choice("mode", mode, ROUTING_MODES)
         s = check_int("routing_seed", routing_seed_arg(routing_seed, seed), 0, UINT64_MAX)

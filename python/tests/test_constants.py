@@ -40,7 +40,7 @@ def test_generator_check_mode_agrees() -> None:
 
 def test_every_integer_macro_is_there_with_its_value() -> None:
     header = HEADER.read_text(encoding="utf-8")
-    macros = dict(re.findall(r"^#define (COLIBRI_\w+) (-?\d+)$", header, re.M))
+    macros = dict(re.findall(r"^#define (COLIBRI_\w+) (-?\d+)(?:ull)?$", header, re.M))
     assert len(macros) >= 30 and "COLIBRI_ABI_VERSION" in macros
     got = {k: v for k, v in vars(_constants).items() if k.startswith("COLIBRI_")}
     assert got == {k: int(v) for k, v in macros.items()}
@@ -48,8 +48,8 @@ def test_every_integer_macro_is_there_with_its_value() -> None:
 
 def test_generator_reads_docs_and_refuses_duplicates() -> None:
     tool = _tool()
-    text = "/**\n * The answer.\n */\n#define COLIBRI_X_A 42\n\n#define COLIBRI_X_B -1\n#define OTHER 3\n"
-    assert tool.extract(text) == [("COLIBRI_X_A", 42, "The answer."), ("COLIBRI_X_B", -1, None)]
+    text = "/**\n * The answer.\n */\n#define COLIBRI_X_A 42\n\n#define COLIBRI_X_B -1\n#define OTHER 3\n#define COLIBRI_X_C 7ull\n"
+    assert tool.extract(text) == [("COLIBRI_X_A", 42, "The answer."), ("COLIBRI_X_B", -1, None), ("COLIBRI_X_C", 7, None)]
     try:
         tool.extract("#define COLIBRI_X 1\n#define COLIBRI_X 2\n")
     except ValueError as e:

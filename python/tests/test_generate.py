@@ -101,6 +101,13 @@ def test_sampling_is_seeded(model: colibri.Model) -> None:
 
     assert run(1) == run(1)
     assert run(1) != run(2)
+    assert run(0) == run(0)  # 0 is a seed like any other
+    # No seed: a fresh one per call (COLIBRI_SEED_RANDOM), as llama.cpp does.
+    def fresh() -> List[int]:
+        with model.session() as s:
+            return s.generate_ids("Hello", max_tokens=24, temperature=1.0, ignore_eos=True)
+
+    assert fresh() != fresh()
     assert run(3, top_k=1) == run(4, top_k=1)  # top_k 1 is greedy whatever the seed
     with model.session() as s:
         greedy = s.generate_ids("Hello", max_tokens=24, temperature=0, ignore_eos=True)

@@ -12,6 +12,7 @@ import pytest
 
 import colibri
 from colibri import _lib
+from colibri._constants import COLIBRI_SEED_RANDOM
 
 from conftest import PYTHON_DIR, RELEASE, REPO
 
@@ -115,7 +116,8 @@ def test_struct_sizes_come_from_the_init_functions() -> None:
     assert sp.max_tokens == 128 and abs(sp.temperature - 0.8) < 1e-6 and sp.top_k == 40
     assert sp.n_stop == 0 and not sp.stop
     ses = lib.session_params()
-    assert (ses.routing_seed, ses.quant_act) == (0, colibri.QUANT_ACTS["default"])
+    assert (ses.routing_seed, ses.quant_act) == (COLIBRI_SEED_RANDOM, colibri.QUANT_ACTS["default"])
+    assert sp.seed == COLIBRI_SEED_RANDOM == 2**64 - 1
     mp = lib.model_params()
     assert (mp.use_mmap, mp.use_mlock) == (1, 0)
 

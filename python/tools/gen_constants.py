@@ -27,7 +27,7 @@ OUTPUT = PYTHON_DIR / "colibri" / "_constants.py"
 #: A doc comment (``/** ... */``), or an integer macro of the colibri namespace.
 _TOKEN = re.compile(
     r"(?P<doc>/\*\*(?P<body>.*?)\*/)"
-    r"|^[ \t]*#define[ \t]+(?P<name>COLIBRI_[A-Z0-9_]+)[ \t]+(?P<value>-?(?:0[xX][0-9a-fA-F]+|\d+))[ \t]*$",
+    r"|^[ \t]*#define[ \t]+(?P<name>COLIBRI_[A-Z0-9_]+)[ \t]+(?P<value>-?(?:0[xX][0-9a-fA-F]+|\d+))(?:[uU]?(?:ll|LL)|[uU])?[ \t]*$",
     re.S | re.M,
 )
 
@@ -39,7 +39,8 @@ def _doc_text(body: str) -> str:
 
 
 def extract(header: str) -> List[Tuple[str, int, Optional[str]]]:
-    """(name, value, doc or None) of every integer ``#define COLIBRI_...`` in `header`, in order.
+    """(name, value, doc or None) of every integer ``#define COLIBRI_...`` in `header` (an integer
+    suffix such as ``ull`` dropped), in order.
     A doc comment counts for a macro only when nothing but blank space stands between them."""
     out: List[Tuple[str, int, Optional[str]]] = []
     doc: Optional[str] = None

@@ -61,7 +61,8 @@ pub struct colibri_generate_params {
     pub ignore_eos: i32,
     /// 0 (named so that the struct has no hidden padding).
     pub reserved: i32,
-    /// Seed of the sampler's random numbers (default 0).
+    /// Seed of the sampler's random numbers. Default COLIBRI_SEED_RANDOM: a fresh seed per call,
+    /// so two calls sample different text; any other value (0 included) repeats exactly.
     pub seed: u64,
     /// `n_stop` NUL-terminated UTF-8 stop strings, read during the call only (NULL when
     /// n_stop is 0). Generation ends when the text contains one; it is not delivered. They need

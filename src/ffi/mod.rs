@@ -37,6 +37,11 @@ use std::ffi::c_char;
 /// (build.rs reads the number from this file; cbindgen writes it to the header.)
 pub const COLIBRI_ABI_VERSION: u32 = 1;
 
+/// The seed value that asks for a fresh random seed (the default of colibri_generate_params.seed
+/// and of the routing seeds, as llama.cpp's LLAMA_DEFAULT_SEED): each sampler or session then
+/// draws its own from the OS. Every other value, 0 included, gives the same output every time.
+pub const COLIBRI_SEED_RANDOM: u64 = 0xFFFF_FFFF_FFFF_FFFF;
+
 /// NUL-terminated library version, e.g. "0.1.0".
 static VERSION_CSTR: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 

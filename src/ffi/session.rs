@@ -9,6 +9,7 @@ use super::handle::*;
 use super::model::{colibri_model, colibri_model_params};
 use super::panic::{guard, guard_or, set_last_error, Failure};
 use super::status::*;
+use super::COLIBRI_SEED_RANDOM;
 use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingMode, RoutingOptions};
 use crate::kernels::QuantActivations;
 use crate::model::Model;
@@ -90,7 +91,8 @@ pub struct colibri_session_params {
     pub routing_mode: colibri_routing_mode,
     /// Experts per token; 0 = the model's top_k.
     pub moe_top_k: i32,
-    /// Seed of the routing RNG (Gumbel routing; default 0).
+    /// Seed of the routing RNG (Gumbel routing). Default COLIBRI_SEED_RANDOM: a fresh seed per
+    /// session; any other value (0 included) repeats exactly.
     pub routing_seed: u64,
     /// A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
     pub quant_act: colibri_quant_act,
@@ -111,7 +113,7 @@ impl Default for colibri_session_params {
             all_logits: 0,
             routing_mode: COLIBRI_ROUTING_TOPK,
             moe_top_k: 0,
-            routing_seed: 0,
+            routing_seed: COLIBRI_SEED_RANDOM,
             quant_act: COLIBRI_QUANT_ACT_DEFAULT,
             reserved: 0,
         }
@@ -554,8 +556,8 @@ pub unsafe extern "C" fn colibri_session_position(
     })
 }
 
-/// Routing of later calls: a COLIBRI_ROUTING_* mode, the seed of the Gumbel RNG, experts per
-/// token (0 = the model's top_k, else 1..n_experts).
+/// Routing of later calls: a COLIBRI_ROUTING_* mode, the seed of the Gumbel RNG
+/// (COLIBRI_SEED_RANDOM: a fresh one), experts per token (0 = the model's top_k, else 1..n_experts).
 ///
 /// # Safety
 /// `session` must be a live session.

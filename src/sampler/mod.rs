@@ -120,9 +120,11 @@ impl std::fmt::Debug for Sampler {
 }
 
 impl Sampler {
-    /// A sampler with validated `params`, its [`Rng`] seeded from `params.seed`.
-    pub fn new(params: SamplerParams) -> Result<Sampler> {
+    /// A sampler with validated `params`, its [`Rng`] seeded from `params.seed` (a fresh seed
+    /// for `SEED_RANDOM`, kept in its params so the run can be repeated).
+    pub fn new(mut params: SamplerParams) -> Result<Sampler> {
         params.validate()?;
+        params.seed = crate::rng::resolve_seed(params.seed);
         let rng = Rng::new(params.seed);
         let window = Vec::with_capacity(params.penalty_last_n.min(1 << 16));
         Ok(Sampler {
@@ -240,6 +242,7 @@ impl Sampler {
 
     /// Restart the random stream from `seed` (and record it in the parameters); forget the last step.
     pub fn reset(&mut self, seed: u64) {
+        let seed = crate::rng::resolve_seed(seed);
         self.params.seed = seed;
         self.rng = Rng::new(seed);
         self.forget_last_step();

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 
 /// Sampling knobs. `Default` = sampling on, with llama.cpp-like defaults: temperature 0.8, top_k 40,
 /// top_p 0.95, min_p 0.05, repetition_penalty 1.0 (off), presence 0.0, frequency 0.0,
-/// penalty_last_n 64, seed 0.
+/// penalty_last_n 64, seed `SEED_RANDOM` (a fresh seed per sampler, as llama.cpp does).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerParams {
     /// Softmax temperature, finite and ≥ 0; 0 = greedy argmax.
@@ -24,7 +24,8 @@ pub struct SamplerParams {
     pub frequency_penalty: f32,
     /// How many of the last history ids the penalties look at; 0 = penalties off.
     pub penalty_last_n: usize,
-    /// Seed of the sampler's [`Rng`](crate::rng::Rng).
+    /// Seed of the sampler's [`Rng`](crate::rng::Rng); [`SEED_RANDOM`](crate::rng::SEED_RANDOM)
+    /// draws a fresh one when the sampler is made (which `Sampler::params` then reports).
     pub seed: u64,
 }
 
@@ -39,7 +40,7 @@ impl Default for SamplerParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             penalty_last_n: 64,
-            seed: 0,
+            seed: crate::rng::SEED_RANDOM,
         }
     }
 }

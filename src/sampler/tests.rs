@@ -117,3 +117,26 @@ fn buffers_are_reused_across_steps() {
     }
     assert_eq!(caps(&s), first);
 }
+
+/// The default seed is `SEED_RANDOM`: each sampler draws its own (and reports it, so the run can
+/// be repeated); every other seed, 0 included, repeats exactly.
+#[test]
+fn the_default_seed_is_fresh_per_sampler_and_explicit_seeds_repeat() {
+    use crate::rng::SEED_RANDOM;
+    assert_eq!(SamplerParams::default().seed, SEED_RANDOM);
+    let logits = random_logits(&mut Rng::new(9), 4096, 8.0);
+    let params = SamplerParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplerParams::default() };
+    let run = |p: &SamplerParams| -> (u64, Vec<u32>) {
+        let mut s = Sampler::new(p.clone()).unwrap();
+        let ids = (0..32).map(|_| s.sample(&mut logits.clone(), &[]).unwrap()).collect();
+        (s.params().seed, ids)
+    };
+    let (seed_a, a) = run(&params);
+    let (seed_b, b) = run(&params);
+    assert!(seed_a != SEED_RANDOM && seed_b != SEED_RANDOM, "the drawn seed is reported");
+    assert_ne!(seed_a, seed_b, "two samplers draw two seeds");
+    assert_ne!(a, b, "and sample differently");
+    assert_eq!(run(&SamplerParams { seed: seed_a, ..params.clone() }).1, a, "the reported seed repeats the run");
+    let zero = SamplerParams { seed: 0, ..params };
+    assert_eq!(run(&zero), run(&zero), "seed 0 is a seed like any other");
+}

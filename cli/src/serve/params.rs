@@ -149,17 +149,15 @@ impl Defaults {
         Defaults { sampler: SamplerParams { penalty_last_n: 64, ..sampler }, max_tokens, seed: None }
     }
 
-    /// docs/api.md: llama.cpp-like sampling, seed 0, 64 tokens.
+    /// docs/api.md: llama.cpp-like sampling, a random seed, 64 tokens.
     pub fn generate() -> Defaults {
-        Defaults { sampler: SamplerParams::default(), max_tokens: Some(64), seed: Some(0) }
+        Defaults { sampler: SamplerParams::default(), max_tokens: Some(64), seed: None }
     }
 }
 
+/// A fresh seed for a request that gives none (reported back, so it can be repeated).
 fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    h.finish()
+    colibri::rng::resolve_seed(colibri::rng::SEED_RANDOM)
 }
 
 /// Most tokens (prompt + max_tokens) one request may claim on `engine`: --max-request-tokens,
