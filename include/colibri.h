@@ -449,6 +449,10 @@ typedef struct {
 
 #define COLIBRI_FAMILY_GLM4_MOE 5
 
+#define COLIBRI_FAMILY_DEEPSEEK_V2 6
+
+#define COLIBRI_FAMILY_DEEPSEEK_V3 7
+
 /**
  * The weights as given (f32). What `colibri_moe_init` does.
  */

@@ -56,9 +56,11 @@ pub struct SessionOptions {
 pub const DEFAULT_CTX_CAP: usize = 4096;
 
 /// Bytes of KV cache one token takes in a session of a model with config `c` (K and V of every
-/// layer): what a host multiplies by the tokens a sequence may reach to bound its memory.
+/// layer; under MLA the latent and the rope key): what a host multiplies by the tokens a
+/// sequence may reach to bound its memory.
 pub fn kv_bytes_per_token(c: &Config, dtype: KvDtype) -> usize {
-    [2, c.n_layers, c.n_kv_heads, c.head_dim, dtype.size()].into_iter().fold(1, usize::saturating_mul)
+    let (k, v) = c.kv_row_widths();
+    [k.saturating_add(v), c.n_layers, dtype.size()].into_iter().fold(1, usize::saturating_mul)
 }
 
 impl Default for SessionOptions {
@@ -109,28 +111,31 @@ impl Store {
     }
 }
 
-/// K and V of every layer: per layer [positions][n_kv_heads·head_dim], allocated as positions
-/// are used (`reserve`, fallible) and never past n_ctx: a session costs what it holds, and a
-/// large context is a limit, not an allocation.
+/// K and V of every layer: per layer [positions][k_row] and [positions][v_row] (n_kv_heads ·
+/// head_dim each; under MLA the K row is [latent (kv_lora_rank), rope key (qk_rope_head_dim)]
+/// and there is no V row), allocated as positions are used (`reserve`, fallible) and never past
+/// n_ctx: a session costs what it holds, and a large context is a limit, not an allocation.
 pub struct KvCache {
     k: Vec<Store>,
     v: Vec<Store>,
     n_ctx: usize,
-    /// n_kv_heads · head_dim
+    /// Values per position in a layer's K store.
     row: usize,
+    /// Values per position in a layer's V store.
+    v_row: usize,
     /// Positions allocated in every layer's K and V.
     held: usize,
 }
 
 impl KvCache {
     fn new(c: &Config, n_ctx: usize, dtype: KvDtype) -> Result<KvCache> {
-        let row = c.n_kv_heads * c.head_dim;
+        let (row, v_row) = c.kv_row_widths();
         n_ctx
-            .checked_mul(row)
+            .checked_mul(row.max(v_row))
             .and_then(|x| x.checked_mul(4))
             .ok_or_else(|| Error::InvalidArgument { reason: format!("context {n_ctx} is too large") })?;
         let stores = || (0..c.n_layers).map(|_| Store::empty(dtype)).collect();
-        Ok(KvCache { k: stores(), v: stores(), n_ctx, row, held: 0 })
+        Ok(KvCache { k: stores(), v: stores(), n_ctx, row, v_row, held: 0 })
     }
 
     /// Make room for `positions` positions (≤ n_ctx) in every layer, growing geometrically.
@@ -144,7 +149,7 @@ impl KvCache {
         let doubled = self.held.saturating_mul(2).clamp(positions, self.n_ctx);
         if self.grow_to(doubled).is_err() && self.grow_to(positions).is_err() {
             let element = self.k.first().map_or(4, Store::bytes_per_element) as u64;
-            let bytes = [2 * self.k.len() as u64, self.row as u64, element, positions as u64]
+            let bytes = [self.k.len() as u64, (self.row + self.v_row) as u64, element, positions as u64]
                 .into_iter()
                 .fold(1u64, u64::saturating_mul);
             return Err(Error::OutOfMemory { what: format!("a KV cache of {positions} positions"), bytes });
@@ -153,18 +158,21 @@ impl KvCache {
     }
 
     fn grow_to(&mut self, positions: usize) -> std::result::Result<(), std::collections::TryReserveError> {
-        for store in self.k.iter_mut().chain(self.v.iter_mut()) {
+        for store in self.k.iter_mut() {
             store.grow(positions * self.row)?;
+        }
+        for store in self.v.iter_mut() {
+            store.grow(positions * self.v_row)?;
         }
         self.held = positions;
         Ok(())
     }
 
-    /// Store K and V rows ([n_kv_heads·head_dim] each) of `layer` at `pos` (< the reserved
-    /// positions).
+    /// Store K and V rows ([k_row] and [v_row]; under MLA v is empty) of `layer` at `pos`
+    /// (< the reserved positions).
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (at, row) = (pos * self.row, self.row);
-        for (store, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
+        for (store, src, row) in [(&mut self.k[layer], k, self.row), (&mut self.v[layer], v, self.v_row)] {
+            let at = pos * row;
             match store {
                 Store::F32(d) => d[at..at + row].copy_from_slice(src),
                 Store::Half { bits, bf16 } => {
@@ -190,8 +198,18 @@ impl KvCache {
     /// out += p · V(layer, pos, kv_head).
     #[inline]
     pub fn v_axpy(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
-        let at = pos * self.row + kv_head * out.len();
-        match &self.v[layer] {
+        Self::axpy(k, &self.v[layer], pos * self.v_row + kv_head * out.len(), p, out);
+    }
+
+    /// out += p · the leading out.len() values of the K row of (layer, pos): the MLA latent.
+    #[inline]
+    pub fn latent_axpy(&self, k: &Kernels, layer: usize, pos: usize, p: f32, out: &mut [f32]) {
+        Self::axpy(k, &self.k[layer], pos * self.row, p, out);
+    }
+
+    #[inline]
+    fn axpy(k: &Kernels, store: &Store, at: usize, p: f32, out: &mut [f32]) {
+        match store {
             Store::F32(d) => k.axpy_f32(p, &d[at..at + out.len()], out),
             Store::Half { bits, bf16: true } => k.axpy_bf16(p, &bits[at..at + out.len()], out),
             Store::Half { bits, bf16: false } => k.axpy_f16(p, &bits[at..at + out.len()], out),
@@ -208,9 +226,9 @@ impl KvCache {
         self.held
     }
 
-    /// Whether this cache has the shape config `c` needs (layers and K/V row width).
+    /// Whether this cache has the shape config `c` needs (layers and K/V row widths).
     pub fn fits(&self, c: &Config) -> bool {
-        self.row == c.n_kv_heads * c.head_dim && self.k.len() == c.n_layers
+        (self.row, self.v_row) == c.kv_row_widths() && self.k.len() == c.n_layers
     }
 }
 
@@ -300,7 +318,7 @@ impl Session {
     /// Bytes of KV cache each position of this session takes (see [`kv_bytes_per_token`]).
     pub fn kv_bytes_per_token(&self) -> usize {
         let element = self.kv.k.first().map_or(self.kv_dtype.size(), Store::bytes_per_element);
-        [2, self.kv.k.len(), self.kv.row, element].into_iter().fold(1, usize::saturating_mul)
+        [self.kv.k.len(), self.kv.row + self.kv.v_row, element].into_iter().fold(1, usize::saturating_mul)
     }
 
     /// Forget every cached token (the buffers stay allocated).

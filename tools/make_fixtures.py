@@ -73,6 +73,10 @@ from safetensors import safe_open  # noqa: E402
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import (  # noqa: E402
     AutoTokenizer,
+    DeepseekV2Config,
+    DeepseekV2ForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     GenerationConfig,
     Glm4MoeConfig,
     Glm4MoeForCausalLM,
@@ -384,7 +388,12 @@ FAMILIES = {
     "olmoe": (OlmoeConfig, OlmoeForCausalLM),
     "granitemoe": (GraniteMoeConfig, GraniteMoeForCausalLM),
     "glm4_moe": (Glm4MoeConfig, Glm4MoeForCausalLM),
+    "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM),
+    "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM),
 }
+
+# Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
+SIGMOID_FAMILIES = ("glm4_moe", "deepseek_v3")
 
 SP_IDS = {"unk": 0, "bos": 1, "eos": 2}
 BL_IDS = {"endoftext": 395, "im_start": 396, "im_end": 397, "think": 398, "think_end": 399}
@@ -616,6 +625,92 @@ FIXTURES = [
     ),
 ]
 
+# DeepSeek: multi-head latent attention (heads 4, nope 16 + rope 8, v 16, latent 32) unless stated.
+MLA_DIMS = dict(num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                v_head_dim=16)
+DS_COMMON = dict(vocab_size=400, hidden_size=64, max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None,
+                 eos_token_id=395, pad_token_id=395, tie_word_embeddings=False)
+FIXTURES += [
+    dict(
+        name="deepseek_v2_greedy",
+        family="deepseek_v2",
+        tokenizer="bytelevel_bpe",
+        seed=12121,
+        T=24,
+        config=dict(
+            DS_COMMON, **MLA_DIMS, q_lora_rank=None, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=1,
+            topk_method="greedy", routed_scaling_factor=1.0, norm_topk_prob=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="DeepSeek-V2 (Lite-like): MLA with a full q_proj (q_lora_rank null), kv_a_proj_with_mqa -> 32-dim latent "
+        "(RMSNorm eps 1e-6) + 8-dim shared rope key, kv_b_proj -> per-head 16-dim nope keys and 16-dim values, RoPE on "
+        "interleaved pairs; softmax router, greedy top-2 of 8, weights = the softmax probabilities (never renormalised) x 1.0; "
+        "two ungated shared experts (ffn 2 x 16); layer 0 dense (first_k_dense_replace=1); hub per-expert layout.",
+    ),
+    dict(
+        name="deepseek_v2_groups_yarn",
+        family="deepseek_v2",
+        tokenizer="bytelevel_bpe",
+        seed=13131,
+        T=24,
+        config=dict(
+            DS_COMMON, **MLA_DIMS, q_lora_rank=24, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
+            topk_method="group_limited_greedy", n_group=4, topk_group=2, routed_scaling_factor=2.0, norm_topk_prob=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 1024,
+                             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="legacy_hub",
+        chat=None,
+        notes="DeepSeek-V2 with the low-rank query (q_a_proj 24 -> q_a_layernorm -> q_b_proj), group_limited_greedy routing "
+        "(8 experts in 4 groups scored by their best softmax probability, the best 2 groups compete), weights x 2.0, one "
+        "shared expert, every layer sparse; YaRN (factor 4 over 1024, mscale = mscale_all_dim = 0.707: cos/sin x 1, softmax "
+        "scale x mscale(4, 0.707)^2); legacy hub config (rope_scaling, rope_theta top level).",
+    ),
+    dict(
+        name="deepseek_v3_mtp",
+        family="deepseek_v3",
+        tokenizer="bytelevel_bpe",
+        seed=14141,
+        T=24,
+        config=dict(
+            DS_COMMON, **MLA_DIMS, q_lora_rank=24, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
+            norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        mtp=True,
+        chat=None,
+        notes="DeepSeek-V3: MLA with the low-rank query, rope_interleave=true; sigmoid router + e_score_correction_bias (for "
+        "choosing only), 8 experts in 2 groups (top-2 sums, 1 group kept), top-2 renormalised then x2.5, one shared expert, "
+        "layer 0 dense; plus the tensors of one multi-token-prediction layer (model.layers.3.*, past num_hidden_layers) "
+        "that transformers does not load.",
+    ),
+    dict(
+        name="deepseek_v3_halves",
+        family="deepseek_v3",
+        tokenizer="bytelevel_bpe",
+        seed=15151,
+        T=24,
+        config=dict(
+            DS_COMMON, num_attention_heads=3, num_key_value_heads=3, kv_lora_rank=24, qk_nope_head_dim=12, qk_rope_head_dim=4,
+            v_head_dim=8, q_lora_rank=None, intermediate_size=40, moe_intermediate_size=24, num_hidden_layers=2,
+            n_routed_experts=6, num_experts_per_tok=3, n_shared_experts=2, first_k_dense_replace=0, n_group=1, topk_group=1,
+            norm_topk_prob=False, routed_scaling_factor=1.0, rope_interleave=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="DeepSeek-V3 with rope_interleave=false (rotate-half), a full q_proj, 3 heads of nope 12 + rope 4 and values of "
+        "8 (!= nope), latent 24; no groups, top-3 of 6 by biased sigmoid scores, weights the raw scores (no "
+        "renormalisation, x1); two shared experts; every layer sparse; fused expert layout.",
+    ),
+]
+
 # design constants
 DELTA = 0.9  # router logit spacing (absolute, before the rms(h)/rms(e) rescale)
 F_ROUTER = 0.25  # fraction of embedding energy inside the router subspace
@@ -631,7 +726,7 @@ MAX_ATTEMPTS = 20
 def router_min_rel(spec):
     """The relative router margin a fixture must keep: sigmoid routers (GLM-4.5) choose on scores in
     (0, 1) + a small bias, where max|key| ~ 1 and an absolute gap of 0.04 is far beyond rounding."""
-    return 0.04 if spec["family"] == "glm4_moe" else ROUTER_MIN_REL
+    return 0.04 if spec["family"] in SIGMOID_FAMILIES else ROUTER_MIN_REL
 
 
 def moe_block(layer):
@@ -688,8 +783,8 @@ def design_weights(model, spec, seed):
         put(layer.post_attention_layernorm.weight, g)
         g_post[i] = g
         at = layer.self_attn
-        for nm in ("q_norm", "k_norm"):
-            if hasattr(at, nm):
+        for nm in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm"):
+            if getattr(at, nm, None) is not None:
                 w = getattr(at, nm).weight
                 put(w, 1 + 0.15 * nrm(w.shape[0], 1))
     g_final = 1 + 0.15 * nrm(H, 1)
@@ -711,8 +806,16 @@ def design_weights(model, spec, seed):
     for layer in layers:
         at = layer.self_attn
         qk_gain = 1.0 if hasattr(at, "q_norm") else 1.6
-        for nm, gain in (("q_proj", qk_gain), ("k_proj", qk_gain), ("v_proj", 1.0)):
-            lin = getattr(at, nm)
+        projs = (("q_proj", qk_gain), ("k_proj", qk_gain), ("v_proj", 1.0))
+        if hasattr(at, "kv_b_proj"):  # MLA: each projection's input has unit rms (x, or a normed latent)
+            projs = (("q_proj", 1.6), ("q_a_proj", 1.0), ("q_b_proj", 1.6), ("kv_a_proj_with_mqa", 1.0), ("kv_b_proj", 1.6))
+        for nm, gain in projs:
+            lin = getattr(at, nm, None)
+            if lin is None:
+                continue
+            fan_in = lin.weight.shape[1]
+            if fan_in != H:
+                gain *= math.sqrt(H / fan_in)
             put(lin.weight, nrm(tuple(lin.weight.shape), gain / math.sqrt(H)))
             if lin.bias is not None:
                 put(lin.bias, nrm(tuple(lin.bias.shape), 0.1 if nm == "v_proj" else 0.3))
@@ -766,7 +869,7 @@ def design_weights(model, spec, seed):
             # top-k ladder with random gaps in [0.8, 1.5] units (diverse routing weights), rest in [-1.2, 0]
             t[perm[:k]] = np.cumsum(rng.uniform(0.8, 1.5, k))[::-1]
             t[perm[k:]] = rng.uniform(-1.2, 0.0, E - k)
-            if spec["family"] == "glm4_moe":  # sigmoid scores: centre the ladder on the steep part
+            if spec["family"] in SIGMOID_FAMILIES:  # sigmoid scores: centre the ladder on the steep part
                 t -= t[perm[:k]].mean()
             T[v, j * E:(j + 1) * E] = t
     X = T @ A_pinv.T  # V x H, A X^T = T^T
@@ -965,6 +1068,8 @@ def _np_rope(c, hd, T):
         assert sc.get("rope_type", sc.get("type")) == "yarn", sc
         f, om = sc["factor"], sc["original_max_position_embeddings"]
         att = 0.1 * math.log(f) + 1.0
+        if sc.get("mscale") and sc.get("mscale_all_dim"):  # DeepSeek: a ratio of two mscales
+            att = (0.1 * sc["mscale"] * math.log(f) + 1.0) / (0.1 * sc["mscale_all_dim"] * math.log(f) + 1.0)
 
         def corr_dim(n_rot):
             return hd * math.log(om / (n_rot * 2 * math.pi)) / (2 * math.log(theta))
@@ -981,6 +1086,46 @@ def _np_rope(c, hd, T):
 def _np_rot(x):
     h = x.shape[-1] // 2
     return np.concatenate([-x[..., h:], x[..., :h]], -1)
+
+
+def _np_rope_apply(x, cos, sin, interleaved):
+    """RoPE on x [T, heads, r] with tables [T, r] (cat(freqs, freqs)): rotate-half, or pairs (2i, 2i+1)."""
+    if not interleaved:
+        return x * cos[:, None] + _np_rot(x) * sin[:, None]
+    c, s = cos[:, None, : x.shape[-1] // 2], sin[:, None, : x.shape[-1] // 2]
+    out = np.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+    out[..., 1::2] = x[..., 1::2] * c + x[..., 0::2] * s
+    return out
+
+
+def _np_mla(c, W, p, h, T):
+    """DeepSeek multi-head latent attention, expanded: q [T, nh, nope+rope], k (same), v [T, nh, v], scale."""
+    nh, nope, rope, vd, rank = (c[k] for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"))
+
+    def lin(name, inp):
+        return inp @ W[p + name + ".weight"].T
+
+    if p + "self_attn.q_a_proj.weight" in W:  # the low-rank query, its norm at transformers' default eps 1e-6
+        q = lin("self_attn.q_b_proj", _np_rms(lin("self_attn.q_a_proj", h), W[p + "self_attn.q_a_layernorm.weight"], 1e-6))
+    else:
+        q = lin("self_attn.q_proj", h)
+    q = q.reshape(T, nh, nope + rope)
+    ckv = lin("self_attn.kv_a_proj_with_mqa", h)
+    lat = _np_rms(ckv[:, :rank], W[p + "self_attn.kv_a_layernorm.weight"], 1e-6)
+    kv = lin("self_attn.kv_b_proj", lat).reshape(T, nh, nope + vd)
+    cos, sin = _np_rope(dict(c, head_dim=rope), rope, T)
+    inter = c["model_type"] == "deepseek_v2" or c.get("rope_interleave", True)
+    q_pe = _np_rope_apply(q[..., nope:], cos, sin, inter)
+    k_pe = _np_rope_apply(ckv[:, None, rank:], cos, sin, inter)
+    q = np.concatenate([q[..., :nope], q_pe], -1)
+    k = np.concatenate([kv[..., :nope], np.repeat(k_pe, nh, 1)], -1)
+    scale = (nope + rope) ** -0.5
+    rp = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    if rp.get("rope_type", rp.get("type", "default")) != "default" and rp.get("mscale_all_dim"):
+        m = 0.1 * rp["mscale_all_dim"] * math.log(rp["factor"]) + 1.0
+        scale *= m * m
+    return q, k, kv[..., nope:], scale
 
 
 def independent_forward(d: Path, ids):
@@ -1010,11 +1155,15 @@ def independent_forward(d: Path, ids):
             return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
 
         h = _np_rms(x, W[p + "input_layernorm.weight"], eps)
-        q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
+        if p + "self_attn.kv_b_proj.weight" in W:  # DeepSeek MLA (expanded, as transformers computes it)
+            q, kk, v, att_scale = _np_mla(c, W, p, h, T)
+            nkv, cos, sin = nh, np.zeros((T, 0)), np.zeros((T, 0))  # RoPE already applied
+        else:
+            q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
         if fam == "olmoe":  # RMSNorm over the whole projection, before the head split
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
-        q, kk, v = q.reshape(T, nh, hd), kk.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
+        q, kk, v = q.reshape(T, nh, -1), kk.reshape(T, nkv, -1), v.reshape(T, nkv, -1)
         if fam in ("qwen3_moe", "glm4_moe") and p + "self_attn.q_norm.weight" in W:  # RMSNorm per head over head_dim
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
@@ -1030,7 +1179,7 @@ def independent_forward(d: Path, ids):
         sc = np.where(mask[None], sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         sc /= sc.sum(-1, keepdims=True)
-        x = x + res_mult * lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd))
+        x = x + res_mult * lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, -1))
         h = _np_rms(x, W[p + "post_attention_layernorm.weight"], eps)
         pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
         router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
@@ -1042,7 +1191,7 @@ def independent_forward(d: Path, ids):
             x = x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
             continue
         lg = h @ W[router].T
-        if fam == "glm4_moe":  # sigmoid scores; choose by score + bias within the best groups
+        if fam in SIGMOID_FAMILIES:  # sigmoid scores; choose by score + bias within the best groups
             pr = 1 / (1 + np.exp(-lg))
             keys = pr + W[pre + "gate.e_score_correction_bias"]
             g = c.get("n_group", 1)
@@ -1063,9 +1212,19 @@ def independent_forward(d: Path, ids):
         else:
             pr = np.exp(lg - lg.max(-1, keepdims=True))
             pr /= pr.sum(-1, keepdims=True)
-            top = np.argsort(-pr, -1, kind="stable")[:, :k]
+            keys = pr.copy()
+            if c.get("topk_method") == "group_limited_greedy":  # DeepSeek-V2: groups scored by their best
+                g = c["n_group"]
+                gs = keys.reshape(T, g, -1).max(-1)
+                lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
+                for t in range(T):
+                    for gi in lose[t]:
+                        keys[t, gi * (keys.shape[-1] // g):(gi + 1) * (keys.shape[-1] // g)] = -np.inf
+            top = np.argsort(-keys, -1, kind="stable")[:, :k]
             tw = np.take_along_axis(pr, top, -1)
-        if fam in ("mixtral", "granitemoe") or (fam != "glm4_moe" and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
+            if fam == "deepseek_v2":  # never renormalised; x routed_scaling_factor
+                tw = tw * c.get("routed_scaling_factor", 1.0)
+        if fam in ("mixtral", "granitemoe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
             tw = tw / tw.sum(-1, keepdims=True)
         routing.append(top.tolist())
         y = np.zeros_like(x)
@@ -1233,6 +1392,29 @@ def write_checkpoint(model, spec, out: Path, tok_text: str):
         assert "model.safetensors" in names, names
 
 
+def add_mtp_layer(out: Path, cfg, seed):
+    """Append the tensors of one DeepSeek-V3 multi-token-prediction layer (model.layers.{num_hidden_layers}.*, as the
+    hub checkpoints carry them) to model.safetensors: transformers does not load them, nor may a converter."""
+    from safetensors.torch import load_file, save_file
+
+    g = torch.Generator().manual_seed(seed)
+    H, L = cfg.hidden_size, cfg.num_hidden_layers
+    p = f"model.layers.{L}."
+    extra = {
+        p + "enorm.weight": torch.ones(H),
+        p + "hnorm.weight": torch.ones(H),
+        p + "eh_proj.weight": torch.randn(H, 2 * H, generator=g),
+        p + "input_layernorm.weight": torch.ones(H),
+        p + "self_attn.kv_a_proj_with_mqa.weight": torch.randn(cfg.kv_lora_rank + cfg.qk_rope_head_dim, H, generator=g),
+        p + "mlp.gate.weight": torch.randn(cfg.n_routed_experts, H, generator=g),
+        p + "shared_head.norm.weight": torch.ones(H),
+    }
+    f = out / "model.safetensors"
+    tensors = load_file(str(f))
+    tensors.update(extra)
+    save_file(tensors, str(f), metadata={"format": "pt"})
+
+
 def load_fixture(out: Path, family: str):
     cls = FAMILIES[family][1]
     m = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
@@ -1301,6 +1483,8 @@ def build_fixture(spec, tok_texts, log):
             shutil.rmtree(out)
         out.mkdir(parents=True)
         write_checkpoint(model, spec, out, tok_text)
+        if spec.get("mtp"):
+            add_mtp_layer(out, model.config, seed)
         loaded = load_fixture(out, fam)
         # checkpoint round-trip: loaded weights == designed weights (after storage dtype rounding)
         sd_mem, sd_load = model.state_dict(), loaded.state_dict()

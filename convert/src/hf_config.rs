@@ -2,19 +2,22 @@
 //! special-token ids gathered from config.json, generation_config.json and tokenizer_config.json.
 //! Family rules mirror transformers' configuration_<family>.py and modeling_<family>.py.
 
+use crate::deepseek;
 use crate::error::{fail, Result};
-use colibri::model::{Config, ExpertGroups, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
+use colibri::model::{
+    Config, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring,
+};
 use serde_json::Value;
 
-fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+pub(crate) fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     v.get(key).filter(|x| !x.is_null())
 }
 
-fn usize_key(v: &Value, key: &str) -> Result<usize> {
+pub(crate) fn usize_key(v: &Value, key: &str) -> Result<usize> {
     opt_usize(v, key)?.ok_or_else(|| fail(format!("config.json lacks '{key}'")))
 }
 
-fn opt_usize(v: &Value, key: &str) -> Result<Option<usize>> {
+pub(crate) fn opt_usize(v: &Value, key: &str) -> Result<Option<usize>> {
     match get(v, key) {
         None => Ok(None),
         Some(x) => x
@@ -24,14 +27,14 @@ fn opt_usize(v: &Value, key: &str) -> Result<Option<usize>> {
     }
 }
 
-fn opt_f64(v: &Value, key: &str) -> Result<Option<f64>> {
+pub(crate) fn opt_f64(v: &Value, key: &str) -> Result<Option<f64>> {
     match get(v, key) {
         None => Ok(None),
         Some(x) => x.as_f64().map(Some).ok_or_else(|| fail(format!("config.json '{key}' must be a number, got {x}"))),
     }
 }
 
-fn opt_bool(v: &Value, key: &str) -> Result<Option<bool>> {
+pub(crate) fn opt_bool(v: &Value, key: &str) -> Result<Option<bool>> {
     match get(v, key) {
         None => Ok(None),
         Some(x) => {
@@ -60,11 +63,14 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("OlmoeForCausalLM"), _) | (None, Some("olmoe")) => Family::Olmoe,
         (Some("GraniteMoeForCausalLM"), _) | (None, Some("granitemoe")) => Family::GraniteMoe,
         (Some("Glm4MoeForCausalLM"), _) | (None, Some("glm4_moe")) => Family::Glm4Moe,
+        (Some("DeepseekV2ForCausalLM"), _) | (None, Some("deepseek_v2")) => Family::DeepseekV2,
+        // Kimi-K2 (model_type kimi_k2) and Moonlight name the V3 class.
+        (Some("DeepseekV3ForCausalLM"), _) | (None, Some("deepseek_v3" | "kimi_k2")) => Family::DeepseekV3,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
-                 GraniteMoeForCausalLM, Glm4MoeForCausalLM",
+                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -134,7 +140,8 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         other => return Err(fail(format!("unsupported rope type '{other}'"))),
     };
     let _ = head_dim;
-    Ok(Rope { theta, partial_rotary_factor: partial, scaling })
+    let interleaved = deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?;
+    Ok(Rope { theta, partial_rotary_factor: partial, scaling, interleaved })
 }
 
 /// Sliding windows per layer: transformers 5 `layer_types`, else the family's rule.
@@ -158,7 +165,7 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
     }
     Ok(match fam {
         Family::Mixtral => vec![window; n_layers],
-        Family::GraniteMoe | Family::Glm4Moe => vec![None; n_layers],
+        Family::GraniteMoe | Family::Glm4Moe | Family::DeepseekV2 | Family::DeepseekV3 => vec![None; n_layers],
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
         Family::Qwen2Moe => {
             let max_window_layers = opt_usize(hf, "max_window_layers")?.unwrap_or(28);
@@ -198,14 +205,31 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
             let n_shared = opt_usize(hf, "n_shared_experts")?.unwrap_or(1);
             (f, opt_usize(hf, "intermediate_size")?.unwrap_or(0), f * n_shared)
         }
+        Family::DeepseekV2 | Family::DeepseekV3 => deepseek::ffn_sizes(hf, fam)?,
     };
     let glm = fam == Family::Glm4Moe;
     let groups = match (opt_usize(hf, "n_group")?, opt_usize(hf, "topk_group")?) {
         (Some(n_group), topk_group) if glm && n_group > 1 => {
-            Some(ExpertGroups { n_group, topk_group: topk_group.unwrap_or(1) })
+            Some(ExpertGroups { n_group, topk_group: topk_group.unwrap_or(1), score: GroupScore::Top2Sum })
         }
         _ => None,
     };
+    if deepseek::is_deepseek(fam) {
+        let r = deepseek::routing(hf, fam)?;
+        let moe = MoeConfig {
+            n_experts,
+            top_k,
+            expert_ffn,
+            norm_topk_prob: r.norm_topk_prob,
+            shared_expert_ffn: shared,
+            shared_expert_gate: false,
+            scoring: r.scoring,
+            choice_bias: r.choice_bias,
+            groups: r.groups,
+            routed_scaling: r.routed_scaling,
+        };
+        return Ok((moe, dense_ffn));
+    }
     let moe = MoeConfig {
         n_experts,
         top_k,
@@ -230,6 +254,7 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
         match fam {
             // modeling_glm4_moe: the first `first_k_dense_replace` layers are dense.
             Family::Glm4Moe => Ok(i >= opt_usize(hf, "first_k_dense_replace")?.unwrap_or(1)),
+            Family::DeepseekV2 | Family::DeepseekV3 => deepseek::moe_layer(hf, fam, i),
             Family::Qwen2Moe | Family::Qwen3Moe => {
                 let step = opt_usize(hf, "decoder_sparse_step")?.unwrap_or(1).max(1);
                 let mlp_only: Vec<u64> = get(hf, "mlp_only_layers")
@@ -289,11 +314,22 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
     let hidden_size = usize_key(hf, "hidden_size")?;
     let n_layers = usize_key(hf, "num_hidden_layers")?;
     let n_heads = usize_key(hf, "num_attention_heads")?;
-    let n_kv_heads = opt_usize(hf, "num_key_value_heads")?.unwrap_or(n_heads);
+    let mut n_kv_heads = opt_usize(hf, "num_key_value_heads")?.unwrap_or(n_heads);
     if n_heads == 0 {
         return Err(fail("num_attention_heads is 0"));
     }
-    let head_dim = opt_usize(hf, "head_dim")?.unwrap_or(hidden_size / n_heads);
+    let mut head_dim = opt_usize(hf, "head_dim")?.unwrap_or(hidden_size / n_heads);
+    let mut scales = scales(hf, fam)?;
+    let mla = if deepseek::is_deepseek(fam) {
+        deepseek::check_unsupported(hf)?;
+        let m = deepseek::mla(hf)?;
+        // MLA expands one latent into every head's key and value.
+        (head_dim, n_kv_heads) = (m.qk_nope_head_dim + m.qk_rope_head_dim, n_heads);
+        scales.attention = Some(deepseek::attention_scale(hf, &m)?);
+        Some(m)
+    } else {
+        None
+    };
     let max_pos = opt_usize(hf, "max_position_embeddings")?.unwrap_or(4096);
     let (moe, dense_ffn) = moe_config(hf, fam)?;
     let layers = layer_specs(hf, fam, n_layers, moe.n_experts)?;
@@ -320,7 +356,8 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         bos_token_id: ids(get(hf, "bos_token_id")).first().copied(),
         eos_token_ids: ids(get(hf, "eos_token_id")),
         pad_token_id: ids(get(hf, "pad_token_id")).first().copied(),
-        scales: scales(hf, fam)?,
+        scales,
+        mla,
     };
     Ok(config)
 }

@@ -4,6 +4,7 @@
 //! through the `Progress` trait; drawing it is the caller's business.
 
 pub mod cast;
+mod deepseek;
 mod error;
 pub mod gguf;
 mod hf_config;
@@ -104,7 +105,16 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     if !unused.is_empty() {
         warnings.push(format!("{} source tensors are not used: {}", unused.len(), unused.join(", ")));
     }
-    let routers_f32 = config.moe.scoring == colibri::model::Scoring::Sigmoid;
+    let extra = ck.tensors.keys().filter(|k| sources::beyond_layers(k, &config)).count();
+    if extra > 0 {
+        warnings.push(format!(
+            "{extra} tensors of layers past num_hidden_layers (multi-token prediction) skipped, as transformers does"
+        ));
+    }
+    // Routers transformers keeps f32 whatever the dtype (`_keep_in_fp32_modules_strict`):
+    // sigmoid routers and DeepSeek-V2's.
+    let routers_f32 =
+        config.moe.scoring == colibri::model::Scoring::Sigmoid || config.family == colibri::model::Family::DeepseekV2;
     let plan = plan::plan(&resolved, args.dtype, args.quantize.as_ref(), routers_f32, &mut warnings)?;
     meta.push(metadata::provenance(dir, &config, args, plan.provenance(args.quantize.as_ref())));
     meta.extend(metadata::user_blob(args)?);

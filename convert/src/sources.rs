@@ -14,6 +14,8 @@ pub struct Piece {
     pub tensor: SrcTensor,
     pub byte_offset: u64,
     pub elements: u64,
+    /// The range is a [rows, cols] matrix written transposed ([cols, rows]): MLA's W_UK.
+    pub transpose: Option<[u64; 2]>,
 }
 
 /// The pieces that, concatenated, give one colibri tensor's payload.
@@ -28,7 +30,13 @@ fn whole(ck: &Checkpoint, name: &str, want: &[u64]) -> Result<Option<Piece>> {
     if t.shape != want {
         return Err(fail(format!("tensor {name} has shape {:?}, the config implies {:?}", t.shape, want)));
     }
-    Ok(Some(Piece { source: name.to_string(), tensor: t.clone(), byte_offset: 0, elements: want.iter().product() }))
+    Ok(Some(Piece {
+        source: name.to_string(),
+        tensor: t.clone(),
+        byte_offset: 0,
+        elements: want.iter().product(),
+        transpose: None,
+    }))
 }
 
 fn first_of(ck: &Checkpoint, names: &[String], want: &[u64]) -> Result<Option<Piece>> {
@@ -102,6 +110,7 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
                     tensor: t.clone(),
                     byte_offset: (e * fused_rows + skip) * row_bytes,
                     elements: rows * cols,
+                    transpose: None,
                 })
                 .collect());
         }
@@ -110,6 +119,28 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
         "missing expert weights for {} (neither experts.{{e}}.{} nor fused experts tensors found in layer {l})",
         spec.name, per_expert_names[0]
     )))
+}
+
+/// MLA's W_UK (`k_b`: per head the K rows of kv_b_proj, transposed) or W_UV (`v_b`: per head
+/// its V rows) as one piece per head of `kv_b_proj` [n_heads·(qk_nope + v_head_dim), kv_lora_rank].
+fn kv_b_heads(ck: &Checkpoint, c: &Config, l: usize, values: bool) -> Result<Vec<Piece>> {
+    let Some(m) = &c.mla else { return Err(fail("internal: k_b/v_b without MLA")) };
+    let (nope, v, rank) = (m.qk_nope_head_dim as u64, m.v_head_dim as u64, m.kv_lora_rank as u64);
+    let name = format!("model.layers.{l}.self_attn.kv_b_proj.weight");
+    let want = [c.n_heads as u64 * (nope + v), rank];
+    let whole = required(ck, &[name], &want, &format!("layers.{l} kv_b_proj"))?;
+    let row_bytes = rank * whole.tensor.dtype.size() as u64;
+    Ok((0..c.n_heads as u64)
+        .map(|h| {
+            let (first, rows) = if values { (h * (nope + v) + nope, v) } else { (h * (nope + v), nope) };
+            Piece {
+                byte_offset: first * row_bytes,
+                elements: rows * rank,
+                transpose: (!values).then_some([rows, rank]),
+                ..whole.clone()
+            }
+        })
+        .collect())
 }
 
 /// Resolve every tensor the config implies; errors name the missing or mis-shaped tensor.
@@ -148,6 +179,13 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 V_BIAS => one(attn("v_proj.bias"))?,
                 Q_NORM => one(attn("q_norm.weight"))?,
                 K_NORM => one(attn("k_norm.weight"))?,
+                Q_A => one(attn("q_a_proj.weight"))?,
+                Q_A_NORM => one(attn("q_a_layernorm.weight"))?,
+                Q_B => one(attn("q_b_proj.weight"))?,
+                KV_A => one(attn("kv_a_proj_with_mqa.weight"))?,
+                KV_A_NORM => one(attn("kv_a_layernorm.weight"))?,
+                K_B => kv_b_heads(ck, c, l, false)?,
+                V_B => kv_b_heads(ck, c, l, true)?,
                 ROUTER => one([moe("gate.weight"), moe("router.weight"), moe("router.layer.weight")].concat())?,
                 ROUTER_BIAS => one(moe("gate.e_score_correction_bias"))?,
                 EXPERTS_GATE => expert_stack(ck, c.family, l, Proj::Gate, spec)?,
@@ -168,13 +206,21 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
     Ok(out)
 }
 
-/// Source tensors that no colibri tensor uses (reported as a warning).
+/// Whether `name` belongs to a layer past the config's layers: DeepSeek-V3's multi-token
+/// prediction modules (`model.layers.{num_hidden_layers..}`), which transformers does not load.
+pub fn beyond_layers(name: &str, c: &Config) -> bool {
+    let layer = name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()?.parse::<usize>().ok());
+    layer.is_some_and(|l| l >= c.n_layers)
+}
+
+/// Source tensors that no colibri tensor uses (reported as a warning), leaving out the layers
+/// past the config's (`beyond_layers`).
 pub fn unused(ck: &Checkpoint, resolved: &[Resolved], c: &Config) -> Vec<String> {
     let used: std::collections::HashSet<&str> =
         resolved.iter().flat_map(|r| r.pieces.iter().map(|p| p.source.as_str())).collect();
     ck.tensors
         .keys()
-        .filter(|k| !used.contains(k.as_str()))
+        .filter(|k| !used.contains(k.as_str()) && !beyond_layers(k, c))
         .filter(|k| !(c.tie_embeddings && k.as_str() == "lm_head.weight"))
         .filter(|k| !k.ends_with("rotary_emb.inv_freq"))
         .cloned()

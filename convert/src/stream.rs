@@ -33,7 +33,9 @@ impl Streamer {
     ) -> Result<()> {
         writer.begin(&p.name)?;
         for piece in &r.pieces {
-            if p.dtype.is_quantized() {
+            if piece.transpose.is_some() {
+                self.transposed_piece(ck, writer, piece, p, progress)?;
+            } else if p.dtype.is_quantized() {
                 self.quantised_piece(ck, writer, piece, p, progress)?;
             } else {
                 self.float_piece(ck, writer, piece, p, progress)?;
@@ -85,6 +87,31 @@ impl Streamer {
             progress(s.out.len() as u64);
             Ok(())
         })
+    }
+
+    /// A piece written transposed (small: one head's W_UK), as a float type.
+    fn transposed_piece(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        piece: &Piece,
+        p: &PlannedTensor,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
+        let Some([rows, cols]) = piece.transpose.map(|d| d.map(|x| x as usize)) else { return Ok(()) };
+        if p.dtype.is_quantized() {
+            return Err(fail(format!("internal: {} is transposed and cannot be block-quantised", p.name)));
+        }
+        self.src.resize(piece.elements as usize * piece.tensor.dtype.size(), 0);
+        ck.read(&piece.tensor, piece.byte_offset, &mut self.src)?;
+        cast::widen(piece.tensor.dtype, &self.src, &mut self.wide);
+        let t: Vec<f32> = (0..rows * cols).map(|i| self.wide[(i % rows) * cols + i / rows]).collect();
+        cast::from_f32(p.dtype, &t, &mut self.out).map_err(|o| {
+            fail(format!("{} (from {}): value {} does not fit {}", p.name, piece.source, o.value, p.dtype))
+        })?;
+        writer.write(&self.out)?;
+        progress(self.out.len() as u64);
+        Ok(())
     }
 
     fn quantised_piece(

@@ -25,6 +25,8 @@ const (
 	FamilyOLMoE      Family = C.COLIBRI_FAMILY_OLMOE
 	FamilyGraniteMoE Family = C.COLIBRI_FAMILY_GRANITEMOE
 	FamilyGLM4MoE    Family = C.COLIBRI_FAMILY_GLM4_MOE
+	FamilyDeepSeekV2 Family = C.COLIBRI_FAMILY_DEEPSEEK_V2
+	FamilyDeepSeekV3 Family = C.COLIBRI_FAMILY_DEEPSEEK_V3
 )
 
 func (f Family) String() string {
@@ -37,6 +39,10 @@ func (f Family) String() string {
 		return "qwen3_moe"
 	case FamilyOLMoE:
 		return "olmoe"
+	case FamilyDeepSeekV2:
+		return "deepseek_v2"
+	case FamilyDeepSeekV3:
+		return "deepseek_v3"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

@@ -8,7 +8,7 @@
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
 use crate::kernels::{self, Kernels, Mat};
-use crate::model::{Config, LayerWeights, QkNorm};
+use crate::model::{AttnWeights, Config, GqaWeights, LayerWeights, QkNorm};
 use crate::session::KvCache;
 use rayon::prelude::*;
 
@@ -23,12 +23,13 @@ fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, eps: f32) {
 pub fn attention(
     c: &Config,
     kern: &Kernels,
-    w: &LayerWeights<'_>,
+    lw: &LayerWeights<'_>,
     layer: usize,
     rope: &Rope,
     seqs: &mut [Lane<'_>],
     b: &mut Scratch,
 ) {
+    let AttnWeights::Gqa(w) = &lw.attn else { return };
     let n = seqs.last().map_or(0, |s| s.rows.end);
     // q, k, v = xn·W{q,k,v}ᵀ (+ bias, q/k norm, clipping), over all rows at once.
     project_qkv(c, kern, w, n, b);
@@ -37,12 +38,12 @@ pub fn attention(
     // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
     attend(c, kern, layer, seqs, b, n);
     // out = att·Woᵀ, over all rows.
-    kern.matmul(w.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
+    kern.matmul(lw.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
 }
 
 /// q, k, v ([n, heads·head_dim]) of the n rows of `b.xn`: projections, biases (Qwen2-MoE),
 /// q/k RMSNorm before RoPE (Qwen3: per head; OLMoE: whole projection), clipping (OLMoE).
-fn project_qkv(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, n: usize, b: &mut Scratch) {
+fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut Scratch) {
     let (nq, nkv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
     let eps = c.rms_norm_eps as f32;
     let xn = &b.xn[..n * c.hidden_size];

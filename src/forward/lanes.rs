@@ -39,22 +39,42 @@ pub struct Scratch {
     /// [n, rot_dim/2] RoPE cos and sin of each row's position
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
+    /// MLA only (empty otherwise; `forward::mla`): [n, q_lora_rank] the low-rank queries
+    pub q_low: Vec<f32>,
+    /// [n, kv_lora_rank + qk_rope] each row's latent and rope key
+    pub latent: Vec<f32>,
+    /// [n, n_heads·(kv_lora_rank + qk_rope)] the absorbed queries
+    pub q_abs: Vec<f32>,
+    /// [n, n_heads·kv_lora_rank] attention outputs over latents
+    pub att_lat: Vec<f32>,
 }
 
 impl Scratch {
     /// The buffers of a step of n rows, or `Error::OutOfMemory` (they grow with the input).
     pub fn new(c: &Config, n: usize) -> Result<Scratch> {
-        let (h, q, kv) = (c.hidden_size, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+        let (h, q) = (c.hidden_size, c.n_heads * c.head_dim);
+        // (k/v width, q_lora_rank, latent width, latent rank, attention output width)
+        let (kv, q_low, lat, rank, att) = match &c.mla {
+            Some(m) => {
+                let lat = m.kv_lora_rank + m.qk_rope_head_dim;
+                (0, m.q_lora_rank, lat, m.kv_lora_rank, q.max(c.n_heads * m.v_head_dim))
+            }
+            None => (c.n_kv_heads * c.head_dim, 0, 0, 0, q),
+        };
         Ok(Scratch {
             x: zeros(n, h)?,
             xn: zeros(n, h)?,
             q: zeros(n, q)?,
             k: zeros(n, kv)?,
             v: zeros(n, kv)?,
-            att: zeros(n, q)?,
+            att: zeros(n, att)?,
             out: zeros(n, h)?,
             cos: Vec::new(),
             sin: Vec::new(),
+            q_low: zeros(n, q_low)?,
+            latent: zeros(n, lat)?,
+            q_abs: zeros(n, c.n_heads * lat)?,
+            att_lat: zeros(n, c.n_heads * rank)?,
         })
     }
 }

@@ -18,6 +18,7 @@ mod chunked;
 mod experts;
 mod ffn;
 mod lanes;
+mod mla;
 mod rope;
 mod router;
 mod step;

@@ -1,6 +1,7 @@
 //! Rotary position embeddings: inverse frequencies for each scaling scheme (mirroring
-//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3) and the
-//! rotate-half application to one head (`apply_rotary_pos_emb`).
+//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3) and their
+//! application to one head: rotate-half (`apply_rotary_pos_emb`) or interleaved pairs
+//! (DeepSeek's `apply_rotary_emb` / `apply_rotary_pos_emb_interleave`).
 
 use crate::model::{Config, RopeScaling};
 
@@ -15,6 +16,8 @@ pub struct Rope {
     /// Dynamic NTK: (factor, original context) to recompute for long sequences.
     dynamic: Option<(f64, u64)>,
     theta: f64,
+    /// Pairs (2i, 2i+1) rotate together instead of (i, i + rot_dim/2).
+    interleaved: bool,
 }
 
 fn base_inv_freq(theta: f64, dim: usize) -> Vec<f64> {
@@ -24,7 +27,7 @@ fn base_inv_freq(theta: f64, dim: usize) -> Vec<f64> {
 impl Rope {
     /// Frequencies for config `c`.
     pub fn new(c: &Config) -> Rope {
-        let rot_dim = ((c.head_dim as f64 * c.rope.partial_rotary_factor) as usize) & !1;
+        let rot_dim = c.rope_dim();
         let theta = c.rope.theta;
         let base = base_inv_freq(theta, rot_dim);
         let mut attention_factor = 1.0f64;
@@ -90,6 +93,7 @@ impl Rope {
             rot_dim,
             dynamic,
             theta,
+            interleaved: c.rope.interleaved,
         }
     }
 
@@ -115,10 +119,18 @@ impl Rope {
         }
     }
 
-    /// Rotate one head's vector `x` ([head_dim]) in place with one row of the tables
-    /// (rotate-half convention: pairs (i, i + rot_dim/2)).
+    /// Rotate the leading rot_dim values of `x` in place with one row of the tables
+    /// (rotate-half convention: pairs (i, i + rot_dim/2); interleaved: pairs (2i, 2i+1)).
     pub fn apply(&self, x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let half = self.rot_dim / 2;
+        if self.interleaved {
+            for (i, p) in x[..self.rot_dim].chunks_exact_mut(2).enumerate() {
+                let (a, b) = (p[0], p[1]);
+                p[0] = a * cos[i] - b * sin[i];
+                p[1] = b * cos[i] + a * sin[i];
+            }
+            return;
+        }
         for i in 0..half {
             let (a, b) = (x[i], x[i + half]);
             x[i] = a * cos[i] - b * sin[i];

@@ -3,11 +3,11 @@
 //! and limited to the best expert groups) → combination weights by the family's rule
 //! (renormalised over the chosen experts when `norm_topk_prob`, else the scores themselves; then
 //! × routed_scaling). Mirrors `MixtralTopKRouter` / `Qwen2MoeTopKRouter` / `Glm4MoeTopkRouter`
-//! (= DeepSeek-V3's).
+//! (= DeepSeek-V3's) / `DeepseekV2TopkRouter`.
 
 use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels, Mat};
-use crate::model::{ExpertGroups, Scoring};
+use crate::model::{ExpertGroups, GroupScore, Scoring};
 use crate::rng::Rng;
 
 /// How experts are chosen.
@@ -110,8 +110,9 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// Keep only the experts of the `topk_group` groups whose two best `keys` sum highest (others
-/// get −∞), as `Glm4MoeTopkRouter` does.
+/// Keep only the experts of the `topk_group` best groups (others get −∞): groups scored by
+/// the sum of their two best `keys` (`Glm4MoeTopkRouter`, `DeepseekV3TopkRouter`) or by their
+/// best key (`DeepseekV2TopkRouter`'s group_limited_greedy).
 fn limit_to_groups(keys: &mut [f32], g: ExpertGroups) {
     let per = keys.len() / g.n_group;
     let mut group_score: Vec<(f32, usize)> = keys
@@ -126,7 +127,10 @@ fn limit_to_groups(keys: &mut [f32], g: ExpertGroups) {
                     b = x;
                 }
             }
-            (a + b, i)
+            match g.score {
+                GroupScore::Top2Sum => (a + b, i),
+                GroupScore::Max => (a, i),
+            }
         })
         .collect();
     group_score.sort_by(|x, y| y.0.partial_cmp(&x.0).unwrap_or(std::cmp::Ordering::Equal));

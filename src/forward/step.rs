@@ -7,12 +7,13 @@ use super::attention::attention;
 use super::experts;
 use super::ffn::mlp;
 use super::lanes::{Lane, Scratch};
+use super::mla;
 use super::rope::Rope;
 use super::router::{self, Routes};
 use super::{Input, Sequence};
 use crate::error::Result;
 use crate::kernels::{self, Kernels, Mat};
-use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights};
+use crate::model::{AttnWeights, Config, LayerWeights, MlpWeights, Model, MoeWeights};
 use crate::session::RouteRecord;
 use std::ops::Range;
 
@@ -88,9 +89,14 @@ impl<'s> Step<'s> {
         }
     }
 
-    /// out = attention(xn) of layer `l`, appending each sequence's K/V to its cache.
+    /// out = attention(xn) of layer `l`, appending each sequence's K/V (or MLA latent) to its
+    /// cache.
     pub fn attention(&mut self, l: usize, lw: &LayerWeights<'_>) {
-        attention(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc);
+        let block = match lw.attn {
+            AttnWeights::Gqa(_) => attention,
+            AttnWeights::Mla(_) => mla::attention,
+        };
+        block(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc);
     }
 
     /// out = mlp(xn) (a dense layer).

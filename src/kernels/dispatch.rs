@@ -48,6 +48,11 @@ impl Kernels {
         self.act
     }
 
+    /// The same path with activation mode `act`.
+    pub fn with_act(self, act: QuantActivations) -> Kernels {
+        Kernels { act, ..self }
+    }
+
     pub(crate) fn table(&self) -> &'static Table {
         self.table
     }

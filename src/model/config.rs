@@ -22,6 +22,12 @@ pub enum Family {
     /// Glm4MoeForCausalLM (GLM-4.5 / 4.6: sigmoid routing with a choice bias and expert groups,
     /// an ungated shared expert, leading dense layers, partial RoPE)
     Glm4Moe,
+    /// DeepseekV2ForCausalLM (multi-head latent attention `Mla`, softmax routing, greedy or
+    /// group-limited top-k by group maximum, shared experts, leading dense layers)
+    DeepseekV2,
+    /// DeepseekV3ForCausalLM (MLA; GLM-4.5's sigmoid routing with a choice bias and top-2-sum
+    /// expert groups). Kimi-K2 and Moonlight load through it.
+    DeepseekV3,
 }
 
 impl Family {
@@ -34,6 +40,8 @@ impl Family {
             Family::Olmoe => "OlmoeForCausalLM",
             Family::GraniteMoe => "GraniteMoeForCausalLM",
             Family::Glm4Moe => "Glm4MoeForCausalLM",
+            Family::DeepseekV2 => "DeepseekV2ForCausalLM",
+            Family::DeepseekV3 => "DeepseekV3ForCausalLM",
         }
     }
 
@@ -46,6 +54,8 @@ impl Family {
             Family::Olmoe => "olmoe",
             Family::GraniteMoe => "granitemoe",
             Family::Glm4Moe => "glm4_moe",
+            Family::DeepseekV2 => "deepseek_v2",
+            Family::DeepseekV3 => "deepseek_v3",
         }
     }
 }
@@ -74,6 +84,10 @@ pub struct Rope {
     /// Context-extension scheme.
     #[serde(default)]
     pub scaling: RopeScaling,
+    /// Rotate interleaved pairs (2i, 2i+1) instead of the halves (i, i + rot/2) (DeepSeek-V2
+    /// always; V3 with `rope_interleave`). Same frequencies per pair.
+    #[serde(default)]
+    pub interleaved: bool,
 }
 
 fn one() -> f64 {
@@ -115,13 +129,44 @@ pub enum Scoring {
     Sigmoid,
 }
 
-/// Group-limited choice (DeepSeek-V3 / GLM-4.5 `n_group`, `topk_group`): the experts form
-/// `n_group` equal groups; a group's score is the sum of its two best choice scores, and only
-/// the `topk_group` best groups compete for the top-k.
+/// Group-limited choice (DeepSeek-V2/V3 / GLM-4.5 `n_group`, `topk_group`): the experts form
+/// `n_group` equal groups, each scored by `score`, and only the `topk_group` best groups
+/// compete for the top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpertGroups {
     pub n_group: usize,
     pub topk_group: usize,
+    /// How a group is scored from its experts' choice scores.
+    #[serde(default)]
+    pub score: GroupScore,
+}
+
+/// A group's score.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupScore {
+    /// The sum of its two best choice scores (DeepSeek-V3 `noaux_tc`, GLM-4.5).
+    #[default]
+    Top2Sum,
+    /// Its best score (DeepSeek-V2 `group_limited_greedy`).
+    Max,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3). Per head, q = [q_nope (qk_nope_head_dim), q_pe
+/// (qk_rope_head_dim)]; keys and values come from one compressed latent per token, c =
+/// rmsnorm(kv_a·x)[..kv_lora_rank], and one roped key k_pe shared by every head: k_h = [W_UK,h·c,
+/// k_pe], v_h = W_UV,h·c. The cache holds c and k_pe only (`kv_lora_rank + qk_rope_head_dim`
+/// values per token and layer). `Config::head_dim` is qk_nope + qk_rope; n_kv_heads = n_heads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mla {
+    /// Rank of the query's low-rank path (q_a → rmsnorm → q_b); 0: one q projection.
+    pub q_lora_rank: usize,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+    /// eps of the q_a and kv_a RMSNorms (transformers builds them with its default 1e-6).
+    pub latent_norm_eps: f64,
 }
 
 /// The routed-experts part of a MoE layer.
@@ -229,6 +274,9 @@ pub struct Config {
     /// Residual-stream multipliers (Granite); absent in files of other families.
     #[serde(default)]
     pub scales: Scales,
+    /// Multi-head latent attention (DeepSeek); None: q/k/v projections and a per-head cache.
+    #[serde(default)]
+    pub mla: Option<Mla>,
 }
 
 /// Caps that keep a hostile config from sizing absurd buffers.
@@ -293,6 +341,7 @@ impl Config {
             }
         }
         self.validate_moe()?;
+        self.validate_mla()?;
         if self.layers.len() != self.n_layers {
             return Err(Error::config(format!("{} layer specs for {} layers", self.layers.len(), self.n_layers)));
         }
@@ -346,6 +395,43 @@ impl Config {
         Ok(())
     }
 
+    fn validate_mla(&self) -> Result<()> {
+        let Some(m) = &self.mla else { return Ok(()) };
+        within("mla.q_lora_rank", m.q_lora_rank, 0, MAX_HIDDEN)?;
+        within("mla.kv_lora_rank", m.kv_lora_rank, 1, MAX_HIDDEN)?;
+        within("mla.qk_nope_head_dim", m.qk_nope_head_dim, 1, MAX_HIDDEN)?;
+        within("mla.qk_rope_head_dim", m.qk_rope_head_dim, 2, MAX_HIDDEN)?;
+        within("mla.v_head_dim", m.v_head_dim, 1, MAX_HIDDEN)?;
+        if !m.qk_rope_head_dim.is_multiple_of(2) {
+            return Err(Error::config(format!("mla.qk_rope_head_dim {} must be even", m.qk_rope_head_dim)));
+        }
+        if self.head_dim != m.qk_nope_head_dim + m.qk_rope_head_dim || self.n_kv_heads != self.n_heads {
+            return Err(Error::config("MLA needs head_dim = qk_nope + qk_rope and n_kv_heads = n_heads"));
+        }
+        if !(m.latent_norm_eps.is_finite() && m.latent_norm_eps > 0.0 && m.latent_norm_eps < 1.0) {
+            return Err(Error::config(format!("mla.latent_norm_eps {} must be in (0, 1)", m.latent_norm_eps)));
+        }
+        Ok(())
+    }
+
+    /// Dimensions of a head that RoPE rotates (its trailing qk_rope_head_dim under MLA, else the
+    /// leading head_dim · partial_rotary_factor).
+    pub fn rope_dim(&self) -> usize {
+        match &self.mla {
+            Some(m) => m.qk_rope_head_dim,
+            None => ((self.head_dim as f64 * self.rope.partial_rotary_factor) as usize) & !1,
+        }
+    }
+
+    /// Values cached per token and layer: (K row, V row). n_kv_heads·head_dim each, or under
+    /// MLA the latent and the rope key in the K row and nothing in the V row.
+    pub fn kv_row_widths(&self) -> (usize, usize) {
+        match &self.mla {
+            Some(m) => (m.kv_lora_rank + m.qk_rope_head_dim, 0),
+            None => (self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim),
+        }
+    }
+
     fn validate_rope_scaling(&self) -> Result<()> {
         let factor_ok = |f: f64| f.is_finite() && f >= 1.0;
         let ok = match &self.rope.scaling {
@@ -391,7 +477,8 @@ impl Config {
 
     /// Bytes of K and V cached per token (all layers) for a cache element of `elem_bytes`.
     pub fn kv_bytes_per_token(&self, elem_bytes: usize) -> usize {
-        2 * self.n_layers * self.n_kv_heads * self.head_dim * elem_bytes
+        let (k, v) = self.kv_row_widths();
+        (k + v) * self.n_layers * elem_bytes
     }
 
     /// Parse and validate the JSON stored in a file.

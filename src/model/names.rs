@@ -1,7 +1,7 @@
 //! The tensors a config implies: canonical names, shapes, kinds and file order. The converter
 //! plans files from this list and the loader checks files against it, so the two cannot drift.
 
-use super::config::{Config, QkNorm};
+use super::config::{Config, Mla, QkNorm};
 use crate::format::TensorKind;
 
 /// What a tensor is for (used for parameter accounting and open-time checks).
@@ -94,6 +94,18 @@ pub mod suffix {
     pub const V_BIAS: &str = "attn.v_bias";
     pub const Q_NORM: &str = "attn.q_norm";
     pub const K_NORM: &str = "attn.k_norm";
+    /// MLA: the query's low-rank pair and its norm (q_a_proj, q_a_layernorm, q_b_proj).
+    pub const Q_A: &str = "attn.q_a";
+    pub const Q_A_NORM: &str = "attn.q_a_norm";
+    pub const Q_B: &str = "attn.q_b";
+    /// MLA: kv_a_proj_with_mqa [kv_lora_rank + qk_rope, hidden] and kv_a_layernorm [kv_lora_rank].
+    pub const KV_A: &str = "attn.kv_a";
+    pub const KV_A_NORM: &str = "attn.kv_a_norm";
+    /// MLA: W_UK per head, [n_heads · kv_lora_rank, qk_nope] (head h's rows are kv_b_proj's K
+    /// rows of head h transposed; llama.cpp's `attn_k_b`).
+    pub const K_B: &str = "attn.k_b";
+    /// MLA: W_UV per head, [n_heads · v_head_dim, kv_lora_rank] (kv_b_proj's V rows; `attn_v_b`).
+    pub const V_B: &str = "attn.v_b";
     pub const FFN_NORM: &str = "ffn_norm";
     pub const ROUTER: &str = "moe.router";
     pub const ROUTER_BIAS: &str = "moe.router_bias";
@@ -137,9 +149,13 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
         v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
-        v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
-        v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
-        v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
+        if let Some(m) = &c.mla {
+            mla_specs(c, m, l, &mut v);
+        } else {
+            v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
+            v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
+            v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
+        }
         if c.attention_bias {
             v.push(spec(n(Q_BIAS), &[q_out], Plain, Attention));
             v.push(spec(n(K_BIAS), &[kv_out], Plain, Attention));
@@ -156,7 +172,8 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
                 v.push(spec(n(K_NORM), &[kv_out], Plain, Norm));
             }
         }
-        v.push(quantisable(spec(n(O), &[h, q_out], Plain, Attention), QuantClass::Attn));
+        let o_in = c.mla.as_ref().map_or(q_out, |m| c.n_heads * m.v_head_dim);
+        v.push(quantisable(spec(n(O), &[h, o_in], Plain, Attention), QuantClass::Attn));
         v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
         if spec_l.moe {
             if c.moe.choice_bias {
@@ -187,6 +204,29 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         v.push(quantisable(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead), QuantClass::LmHead));
     }
     v
+}
+
+/// The attention matrices of an MLA layer `l` (before its output projection). W_UK and W_UV
+/// stay float: a head's rows of them must be a contiguous byte range.
+fn mla_specs(c: &Config, m: &Mla, l: usize, v: &mut Vec<TensorSpec>) {
+    use suffix::*;
+    use Role::{Attention, Norm};
+    use TensorKind::Plain;
+    let n = |s: &str| layer_name(l, s);
+    let (h, heads) = (c.hidden_size, c.n_heads);
+    let q_out = heads * c.head_dim;
+    if m.q_lora_rank > 0 {
+        v.push(quantisable(spec(n(Q_A), &[m.q_lora_rank, h], Plain, Attention), QuantClass::Attn));
+        v.push(spec(n(Q_A_NORM), &[m.q_lora_rank], Plain, Norm));
+        v.push(quantisable(spec(n(Q_B), &[q_out, m.q_lora_rank], Plain, Attention), QuantClass::Attn));
+    } else {
+        v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
+    }
+    let kv_a = m.kv_lora_rank + m.qk_rope_head_dim;
+    v.push(quantisable(spec(n(KV_A), &[kv_a, h], Plain, Attention), QuantClass::Attn));
+    v.push(spec(n(KV_A_NORM), &[m.kv_lora_rank], Plain, Norm));
+    v.push(spec(n(K_B), &[heads * m.kv_lora_rank, m.qk_nope_head_dim], Plain, Attention));
+    v.push(spec(n(V_B), &[heads * m.v_head_dim, m.kv_lora_rank], Plain, Attention));
 }
 
 /// Parameter counts of a config.

@@ -3,7 +3,7 @@
 //! `names`. The forward pass sees only bound matrices: a missing or malformed tensor is an error
 //! at open, never a silent zero at run time.
 
-use super::config::Config;
+use super::config::{Config, Mla};
 use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, LM_HEAD};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
@@ -43,16 +43,13 @@ pub enum FfnWeights<'a> {
     Dense(MlpWeights<'a>),
 }
 
-/// One decoder layer.
+/// Grouped-query attention's projections (every family but DeepSeek).
 #[derive(Clone, Debug)]
-pub struct LayerWeights<'a> {
-    /// [hidden]
-    pub attn_norm: Mat<'a>,
-    /// [n_heads·head_dim, hidden], [n_kv_heads·head_dim, hidden] ×2, [hidden, n_heads·head_dim]
+pub struct GqaWeights<'a> {
+    /// [n_heads·head_dim, hidden], [n_kv_heads·head_dim, hidden] ×2
     pub wq: Mat<'a>,
     pub wk: Mat<'a>,
     pub wv: Mat<'a>,
-    pub wo: Mat<'a>,
     /// q/k/v biases (Qwen2-MoE).
     pub bq: Option<Mat<'a>>,
     pub bk: Option<Mat<'a>>,
@@ -60,6 +57,41 @@ pub struct LayerWeights<'a> {
     /// q/k RMSNorm weights: [head_dim] per head, or the full projection width.
     pub q_norm: Option<Mat<'a>>,
     pub k_norm: Option<Mat<'a>>,
+}
+
+/// Multi-head latent attention's projections (`Mla`).
+#[derive(Clone, Debug)]
+pub struct MlaWeights<'a> {
+    /// The query: q_proj [n_heads·head_dim, hidden], or q_b [n_heads·head_dim, q_lora_rank]
+    /// after `q_a`.
+    pub q: Mat<'a>,
+    /// q_a [q_lora_rank, hidden] and its RMSNorm weight [q_lora_rank] (low-rank queries).
+    pub q_a: Option<(Mat<'a>, Mat<'a>)>,
+    /// [kv_lora_rank + qk_rope, hidden]
+    pub kv_a: Mat<'a>,
+    /// [kv_lora_rank]
+    pub kv_a_norm: Mat<'a>,
+    /// [n_heads] of W_UK,h [kv_lora_rank, qk_nope] (query absorption: q_lat = W·q_nope).
+    pub k_b: Vec<Mat<'a>>,
+    /// [n_heads] of W_UV,h [v_head_dim, kv_lora_rank].
+    pub v_b: Vec<Mat<'a>>,
+}
+
+/// A layer's attention projections before the output projection.
+#[derive(Clone, Debug)]
+pub enum AttnWeights<'a> {
+    Gqa(GqaWeights<'a>),
+    Mla(MlaWeights<'a>),
+}
+
+/// One decoder layer.
+#[derive(Clone, Debug)]
+pub struct LayerWeights<'a> {
+    /// [hidden]
+    pub attn_norm: Mat<'a>,
+    pub attn: AttnWeights<'a>,
+    /// [hidden, n_heads·head_dim] (MLA: [hidden, n_heads·v_head_dim])
+    pub wo: Mat<'a>,
     /// [hidden]
     pub ffn_norm: Mat<'a>,
     pub ffn: FfnWeights<'a>,
@@ -104,6 +136,37 @@ impl<'a> Binder<'a> {
         })
     }
 
+    /// The MLA projections of layer `l`.
+    fn mla(&self, l: usize, heads: usize, m: &Mla) -> Result<MlaWeights<'a>> {
+        use suffix::*;
+        let n = |s: &str| layer_name(l, s);
+        let q_a = if m.q_lora_rank > 0 { Some((self.get(&n(Q_A))?, self.get(&n(Q_A_NORM))?)) } else { None };
+        Ok(MlaWeights {
+            q: self.get(&n(if q_a.is_some() { Q_B } else { Q }))?,
+            q_a,
+            kv_a: self.get(&n(KV_A))?,
+            kv_a_norm: self.get(&n(KV_A_NORM))?,
+            k_b: self.per_head(&n(K_B), heads)?,
+            v_b: self.per_head(&n(V_B), heads)?,
+        })
+    }
+
+    /// A float matrix of `heads` row blocks, one `Mat` per head.
+    fn per_head(&self, name: &str, heads: usize) -> Result<Vec<Mat<'a>>> {
+        let v = self.view(name)?;
+        let (rows, cols, dtype) = (v.rows() / heads.max(1), v.cols(), v.dtype);
+        let bad = |reason: String| Error::TensorMismatch { name: name.to_string(), reason };
+        let Some(size) = dtype.float_size().map(|s| s as usize) else {
+            return Err(bad(format!("a per-head matrix must be a float type, not {dtype}")));
+        };
+        let bytes = v.bytes;
+        let per = rows * cols * size;
+        if per * heads != bytes.len() {
+            return Err(bad(format!("{} bytes do not split into {heads} heads", bytes.len())));
+        }
+        bytes.chunks_exact(per.max(1)).map(|h| Mat::new(dtype, rows, cols, h).map_err(&bad)).collect()
+    }
+
     /// The routed experts of layer `l`: expert e's gate, up and down from the three stacks.
     fn experts(&self, l: usize) -> Result<Vec<MlpWeights<'a>>> {
         use suffix::{EXPERTS_DOWN, EXPERTS_GATE, EXPERTS_UP};
@@ -141,17 +204,23 @@ impl<'a> Weights<'a> {
             } else {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
             };
+            let attn = match &c.mla {
+                Some(m) => AttnWeights::Mla(b.mla(l, c.n_heads, m)?),
+                None => AttnWeights::Gqa(GqaWeights {
+                    wq: b.get(&n(Q))?,
+                    wk: b.get(&n(K))?,
+                    wv: b.get(&n(V))?,
+                    bq: b.opt(&n(Q_BIAS))?,
+                    bk: b.opt(&n(K_BIAS))?,
+                    bv: b.opt(&n(V_BIAS))?,
+                    q_norm: b.opt(&n(Q_NORM))?,
+                    k_norm: b.opt(&n(K_NORM))?,
+                }),
+            };
             layers.push(LayerWeights {
                 attn_norm: b.get(&n(ATTN_NORM))?,
-                wq: b.get(&n(Q))?,
-                wk: b.get(&n(K))?,
-                wv: b.get(&n(V))?,
+                attn,
                 wo: b.get(&n(O))?,
-                bq: b.opt(&n(Q_BIAS))?,
-                bk: b.opt(&n(K_BIAS))?,
-                bv: b.opt(&n(V_BIAS))?,
-                q_norm: b.opt(&n(Q_NORM))?,
-                k_norm: b.opt(&n(K_NORM))?,
                 ffn_norm: b.get(&n(FFN_NORM))?,
                 ffn,
             });

@@ -97,7 +97,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         n_kv_heads: 1,
         head_dim: 8,
         rms_norm_eps: 1e-5,
-        rope: Rope { theta: 10000.0, partial_rotary_factor: 1.0, scaling: RopeScaling::None },
+        rope: Rope { theta: 10000.0, partial_rotary_factor: 1.0, scaling: RopeScaling::None, interleaved: false },
         max_position_embeddings: 256,
         attention_bias: false,
         qk_norm: QkNorm::None,
@@ -122,6 +122,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         eos_token_ids: vec![2],
         pad_token_id: None,
         scales: Default::default(),
+        mla: None,
     }
 }
 

@@ -1,0 +1,170 @@
+//! Multi-head latent attention (DeepSeek-V2/V3, `model::Mla`) of one layer over a batch of new
+//! rows, in the absorbed form. Mirrors `DeepseekV2Attention` / `DeepseekV3Attention`, which
+//! expand the cached latents into per-head keys and values; here the expansion is folded into
+//! the query and the output instead, so the cache holds one latent row per token:
+//!
+//! ```text
+//! q_h = [q_nope_h, q_pe_h]       = (q_b·rmsnorm(q_a·x) | q·x), head h       [qk_nope + qk_rope]
+//! [c, k_pe]                      = kv_a·x;  c = rmsnorm(c)                  [kv_lora_rank + qk_rope]
+//! rope(q_pe_h), rope(k_pe)       (cache ← [c, k_pe] of every token)
+//! score_h(j) = (q_nope_h·W_UK,h c_j + q_pe_h·k_pe_j) · scale
+//!            = [W_UK,hᵀ q_nope_h, q_pe_h] · [c_j, k_pe_j] · scale           (absorbed query)
+//! out_h      = Σ_j softmax(score_h)_j W_UV,h c_j = W_UV,h (Σ_j p_j c_j)      (absorbed value)
+//! ```
+//!
+//! `k_b` holds W_UK,hᵀ per head ([kv_lora_rank, qk_nope]) and `v_b` W_UV,h ([v_head_dim,
+//! kv_lora_rank]), both as llama.cpp's GGUF stores them. Their products take f32 activations
+//! whatever the session's mode: they stand for transformers' f32 expansion of the cache, and
+//! rounding q_nope or the attention output to bf16 there would make a token's result depend on
+//! its batch (GEMM and GEMV sum in different orders, and a rounding boundary amplifies that).
+//! The tests check this against the expanded form.
+
+use super::lanes::{Lane, Scratch};
+use super::rope::Rope;
+use crate::kernels::{self, Kernels, Mat, QuantActivations};
+use crate::model::{AttnWeights, Config, LayerWeights, Mla, MlaWeights};
+use crate::session::KvCache;
+use rayon::prelude::*;
+
+/// Attention over the n rows of `b.xn` into `b.out`, appending each row's latent and rope key to
+/// its sequence's cache.
+pub fn attention(
+    c: &Config,
+    kern: &Kernels,
+    lw: &LayerWeights<'_>,
+    layer: usize,
+    rope: &Rope,
+    seqs: &mut [Lane<'_>],
+    b: &mut Scratch,
+) {
+    let (Some(m), AttnWeights::Mla(w)) = (c.mla.as_ref(), &lw.attn) else { return };
+    let n = seqs.last().map_or(0, |s| s.rows.end);
+    // q ([n, heads·(nope + rope)]) and the normed latents with their rope keys ([n, rank + rope]).
+    project(c, m, kern, w, n, b);
+    // RoPE on every head's q_pe and on each row's k_pe; the latent rows into the caches.
+    rope_and_cache(c, m, layer, rope, seqs, b);
+    // q_abs[t, h] = [k_b,h·q_nope[t, h], q_pe[t, h]].
+    absorb_queries(c, m, kern, w, n, b);
+    // att_lat[t, h] = Σ_j softmax_j(q_abs[t, h]·cache_j · scale) c_j.
+    attend(c, m, kern, layer, seqs, b, n);
+    // att[t, h] = v_b,h·att_lat[t, h]; out = att·Woᵀ.
+    let exact = kern.with_act(QuantActivations::Float);
+    per_head(&exact, &w.v_b, &b.att_lat, m.kv_lora_rank, n, &mut b.att, m.v_head_dim);
+    kern.matmul(lw.wo, &b.att[..n * c.n_heads * m.v_head_dim], n, &mut b.out);
+}
+
+/// RMSNorm of each row's leading w.len() values (the q_a / kv_a norms).
+fn norm_leading(x: &mut [f32], width: usize, w: Mat<'_>, eps: f32) {
+    let mut wf = vec![0f32; w.len()];
+    w.dequantize(0, &mut wf);
+    let mut tmp = vec![0f32; w.len()];
+    for row in x.chunks_exact_mut(width) {
+        kernels::reference::rmsnorm_row(&row[..wf.len()], &wf, eps, &mut tmp);
+        row[..wf.len()].copy_from_slice(&tmp);
+    }
+}
+
+/// b.q and b.latent of the n rows of b.xn.
+fn project(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: usize, b: &mut Scratch) {
+    let xn = &b.xn[..n * c.hidden_size];
+    let eps = m.latent_norm_eps as f32;
+    match w.q_a {
+        Some((q_a, q_a_norm)) => {
+            kern.matmul(q_a, xn, n, &mut b.q_low);
+            let r = m.q_lora_rank;
+            norm_leading(&mut b.q_low[..n * r], r, q_a_norm, eps);
+            kern.matmul(w.q, &b.q_low[..n * r], n, &mut b.q);
+        }
+        None => kern.matmul(w.q, xn, n, &mut b.q),
+    }
+    let lat = m.kv_lora_rank + m.qk_rope_head_dim;
+    kern.matmul(w.kv_a, xn, n, &mut b.latent);
+    norm_leading(&mut b.latent[..n * lat], lat, w.kv_a_norm, eps);
+}
+
+/// RoPE on the trailing qk_rope values of every query head and of each latent row, at each
+/// row's position; then each latent row into its sequence's cache.
+fn rope_and_cache(c: &Config, m: &Mla, layer: usize, rope: &Rope, seqs: &mut [Lane<'_>], b: &mut Scratch) {
+    let (hd, half) = (c.head_dim, rope.half());
+    let lat = m.kv_lora_rank + m.qk_rope_head_dim;
+    for s in seqs.iter_mut() {
+        for t in s.rows.clone() {
+            let (ct, st) = (&b.cos[t * half..(t + 1) * half], &b.sin[t * half..(t + 1) * half]);
+            for head in b.q[t * c.n_heads * hd..(t + 1) * c.n_heads * hd].chunks_exact_mut(hd) {
+                rope.apply(&mut head[m.qk_nope_head_dim..], ct, st);
+            }
+            let row = &mut b.latent[t * lat..(t + 1) * lat];
+            rope.apply(&mut row[m.kv_lora_rank..], ct, st);
+            let p = s.pos0 + (t - s.rows.start);
+            s.kv.write(layer, p, row, &[]);
+        }
+    }
+}
+
+/// y[t, h·out_w ..] = mats[h]·x[t, h·in_w ..] for every head h: one product per head over all n
+/// rows (each head's inputs gathered, its outputs scattered).
+fn per_head(kern: &Kernels, mats: &[Mat<'_>], x: &[f32], in_w: usize, n: usize, y: &mut [f32], out_w: usize) {
+    let heads = mats.len();
+    let mut xin = vec![0f32; n * in_w];
+    let mut yout = vec![0f32; n * out_w];
+    for (h, &w) in mats.iter().enumerate() {
+        for t in 0..n {
+            let at = (t * heads + h) * in_w;
+            xin[t * in_w..(t + 1) * in_w].copy_from_slice(&x[at..at + in_w]);
+        }
+        kern.matmul(w, &xin, n, &mut yout);
+        for t in 0..n {
+            let at = (t * heads + h) * out_w;
+            y[at..at + out_w].copy_from_slice(&yout[t * out_w..(t + 1) * out_w]);
+        }
+    }
+}
+
+/// b.q_abs: each head's q_nope through W_UK,hᵀ, then its roped q_pe.
+fn absorb_queries(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: usize, b: &mut Scratch) {
+    let (hd, nope, rank) = (c.head_dim, m.qk_nope_head_dim, m.kv_lora_rank);
+    let lat = rank + m.qk_rope_head_dim;
+    let heads = c.n_heads;
+    // Gather the nope parts contiguously ([n, heads, nope]) so `per_head` can read them.
+    let mut nopes = vec![0f32; n * heads * nope];
+    let mut lats = vec![0f32; n * heads * rank];
+    for (dst, src) in nopes.chunks_exact_mut(nope).zip(b.q[..n * heads * hd].chunks_exact(hd)) {
+        dst.copy_from_slice(&src[..nope]);
+    }
+    per_head(&kern.with_act(QuantActivations::Float), &w.k_b, &nopes, nope, n, &mut lats, rank);
+    let rows = b.q_abs[..n * heads * lat].chunks_exact_mut(lat).zip(lats.chunks_exact(rank));
+    for ((dst, l), q) in rows.zip(b.q[..n * heads * hd].chunks_exact(hd)) {
+        dst[..rank].copy_from_slice(l);
+        dst[rank..].copy_from_slice(&q[nope..]);
+    }
+}
+
+/// b.att_lat: each (row, head) pair attends over its own sequence's cached latents up to its
+/// own position (within the layer's sliding window, if any).
+fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
+    let (rank, heads) = (m.kv_lora_rank, c.n_heads);
+    let lat = rank + m.qk_rope_head_dim;
+    let window = c.layers[layer].sliding_window;
+    let scale = c.scales.attention.map_or(1.0 / (c.head_dim as f32).sqrt(), |a| a as f32);
+    let q: &[f32] = &b.q_abs;
+    let head_out = |(idx, out): (usize, &mut [f32])| {
+        let t = idx / heads;
+        let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
+        let kv: &KvCache = &*s.kv;
+        let p = s.pos0 + (t - s.rows.start);
+        let lo = window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+        let qh = &q[idx * lat..(idx + 1) * lat];
+        let mut scores: Vec<f32> = (lo..=p).map(|j| kv.k_dot(kern, layer, j, 0, qh) * scale).collect();
+        kernels::softmax(&mut scores);
+        out.fill(0.0);
+        for (j, &pj) in (lo..=p).zip(&scores) {
+            kv.latent_axpy(kern, layer, j, pj, out);
+        }
+    };
+    let att = &mut b.att_lat[..n * heads * rank];
+    if crate::threads::current() > 1 {
+        att.par_chunks_mut(rank).enumerate().for_each(head_out);
+    } else {
+        att.chunks_mut(rank).enumerate().for_each(head_out);
+    }
+}
