@@ -440,6 +440,8 @@ typedef struct {
 
 #define COLIBRI_FAMILY_GLM4_MOE 5
 
+#define COLIBRI_FAMILY_GPT_OSS 8
+
 /**
  * The weights as given (f32). What `colibri_moe_init` does.
  */

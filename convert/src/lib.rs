@@ -6,8 +6,10 @@
 pub mod cast;
 mod error;
 pub mod gguf;
+mod gpt_oss;
 mod hf_config;
 mod metadata;
+mod piece;
 mod plan;
 pub mod quantize;
 mod safetensors;

@@ -62,13 +62,20 @@ pub fn rmsnorm_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 
 /// In-place numerically stable softmax (max subtracted; −inf entries get 0).
 pub fn softmax(x: &mut [f32]) {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    softmax_with_sink(x, f32::NEG_INFINITY)
+}
+
+/// In-place softmax of x with one more logit, `sink`, in the denominator only (an attention
+/// sink: it takes probability mass and attends to nothing); the max is taken over x and the
+/// sink, as `eager_attention_forward` of modeling_gpt_oss does. A sink of −∞ is plain softmax.
+pub fn softmax_with_sink(x: &mut [f32], sink: f32) {
+    let m = x.iter().copied().fold(sink, f32::max);
     if !m.is_finite() {
         let n = x.len() as f32;
         x.iter_mut().for_each(|v| *v = 1.0 / n);
         return;
     }
-    let mut sum = 0f64;
+    let mut sum = f64::from((sink - m).exp());
     for v in x.iter_mut() {
         *v = (*v - m).exp();
         sum += f64::from(*v);

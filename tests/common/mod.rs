@@ -113,6 +113,9 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
             choice_bias: false,
             groups: None,
             routed_scaling: 1.0,
+            router_bias: false,
+            expert_bias: false,
+            expert_act: Default::default(),
         },
         dense_ffn: 0,
         layers: vec![LayerSpec { moe: true, sliding_window: None }; 2],
@@ -122,6 +125,8 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         eos_token_ids: vec![2],
         pad_token_id: None,
         scales: Default::default(),
+        attention_out_bias: false,
+        attention_sinks: false,
     }
 }
 
