@@ -453,6 +453,8 @@ typedef struct {
 
 #define COLIBRI_FAMILY_DEEPSEEK_V3 7
 
+#define COLIBRI_FAMILY_GPT_OSS 8
+
 /**
  * The weights as given (f32). What `colibri_moe_init` does.
  */

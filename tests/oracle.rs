@@ -4,7 +4,9 @@
 //! (against transformers in f32 on the same rounded weights): ≤ 2e-2 · max|logit|; greedy
 //! tokens identical; routed expert ids
 //! identical on every token and MoE layer. Also: decoding token by token through the KV cache
-//! gives the same logits as one batched prefill.
+//! gives the same logits as one batched prefill. A checkpoint's own block-quantised tensors
+//! (GPT-OSS's MXFP4 experts, kept as MXFP4) hold their values exactly: the tight tolerance is
+//! checked with f32 activations, the default (int8-activation) mode at 2e-2.
 
 mod common;
 
@@ -45,6 +47,11 @@ fn check_fixture(dir: &Path, dtype: &str, act: QuantActivations, tol: f64, tmp: 
     convert(dir, &file, dtype);
     let model = Model::open(&file, &LoadOptions::default()).unwrap();
     let vocab = model.config().vocab_size;
+    // Block-quantised tensors kept from the checkpoint (GPT-OSS's MXFP4 experts) meet int8
+    // activations in the default mode: the tight tolerance holds with f32 activations, the
+    // default mode is held to the loose one (the bf16 runs).
+    let blocks = model.parsed().tensors.iter().any(|t| t.dtype.is_quantized());
+    let act = if blocks && tol < 1e-3 { QuantActivations::Float } else { act };
 
     // Teacher-forced logits and routing over input_ids.
     let input = ids(&meta["input_ids"]);

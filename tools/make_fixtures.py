@@ -79,6 +79,8 @@ from transformers import (  # noqa: E402
     DeepseekV3ForCausalLM,
     GenerationConfig,
     Glm4MoeConfig,
+    GptOssConfig,
+    GptOssForCausalLM,
     Glm4MoeForCausalLM,
     GraniteMoeConfig,
     GraniteMoeForCausalLM,
@@ -97,6 +99,8 @@ try:
     transformers.utils.logging.disable_progress_bar()
 except Exception:  # pragma: no cover
     pass
+
+import gpt_oss_fixtures  # noqa: E402  (tools/, next to this script)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -390,6 +394,7 @@ FAMILIES = {
     "glm4_moe": (Glm4MoeConfig, Glm4MoeForCausalLM),
     "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM),
     "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM),
+    "gpt_oss": (GptOssConfig, GptOssForCausalLM),
 }
 
 # Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
@@ -623,6 +628,50 @@ FIXTURES = [
         "(norm_topk_prob=false, routed_scaling_factor 1), two shared experts (shared ffn 2 x 24), every layer sparse, "
         "MQA 3/1 with head_dim 16 != 48/3, no q/k norm, no bias, partial RoPE 0.25 (4 of 16 dims); fused layout.",
     ),
+    dict(
+        name="gpt_oss_mxfp4",
+        family="gpt_oss",
+        tokenizer="bytelevel_bpe",
+        seed=12121,
+        T=20,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=6,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096},
+        ),
+        layout="mxfp4", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="GPT-OSS as the hub ships it: experts as MXFP4 (mlp.experts.gate_up_proj_blocks [E,2F,H/32,16] u8 + "
+        "_scales [E,2F,H/32] u8, gate/up interleaved along 2F; down_proj_blocks/_scales), quantization_config "
+        "quant_method mxfp4, everything else f32; attention sinks, q/k/v/o biases, layer_types sliding(6)/full/sliding "
+        "with a 20-token input, YaRN x32 (truncate false), router with bias (softmax over the top-2 of 4 logits), "
+        "experts with biases and the clamped gate (alpha 1.702, limit 7). The oracle loads the experts with transformers' "
+        "convert_moe_packed_tensors (what from_pretrained uses to dequantise).",
+    ),
+    dict(
+        name="gpt_oss_bf16",
+        family="gpt_oss",
+        tokenizer="bytelevel_bpe",
+        seed=13131,
+        T=20,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=24, num_hidden_layers=2, num_attention_heads=6,
+            num_key_value_heads=2, head_dim=8, num_local_experts=6, num_experts_per_tok=3, sliding_window=5,
+            layer_types=["full_attention", "sliding_attention"], max_position_embeddings=4096, rms_norm_eps=1e-5,
+            bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False, swiglu_limit=2.0,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": True, "original_max_position_embeddings": 512},
+        ),
+        layout="hub", sharded=False, dtype="bfloat16", config_style="transformers5",
+        chat=None,
+        notes="GPT-OSS with bf16 experts as transformers saves them (mlp.experts.gate_up_proj [E,H,2F] with gate/up "
+        "interleaved along 2F, gate_up_proj_bias [E,2F], down_proj [E,F,H], down_proj_bias [E,H]), bf16 checkpoint; "
+        "layer_types full/sliding(5) with a 20-token input, 6 experts top-3, swiglu_limit 2 (the clamps bite), "
+        "YaRN x8 over 512 (truncate true).",
+    ),
 ]
 
 # DeepSeek: multi-head latent attention (heads 4, nope 16 + rope 8, v 16, latent 32) unless stated.
@@ -824,6 +873,8 @@ def design_weights(model, spec, seed):
         put(o.weight, Q @ nrm((H, din), BRANCH * emb_rms * 1.5 / math.sqrt(din)))
         if o.bias is not None:
             put(o.bias, Q @ nrm(H, 0.05 * emb_rms))
+        if hasattr(at, "sinks"):  # GPT-OSS: one logit per head in the softmax denominator
+            put(at.sinks, nrm(at.sinks.shape[0], 1.0))
 
     # 4. MLPs / experts
     def mlp_weights(mod, scale=1.0):
@@ -834,7 +885,10 @@ def design_weights(model, spec, seed):
 
     for i, layer in enumerate(layers):
         mlp = moe_block(layer)
-        if i in moe:
+        if i in moe and spec["family"] == "gpt_oss":
+            gpt_oss_fixtures.design_experts(mlp.experts, nrm, put, Q, BRANCH * emb_rms * 1.5)
+            put(mlp.router.bias, rng.uniform(-0.05, 0.05, mlp.router.bias.shape[0]))
+        elif i in moe:
             ex = mlp.experts
             Ee, twoF, _ = ex.gate_up_proj.shape
             F = twoF // 2
@@ -881,6 +935,8 @@ def design_weights(model, spec, seed):
     kappa = DELTA / a
     for i in moe:
         put(router_of(moe_block(layers[i])).weight, kappa * W[i])
+    if spec.get("layout") == "mxfp4":  # the hub's MXFP4 holds exactly these expert values
+        gpt_oss_fixtures.round_experts_to_mxfp4(model)
 
     # 6. lm_head
     pi = None
@@ -1074,7 +1130,10 @@ def _np_rope(c, hd, T):
         def corr_dim(n_rot):
             return hd * math.log(om / (n_rot * 2 * math.pi)) / (2 * math.log(theta))
 
-        lo, hi = max(math.floor(corr_dim(32)), 0), min(math.ceil(corr_dim(1)), hd - 1)
+        lo, hi = corr_dim(sc.get("beta_fast", 32)), corr_dim(sc.get("beta_slow", 1))
+        if sc.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, hd - 1)
         hi = hi + 0.001 if lo == hi else hi
         extrap = 1 - np.clip((np.arange(hd // 2) - lo) / (hi - lo), 0, 1)
         inv = (inv / f) * (1 - extrap) + inv * extrap
@@ -1136,6 +1195,8 @@ def independent_forward(d: Path, ids):
             for key in fh.keys():
                 W[key] = fh.get_tensor(key).double().numpy()
     fam = c["model_type"]
+    if fam == "gpt_oss":
+        return gpt_oss_fixtures.np_forward(d, ids, _np_rms, _np_rope, _np_rot)
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
     eps, T = c["rms_norm_eps"], len(ids)
@@ -1367,6 +1428,8 @@ def write_checkpoint(model, spec, out: Path, tok_text: str):
     if spec["layout"] == "fused":
         kwargs["save_original_format"] = False
     m.save_pretrained(str(out), **kwargs)
+    if spec["layout"] == "mxfp4":
+        gpt_oss_fixtures.write_mxfp4(m, out)
     if dtype != torch.float32:
         model.to(torch.float32)
     # generation_config.json exactly as we want it
@@ -1416,6 +1479,11 @@ def add_mtp_layer(out: Path, cfg, seed):
 
 
 def load_fixture(out: Path, family: str):
+    if (out / "model.safetensors").is_file() and "quantization_config" in json.loads((out / "config.json").read_text()):
+        m = gpt_oss_fixtures.load_mxfp4(out, FAMILIES[family][1], FAMILIES[family][0])
+        m.set_attn_implementation("eager")
+        m.set_experts_implementation("eager")
+        return m
     cls = FAMILIES[family][1]
     m = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
     m.eval()
@@ -1511,6 +1579,7 @@ def build_fixture(spec, tok_texts, log):
         "per_expert": "hub per-expert layout written by save_pretrained (save_original_format=True, the default)",
         "fused": "fused layout: transformers-5 in-memory names, written by save_pretrained(save_original_format=False)",
         "hub": "the family's hub layout written by save_pretrained (save_original_format=True, the default)",
+        "mxfp4": "save_pretrained's layout with the experts rewritten as the hub's MXFP4 *_blocks / *_scales",
     }[spec["layout"]]
     cfg_json = json.loads((out / "config.json").read_text())
     meta = {

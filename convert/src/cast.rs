@@ -25,6 +25,8 @@ pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
         SrcDType::BF16 => {
             out.extend(input.chunks_exact(2).map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
         }
+        // Bytes are not values; `sources` sends MXFP4 bytes to `stream`'s own path, never here.
+        SrcDType::U8 => out.extend(input.iter().map(|&b| f32::from(b))),
     }
 }
 
@@ -32,7 +34,7 @@ pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
 /// `out`. Same dtype → a byte copy (bit-exact).
 pub fn convert(src: SrcDType, dst: DType, input: &[u8], out: &mut Vec<u8>) -> Result<(), Overflow> {
     out.clear();
-    if src.to_colibri() == dst {
+    if src.to_colibri() == Some(dst) {
         out.extend_from_slice(input);
         return Ok(());
     }

@@ -5,7 +5,8 @@
 use crate::deepseek;
 use crate::error::{fail, Result};
 use colibri::model::{
-    Config, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring,
+    Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales,
+    Scoring,
 };
 use serde_json::Value;
 
@@ -66,11 +67,12 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("DeepseekV2ForCausalLM"), _) | (None, Some("deepseek_v2")) => Family::DeepseekV2,
         // Kimi-K2 (model_type kimi_k2) and Moonlight name the V3 class.
         (Some("DeepseekV3ForCausalLM"), _) | (None, Some("deepseek_v3" | "kimi_k2")) => Family::DeepseekV3,
+        (Some("GptOssForCausalLM"), _) | (None, Some("gpt_oss")) => Family::GptOss,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
-                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM",
+                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -83,6 +85,12 @@ pub fn family(hf: &Value) -> Result<Family> {
 /// `rope_scaling` merged with top-level `rope_theta`.
 fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope> {
     let params = get(hf, "rope_parameters").or_else(|| get(hf, "rope_scaling"));
+    // GptOssConfig: YaRN ×32 over 4096 positions unless the config says otherwise.
+    let gpt_oss_default = serde_json::json!({
+        "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+        "original_max_position_embeddings": 4096
+    });
+    let params = params.or((fam == Family::GptOss).then_some(&gpt_oss_default));
     let p = |k: &str| params.and_then(|p| get(p, k));
     let pf = |k: &str| -> Result<Option<f64>> {
         match p(k) {
@@ -92,6 +100,7 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
     };
     let default_theta = match fam {
         Family::Mixtral => 1e6,
+        Family::GptOss => 150000.0,
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
@@ -166,6 +175,8 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
     Ok(match fam {
         Family::Mixtral => vec![window; n_layers],
         Family::GraniteMoe | Family::Glm4Moe | Family::DeepseekV2 | Family::DeepseekV3 => vec![None; n_layers],
+        // GptOssConfig's default layer_types: sliding, full, sliding, …
+        Family::GptOss => (0..n_layers).map(|i| if i % 2 == 0 { window } else { None }).collect(),
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
         Family::Qwen2Moe => {
             let max_window_layers = opt_usize(hf, "max_window_layers")?.unwrap_or(28);
@@ -188,10 +199,13 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
     };
     let top_k = usize_key(hf, "num_experts_per_tok")?;
     // Granite takes the softmax over the top-k logits: the renormalised top-k probabilities.
-    let norm_topk_prob =
-        matches!(fam, Family::Mixtral | Family::GraniteMoe) || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
+    // GPT-OSS too: top-k of the logits, softmax over the chosen ones.
+    let norm_topk_prob = matches!(fam, Family::Mixtral | Family::GraniteMoe | Family::GptOss)
+        || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
     let (expert_ffn, dense_ffn, shared) = match fam {
-        Family::Mixtral | Family::Olmoe | Family::GraniteMoe => (usize_key(hf, "intermediate_size")?, 0, 0),
+        Family::Mixtral | Family::Olmoe | Family::GraniteMoe | Family::GptOss => {
+            (usize_key(hf, "intermediate_size")?, 0, 0)
+        }
         Family::Qwen2Moe => (
             usize_key(hf, "moe_intermediate_size")?,
             opt_usize(hf, "intermediate_size")?.unwrap_or(0),
@@ -227,6 +241,9 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
             choice_bias: r.choice_bias,
             groups: r.groups,
             routed_scaling: r.routed_scaling,
+            router_bias: false,
+            expert_bias: false,
+            expert_act: ExpertAct::Silu,
         };
         return Ok((moe, dense_ffn));
     }
@@ -242,8 +259,23 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         choice_bias: glm,
         groups,
         routed_scaling: if glm { opt_f64(hf, "routed_scaling_factor")?.unwrap_or(1.0) } else { 1.0 },
+        router_bias: fam == Family::GptOss,
+        expert_bias: fam == Family::GptOss,
+        expert_act: expert_act(hf, fam)?,
     };
     Ok((moe, dense_ffn))
+}
+
+/// GPT-OSS's clamped gated activation (GptOssConfig `swiglu_alpha` 1.702, `swiglu_limit` 7.0);
+/// SwiGLU elsewhere.
+fn expert_act(hf: &Value, fam: Family) -> Result<ExpertAct> {
+    if fam != Family::GptOss {
+        return Ok(ExpertAct::Silu);
+    }
+    Ok(ExpertAct::ClampedSwiglu {
+        alpha: opt_f64(hf, "swiglu_alpha")?.unwrap_or(1.702),
+        limit: opt_f64(hf, "swiglu_limit")?.unwrap_or(7.0),
+    })
 }
 
 /// Each layer: MoE or dense, and its sliding window.
@@ -273,10 +305,12 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
 fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
     let attention_bias = match fam {
         Family::Qwen2Moe => opt_bool(hf, "qkv_bias")?.or(opt_bool(hf, "attention_bias")?).unwrap_or(true),
+        // GPT-OSS: q/k/v/o biases (`Config::attention_out_bias` takes the same value).
+        Family::GptOss => opt_bool(hf, "attention_bias")?.unwrap_or(true),
         _ => opt_bool(hf, "attention_bias")?.unwrap_or(false),
     };
     // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's.
-    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe) {
+    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss) {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
@@ -302,15 +336,22 @@ fn scales(hf: &Value, fam: Family) -> Result<Scales> {
     })
 }
 
+/// True for the one quantised checkpoint colibri reads: GPT-OSS with MXFP4 experts
+/// (`quantization_config.quant_method` "mxfp4", as the hub ships it), kept as MXFP4.
+fn mxfp4_experts(hf: &Value, fam: Family) -> bool {
+    let method = get(hf, "quantization_config").and_then(|q| get(q, "quant_method")).and_then(|m| m.as_str());
+    fam == Family::GptOss && method == Some("mxfp4")
+}
+
 /// Build the colibri config from a parsed config.json.
 pub fn config_from_hf(hf: &Value) -> Result<Config> {
-    if get(hf, "quantization_config").is_some() {
+    let fam = family(hf)?;
+    if get(hf, "quantization_config").is_some() && !mxfp4_experts(hf, fam) {
         return Err(fail(
             "config.json has a quantization_config: the checkpoint is already quantised; \
              convert from the f32/f16/bf16 original (colibri quantises itself)",
         ));
     }
-    let fam = family(hf)?;
     let hidden_size = usize_key(hf, "hidden_size")?;
     let n_layers = usize_key(hf, "num_hidden_layers")?;
     let n_heads = usize_key(hf, "num_attention_heads")?;
@@ -358,6 +399,8 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         pad_token_id: ids(get(hf, "pad_token_id")).first().copied(),
         scales,
         mla,
+        attention_out_bias: fam == Family::GptOss && attention_bias,
+        attention_sinks: fam == Family::GptOss,
     };
     Ok(config)
 }

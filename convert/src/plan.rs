@@ -79,6 +79,17 @@ pub fn plan(
     let mut out = Plan { tensors: Vec::with_capacity(resolved.len()), quantised: 0, kept_float: Vec::new() };
     let classes = quantize.map(Quantize::classes).unwrap_or_default();
     for r in resolved {
+        // MXFP4 experts (GPT-OSS as the hub ships it) stay MXFP4 whatever --dtype / --quantize
+        // say: re-encoding them would lose precision for no smaller file.
+        if r.pieces.iter().any(|p| p.is_mxfp4()) {
+            out.tensors.push(PlannedTensor {
+                name: r.spec.name.clone(),
+                dtype: DType::Mxfp4,
+                shape: r.spec.shape.clone(),
+                kind: r.spec.kind,
+            });
+            continue;
+        }
         let selected = match quantize {
             Some(q) if r.spec.quant.is_some_and(|c| classes.contains(&c)) => {
                 let rows = r.spec.shape.len().checked_sub(2).map_or(1, |i| r.spec.shape[i]);
@@ -104,7 +115,13 @@ pub fn plan(
                 if r.pieces.iter().any(|p| p.tensor.dtype != src) && dtype.is_none() {
                     return Err(fail(format!("{}: experts mix dtypes; pass --dtype", r.spec.name)));
                 }
-                dtype.unwrap_or(src.to_colibri())
+                let Some(float) = src.to_colibri() else {
+                    return Err(fail(format!(
+                        "{}: source tensor {} holds bytes, not values",
+                        r.spec.name, r.pieces[0].source
+                    )));
+                };
+                dtype.unwrap_or(float)
             }
         };
         out.tensors.push(PlannedTensor {

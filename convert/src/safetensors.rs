@@ -15,6 +15,8 @@ pub enum SrcDType {
     F32,
     F16,
     BF16,
+    /// Bytes of MXFP4 experts (`*_blocks` / `*_scales` of a GPT-OSS checkpoint); no float value.
+    U8,
 }
 
 impl SrcDType {
@@ -22,14 +24,17 @@ impl SrcDType {
         match self {
             SrcDType::F32 => 4,
             SrcDType::F16 | SrcDType::BF16 => 2,
+            SrcDType::U8 => 1,
         }
     }
 
-    pub fn to_colibri(self) -> colibri::format::DType {
+    /// The float dtype holding these values as they are (None for bytes).
+    pub fn to_colibri(self) -> Option<colibri::format::DType> {
         match self {
-            SrcDType::F32 => colibri::format::DType::F32,
-            SrcDType::F16 => colibri::format::DType::F16,
-            SrcDType::BF16 => colibri::format::DType::BF16,
+            SrcDType::F32 => Some(colibri::format::DType::F32),
+            SrcDType::F16 => Some(colibri::format::DType::F16),
+            SrcDType::BF16 => Some(colibri::format::DType::BF16),
+            SrcDType::U8 => None,
         }
     }
 }
@@ -108,6 +113,8 @@ fn parse_dtype(name: &str, dtype: &str) -> Result<SrcDType> {
         "F32" => Ok(SrcDType::F32),
         "F16" => Ok(SrcDType::F16),
         "BF16" => Ok(SrcDType::BF16),
+        // GPT-OSS's MXFP4 experts (`sources` pairs each *_blocks with its *_scales).
+        "U8" if name.ends_with("_blocks") || name.ends_with("_scales") => Ok(SrcDType::U8),
         "I8" | "U8" | "I4" | "U4" | "F8_E4M3" | "F8_E5M2" | "I32" | "U32" => Err(fail(format!(
             "tensor {name} has dtype {dtype}: the checkpoint looks already quantised; convert from the f32/f16/bf16 original"
         ))),

@@ -1,22 +1,13 @@
 //! Where each colibri tensor comes from in a HuggingFace checkpoint: one source tensor, one per
 //! expert (hub layout `experts.{e}.w1` / `experts.{e}.gate_proj`), or slices of the fused 3-D
 //! expert tensors of transformers 5 (`experts.gate_up_proj` [E, 2F, H], `experts.down_proj`
-//! [E, H, F]). Every piece is shape-checked here.
+//! [E, H, F]); GPT-OSS's experts in `gpt_oss`. Every piece is shape-checked here.
 
-use super::safetensors::{Checkpoint, SrcTensor};
+use super::gpt_oss;
+pub use super::piece::{Piece, PieceLayout};
+use super::safetensors::Checkpoint;
 use crate::error::{fail, Result};
 use colibri::model::{suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD};
-
-/// A contiguous byte range of one source tensor, holding `elements` values.
-#[derive(Clone, Debug)]
-pub struct Piece {
-    pub source: String,
-    pub tensor: SrcTensor,
-    pub byte_offset: u64,
-    pub elements: u64,
-    /// The range is a [rows, cols] matrix written transposed ([cols, rows]): MLA's W_UK.
-    pub transpose: Option<[u64; 2]>,
-}
 
 /// The pieces that, concatenated, give one colibri tensor's payload.
 #[derive(Clone, Debug)]
@@ -30,12 +21,13 @@ fn whole(ck: &Checkpoint, name: &str, want: &[u64]) -> Result<Option<Piece>> {
     if t.shape != want {
         return Err(fail(format!("tensor {name} has shape {:?}, the config implies {:?}", t.shape, want)));
     }
+    let elements = want.iter().product();
     Ok(Some(Piece {
         source: name.to_string(),
         tensor: t.clone(),
         byte_offset: 0,
-        elements: want.iter().product(),
-        transpose: None,
+        elements,
+        layout: PieceLayout::Contiguous,
     }))
 }
 
@@ -70,7 +62,18 @@ enum Proj {
     Down,
 }
 
+fn gpt_oss_proj(p: Proj) -> gpt_oss::Proj {
+    match p {
+        Proj::Gate => gpt_oss::Proj::Gate,
+        Proj::Up => gpt_oss::Proj::Up,
+        Proj::Down => gpt_oss::Proj::Down,
+    }
+}
+
 fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &TensorSpec) -> Result<Vec<Piece>> {
+    if fam == Family::GptOss {
+        return gpt_oss::expert_stack(ck, l, gpt_oss_proj(proj), spec);
+    }
     let (e_count, rows, cols) = (spec.shape[0], spec.shape[1], spec.shape[2]);
     let per_expert_names: &[&str] = match proj {
         Proj::Gate => &["w1", "gate_proj"],
@@ -110,7 +113,7 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
                     tensor: t.clone(),
                     byte_offset: (e * fused_rows + skip) * row_bytes,
                     elements: rows * cols,
-                    transpose: None,
+                    layout: PieceLayout::Contiguous,
                 })
                 .collect());
         }
@@ -133,12 +136,14 @@ fn kv_b_heads(ck: &Checkpoint, c: &Config, l: usize, values: bool) -> Result<Vec
     Ok((0..c.n_heads as u64)
         .map(|h| {
             let (first, rows) = if values { (h * (nope + v) + nope, v) } else { (h * (nope + v), nope) };
-            Piece {
-                byte_offset: first * row_bytes,
-                elements: rows * rank,
-                transpose: (!values).then_some([rows, rank]),
-                ..whole.clone()
-            }
+            // W_UK is written transposed: element (r, c) of the [rank, nope] result is source
+            // element c·rank + r of the head's [nope, rank] rows.
+            let layout = if values {
+                PieceLayout::Contiguous
+            } else {
+                PieceLayout::Strided { rows: rank, cols: rows, row_stride: 1, col_stride: rank }
+            };
+            Piece { byte_offset: first * row_bytes, elements: rows * rank, layout, ..whole.clone() }
         })
         .collect())
 }
@@ -177,6 +182,12 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 Q_BIAS => one(attn("q_proj.bias"))?,
                 K_BIAS => one(attn("k_proj.bias"))?,
                 V_BIAS => one(attn("v_proj.bias"))?,
+                O_BIAS => one(attn("o_proj.bias"))?,
+                SINKS => one(attn("sinks"))?,
+                ROUTER_LOGIT_BIAS => one(moe("router.bias"))?,
+                EXPERTS_GATE_BIAS => gpt_oss::expert_bias(ck, l, gpt_oss::Proj::Gate, spec)?,
+                EXPERTS_UP_BIAS => gpt_oss::expert_bias(ck, l, gpt_oss::Proj::Up, spec)?,
+                EXPERTS_DOWN_BIAS => gpt_oss::expert_bias(ck, l, gpt_oss::Proj::Down, spec)?,
                 Q_NORM => one(attn("q_norm.weight"))?,
                 K_NORM => one(attn("k_norm.weight"))?,
                 Q_A => one(attn("q_a_proj.weight"))?,
@@ -213,11 +224,21 @@ pub fn beyond_layers(name: &str, c: &Config) -> bool {
     layer.is_some_and(|l| l >= c.n_layers)
 }
 
+/// The `*_scales` tensor an MXFP4 piece reads besides its source.
+fn scales_of(p: &Piece) -> Option<&str> {
+    match &p.layout {
+        PieceLayout::Mxfp4 { scales_source, .. } => Some(scales_source.as_str()),
+        _ => None,
+    }
+}
+
 /// Source tensors that no colibri tensor uses (reported as a warning), leaving out the layers
 /// past the config's (`beyond_layers`).
 pub fn unused(ck: &Checkpoint, resolved: &[Resolved], c: &Config) -> Vec<String> {
-    let used: std::collections::HashSet<&str> =
-        resolved.iter().flat_map(|r| r.pieces.iter().map(|p| p.source.as_str())).collect();
+    let used: std::collections::HashSet<&str> = resolved
+        .iter()
+        .flat_map(|r| r.pieces.iter().flat_map(|p| std::iter::once(p.source.as_str()).chain(scales_of(p))))
+        .collect();
     ck.tensors
         .keys()
         .filter(|k| !used.contains(k.as_str()) && !beyond_layers(k, c))

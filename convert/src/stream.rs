@@ -3,11 +3,12 @@
 //! one matrix: the whole tensor, or one expert), quants as they come, then the piece's scales.
 
 use super::cast;
+use super::piece::{Piece, PieceLayout};
 use super::quantize::MatrixQuantizer;
 use super::safetensors::Checkpoint;
-use super::sources::{Piece, Resolved};
+use super::sources::Resolved;
 use crate::error::{fail, Result};
-use colibri::format::{FileWriter, PlannedTensor};
+use colibri::format::{mxfp4, DType, FileWriter, PlannedTensor};
 
 /// Source bytes read per step: bounds the converter's buffers (a multiple of every block's
 /// source bytes, 32 × 4).
@@ -33,8 +34,8 @@ impl Streamer {
     ) -> Result<()> {
         writer.begin(&p.name)?;
         for piece in &r.pieces {
-            if piece.transpose.is_some() {
-                self.transposed_piece(ck, writer, piece, p, progress)?;
+            if piece.is_mxfp4() {
+                self.mxfp4_piece(ck, writer, piece, p, progress)?;
             } else if p.dtype.is_quantized() {
                 self.quantised_piece(ck, writer, piece, p, progress)?;
             } else {
@@ -51,6 +52,10 @@ impl Streamer {
         piece: &Piece,
         mut step: impl FnMut(&mut Self, u64) -> Result<()>,
     ) -> Result<()> {
+        if let PieceLayout::Strided { .. } = piece.layout {
+            self.gather(ck, piece)?;
+            return step(self, 0);
+        }
         let esize = piece.tensor.dtype.size() as u64;
         let total = piece.elements * esize;
         let mut done = 0u64;
@@ -60,6 +65,59 @@ impl Streamer {
             ck.read(&piece.tensor, piece.byte_offset + done, &mut self.src)?;
             step(self, done / esize)?;
             done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// `self.src` = the elements of a strided piece in row-major order (one read of the span
+    /// they lie in: one expert of a stack, or a whole bias tensor).
+    fn gather(&mut self, ck: &Checkpoint, piece: &Piece) -> Result<()> {
+        let PieceLayout::Strided { rows, cols, row_stride, col_stride } = piece.layout else {
+            return Err(fail("internal: gather of a contiguous piece"));
+        };
+        let esize = piece.tensor.dtype.size();
+        let span = ((rows.max(1) - 1) * row_stride + (cols.max(1) - 1) * col_stride + 1) as usize * esize;
+        let mut raw = vec![0u8; span];
+        ck.read(&piece.tensor, piece.byte_offset, &mut raw)?;
+        self.src.clear();
+        for r in 0..rows {
+            for c in 0..cols {
+                let at = (r * row_stride + c * col_stride) as usize * esize;
+                self.src.extend_from_slice(&raw[at..at + esize]);
+            }
+        }
+        Ok(())
+    }
+
+    /// An MXFP4 piece in the HuggingFace layout, repacked block by block into ggml's (the bytes
+    /// of a colibri mxfp4 matrix), one row at a time.
+    fn mxfp4_piece(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        piece: &Piece,
+        p: &PlannedTensor,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
+        let PieceLayout::Mxfp4 { scales, first_row, row_step, rows, groups, .. } = &piece.layout else {
+            return Err(fail("internal: mxfp4_piece of a float piece"));
+        };
+        if p.dtype != DType::Mxfp4 {
+            return Err(fail(format!("internal: {} planned as {} from MXFP4 blocks", p.name, p.dtype)));
+        }
+        let g = *groups as usize;
+        let (mut blocks, mut sc) = (vec![0u8; 16 * g], vec![0u8; g]);
+        for r in 0..*rows {
+            let src = first_row + r * row_step;
+            ck.read(&piece.tensor, src * 16 * *groups, &mut blocks)?;
+            ck.read(scales, src * *groups, &mut sc)?;
+            self.out.clear();
+            for (b, &s) in blocks.chunks_exact(16).zip(&sc) {
+                let hf: &[u8; 16] = b.try_into().map_err(|_| fail("internal: a 16-byte block"))?;
+                self.out.extend_from_slice(&mxfp4::from_hf_block(hf, s));
+            }
+            writer.write(&self.out)?;
+            progress(self.out.len() as u64);
         }
         Ok(())
     }
@@ -87,31 +145,6 @@ impl Streamer {
             progress(s.out.len() as u64);
             Ok(())
         })
-    }
-
-    /// A piece written transposed (small: one head's W_UK), as a float type.
-    fn transposed_piece(
-        &mut self,
-        ck: &Checkpoint,
-        writer: &mut FileWriter,
-        piece: &Piece,
-        p: &PlannedTensor,
-        progress: &dyn Fn(u64),
-    ) -> Result<()> {
-        let Some([rows, cols]) = piece.transpose.map(|d| d.map(|x| x as usize)) else { return Ok(()) };
-        if p.dtype.is_quantized() {
-            return Err(fail(format!("internal: {} is transposed and cannot be block-quantised", p.name)));
-        }
-        self.src.resize(piece.elements as usize * piece.tensor.dtype.size(), 0);
-        ck.read(&piece.tensor, piece.byte_offset, &mut self.src)?;
-        cast::widen(piece.tensor.dtype, &self.src, &mut self.wide);
-        let t: Vec<f32> = (0..rows * cols).map(|i| self.wide[(i % rows) * cols + i / rows]).collect();
-        cast::from_f32(p.dtype, &t, &mut self.out).map_err(|o| {
-            fail(format!("{} (from {}): value {} does not fit {}", p.name, piece.source, o.value, p.dtype))
-        })?;
-        writer.write(&self.out)?;
-        progress(self.out.len() as u64);
-        Ok(())
     }
 
     fn quantised_piece(

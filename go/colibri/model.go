@@ -27,6 +27,7 @@ const (
 	FamilyGLM4MoE    Family = C.COLIBRI_FAMILY_GLM4_MOE
 	FamilyDeepSeekV2 Family = C.COLIBRI_FAMILY_DEEPSEEK_V2
 	FamilyDeepSeekV3 Family = C.COLIBRI_FAMILY_DEEPSEEK_V3
+	FamilyGPTOSS     Family = C.COLIBRI_FAMILY_GPT_OSS
 )
 
 func (f Family) String() string {
@@ -43,6 +44,12 @@ func (f Family) String() string {
 		return "deepseek_v2"
 	case FamilyDeepSeekV3:
 		return "deepseek_v3"
+	case FamilyGraniteMoE:
+		return "granitemoe"
+	case FamilyGLM4MoE:
+		return "glm4_moe"
+	case FamilyGPTOSS:
+		return "gpt_oss"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

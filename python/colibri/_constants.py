@@ -55,6 +55,8 @@ COLIBRI_FAMILY_DEEPSEEK_V2 = 6
 
 COLIBRI_FAMILY_DEEPSEEK_V3 = 7
 
+COLIBRI_FAMILY_GPT_OSS = 8
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

@@ -67,6 +67,7 @@ pub const COLIBRI_FAMILY_GRANITEMOE: colibri_family = 4;
 pub const COLIBRI_FAMILY_GLM4_MOE: colibri_family = 5;
 pub const COLIBRI_FAMILY_DEEPSEEK_V2: colibri_family = 6;
 pub const COLIBRI_FAMILY_DEEPSEEK_V3: colibri_family = 7;
+pub const COLIBRI_FAMILY_GPT_OSS: colibri_family = 8;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -79,6 +80,7 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::Glm4Moe => COLIBRI_FAMILY_GLM4_MOE,
         crate::Family::DeepseekV2 => COLIBRI_FAMILY_DEEPSEEK_V2,
         crate::Family::DeepseekV3 => COLIBRI_FAMILY_DEEPSEEK_V3,
+        crate::Family::GptOss => COLIBRI_FAMILY_GPT_OSS,
     }
 }
 

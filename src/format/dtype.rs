@@ -9,6 +9,7 @@
 
 use super::blocks::{self, Layout, Q4, Q8, QK};
 use super::finite::{self, NonFinite};
+use super::mxfp4;
 
 /// Elements per quantisation block of the block-quantised dtypes (the table's `group_size`).
 pub const GROUP: u32 = QK as u32;
@@ -33,6 +34,9 @@ pub enum DType {
     /// GGUF's Q8_0, kept as it is: blocks of 32, each an f16 scale then 32 i8 quants
     /// (`blocks`, q8_0).
     Q8_0,
+    /// MXFP4 as ggml stores it: blocks of 32, each an E8M0 exponent then 16 bytes of FP4 (e2m1)
+    /// nibbles (`mxfp4`).
+    Mxfp4,
 }
 
 /// How a dtype lays out the bytes of one matrix.
@@ -64,7 +68,8 @@ pub struct DTypeInfo {
     /// multiple of it.
     pub row_group: u32,
     pub packing: Packing,
-    /// Alignment the storage needs (floats: their size; block types: their u16 scales).
+    /// Alignment the storage needs (floats: their size; block types: their u16 scales; 1 for
+    /// mxfp4's bytes).
     pub align: u32,
     /// The same values stored row-major (itself unless interleaved).
     pub row_major: DType,
@@ -104,6 +109,22 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         dequantize: |bytes, _, start, out| blocks::dequantize_q8_0(bytes, start, out),
         find_nonfinite: finite::block_heads::<34>,
         encode: |x, _| blocks::quantize_q8_0(x),
+    },
+    DTypeInfo {
+        dtype: DType::Mxfp4,
+        id: 71,
+        name: "mxfp4",
+        aliases: &[],
+        block: GROUP,
+        block_bytes: mxfp4::BLOCK_BYTES as u32,
+        row_group: 1,
+        packing: Packing::Blocks,
+        align: 1,
+        row_major: DType::Mxfp4,
+        interleaved: DType::Mxfp4,
+        dequantize: |bytes, _, start, out| mxfp4::dequantize(bytes, start, out),
+        find_nonfinite: mxfp4::find_nan_scale,
+        encode: |x, _| mxfp4::quantize(x),
     },
 ];
 
@@ -176,8 +197,17 @@ const fn block_row(
 
 impl DType {
     /// Every dtype, in table order.
-    pub const ALL: &'static [DType] =
-        &[DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q8R8, DType::Q4R8, DType::Q8_0];
+    pub const ALL: &'static [DType] = &[
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8,
+        DType::Q4,
+        DType::Q8R8,
+        DType::Q4R8,
+        DType::Q8_0,
+        DType::Mxfp4,
+    ];
     /// Number of dtypes (rows of the table).
     pub const COUNT: usize = DType::ALL.len();
 
@@ -423,7 +453,12 @@ mod tests {
             assert_eq!(bytes.len() as u64, d.bytes_for((rows * cols) as u64).unwrap(), "{d}");
             let mut y = vec![0f32; rows * cols];
             d.dequantize(&bytes, cols, 0, &mut y);
-            let step = if d.is_quantized() { 50.0 / 64.0 / 7.0 } else { 1e-2 };
+            // Half the widest gap of each grid: q4's d/2 = max/16, FP4's 2 · 2^(e−128) ≤ max/4.
+            let step = match d {
+                DType::Mxfp4 => 50.0 / 64.0 / 4.0,
+                _ if d.is_quantized() => 50.0 / 64.0 / 7.0,
+                _ => 1e-2,
+            };
             for (i, (a, b)) in x.iter().zip(&y).enumerate() {
                 assert!((a - b).abs() <= step, "{d} element {i}: {a} vs {b}");
             }

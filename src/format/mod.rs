@@ -50,7 +50,7 @@
 //! tensor table (at table_offset): tensor_count records of 96 bytes, in data order:
 //!   0   u32      name_offset   into the string table      4  u32  name_len (1..=256)
 //!   8   u32      dtype         0 F32, 1 F16, 2 BF16 (3..=15 reserved for float types),
-//!                              16 Q8, 17 Q4, 18 Q4R8, 19 Q8R8, 40 Q8_0 (block-quantised;
+//!                              16 Q8, 17 Q4, 18 Q4R8, 19 Q8R8, 40 Q8_0, 71 MXFP4 (block-quantised;
 //!                              other ids from 20 reserved; GGUF types at 32 + ggml type)
 //!   12  u32      ndim          1..=4
 //!   16  u64[4]   dims          outermost first; unused dims are 0; used dims ≥ 1
@@ -72,7 +72,7 @@
 //!   byte_length = expert_stride × (E − 1) + (bytes of one expert); the gap after each expert is zero.
 //!   Router tensors ([E, hidden]) come first, contiguously in layer order, starting at routing_offset.
 //!
-//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8, Q8_0): a 2-D matrix [rows, cols] or an expert stack
+//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8, Q8_0, MXFP4): a 2-D matrix [rows, cols] or an expert stack
 //!   [E, rows, cols], cols a multiple of the block (32), rows a multiple of the dtype's row group
 //!   (8 for Q8R8 / Q4R8). Each matrix (the tensor, or each expert of a stack at its 4096-aligned
 //!   stride) is self-contained; its bytes are laid out as format::blocks describes (the one
@@ -94,6 +94,7 @@ mod finite;
 mod header;
 mod le;
 mod metadata;
+pub mod mxfp4;
 mod parse;
 mod table;
 mod writer;

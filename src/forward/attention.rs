@@ -2,7 +2,7 @@
 //! projections (+ bias), q/k RMSNorm (per head or over the whole projection) and optional
 //! clipping over all rows at once; then per sequence RoPE at its own positions, KV-cache append
 //! and causal (optionally sliding-window) GQA attention over its own cache; the output
-//! projection again over all rows.
+//! projection (+ bias) again over all rows. GPT-OSS's attention sinks join each softmax.
 //! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`.
 
 use super::lanes::{Lane, Scratch};
@@ -36,9 +36,12 @@ pub fn attention(
     // Per sequence: RoPE at its own positions, then K/V appended to its cache.
     rope_and_cache(c, layer, rope, seqs, b);
     // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
-    attend(c, kern, layer, seqs, b, n);
-    // out = att·Woᵀ, over all rows.
+    attend(c, kern, lw, layer, seqs, b, n);
+    // out = att·Woᵀ (+ bias), over all rows.
     kern.matmul(lw.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
+    if let Some(bo) = lw.bo {
+        kernels::add_bias(&mut b.out[..n * c.hidden_size], bo);
+    }
 }
 
 /// q, k, v ([n, heads·head_dim]) of the n rows of `b.xn`: projections, biases (Qwen2-MoE),
@@ -93,8 +96,17 @@ fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, seqs: &mut [Lane<'_>], 
 }
 
 /// att ([n, heads·head_dim]): each (row, head) pair is independent; a row attends over its own
-/// sequence's cache up to its own position (within the layer's sliding window, if any).
-fn attend(c: &Config, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
+/// sequence's cache up to its own position (within the layer's sliding window, if any), with the
+/// head's sink logit in the softmax when the family has sinks.
+fn attend(
+    c: &Config,
+    kern: &Kernels,
+    w: &LayerWeights<'_>,
+    layer: usize,
+    seqs: &[Lane<'_>],
+    b: &mut Scratch,
+    n: usize,
+) {
     let hd = c.head_dim;
     let nq = c.n_heads * hd;
     let window = c.layers[layer].sliding_window;
@@ -110,7 +122,9 @@ fn attend(c: &Config, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut S
         let qh = &q[t * nq + head * hd..t * nq + (head + 1) * hd];
         let kvh = head / group;
         let mut scores: Vec<f32> = (lo..=p).map(|j| kv.k_dot(kern, layer, j, kvh, qh) * scale).collect();
-        kernels::softmax(&mut scores);
+        // GPT-OSS: the head's sink logit joins the denominator.
+        let sink = w.sinks.as_ref().map_or(f32::NEG_INFINITY, |s| s[head]);
+        kernels::softmax_with_sink(&mut scores, sink);
         out.fill(0.0);
         for (j, &pj) in (lo..=p).zip(&scores) {
             kv.v_axpy(kern, layer, j, kvh, pj, out);

@@ -1,8 +1,9 @@
-//! The gated MLP (SwiGLU) used by experts, shared experts and dense layers:
-//! y = down · (silu(gate · x) ⊙ (up · x)), over a batch of rows.
+//! The gated MLP used by experts, shared experts and dense layers:
+//! y = down · act(gate · x, up · x) over a batch of rows, where act is SwiGLU (silu(g) ⊙ u) or
+//! GPT-OSS's clamped variant, and GPT-OSS's routed experts add a bias after each projection.
 
 use crate::kernels::{self, Kernels};
-use crate::model::MlpWeights;
+use crate::model::{ExpertAct, MlpWeights};
 
 /// y ([n, hidden]) = MLP(x ([n, hidden])); the widths come from the bound matrices (gate and
 /// up [ffn, hidden], down [hidden, ffn]).
@@ -12,6 +13,16 @@ pub fn mlp(k: &Kernels, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) 
     let mut u = vec![0f32; n * ffn];
     k.matmul(w.gate, x, n, &mut g);
     k.matmul(w.up, x, n, &mut u);
-    kernels::swiglu(&mut g, &u);
+    if let Some(b) = &w.bias {
+        kernels::add_bias_row(&mut g, b.gate, b.row);
+        kernels::add_bias_row(&mut u, b.up, b.row);
+    }
+    match w.act {
+        ExpertAct::Silu => kernels::swiglu(&mut g, &u),
+        ExpertAct::ClampedSwiglu { alpha, limit } => kernels::clamped_swiglu(&mut g, &u, alpha as f32, limit as f32),
+    }
     k.matmul(w.down, &g, n, y);
+    if let Some(b) = &w.bias {
+        kernels::add_bias_row(&mut y[..n * w.down.rows()], b.down, b.row);
+    }
 }

@@ -112,6 +112,10 @@ impl<'s> Step<'s> {
         let (n, h) = (self.n(), self.c.hidden_size);
         let xn = &self.sc.xn[..n * h];
         router::logits(&self.k, mw.router, xn, n, &mut self.gate);
+        if let Some(b) = mw.router_bias {
+            // GPT-OSS: logits = W·x + b, the bias counting for the choice and the weights.
+            kernels::add_bias(&mut self.gate, b);
+        }
         self.routes.clear();
         let e = mw.router.rows();
         let m = &self.c.moe;

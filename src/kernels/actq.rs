@@ -6,10 +6,13 @@
 //! order of the float additions):
 //!   W8A8: y = Σ_b dw_b · dx_b · Σ_i qw_i · qx_i
 //!   W4A8: y = Σ_b dw_b · dx_b · Σ_i (qw_i − 8) · qx_i
+//!   MXFP4: y = Σ_b dw_b · dx_b · Σ_i KVALUES[nibble_i] · qx_i (dw_b = 2^(e_b − 128), ggml's
+//!   `vec_dot_mxfp4_q8_0` with these activation blocks)
 //! An activation block holding NaN gets a NaN scale, so NaN propagates as in the float paths.
 
 use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, Q4, Q8, QK};
+use crate::format::mxfp4;
 use std::sync::OnceLock;
 
 /// How reduced-precision weights meet their activations in matrix products.
@@ -139,6 +142,27 @@ pub fn dot_q8_0_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     for b in 0..nb {
         let (dw, wq) = q8_0_block(w.bytes(), r * nb + b);
         let s: i32 = wq.iter().zip(&xq[b * QK..(b + 1) * QK]).map(|(&a, &c)| i32::from(a as i8) * i32::from(c)).sum();
+        acc += dw * xd[b] * s as f32;
+    }
+    acc
+}
+
+/// Reference W4A8 dot of row r of an mxfp4 `w` with activation row t of `xa`.
+pub fn dot_mxfp4_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd) = xa.row(t);
+    let nb = xa.cols / QK;
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let (dw, qs) = mxfp4::block(w.bytes(), r * nb + b);
+        let xb = &xq[b * QK..(b + 1) * QK];
+        let s: i32 = qs
+            .iter()
+            .enumerate()
+            .map(|(j, &q)| {
+                let (lo, hi) = (mxfp4::KVALUES[usize::from(q & 15)], mxfp4::KVALUES[usize::from(q >> 4)]);
+                i32::from(lo) * i32::from(xb[j]) + i32::from(hi) * i32::from(xb[j + QK / 2])
+            })
+            .sum();
         acc += dw * xd[b] * s as f32;
     }
     acc

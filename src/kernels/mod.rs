@@ -74,6 +74,30 @@ pub fn softmax(x: &mut [f32]) {
     reference::softmax(x);
 }
 
+/// In-place softmax of one row with a sink logit in the denominator (`reference::softmax_with_sink`).
+pub fn softmax_with_sink(x: &mut [f32], sink: f32) {
+    reference::softmax_with_sink(x, sink);
+}
+
+/// x[t, :] += b[row, :] for every row t of x ([n, b.cols()]); b is [rows, cols].
+pub fn add_bias_row(x: &mut [f32], b: Mat<'_>, row: usize) {
+    let mut bf = vec![0f32; b.cols()];
+    b.dequantize(row * b.cols(), &mut bf);
+    for r in x.chunks_exact_mut(bf.len()) {
+        r.iter_mut().zip(&bf).for_each(|(v, &bi)| *v += bi);
+    }
+}
+
+/// GPT-OSS's gated activation, in place on `g`: with g' = min(g, limit) and u' = clamp(u,
+/// −limit, limit), g = (u' + 1) · g' · sigmoid(alpha · g') (`GptOssExperts._apply_gate`).
+pub fn clamped_swiglu(g: &mut [f32], u: &[f32], alpha: f32, limit: f32) {
+    for (gi, &ui) in g.iter_mut().zip(u) {
+        let gc = gi.min(limit);
+        let uc = ui.clamp(-limit, limit);
+        *gi = (uc + 1.0) * (gc / (1.0 + (-gc * alpha).exp()));
+    }
+}
+
 /// a[i] = silu(g[i]) · u[i] (SwiGLU), in place on `g`.
 pub fn swiglu(g: &mut [f32], u: &[f32]) {
     for (gi, &ui) in g.iter_mut().zip(u) {

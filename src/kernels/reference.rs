@@ -4,6 +4,7 @@
 use super::actq::{self, QuantizedActs};
 use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, QK};
+use crate::format::mxfp4;
 use crate::format::DType;
 
 /// bfloat16 bits → f32 (exact).
@@ -61,13 +62,20 @@ pub fn rmsnorm_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 
 /// In-place numerically stable softmax (max subtracted; −inf entries get 0).
 pub fn softmax(x: &mut [f32]) {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    softmax_with_sink(x, f32::NEG_INFINITY)
+}
+
+/// In-place softmax of x with one more logit, `sink`, in the denominator only (an attention
+/// sink: it takes probability mass and attends to nothing); the max is taken over x and the
+/// sink, as `eager_attention_forward` of modeling_gpt_oss does. A sink of −∞ is plain softmax.
+pub fn softmax_with_sink(x: &mut [f32], sink: f32) {
+    let m = x.iter().copied().fold(sink, f32::max);
     if !m.is_finite() {
         let n = x.len() as f32;
         x.iter_mut().for_each(|v| *v = 1.0 / n);
         return;
     }
-    let mut sum = 0f64;
+    let mut sum = f64::from((sink - m).exp());
     for v in x.iter_mut() {
         *v = (*v - m).exp();
         sum += f64::from(*v);
@@ -124,6 +132,23 @@ pub fn dot_q8_0(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     acc
 }
 
+/// Reference dot of row `r` of an mxfp4 matrix with f32 activations: Σ_b d_b · Σ_j (v_j·x_j +
+/// v_{j+16}·x_{j+16}) over the block's 16 bytes in order, v the doubled e2m1 values.
+pub fn dot_mxfp4(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let (cols, bytes) = (w.cols(), w.bytes());
+    let mut acc = 0f32;
+    for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
+        let (d, qs) = mxfp4::block(bytes, r * cols / QK + b);
+        let mut s = 0f32;
+        for (j, &q) in qs.iter().enumerate() {
+            let (lo, hi) = (mxfp4::KVALUES[usize::from(q & 15)], mxfp4::KVALUES[usize::from(q >> 4)]);
+            s += f32::from(lo) * xb[j] + f32::from(hi) * xb[j + QK / 2];
+        }
+        acc += d * s;
+    }
+    acc
+}
+
 /// Row `r` of a float matrix · x.
 fn dot_row_f32(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     let c = w.cols();
@@ -165,6 +190,7 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     RefKernels { dtype: DType::Q8R8, dot: dot_q8, dot_i8: Some(actq::dot_q8_i8) },
     RefKernels { dtype: DType::Q4R8, dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
     RefKernels { dtype: DType::Q8_0, dot: dot_q8_0, dot_i8: Some(actq::dot_q8_0_i8) },
+    RefKernels { dtype: DType::Mxfp4, dot: dot_mxfp4, dot_i8: Some(actq::dot_mxfp4_i8) },
 ];
 
 /// The reference row of `dtype`.

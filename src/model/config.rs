@@ -28,6 +28,9 @@ pub enum Family {
     /// DeepseekV3ForCausalLM (MLA; GLM-4.5's sigmoid routing with a choice bias and top-2-sum
     /// expert groups). Kimi-K2 and Moonlight load through it.
     DeepseekV3,
+    /// GptOssForCausalLM (attention sinks, q/k/v/o biases, alternating sliding/full layers,
+    /// a router with a bias, experts with biases and the clamped gated activation)
+    GptOss,
 }
 
 impl Family {
@@ -42,6 +45,7 @@ impl Family {
             Family::Glm4Moe => "Glm4MoeForCausalLM",
             Family::DeepseekV2 => "DeepseekV2ForCausalLM",
             Family::DeepseekV3 => "DeepseekV3ForCausalLM",
+            Family::GptOss => "GptOssForCausalLM",
         }
     }
 
@@ -56,6 +60,7 @@ impl Family {
             Family::Glm4Moe => "glm4_moe",
             Family::DeepseekV2 => "deepseek_v2",
             Family::DeepseekV3 => "deepseek_v3",
+            Family::GptOss => "gpt_oss",
         }
     }
 }
@@ -129,6 +134,18 @@ pub enum Scoring {
     Sigmoid,
 }
 
+/// The gated activation of the routed experts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExpertAct {
+    /// silu(gate) · up (SwiGLU).
+    #[default]
+    Silu,
+    /// GPT-OSS: g = min(gate, limit), u = clamp(up, −limit, limit), (u + 1) · g · sigmoid(alpha · g)
+    /// (`GptOssExperts._apply_gate`).
+    ClampedSwiglu { alpha: f64, limit: f64 },
+}
+
 /// Group-limited choice (DeepSeek-V2/V3 / GLM-4.5 `n_group`, `topk_group`): the experts form
 /// `n_group` equal groups, each scored by `score`, and only the `topk_group` best groups
 /// compete for the top-k.
@@ -199,6 +216,16 @@ pub struct MoeConfig {
     /// Combination weights × this (`routed_scaling_factor`), after any renormalisation.
     #[serde(default = "one")]
     pub routed_scaling: f64,
+    /// The router adds a per-expert bias to its logits (`moe.router_logit_bias`, GPT-OSS);
+    /// unlike `choice_bias` it changes the weights too.
+    #[serde(default)]
+    pub router_bias: bool,
+    /// The routed experts' gate/up/down projections carry biases (`moe.experts.*_bias`, GPT-OSS).
+    #[serde(default)]
+    pub expert_bias: bool,
+    /// The routed experts' gated activation.
+    #[serde(default)]
+    pub expert_act: ExpertAct,
 }
 
 /// Scalar multipliers some families put on the residual stream (Granite): all 1 / the usual
@@ -277,6 +304,13 @@ pub struct Config {
     /// Multi-head latent attention (DeepSeek); None: q/k/v projections and a per-head cache.
     #[serde(default)]
     pub mla: Option<Mla>,
+    /// The output projection carries a bias (GPT-OSS).
+    #[serde(default)]
+    pub attention_out_bias: bool,
+    /// A learned logit per query head in every softmax's denominator (`attn.sinks`, GPT-OSS): it
+    /// takes part of the probability mass and attends to nothing.
+    #[serde(default)]
+    pub attention_sinks: bool,
 }
 
 /// Caps that keep a hostile config from sizing absurd buffers.
@@ -376,6 +410,13 @@ impl Config {
         within("moe.shared_expert_ffn", m.shared_expert_ffn, 0, MAX_FFN)?;
         if m.shared_expert_gate && m.shared_expert_ffn == 0 {
             return Err(Error::config("shared_expert_gate without a shared expert"));
+        }
+        if let ExpertAct::ClampedSwiglu { alpha, limit } = m.expert_act {
+            if !(alpha.is_finite() && limit.is_finite() && limit > 0.0) {
+                return Err(Error::config(format!(
+                    "expert activation alpha {alpha}, limit {limit} must be finite, limit > 0"
+                )));
+            }
         }
         if !(m.routed_scaling.is_finite() && m.routed_scaling > 0.0) {
             return Err(Error::config(format!("moe.routed_scaling {} must be finite and > 0", m.routed_scaling)));

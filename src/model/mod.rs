@@ -7,13 +7,16 @@ mod names;
 mod weights;
 
 pub use config::{
-    Config, ExpertGroups, Family, GroupScore, LayerSpec, Mla, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring,
+    Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, Mla, MoeConfig, QkNorm, Rope, RopeScaling, Scales,
+    Scoring,
 };
 pub use names::{
     layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
     LM_HEAD,
 };
-pub use weights::{AttnWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpWeights, MoeWeights, Weights};
+pub use weights::{
+    AttnWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpBias, MlpWeights, MoeWeights, Weights,
+};
 
 use crate::error::{Error, Result};
 use crate::format::{self, ParsedFile};

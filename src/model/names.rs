@@ -92,6 +92,8 @@ pub mod suffix {
     pub const Q_BIAS: &str = "attn.q_bias";
     pub const K_BIAS: &str = "attn.k_bias";
     pub const V_BIAS: &str = "attn.v_bias";
+    pub const O_BIAS: &str = "attn.o_bias";
+    pub const SINKS: &str = "attn.sinks";
     pub const Q_NORM: &str = "attn.q_norm";
     pub const K_NORM: &str = "attn.k_norm";
     /// MLA: the query's low-rank pair and its norm (q_a_proj, q_a_layernorm, q_b_proj).
@@ -109,6 +111,10 @@ pub mod suffix {
     pub const FFN_NORM: &str = "ffn_norm";
     pub const ROUTER: &str = "moe.router";
     pub const ROUTER_BIAS: &str = "moe.router_bias";
+    pub const ROUTER_LOGIT_BIAS: &str = "moe.router_logit_bias";
+    pub const EXPERTS_GATE_BIAS: &str = "moe.experts.gate_bias";
+    pub const EXPERTS_UP_BIAS: &str = "moe.experts.up_bias";
+    pub const EXPERTS_DOWN_BIAS: &str = "moe.experts.down_bias";
     pub const EXPERTS_GATE: &str = "moe.experts.gate";
     pub const EXPERTS_UP: &str = "moe.experts.up";
     pub const EXPERTS_DOWN: &str = "moe.experts.down";
@@ -136,7 +142,7 @@ fn quantisable(mut s: TensorSpec, class: QuantClass) -> TensorSpec {
 pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     use suffix::*;
     use Role::*;
-    use TensorKind::{Experts as Stack, Plain, Router as RouterKind};
+    use TensorKind::{Plain, Router as RouterKind};
     let (h, hd, e) = (c.hidden_size, c.head_dim, c.moe.n_experts);
     let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
     let mut v = Vec::new();
@@ -174,24 +180,15 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         }
         let o_in = c.mla.as_ref().map_or(q_out, |m| c.n_heads * m.v_head_dim);
         v.push(quantisable(spec(n(O), &[h, o_in], Plain, Attention), QuantClass::Attn));
+        if c.attention_out_bias {
+            v.push(spec(n(O_BIAS), &[h], Plain, Attention));
+        }
+        if c.attention_sinks {
+            v.push(spec(n(SINKS), &[c.n_heads], Plain, Attention));
+        }
         v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
         if spec_l.moe {
-            if c.moe.choice_bias {
-                v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
-            }
-            let f = c.moe.expert_ffn;
-            v.push(quantisable(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts), QuantClass::Experts));
-            v.push(quantisable(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts), QuantClass::Experts));
-            v.push(quantisable(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts), QuantClass::Experts));
-            let fs = c.moe.shared_expert_ffn;
-            if fs > 0 {
-                v.push(quantisable(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp), QuantClass::Shared));
-                v.push(quantisable(spec(n(SHARED_UP), &[fs, h], Plain, Mlp), QuantClass::Shared));
-                v.push(quantisable(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp), QuantClass::Shared));
-                if c.moe.shared_expert_gate {
-                    v.push(spec(n(SHARED_EXPERT_GATE), &[1, h], Plain, Mlp));
-                }
-            }
+            moe_specs(c, l, &mut v);
         } else {
             let f = c.dense_ffn;
             v.push(quantisable(spec(n(MLP_GATE), &[f, h], Plain, Mlp), QuantClass::Mlp));
@@ -227,6 +224,41 @@ fn mla_specs(c: &Config, m: &Mla, l: usize, v: &mut Vec<TensorSpec>) {
     v.push(spec(n(KV_A_NORM), &[m.kv_lora_rank], Plain, Norm));
     v.push(spec(n(K_B), &[heads * m.kv_lora_rank, m.qk_nope_head_dim], Plain, Attention));
     v.push(spec(n(V_B), &[heads * m.v_head_dim, m.kv_lora_rank], Plain, Attention));
+}
+
+/// The MoE block's tensors of layer `l`: choice bias, router bias, the three expert stacks and
+/// their biases, the shared expert.
+fn moe_specs(c: &Config, l: usize, v: &mut Vec<TensorSpec>) {
+    use suffix::*;
+    use Role::*;
+    use TensorKind::{Experts as Stack, Plain};
+    let (h, e) = (c.hidden_size, c.moe.n_experts);
+    let n = |s: &str| layer_name(l, s);
+    if c.moe.choice_bias {
+        v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
+    }
+    if c.moe.router_bias {
+        v.push(spec(n(ROUTER_LOGIT_BIAS), &[e], Plain, Router));
+    }
+    let f = c.moe.expert_ffn;
+    v.push(quantisable(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts), QuantClass::Experts));
+    v.push(quantisable(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts), QuantClass::Experts));
+    v.push(quantisable(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts), QuantClass::Experts));
+    if c.moe.expert_bias {
+        // [n_experts, width]: row e is expert e's bias.
+        v.push(spec(n(EXPERTS_GATE_BIAS), &[e, f], Plain, Experts));
+        v.push(spec(n(EXPERTS_UP_BIAS), &[e, f], Plain, Experts));
+        v.push(spec(n(EXPERTS_DOWN_BIAS), &[e, h], Plain, Experts));
+    }
+    let fs = c.moe.shared_expert_ffn;
+    if fs > 0 {
+        v.push(quantisable(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp), QuantClass::Shared));
+        v.push(quantisable(spec(n(SHARED_UP), &[fs, h], Plain, Mlp), QuantClass::Shared));
+        v.push(quantisable(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp), QuantClass::Shared));
+        if c.moe.shared_expert_gate {
+            v.push(spec(n(SHARED_EXPERT_GATE), &[1, h], Plain, Mlp));
+        }
+    }
 }
 
 /// Parameter counts of a config.

@@ -3,14 +3,14 @@
 //! `names`. The forward pass sees only bound matrices: a missing or malformed tensor is an error
 //! at open, never a silent zero at run time.
 
-use super::config::{Config, Mla};
+use super::config::{Config, ExpertAct, Mla};
 use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, LM_HEAD};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
 use crate::kernels::Mat;
 use crate::tensor::TensorView;
 
-/// A gated (SwiGLU) MLP: down(silu(gate·x) ⊙ up·x).
+/// A gated MLP: down(act(gate·x, up·x)) — SwiGLU, or GPT-OSS's clamped variant (`act`).
 #[derive(Clone, Copy, Debug)]
 pub struct MlpWeights<'a> {
     /// [ffn, hidden]
@@ -19,6 +19,20 @@ pub struct MlpWeights<'a> {
     pub up: Mat<'a>,
     /// [hidden, ffn]
     pub down: Mat<'a>,
+    /// The gated activation (SwiGLU but for GPT-OSS's routed experts).
+    pub act: ExpertAct,
+    /// Biases of the three projections (GPT-OSS's routed experts).
+    pub bias: Option<MlpBias<'a>>,
+}
+
+/// The biases of one routed expert: row `row` of the layer's [n_experts, width] bias tensors.
+#[derive(Clone, Copy, Debug)]
+pub struct MlpBias<'a> {
+    /// [n_experts, ffn] ×2, [n_experts, hidden]
+    pub gate: Mat<'a>,
+    pub up: Mat<'a>,
+    pub down: Mat<'a>,
+    pub row: usize,
 }
 
 /// A MoE block.
@@ -34,6 +48,8 @@ pub struct MoeWeights<'a> {
     pub shared_gate: Option<Mat<'a>>,
     /// [n_experts]: the bias added to the scores for choosing (`MoeConfig::choice_bias`).
     pub choice_bias: Option<Vec<f32>>,
+    /// [n_experts]: the bias added to the router logits (`MoeConfig::router_bias`).
+    pub router_bias: Option<Mat<'a>>,
 }
 
 /// The feed-forward part of a layer.
@@ -92,6 +108,10 @@ pub struct LayerWeights<'a> {
     pub attn: AttnWeights<'a>,
     /// [hidden, n_heads·head_dim] (MLA: [hidden, n_heads·v_head_dim])
     pub wo: Mat<'a>,
+    /// [hidden]: the output projection's bias (GPT-OSS).
+    pub bo: Option<Mat<'a>>,
+    /// [n_heads]: each head's sink logit (GPT-OSS).
+    pub sinks: Option<Vec<f32>>,
     /// [hidden]
     pub ffn_norm: Mat<'a>,
     pub ffn: FfnWeights<'a>,
@@ -133,7 +153,18 @@ impl<'a> Binder<'a> {
             gate: self.get(&layer_name(l, g))?,
             up: self.get(&layer_name(l, u))?,
             down: self.get(&layer_name(l, d))?,
+            act: ExpertAct::Silu,
+            bias: None,
         })
+    }
+
+    /// A vector tensor (or None when absent) as f32 values.
+    fn opt_vec(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        Ok(self.opt(name)?.map(|m| {
+            let mut v = vec![0f32; m.len()];
+            m.dequantize(0, &mut v);
+            v
+        }))
     }
 
     /// The MLA projections of layer `l`.
@@ -168,12 +199,29 @@ impl<'a> Binder<'a> {
     }
 
     /// The routed experts of layer `l`: expert e's gate, up and down from the three stacks.
-    fn experts(&self, l: usize) -> Result<Vec<MlpWeights<'a>>> {
-        use suffix::{EXPERTS_DOWN, EXPERTS_GATE, EXPERTS_UP};
+    fn experts(&self, c: &Config, l: usize) -> Result<Vec<MlpWeights<'a>>> {
+        use suffix::{EXPERTS_DOWN, EXPERTS_DOWN_BIAS, EXPERTS_GATE, EXPERTS_GATE_BIAS, EXPERTS_UP, EXPERTS_UP_BIAS};
         let stacks = [EXPERTS_GATE, EXPERTS_UP, EXPERTS_DOWN].map(|s| self.view(&layer_name(l, s)));
         let [gate, up, down] = stacks;
         let (gate, up, down) = (gate?.expert_mats()?, up?.expert_mats()?, down?.expert_mats()?);
-        Ok(gate.into_iter().zip(up).zip(down).map(|((gate, up), down)| MlpWeights { gate, up, down }).collect())
+        let biases = if c.moe.expert_bias {
+            let [g, u, d] =
+                [EXPERTS_GATE_BIAS, EXPERTS_UP_BIAS, EXPERTS_DOWN_BIAS].map(|s| self.get(&layer_name(l, s)));
+            Some((g?, u?, d?))
+        } else {
+            None
+        };
+        let act = c.moe.expert_act;
+        Ok(gate
+            .into_iter()
+            .zip(up)
+            .zip(down)
+            .enumerate()
+            .map(|(row, ((gate, up), down))| {
+                let bias = biases.map(|(gate, up, down)| MlpBias { gate, up, down, row });
+                MlpWeights { gate, up, down, act, bias }
+            })
+            .collect())
     }
 }
 
@@ -188,7 +236,7 @@ impl<'a> Weights<'a> {
             let ffn = if spec.moe {
                 FfnWeights::Moe(MoeWeights {
                     router: b.get(&n(ROUTER))?,
-                    experts: b.experts(l)?,
+                    experts: b.experts(c, l)?,
                     shared: if c.moe.shared_expert_ffn > 0 {
                         Some(b.mlp(l, SHARED_GATE_PROJ, SHARED_UP, SHARED_DOWN)?)
                     } else {
@@ -200,6 +248,7 @@ impl<'a> Weights<'a> {
                         m.row_to_f32(0, &mut v);
                         v
                     }),
+                    router_bias: b.opt(&n(ROUTER_LOGIT_BIAS))?,
                 })
             } else {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
@@ -221,6 +270,8 @@ impl<'a> Weights<'a> {
                 attn_norm: b.get(&n(ATTN_NORM))?,
                 attn,
                 wo: b.get(&n(O))?,
+                bo: b.opt(&n(O_BIAS))?,
+                sinks: b.opt_vec(&n(SINKS))?,
                 ffn_norm: b.get(&n(FFN_NORM))?,
                 ffn,
             });

@@ -62,6 +62,7 @@ pub fn elem_size(d: Dtype) -> usize {
     match d {
         Dtype::F32 => 4,
         Dtype::F16 | Dtype::BF16 => 2,
+        Dtype::U8 => 1,
         other => panic!("fixture dtype {other:?}"),
     }
 }
@@ -90,6 +91,11 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
     let rest = name.strip_prefix("layers.").unwrap();
     let (l, sfx) = rest.split_once('.').unwrap();
     let base = format!("model.layers.{l}");
+    if src.contains_key(&format!("{base}.mlp.router.bias")) {
+        if let Some(found) = gpt_oss_expected(src, &base, sfx, expert, rows) {
+            return found;
+        }
+    }
     let leaf = match sfx {
         "attn_norm" => "input_layernorm.weight".to_string(),
         "ffn_norm" => "post_attention_layernorm.weight".to_string(),
@@ -160,6 +166,71 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
     };
     let s = &src[&format!("{base}.{leaf}")];
     (s.dtype, s.bytes.clone())
+}
+
+/// GPT-OSS's tensors that no other family has: o bias, sinks, router bias, and the experts —
+/// gate/up interleaved along the fused 2F outputs (gate even, up odd), as floats transposed
+/// ([E, H, 2F], [E, F, H]) or as MXFP4 blocks and scales (rows = outputs), which colibri keeps
+/// as ggml's blocks (scale byte, then byte j = element j | element j+16 << 4).
+fn gpt_oss_expected(
+    src: &HashMap<String, Src>,
+    base: &str,
+    sfx: &str,
+    expert: Option<usize>,
+    rows: usize,
+) -> Option<(Dtype, Vec<u8>)> {
+    let whole = |leaf: &str| src.get(&format!("{base}.{leaf}")).map(|s| (s.dtype, s.bytes.clone()));
+    let (stem, half) = match sfx {
+        "attn.o_bias" => return whole("self_attn.o_proj.bias"),
+        "attn.sinks" => return whole("self_attn.sinks"),
+        "moe.router" => return whole("mlp.router.weight"),
+        "moe.router_logit_bias" => return whole("mlp.router.bias"),
+        "moe.experts.down_bias" => return whole("mlp.experts.down_proj_bias"),
+        "moe.experts.gate" | "moe.experts.gate_bias" => ("gate_up_proj", 0),
+        "moe.experts.up" | "moe.experts.up_bias" => ("gate_up_proj", 1),
+        "moe.experts.down" => ("down_proj", 0),
+        _ => return None,
+    };
+    let step = if stem == "down_proj" { 1 } else { 2 };
+    if sfx.ends_with("_bias") {
+        // [E, 2F] → [E, F]: every other column.
+        let s = &src[&format!("{base}.mlp.experts.{stem}_bias")];
+        let es = elem_size(s.dtype);
+        let out = (0..s.shape[0] * s.shape[1] / 2)
+            .flat_map(|i| {
+                let j = (i / (s.shape[1] / 2)) * s.shape[1] + 2 * (i % (s.shape[1] / 2)) + half;
+                s.bytes[j * es..(j + 1) * es].to_vec()
+            })
+            .collect();
+        return Some((s.dtype, out));
+    }
+    let e = expert.unwrap();
+    if let Some(b) = src.get(&format!("{base}.mlp.experts.{stem}_blocks")) {
+        let s = &src[&format!("{base}.mlp.experts.{stem}_scales")];
+        let (fused, groups) = (b.shape[1], b.shape[2]);
+        let mut out = Vec::new();
+        for r in 0..rows {
+            let row = e * fused + step * r + half;
+            for g in 0..groups {
+                let blk = &b.bytes[(row * groups + g) * 16..][..16];
+                let nib = |k: usize| (blk[k / 2] >> (4 * (k % 2))) & 15;
+                out.push(s.bytes[row * groups + g]);
+                out.extend((0..16).map(|j| nib(j) | (nib(j + 16) << 4)));
+            }
+        }
+        return Some((Dtype::U8, out));
+    }
+    // Floats stored [E, cols, fused]: element (r, c) at (e·cols + c)·fused + step·r + half.
+    let t = &src[&format!("{base}.mlp.experts.{stem}")];
+    let (cols, fused, es) = (t.shape[1], t.shape[2], elem_size(t.dtype));
+    let mut out = Vec::new();
+    for r in 0..rows {
+        for c in 0..cols {
+            let i = (e * cols + c) * fused + step * r + half;
+            out.extend_from_slice(&t.bytes[i * es..(i + 1) * es]);
+        }
+    }
+    Some((t.dtype, out))
 }
 
 /// The source elements of `bytes` (of `dtype`) widened to f32.

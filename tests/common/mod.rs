@@ -113,6 +113,9 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
             choice_bias: false,
             groups: None,
             routed_scaling: 1.0,
+            router_bias: false,
+            expert_bias: false,
+            expert_act: Default::default(),
         },
         dense_ffn: 0,
         layers: vec![LayerSpec { moe: true, sliding_window: None }; 2],
@@ -123,6 +126,8 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         pad_token_id: None,
         scales: Default::default(),
         mla: None,
+        attention_out_bias: false,
+        attention_sinks: false,
     }
 }
 
