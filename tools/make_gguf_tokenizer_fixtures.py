@@ -57,6 +57,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 
 OUT = ROOT / "tests" / "fixtures" / "gguf_tokenizers"
 BPE_VOCAB = 1500
+WHOLE_WORD = "supercalifragilisticexpialidocious"
 SPM_VOCAB = 1500
 
 # ----------------------------------------------------------------------------------------------
@@ -242,10 +243,15 @@ def train_gpt2(k, lines):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB, min_frequency=2, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(lines, trainer=trainer)
+    # A vocabulary entry the merges do not reach (as hub vocabularies have): with ignore_merges a
+    # pre-token equal to it is that one token, without it the merges decide.
+    js = json.loads(tok.to_str())
+    js["model"]["ignore_merges"] = bool(k.get("ignore_merges"))
+    js["model"]["vocab"][WHOLE_WORD] = len(js["model"]["vocab"])
+    tok = Tokenizer.from_str(json.dumps(js))
     for entry in k["added"]:
         (tok.add_special_tokens if entry[1] else tok.add_tokens)([added_token(entry)])
     js = json.loads(tok.to_str())
-    js["model"]["ignore_merges"] = bool(k.get("ignore_merges"))
     bl = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
     if k.get("add_bos"):
         bos = k["bos"]
