@@ -31,11 +31,13 @@ default /work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp; only read, never c
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
 import sys
 import tempfile
+import unicodedata
 from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
@@ -418,11 +420,80 @@ def expected(tok_json, specials):
     return {"cases": cases}
 
 
+# ----------------------------------------------------------------------------------------------
+# Cross-check: llama.cpp itself tokenising the written .gguf (optional, needs its libllama.so)
+# ----------------------------------------------------------------------------------------------
+class LlamaModelParams(ctypes.Structure):
+    """struct llama_model_params of this llama.cpp version's include/llama.h."""
+
+    _fields_ = [
+        ("devices", ctypes.c_void_p),
+        ("tensor_buft_overrides", ctypes.c_void_p),
+        ("n_gpu_layers", ctypes.c_int32),
+        ("split_mode", ctypes.c_int),
+        ("load_mode", ctypes.c_int),
+        ("lazy_mode", ctypes.c_int),
+        ("main_gpu", ctypes.c_int32),
+        ("tensor_split", ctypes.c_void_p),
+        ("progress_callback", ctypes.c_void_p),
+        ("progress_callback_user_data", ctypes.c_void_p),
+        ("kv_overrides", ctypes.c_void_p),
+    ] + [(name, ctypes.c_bool) for name in ("vocab_only", "check_tensors", "use_extra_bufts", "no_host", "no_alloc", "load_mtp")]
+
+
+def llama_cpp_tokenizer(lib_path):
+    """`tokenize(gguf_path, text, add_special, parse_special) -> ids` through llama.cpp's C API."""
+    lib = ctypes.CDLL(str(lib_path))
+    lib.llama_model_default_params.restype = LlamaModelParams
+    lib.llama_model_load_from_file.restype = ctypes.c_void_p
+    lib.llama_model_load_from_file.argtypes = [ctypes.c_char_p, LlamaModelParams]
+    lib.llama_model_get_vocab.restype = ctypes.c_void_p
+    lib.llama_model_get_vocab.argtypes = [ctypes.c_void_p]
+    lib.llama_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32, ctypes.c_bool, ctypes.c_bool]
+    quiet = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(lambda level, text, user: None)
+    lib.llama_log_set(quiet, None)
+    lib.llama_backend_init()
+    vocabs = {"quiet": quiet}  # keeps the callback alive
+
+    def tokenize(path, text, add_special, parse_special):
+        if path not in vocabs:
+            params = lib.llama_model_default_params()
+            params.vocab_only = True
+            model = lib.llama_model_load_from_file(str(path).encode(), params)
+            assert model, path
+            vocabs[path] = lib.llama_model_get_vocab(model)
+        raw = text.encode()
+        buf = (ctypes.c_int32 * (2 * len(raw) + 8))()
+        n = lib.llama_tokenize(vocabs[path], raw, len(raw), buf, len(buf), add_special, parse_special)
+        assert n >= 0, text
+        return list(buf[:n])
+
+    return tokenize
+
+
+def llama_cpp_agrees(tokenize, name, path, cases):
+    """llama.cpp gives the HF ids, except where it knowingly departs from the hub tokenizer: it
+    applies no NFC normaliser, and its gpt-4o regex is an adaptation that differs on marks (\p{M})."""
+    nfc = name in ("qwen2", "qwen35", "olmo")
+    checked = 0
+    for c in cases:
+        t = c["text"]
+        if nfc and unicodedata.normalize("NFC", t) != t:
+            continue
+        if name == "gpt-4o" and any(unicodedata.category(ch).startswith("M") for ch in t):
+            continue
+        assert tokenize(path, t, False, True) == c["ids"], (name, t)
+        assert tokenize(path, t, True, True) == c["ids_with_special"], (name, t)
+        assert tokenize(path, t, False, False) == c["ids_as_text"], (name, t)
+        checked += 1
+    return checked
+
+
 def write_json(path, value):
     path.write_text(json.dumps(value, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 
 
-def make_kind(name, lines, work):
+def make_kind(name, lines, work, tokenize):
     src = work / name
     src.mkdir()
     out = OUT / name
@@ -459,14 +530,18 @@ def make_kind(name, lines, work):
     vocab = read_vocab(out / "vocab.gguf")
     assert vocab["model"] == kind_model and vocab["pre"] == (pre if kind_model == "gpt2" else "default"), vocab["pre"]
     write_json(out / "vocab.json", vocab)
-    write_json(out / "expected.json", expected(tok_json, specials))
-    print(f"{name}: {len(vocab['tokens'])} tokens, {len(vocab['merges'])} merges, {len(TEXTS)} texts")
+    exp = expected(tok_json, specials)
+    write_json(out / "expected.json", exp)
+    agree = f", llama.cpp agrees on {llama_cpp_agrees(tokenize, name, out / 'vocab.gguf', exp['cases'])}" if tokenize else ""
+    print(f"{name}: {len(vocab['tokens'])} tokens, {len(vocab['merges'])} merges, {len(exp['cases'])} texts{agree}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated kinds")
+    ap.add_argument("--libllama", type=Path, default=Path("/work/llama/build/bin/libllama.so"), help="cross-check with llama.cpp if present")
     args = ap.parse_args()
+    tokenize = llama_cpp_tokenizer(args.libllama) if args.libllama.is_file() else None
     kinds = list(GPT2_KINDS) + list(SPM_KINDS)
     if args.only:
         kinds = [k for k in kinds if k in args.only.split(",")]
@@ -474,7 +549,7 @@ def main():
     lines = training_lines()
     with tempfile.TemporaryDirectory() as work:
         for name in kinds:
-            make_kind(name, lines, Path(work))
+            make_kind(name, lines, Path(work), tokenize)
 
 
 if __name__ == "__main__":
