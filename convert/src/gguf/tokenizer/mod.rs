@@ -31,9 +31,11 @@ pub fn hf_files(v: &GgufVocab) -> Result<HfTokenizerFiles> {
     let p = match v.model.as_str() {
         "gpt2" => bpe::pipeline(v, &types)?,
         "llama" => spm::pipeline(v, &types)?,
-        other => return Err(fail(format!(
+        other => {
+            return Err(fail(format!(
             "GGUF tokenizer model {other:?} is not supported (\"gpt2\" byte-level BPE and \"llama\" SentencePiece are)"
-        ))),
+        )))
+        }
     };
     let tokenizer = json!({
         "version": "1.0",
