@@ -225,6 +225,8 @@ GPT2_KINDS = {
     ),
     "smollm": dict(pre="smollm", pre_tok=digits_byte_level, added=[("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)], bos="<|im_start|>", eos="<|im_end|>"),
 }
+# Mistral-style control tokens and a user-defined piece, right after <unk> <s> </s>
+SPM_ADDED = [("<unk>", True), ("<s>", True), ("</s>", True), ("[INST]", True), ("[/INST]", True), ("<tool>", False)]
 SPM_KINDS = {"spm": dict(prefix=True), "spm-noprefix": dict(prefix=False)}
 
 
@@ -290,6 +292,8 @@ def train_spm(lines):
         bos_id=1,
         eos_id=2,
         pad_id=-1,
+        control_symbols=[t for t, special in SPM_ADDED[3:] if special],
+        user_defined_symbols=[t for t, special in SPM_ADDED[3:] if not special],
         num_threads=1,
         minloglevel=2,
         max_sentence_length=100000,
@@ -316,7 +320,7 @@ def spm_tokenizer_json(model_path, prefix):
     tok.normalizer = normalizers.Sequence(norm + [normalizers.Replace(" ", "▁")])
     dec = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     tok.decoder = decoders.Sequence(dec + ([decoders.Strip(" ", 1, 0)] if prefix else []))
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
+    tok.add_tokens([AddedToken(t, special=special, normalized=False) for t, special in SPM_ADDED])
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)])
     if prefix:  # the HF oracle is SentencePiece itself on text without special tokens
         for t in TEXTS:
@@ -520,9 +524,11 @@ def make_kind(name, lines, work, tokenize):
         shutil.copy(model_path, src / "tokenizer.model")
         tok_json, _ = spm_tokenizer_json(model_path, prefix)
         tc = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "add_prefix_space": prefix, "legacy": True}
+        # as the hub files list them (llama.cpp's converter types the tokens from this)
+        tc["added_tokens_decoder"] = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": special} for i, (t, special) in enumerate(SPM_ADDED)}
         tc["chat_template"] = "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"
         hparams = {"vocab_size": SPM_VOCAB, "bos_token_id": 1, "eos_token_id": 2}
-        kind_model, pre, specials = "llama", None, ["<s>", "</s>", "<unk>"]
+        kind_model, pre, specials = "llama", None, [t for t, _ in SPM_ADDED]
     (src / "tokenizer.json").write_text(tok_json, encoding="utf-8")
     write_json(src / "tokenizer_config.json", tc)
     write_json(src / "config.json", {"architectures": ["LlamaForCausalLM"], **hparams})

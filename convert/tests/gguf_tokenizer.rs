@@ -194,3 +194,26 @@ fn a_missing_pre_name_is_llama_cpp_default() {
     named.pre = Some("default".into());
     assert_eq!(hf_files(&v).expect("build"), hf_files(&named).expect("build"));
 }
+
+/// Without `add_bos_token` the GGUF gets llama.cpp's default: bos for Llama 3 and SentencePiece,
+/// none for other byte-level vocabularies; GLM-4 never gets its bos (llama.cpp drops it).
+#[test]
+fn add_bos_defaults_follow_llama_cpp() {
+    let first = |v: &GgufVocab| {
+        let files = hf_files(v).expect("build");
+        let tok =
+            Tokenizer::from_json(&files.tokenizer_json, Some(&files.tokenizer_config_json), &config(v)).expect("load");
+        tok.encode("Hello", true).expect("encode").first().copied()
+    };
+    for (kind, adds) in [("llama-bpe", true), ("spm", true), ("qwen2", false), ("gpt-2", false)] {
+        let mut v = vocab(kind);
+        v.add_bos = None;
+        assert_eq!(first(&v) == v.bos_id, adds, "{kind}");
+    }
+    let mut v = vocab("glm4");
+    v.bos_id = v.tokens.iter().position(|t| t == "<sop>").map(|i| i as u32);
+    v.add_bos = Some(true);
+    assert_ne!(first(&v), v.bos_id);
+    let tc: Value = serde_json::from_str(&hf_files(&v).expect("build").tokenizer_config_json).expect("json");
+    assert_eq!(tc["bos_token"], Value::Null);
+}
