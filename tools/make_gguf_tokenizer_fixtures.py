@@ -110,6 +110,11 @@ GPT4O_RE = (
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+TEKKEN_RE = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 DEEPSEEK_LLM_RES = [
     "[\r\n]",
     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1f7dᾀ-ᾴᾶ-ᾼ\u1fbeῂ-ῄῆ-ῌῐ-\u1fd3ῖ-\u1fdbῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212a-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
@@ -136,7 +141,8 @@ DEFAULT_RES = [
 def check_against_llama_cpp():
     """The split regexes above are llama.cpp's (src/llama-vocab.cpp), character for character."""
     src = (LLAMA_CPP / "src" / "llama-vocab.cpp").read_text(encoding="utf-8")
-    for r in DEEPSEEK_LLM_RES + DEEPSEEK_CODER_RES + DEEPSEEK_V3_RES + DEFAULT_RES:
+    originals = [LLAMA3_RE, QWEN2_RE, QWEN35_RE, GPT4O_RE, TEKKEN_RE]  # quoted in its comments
+    for r in originals + DEEPSEEK_LLM_RES + DEEPSEEK_CODER_RES + DEEPSEEK_V3_RES + DEFAULT_RES:
         c = r.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "\\r").replace("\n", "\\n")
         assert f'"{c}"' in src, r
 
@@ -222,6 +228,25 @@ GPT2_KINDS = {
         added=[("<|endoftext|>", True), ("[MASK]", True), ("[gMASK]", True), ("<sop>", True), ("<|user|>", True), ("<|assistant|>", True), ("<think>", False), ("</think>", False)],
         eos="<|endoftext|>",
         pad="<|endoftext|>",
+    ),
+    "tekken": dict(
+        pre="tekken",
+        pre_tok=lambda: splits([TEKKEN_RE]),
+        ignore_merges=True,
+        added=[("<unk>", True), ("<s>", True), ("</s>", True), ("[INST]", True), ("[/INST]", True)],
+        bos="<s>",
+        eos="</s>",
+        add_bos=True,
+    ),
+    "command-r": dict(
+        pre="command-r",
+        norm=normalizers.NFC,
+        pre_tok=digits_byte_level,
+        added=[("<PAD>", True), ("<BOS_TOKEN>", True), ("<EOS_TOKEN>", True), ("<|START_OF_TURN_TOKEN|>", True), ("<|END_OF_TURN_TOKEN|>", True)],
+        bos="<BOS_TOKEN>",
+        eos="<|END_OF_TURN_TOKEN|>",
+        pad="<PAD>",
+        add_bos=True,
     ),
     "smollm": dict(pre="smollm", pre_tok=digits_byte_level, added=[("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)], bos="<|im_start|>", eos="<|im_end|>"),
 }
@@ -477,14 +502,15 @@ def llama_cpp_tokenizer(lib_path):
 
 def llama_cpp_agrees(tokenize, name, path, cases):
     """llama.cpp gives the HF ids, except where it knowingly departs from the hub tokenizer: it
-    applies no NFC normaliser, and its gpt-4o regex is an adaptation that differs on marks (\p{M})."""
-    nfc = name in ("qwen2", "qwen35", "olmo")
+    applies no NFC normaliser, and its gpt-4o and tekken regexes are adaptations that differ on
+    marks (\p{M})."""
+    nfc = name in ("qwen2", "qwen35", "olmo", "command-r")
     checked = 0
     for c in cases:
         t = c["text"]
         if nfc and unicodedata.normalize("NFC", t) != t:
             continue
-        if name == "gpt-4o" and any(unicodedata.category(ch).startswith("M") for ch in t):
+        if name in ("gpt-4o", "tekken") and any(unicodedata.category(ch).startswith("M") for ch in t):
             continue
         assert tokenize(path, t, False, True) == c["ids"], (name, t)
         assert tokenize(path, t, True, True) == c["ids_with_special"], (name, t)

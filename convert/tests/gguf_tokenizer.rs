@@ -11,7 +11,7 @@ use colibri_convert::gguf::vocab::GgufVocab;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const KINDS: [&str; 14] = [
+const KINDS: [&str; 16] = [
     "gpt-2",
     "default",
     "llama-bpe",
@@ -23,6 +23,8 @@ const KINDS: [&str; 14] = [
     "olmo",
     "gpt-4o",
     "glm4",
+    "tekken",
+    "command-r",
     "smollm",
     "spm",
     "spm-noprefix",

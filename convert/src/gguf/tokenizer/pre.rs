@@ -27,6 +27,11 @@ const GPT4O: &str = concat!(
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 );
+const TEKKEN: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
 const DEEPSEEK_LLM: [&str; 6] = [
     "[\r\n]",
     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u{1f7d}ᾀ-ᾴᾶ-ᾼ\u{1fbe}ῂ-ῄῆ-ῌῐ-\u{1fd3}ῖ-\u{1fdb}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u{2126}ℨ\u{212a}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
@@ -54,12 +59,11 @@ const LLAMA_CPP_DEFAULT: [&str; 4] = [
 pub(super) fn pre_tokenizer(name: Option<&str>) -> Result<PreTokenizer> {
     let (normalizer, pre_tokenizer) = match name.unwrap_or("default") {
         "default" => (Value::Null, splits(&LLAMA_CPP_DEFAULT)),
-        "gpt-2" => (Value::Null, byte_level(true)),
-        "olmo" => (nfc(), byte_level(true)),
-        "starcoder" | "refact" | "smollm" => {
-            (Value::Null, json!({"type": "Sequence", "pretokenizers": [digits(), byte_level(true)]}))
-        }
-        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "glm4" | "glm5" | "chatglm-bpe" => {
+        "gpt-2" | "phi-2" => (Value::Null, byte_level(true)),
+        "olmo" | "mpt" => (nfc(), byte_level(true)),
+        "starcoder" | "refact" | "smollm" => (Value::Null, digits_byte_level()),
+        "command-r" => (nfc(), digits_byte_level()),
+        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "dbrx" | "glm4" | "glm5" | "chatglm-bpe" => {
             (Value::Null, splits(&[&format!("{CONTRACTIONS}{LLAMA3}")]))
         }
         "qwen2" | "deepseek-r1-qwen" => (nfc(), splits(&[&format!("{CONTRACTIONS}{QWEN2}")])),
@@ -68,15 +72,16 @@ pub(super) fn pre_tokenizer(name: Option<&str>) -> Result<PreTokenizer> {
         "deepseek-coder" => (Value::Null, splits(&DEEPSEEK_CODER)),
         "deepseek-v3" => (Value::Null, splits(&DEEPSEEK_V3)),
         "gpt-4o" | "llama4" => (Value::Null, splits(&[GPT4O])),
+        "tekken" => (Value::Null, splits(&[TEKKEN])),
         other => return Err(fail(format!("GGUF pre-tokenizer {other:?} (tokenizer.ggml.pre) is not supported"))),
     };
     let name = name.unwrap_or("default");
     Ok(PreTokenizer {
         normalizer,
         pre_tokenizer,
-        ignore_merges: matches!(name, "llama-bpe" | "llama3" | "llama-v3" | "glm4" | "glm5"),
+        ignore_merges: matches!(name, "llama-bpe" | "llama3" | "llama-v3" | "glm4" | "glm5" | "tekken"),
         no_bos: matches!(name, "glm4" | "glm5" | "chatglm-bpe"),
-        add_bos_default: matches!(name, "llama-bpe" | "llama3" | "llama-v3"),
+        add_bos_default: matches!(name, "llama-bpe" | "llama3" | "llama-v3" | "tekken"),
     })
 }
 
@@ -84,8 +89,10 @@ fn nfc() -> Value {
     json!({"type": "NFC"})
 }
 
-fn digits() -> Value {
-    json!({"type": "Digits", "individual_digits": true})
+/// Single digits split off, then ByteLevel's GPT-2 split (StarCoder, SmolLM, Command-R).
+fn digits_byte_level() -> Value {
+    let digits = json!({"type": "Digits", "individual_digits": true});
+    json!({"type": "Sequence", "pretokenizers": [digits, byte_level(true)]})
 }
 
 /// ByteLevel; `use_regex` is its built-in GPT-2 split.
