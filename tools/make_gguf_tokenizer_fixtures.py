@@ -163,19 +163,25 @@ def digits_byte_level():
 QWEN_ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<tool_call>", False), ("</tool_call>", False)]
 CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 
-# name: pre (None: key absent), normalizer, pre-tokenizer, ignore_merges, added (content, special[, normalized]),
+DS_BOS, DS_EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+
+
+def with_bos(pre, pre_tok, added, eos, **extra):
+    """A kind whose post-processor adds its first added token as bos."""
+    return dict(pre=pre, pre_tok=pre_tok, added=added, bos=added[0][0], eos=eos, add_bos=True, **extra)
+
+
+# name: pre (None: key absent), norm(alizer), pre-tokenizer, ignore_merges, added (content, special[, normalized]),
 #       special token contents, bos in the post-processor, extra padded ids, chat template
 GPT2_KINDS = {
-    "gpt-2": dict(pre="gpt-2", norm=None, pre_tok=byte_level, added=[("<|endoftext|>", True)], bos="<|endoftext|>", eos="<|endoftext|>"),
-    "default": dict(pre=None, norm=None, pre_tok=lambda: splits(DEFAULT_RES), added=[("<|endoftext|>", True)], eos="<|endoftext|>"),
-    "llama-bpe": dict(
-        pre="llama-bpe",
-        pre_tok=lambda: splits([LLAMA3_RE]),
+    "gpt-2": dict(pre="gpt-2", pre_tok=byte_level, added=[("<|endoftext|>", True)], bos="<|endoftext|>", eos="<|endoftext|>"),
+    "default": dict(pre=None, pre_tok=lambda: splits(DEFAULT_RES), added=[("<|endoftext|>", True)], eos="<|endoftext|>"),
+    "llama-bpe": with_bos(
+        "llama-bpe",
+        lambda: splits([LLAMA3_RE]),
+        [("<|begin_of_text|>", True), ("<|end_of_text|>", True), ("<|reserved_special_token_0|>", True), ("<|start_header_id|>", True), ("<|end_header_id|>", True), ("<|eot_id|>", True)],
+        "<|eot_id|>",
         ignore_merges=True,
-        added=[("<|begin_of_text|>", True), ("<|end_of_text|>", True), ("<|reserved_special_token_0|>", True), ("<|start_header_id|>", True), ("<|end_header_id|>", True), ("<|eot_id|>", True)],
-        bos="<|begin_of_text|>",
-        eos="<|eot_id|>",
-        add_bos=True,
         chat_template="{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}",
     ),
     "qwen2": dict(pre="qwen2", norm=normalizers.NFC, pre_tok=lambda: splits([QWEN2_RE]), added=QWEN_ADDED, eos="<|im_end|>", pad="<|endoftext|>", padded=3, chat_template=CHAT_TEMPLATE),
@@ -188,29 +194,13 @@ GPT2_KINDS = {
         pad="<|endoftext|>",
         chat_template=CHAT_TEMPLATE,
     ),
-    "deepseek-llm": dict(
-        pre="deepseek-llm",
-        pre_tok=lambda: splits(DEEPSEEK_LLM_RES),
-        added=[("<｜begin▁of▁sentence｜>", True), ("<｜end▁of▁sentence｜>", True)],
-        bos="<｜begin▁of▁sentence｜>",
-        eos="<｜end▁of▁sentence｜>",
-        add_bos=True,
-    ),
-    "deepseek-coder": dict(
-        pre="deepseek-coder",
-        pre_tok=lambda: splits(DEEPSEEK_CODER_RES),
-        added=[("<｜begin▁of▁sentence｜>", True), ("<｜end▁of▁sentence｜>", True), ("<｜fim▁hole｜>", True)],
-        bos="<｜begin▁of▁sentence｜>",
-        eos="<｜end▁of▁sentence｜>",
-        add_bos=True,
-    ),
-    "deepseek-v3": dict(
-        pre="deepseek-v3",
-        pre_tok=lambda: splits(DEEPSEEK_V3_RES),
-        added=[("<｜begin▁of▁sentence｜>", True), ("<｜end▁of▁sentence｜>", True), ("<｜place▁holder▁no▁0｜>", True), ("<think>", False), ("</think>", False)],
-        bos="<｜begin▁of▁sentence｜>",
-        eos="<｜end▁of▁sentence｜>",
-        add_bos=True,
+    "deepseek-llm": with_bos("deepseek-llm", lambda: splits(DEEPSEEK_LLM_RES), [(DS_BOS, True), (DS_EOS, True)], DS_EOS),
+    "deepseek-coder": with_bos("deepseek-coder", lambda: splits(DEEPSEEK_CODER_RES), [(DS_BOS, True), (DS_EOS, True), ("<｜fim▁hole｜>", True)], DS_EOS),
+    "deepseek-v3": with_bos(
+        "deepseek-v3",
+        lambda: splits(DEEPSEEK_V3_RES),
+        [(DS_BOS, True), (DS_EOS, True), ("<｜place▁holder▁no▁0｜>", True), ("<think>", False), ("</think>", False)],
+        DS_EOS,
     ),
     "olmo": dict(
         pre="olmo",
@@ -229,24 +219,14 @@ GPT2_KINDS = {
         eos="<|endoftext|>",
         pad="<|endoftext|>",
     ),
-    "tekken": dict(
-        pre="tekken",
-        pre_tok=lambda: splits([TEKKEN_RE]),
-        ignore_merges=True,
-        added=[("<unk>", True), ("<s>", True), ("</s>", True), ("[INST]", True), ("[/INST]", True)],
-        bos="<s>",
-        eos="</s>",
-        add_bos=True,
-    ),
-    "command-r": dict(
-        pre="command-r",
+    "tekken": with_bos("tekken", lambda: splits([TEKKEN_RE]), [("<s>", True), ("</s>", True), ("<unk>", True), ("[INST]", True), ("[/INST]", True)], "</s>", ignore_merges=True),
+    "command-r": with_bos(
+        "command-r",
+        digits_byte_level,
+        [("<BOS_TOKEN>", True), ("<PAD>", True), ("<EOS_TOKEN>", True), ("<|START_OF_TURN_TOKEN|>", True), ("<|END_OF_TURN_TOKEN|>", True)],
+        "<|END_OF_TURN_TOKEN|>",
         norm=normalizers.NFC,
-        pre_tok=digits_byte_level,
-        added=[("<PAD>", True), ("<BOS_TOKEN>", True), ("<EOS_TOKEN>", True), ("<|START_OF_TURN_TOKEN|>", True), ("<|END_OF_TURN_TOKEN|>", True)],
-        bos="<BOS_TOKEN>",
-        eos="<|END_OF_TURN_TOKEN|>",
         pad="<PAD>",
-        add_bos=True,
     ),
     "smollm": dict(pre="smollm", pre_tok=digits_byte_level, added=[("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)], bos="<|im_start|>", eos="<|im_end|>"),
 }
