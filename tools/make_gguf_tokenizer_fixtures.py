@@ -185,9 +185,8 @@ GPT2_KINDS = {
         chat_template="{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}",
     ),
     "qwen2": dict(pre="qwen2", norm=normalizers.NFC, pre_tok=lambda: splits([QWEN2_RE]), added=QWEN_ADDED, eos="<|im_end|>", pad="<|endoftext|>", padded=3, chat_template=CHAT_TEMPLATE),
-    "qwen35": dict(
+    "qwen35": dict(  # no NFC (unlike qwen2): llama.cpp's ggml-vocab-qwen35.gguf.out keeps e + U+0301 apart
         pre="qwen35",
-        norm=normalizers.NFC,
         pre_tok=lambda: splits([QWEN35_RE]),
         added=QWEN_ADDED[:3] + [("<think>", False), ("</think>", False)],
         eos="<|im_end|>",
@@ -227,6 +226,7 @@ GPT2_KINDS = {
         "<|END_OF_TURN_TOKEN|>",
         norm=normalizers.NFC,
         pad="<PAD>",
+        specials_first=True,
     ),
     "smollm": dict(pre="smollm", pre_tok=digits_byte_level, added=[("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)], bos="<|im_start|>", eos="<|im_end|>"),
 }
@@ -250,7 +250,11 @@ def train_gpt2(k, lines):
         tok.normalizer = k["norm"]()
     tok.pre_tokenizer = k["pre_tok"]()
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB, min_frequency=2, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    # specials_first: the added tokens are also the first vocabulary entries (Command-R's layout)
+    first = [e[0] for e in k["added"]] if k.get("specials_first") else []
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB, min_frequency=2, show_progress=False, special_tokens=first, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(lines, trainer=trainer)
     # A vocabulary entry the merges do not reach (as hub vocabularies have): with ignore_merges a
     # pre-token equal to it is that one token, without it the merges decide.
@@ -484,7 +488,7 @@ def llama_cpp_agrees(tokenize, name, path, cases):
     """llama.cpp gives the HF ids, except where it knowingly departs from the hub tokenizer: it
     applies no NFC normaliser, and its gpt-4o and tekken regexes are adaptations that differ on
     marks (\p{M})."""
-    nfc = name in ("qwen2", "qwen35", "olmo", "command-r")
+    nfc = name in ("qwen2", "olmo", "command-r")
     checked = 0
     for c in cases:
         t = c["text"]

@@ -1,8 +1,9 @@
-//! `tokenizer.ggml.model` "gpt2": byte-level BPE. The vocabulary is the normal tokens (control
-//! and user-defined ones become added tokens, unused `[PADn]` fillers are left out, as the hub
-//! tokenizer has no such ids), the merges are the GGUF's, the pre-tokenizer is `tokenizer.ggml.pre`'s.
+//! `tokenizer.ggml.model` "gpt2": byte-level BPE. The vocabulary is every token but the unused
+//! `[PADn]` fillers (the hub tokenizer has no such ids): control and user-defined tokens are in
+//! it too, as `tokenizers` gives an added token the id of its vocabulary entry, else a new one past
+//! the vocabulary. The merges are the GGUF's, the pre-tokenizer is `tokenizer.ggml.pre`'s.
 
-use super::common::{vocab_map, Pipeline, CONTROL, UNUSED, USER_DEFINED};
+use super::common::{vocab_map, Pipeline, UNUSED};
 use super::pre::pre_tokenizer;
 use crate::error::{fail, Result};
 use crate::gguf::vocab::GgufVocab;
@@ -10,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 pub(super) fn pipeline(v: &GgufVocab, types: &[i32]) -> Result<Pipeline> {
     let pre = pre_tokenizer(v.pre.as_deref())?;
-    let mut vocab = vocab_map(v, |id| !matches!(types[id], CONTROL | USER_DEFINED | UNUSED));
+    let mut vocab = vocab_map(v, |id| types[id] != UNUSED);
     let merges = merges(v, &mut vocab)?;
     let model = json!({
         "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,

@@ -67,7 +67,8 @@ pub(super) fn pre_tokenizer(name: Option<&str>) -> Result<PreTokenizer> {
             (Value::Null, splits(&[&format!("{CONTRACTIONS}{LLAMA3}")]))
         }
         "qwen2" | "deepseek-r1-qwen" => (nfc(), splits(&[&format!("{CONTRACTIONS}{QWEN2}")])),
-        "qwen35" => (nfc(), splits(&[&format!("{CONTRACTIONS}{QWEN35}")])),
+        // no NFC: llama.cpp's recorded hub ids keep "e\u{301}" as two tokens
+        "qwen35" => (Value::Null, splits(&[&format!("{CONTRACTIONS}{QWEN35}")])),
         "deepseek-llm" => (Value::Null, splits(&DEEPSEEK_LLM)),
         "deepseek-coder" => (Value::Null, splits(&DEEPSEEK_CODER)),
         "deepseek-v3" => (Value::Null, splits(&DEEPSEEK_V3)),
