@@ -160,6 +160,12 @@ def digits_byte_level():
     return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level()])
 
 
+def falcon():
+    three = pre_tokenizers.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated", invert=False)
+    steps = [pre_tokenizers.Punctuation("contiguous"), byte_level(), pre_tokenizers.Digits(individual_digits=False), three]
+    return pre_tokenizers.Sequence(steps)
+
+
 QWEN_ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<tool_call>", False), ("</tool_call>", False)]
 CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 
@@ -228,6 +234,7 @@ GPT2_KINDS = {
         pad="<PAD>",
         specials_first=True,
     ),
+    "falcon": dict(pre="falcon", pre_tok=falcon, added=[(">>TITLE<<", True), (">>ABSTRACT<<", True), ("<|endoftext|>", True)], eos="<|endoftext|>"),
     "smollm": dict(pre="smollm", pre_tok=digits_byte_level, added=[("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)], bos="<|im_start|>", eos="<|im_end|>"),
 }
 # Mistral-style control tokens and a user-defined piece, right after <unk> <s> </s>

@@ -11,7 +11,7 @@ use colibri_convert::gguf::vocab::GgufVocab;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-const KINDS: [&str; 16] = [
+const KINDS: [&str; 17] = [
     "gpt-2",
     "default",
     "llama-bpe",
@@ -25,6 +25,7 @@ const KINDS: [&str; 16] = [
     "glm4",
     "tekken",
     "command-r",
+    "falcon",
     "smollm",
     "spm",
     "spm-noprefix",

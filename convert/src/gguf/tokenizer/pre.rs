@@ -74,6 +74,7 @@ pub(super) fn pre_tokenizer(name: Option<&str>) -> Result<PreTokenizer> {
         "deepseek-v3" => (Value::Null, splits(&DEEPSEEK_V3)),
         "gpt-4o" | "llama4" => (Value::Null, splits(&[GPT4O])),
         "tekken" => (Value::Null, splits(&[TEKKEN])),
+        "falcon" => (Value::Null, falcon()),
         other => return Err(fail(format!("GGUF pre-tokenizer {other:?} (tokenizer.ggml.pre) is not supported"))),
     };
     let name = name.unwrap_or("default");
@@ -99,6 +100,15 @@ fn digits_byte_level() -> Value {
 /// ByteLevel; `use_regex` is its built-in GPT-2 split.
 fn byte_level(use_regex: bool) -> Value {
     json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex})
+}
+
+/// Falcon: punctuation runs, ByteLevel's GPT-2 split, digit runs, then groups of three digits.
+fn falcon() -> Value {
+    let punct = json!({"type": "Punctuation", "behavior": "Contiguous"});
+    let digits = json!({"type": "Digits", "individual_digits": false});
+    let threes =
+        json!({"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": false});
+    json!({"type": "Sequence", "pretokenizers": [punct, byte_level(true), digits, threes]})
 }
 
 /// One isolating Split per regex, in order, then the byte mapping.
