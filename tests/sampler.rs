@@ -55,7 +55,7 @@ fn defaults_are_the_documented_values() {
     let d = SamplerParams::default();
     assert_eq!((d.temperature, d.top_k, d.top_p, d.min_p), (0.8, 40, 0.95, 0.05));
     assert_eq!((d.repetition_penalty, d.presence_penalty, d.frequency_penalty), (1.0, 0.0, 0.0));
-    assert_eq!((d.penalty_last_n, d.seed), (64, 0));
+    assert_eq!((d.penalty_last_n, d.seed), (64, colibri::rng::SEED_RANDOM));
     assert!(d.validate().is_ok());
     assert_eq!(SamplerParams::greedy().temperature, 0.0);
     assert!(SamplerParams::greedy().validate().is_ok());
