@@ -441,6 +441,11 @@ typedef struct {
 #define COLIBRI_FAMILY_GLM4_MOE 5
 
 /**
+ * Phi-3.5-MoE (PhimoeForCausalLM).
+ */
+#define COLIBRI_FAMILY_PHIMOE 9
+
+/**
  * The weights as given (f32). What `colibri_moe_init` does.
  */
 #define COLIBRI_MOE_F32 0

@@ -3,7 +3,9 @@
 //! Family rules mirror transformers' configuration_<family>.py and modeling_<family>.py.
 
 use crate::error::{fail, Result};
-use colibri::model::{Config, ExpertGroups, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
+use colibri::model::{
+    Config, ExpertGroups, Family, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
+};
 use serde_json::Value;
 
 fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
@@ -60,11 +62,12 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("OlmoeForCausalLM"), _) | (None, Some("olmoe")) => Family::Olmoe,
         (Some("GraniteMoeForCausalLM"), _) | (None, Some("granitemoe")) => Family::GraniteMoe,
         (Some("Glm4MoeForCausalLM"), _) | (None, Some("glm4_moe")) => Family::Glm4Moe,
+        (Some("PhimoeForCausalLM"), _) | (None, Some("phimoe")) => Family::Phimoe,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
-                 GraniteMoeForCausalLM, Glm4MoeForCausalLM",
+                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, PhimoeForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -85,7 +88,7 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         }
     };
     let default_theta = match fam {
-        Family::Mixtral => 1e6,
+        Family::Mixtral | Family::Phimoe => 1e6,
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
@@ -131,10 +134,37 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
             high_freq_factor: pf("high_freq_factor")?.unwrap_or(4.0),
             original_max_position_embeddings: original.unwrap_or(8192),
         },
+        "longrope" => longrope(hf, params, max_pos)?,
         other => return Err(fail(format!("unsupported rope type '{other}'"))),
     };
     let _ = head_dim;
     Ok(Rope { theta, partial_rotary_factor: partial, scaling })
+}
+
+/// LongRoPE's parameters (`_compute_longrope_parameters` + PhimoeRotaryEmbedding): the factor
+/// lists, the original context (config.json's top level first, as transformers'
+/// `standardize_rope_params`), and the two mscales, which PhimoeConfig requires.
+fn longrope(hf: &Value, params: Option<&Value>, max_pos: usize) -> Result<RopeScaling> {
+    let p = |k: &str| params.and_then(|p| get(p, k));
+    let list = |k: &str| -> Result<Vec<f64>> {
+        p(k).and_then(|v| v.as_array())
+            .and_then(|a| a.iter().map(|x| x.as_f64()).collect::<Option<Vec<f64>>>())
+            .ok_or_else(|| fail(format!("longrope needs '{k}' as a list of numbers")))
+    };
+    let num = |k: &str| -> Result<f64> {
+        p(k).and_then(|v| v.as_f64()).ok_or_else(|| fail(format!("longrope needs the number '{k}' (PhimoeConfig)")))
+    };
+    let original = match opt_usize(hf, "original_max_position_embeddings")? {
+        Some(o) => o as u64,
+        None => p("original_max_position_embeddings").and_then(|v| v.as_u64()).unwrap_or(max_pos as u64),
+    };
+    Ok(RopeScaling::LongRope {
+        short_factor: list("short_factor")?,
+        long_factor: list("long_factor")?,
+        original_max_position_embeddings: original,
+        short_mscale: num("short_mscale")?,
+        long_mscale: num("long_mscale")?,
+    })
 }
 
 /// Sliding windows per layer: transformers 5 `layer_types`, else the family's rule.
@@ -157,7 +187,7 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
             .collect();
     }
     Ok(match fam {
-        Family::Mixtral => vec![window; n_layers],
+        Family::Mixtral | Family::Phimoe => vec![window; n_layers],
         Family::GraniteMoe | Family::Glm4Moe => vec![None; n_layers],
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
         Family::Qwen2Moe => {
@@ -184,7 +214,9 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
     let norm_topk_prob =
         matches!(fam, Family::Mixtral | Family::GraniteMoe) || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
     let (expert_ffn, dense_ffn, shared) = match fam {
-        Family::Mixtral | Family::Olmoe | Family::GraniteMoe => (usize_key(hf, "intermediate_size")?, 0, 0),
+        Family::Mixtral | Family::Olmoe | Family::GraniteMoe | Family::Phimoe => {
+            (usize_key(hf, "intermediate_size")?, 0, 0)
+        }
         Family::Qwen2Moe => (
             usize_key(hf, "moe_intermediate_size")?,
             opt_usize(hf, "intermediate_size")?.unwrap_or(0),
@@ -214,12 +246,29 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         shared_expert_ffn: shared,
         // Qwen2-MoE gates its shared expert; GLM-4.5 adds it as it is.
         shared_expert_gate: shared > 0 && fam == Family::Qwen2Moe,
-        scoring: if glm { Scoring::Sigmoid } else { Scoring::Softmax },
+        scoring: scoring(hf, fam, top_k)?,
         choice_bias: glm,
         groups,
         routed_scaling: if glm { opt_f64(hf, "routed_scaling_factor")?.unwrap_or(1.0) } else { 1.0 },
     };
     Ok((moe, dense_ffn))
+}
+
+/// How the router's logits become choices and weights.
+fn scoring(hf: &Value, fam: Family, top_k: usize) -> Result<Scoring> {
+    Ok(match fam {
+        Family::Glm4Moe => Scoring::Sigmoid,
+        Family::Phimoe => {
+            // modeling_phimoe's sparsemixer always takes two experts, whatever the config says.
+            if top_k != 2 {
+                return Err(fail(format!(
+                    "num_experts_per_tok = {top_k}: Phi-MoE's sparsemixer routes to exactly 2 experts"
+                )));
+            }
+            Scoring::SparseMixer { jitter_eps: opt_f64(hf, "router_jitter_noise")?.unwrap_or(0.01) }
+        }
+        _ => Scoring::Softmax,
+    })
 }
 
 /// Each layer: MoE or dense, and its sliding window.
@@ -250,8 +299,8 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
         Family::Qwen2Moe => opt_bool(hf, "qkv_bias")?.or(opt_bool(hf, "attention_bias")?).unwrap_or(true),
         _ => opt_bool(hf, "attention_bias")?.unwrap_or(false),
     };
-    // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's.
-    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe) {
+    // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's; Phi-MoE's on q/k/v/o.
+    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe | Family::Phimoe) {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
@@ -310,6 +359,10 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         rope: rope(hf, fam, head_dim, max_pos)?,
         max_position_embeddings: max_pos,
         attention_bias,
+        attention_out_bias: attention_bias && fam == Family::Phimoe,
+        // PhimoeDecoderLayer / PhimoeModel: nn.LayerNorm(eps=rms_norm_eps).
+        norm: if fam == Family::Phimoe { NormKind::LayerNorm } else { NormKind::Rms },
+        lm_head_bias: fam == Family::Phimoe && opt_bool(hf, "lm_head_bias")?.unwrap_or(false),
         qk_norm,
         clip_qkv: if fam == Family::Olmoe { opt_f64(hf, "clip_qkv")? } else { None },
         moe,

@@ -25,6 +25,7 @@ const (
 	FamilyOLMoE      Family = C.COLIBRI_FAMILY_OLMOE
 	FamilyGraniteMoE Family = C.COLIBRI_FAMILY_GRANITEMOE
 	FamilyGLM4MoE    Family = C.COLIBRI_FAMILY_GLM4_MOE
+	FamilyPhiMoE     Family = C.COLIBRI_FAMILY_PHIMOE
 )
 
 func (f Family) String() string {
@@ -37,6 +38,12 @@ func (f Family) String() string {
 		return "qwen3_moe"
 	case FamilyOLMoE:
 		return "olmoe"
+	case FamilyGraniteMoE:
+		return "granitemoe"
+	case FamilyGLM4MoE:
+		return "glm4_moe"
+	case FamilyPhiMoE:
+		return "phimoe"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

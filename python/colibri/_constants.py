@@ -46,6 +46,9 @@ COLIBRI_FAMILY_GRANITEMOE = 4
 
 COLIBRI_FAMILY_GLM4_MOE = 5
 
+#: Phi-3.5-MoE (PhimoeForCausalLM).
+COLIBRI_FAMILY_PHIMOE = 9
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

@@ -36,8 +36,11 @@ pub fn attention(
     rope_and_cache(c, layer, rope, seqs, b);
     // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
     attend(c, kern, layer, seqs, b, n);
-    // out = att·Woᵀ, over all rows.
+    // out = att·Woᵀ (+ bias), over all rows.
     kern.matmul(w.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
+    if let Some(bo) = w.bo {
+        kernels::add_bias(&mut b.out[..n * c.hidden_size], bo);
+    }
 }
 
 /// q, k, v ([n, heads·head_dim]) of the n rows of `b.xn`: projections, biases (Qwen2-MoE),

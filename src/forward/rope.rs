@@ -1,6 +1,6 @@
 //! Rotary position embeddings: inverse frequencies for each scaling scheme (mirroring
-//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3) and the
-//! rotate-half application to one head (`apply_rotary_pos_emb`).
+//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3, longrope) and
+//! the rotate-half application to one head (`apply_rotary_pos_emb`).
 
 use crate::model::{Config, RopeScaling};
 
@@ -14,7 +14,23 @@ pub struct Rope {
     rot_dim: usize,
     /// Dynamic NTK: (factor, original context) to recompute for long sequences.
     dynamic: Option<(f64, u64)>,
+    /// LongRoPE: the set used by calls that reach past the original context.
+    long: Option<LongSet>,
     theta: f64,
+}
+
+/// LongRoPE's long-context factors (`inv_freq` and the attention factor hold the short ones).
+struct LongSet {
+    /// [rot_dim / 2] inverse frequencies divided by `long_factor`
+    inv_freq: Vec<f32>,
+    attention_factor: f32,
+    /// A call whose highest position + 1 exceeds this uses the long set.
+    original: u64,
+}
+
+/// base inverse frequencies divided per dimension by `factor` (`_compute_longrope_parameters`).
+fn scaled(base: &[f64], factor: &[f64]) -> Vec<f64> {
+    base.iter().zip(factor).map(|(f, s)| f / s).collect()
 }
 
 fn base_inv_freq(theta: f64, dim: usize) -> Vec<f64> {
@@ -24,11 +40,12 @@ fn base_inv_freq(theta: f64, dim: usize) -> Vec<f64> {
 impl Rope {
     /// Frequencies for config `c`.
     pub fn new(c: &Config) -> Rope {
-        let rot_dim = ((c.head_dim as f64 * c.rope.partial_rotary_factor) as usize) & !1;
+        let rot_dim = c.rot_dim();
         let theta = c.rope.theta;
         let base = base_inv_freq(theta, rot_dim);
         let mut attention_factor = 1.0f64;
         let mut dynamic = None;
+        let mut long = None;
         let inv: Vec<f64> = match &c.rope.scaling {
             RopeScaling::None => base,
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
@@ -65,6 +82,21 @@ impl Rope {
                     })
                     .collect()
             }
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings,
+                short_mscale,
+                long_mscale,
+            } => {
+                attention_factor = *short_mscale;
+                long = Some(LongSet {
+                    inv_freq: scaled(&base, long_factor).iter().map(|&f| f as f32).collect(),
+                    attention_factor: *long_mscale as f32,
+                    original: *original_max_position_embeddings,
+                });
+                scaled(&base, short_factor)
+            }
             RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
                 let orig = *original_max_position_embeddings as f64;
                 let low_wl = orig / low_freq_factor;
@@ -89,14 +121,21 @@ impl Rope {
             attention_factor: attention_factor as f32,
             rot_dim,
             dynamic,
+            long,
             theta,
         }
     }
 
     /// Append the cos and sin rows of positions `pos0 .. pos0 + n` to `cos` and `sin` ([rot_dim/2]
     /// per position), already scaled by the attention factor. Angles are computed as f32
-    /// products like transformers does. Dynamic NTK scales by this sequence's length `pos0 + n`.
-    pub fn extend_table(&self, pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+    /// products like transformers does. Dynamic NTK scales by this sequence's length `pos0 + n`;
+    /// LongRoPE takes the long set for every row when `call_end` (the position after the last
+    /// token of the whole forward call, which may run as several steps) exceeds the original
+    /// context, as transformers' `longrope_frequency_update` does with `max(position_ids) + 1`.
+    pub fn extend_table(&self, pos0: usize, n: usize, call_end: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+        if let Some(l) = self.long.as_ref().filter(|l| call_end as u64 > l.original) {
+            return push_rows(pos0..pos0 + n, &l.inv_freq, l.attention_factor, cos, sin);
+        }
         let inv: std::borrow::Cow<'_, [f32]> = match self.dynamic {
             Some((factor, orig)) if (pos0 + n) as u64 > orig => {
                 let seq = (pos0 + n) as f64;
@@ -106,13 +145,7 @@ impl Rope {
             }
             _ => (&self.inv_freq[..]).into(),
         };
-        for p in pos0..pos0 + n {
-            for &f in inv.iter() {
-                let angle = (p as f32) * f;
-                cos.push((f64::from(angle).cos() as f32) * self.attention_factor);
-                sin.push((f64::from(angle).sin() as f32) * self.attention_factor);
-            }
-        }
+        push_rows(pos0..pos0 + n, &inv, self.attention_factor, cos, sin);
     }
 
     /// Rotate one head's vector `x` ([head_dim]) in place with one row of the tables
@@ -129,5 +162,16 @@ impl Rope {
     /// Half of the rotated dimensions (the width of one table row).
     pub fn half(&self) -> usize {
         self.rot_dim / 2
+    }
+}
+
+/// cos and sin of position × inverse frequency (an f32 product), × `scale`, for each position.
+fn push_rows(positions: std::ops::Range<usize>, inv: &[f32], scale: f32, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+    for p in positions {
+        for &f in inv {
+            let angle = (p as f32) * f;
+            cos.push((f64::from(angle).cos() as f32) * scale);
+            sin.push((f64::from(angle).sin() as f32) * scale);
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! and limited to the best expert groups) → combination weights by the family's rule
 //! (renormalised over the chosen experts when `norm_topk_prob`, else the scores themselves; then
 //! × routed_scaling). Mirrors `MixtralTopKRouter` / `Qwen2MoeTopKRouter` / `Glm4MoeTopkRouter`
-//! (= DeepSeek-V3's).
+//! (= DeepSeek-V3's); Phi-MoE's sparsemixer lives in `sparsemixer`.
 
 use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels, Mat};
@@ -19,7 +19,9 @@ pub enum RoutingMode {
     /// The k largest of logit + Gumbel noise −log(−log u), u from the session's seeded RNG.
     /// Only the choice is perturbed; the weights come from the un-noised logits. With sigmoid
     /// scoring the noise is added to the logit before the sigmoid, and the choice bias and the
-    /// group scores are computed from those perturbed scores.
+    /// group scores are computed from those perturbed scores. With sparsemixer routing
+    /// (Phi-MoE) each of its steps picks the largest jitter-masked logit + noise, as
+    /// transformers' training mode samples, and weighs it by the un-noised masked softmax.
     Gumbel,
 }
 
@@ -137,6 +139,12 @@ fn limit_to_groups(keys: &mut [f32], g: ExpertGroups) {
 
 /// Choose experts for each row of `logits` ([rows, n_experts]) and append the rows to `routes`.
 pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Choice<'_>, routes: &mut Routes) {
+    if let Scoring::SparseMixer { jitter_eps } = rule.scoring {
+        for l in logits.chunks_exact(n_experts) {
+            super::sparsemixer::route(l, jitter_eps, choice, routes);
+        }
+        return;
+    }
     let k = choice.k;
     let mut order: Vec<usize> = Vec::with_capacity(n_experts);
     let mut keys = vec![0f32; n_experts];
@@ -146,6 +154,7 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         match rule.scoring {
             Scoring::Softmax => kernels::softmax(&mut scores),
             Scoring::Sigmoid => scores.iter_mut().for_each(|x| *x = sigmoid(*x)),
+            Scoring::SparseMixer { .. } => {} // routed above
         }
         match choice.mode {
             RoutingMode::TopK => keys.copy_from_slice(&scores),

@@ -11,8 +11,8 @@ use super::rope::Rope;
 use super::router::{self, Routes};
 use super::{Input, Sequence};
 use crate::error::Result;
-use crate::kernels::{self, Kernels, Mat};
-use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights};
+use crate::kernels::{self, Kernels};
+use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights, NormKind, NormWeights};
 use crate::session::RouteRecord;
 use std::ops::Range;
 
@@ -30,9 +30,16 @@ pub struct Step<'s> {
 
 impl<'s> Step<'s> {
     /// Plan a step over the (already checked) batch of n rows: embed every sequence's input
-    /// into x and fill each row's RoPE cos/sin at its own position. Fails only when the step's
-    /// buffers cannot be allocated, before any session is touched.
-    pub fn new(model: &'s Model, batch: &'s mut [Sequence<'_>], n: usize, k: Kernels) -> Result<Step<'s>> {
+    /// into x and fill each row's RoPE cos/sin at its own position (`call_end`: see
+    /// `one_step`). Fails only when the step's buffers cannot be allocated, before any session
+    /// is touched.
+    pub fn new(
+        model: &'s Model,
+        batch: &'s mut [Sequence<'_>],
+        n: usize,
+        k: Kernels,
+        call_end: Option<usize>,
+    ) -> Result<Step<'s>> {
         let c = model.config();
         let h = c.hidden_size;
         let rope = Rope::new(c);
@@ -57,7 +64,8 @@ impl<'s> Step<'s> {
                 let m = c.scales.embedding as f32;
                 x.iter_mut().for_each(|v| *v *= m);
             }
-            rope.extend_table(s.pos, rows.len(), &mut sc.cos, &mut sc.sin);
+            let end = call_end.unwrap_or(s.pos + rows.len());
+            rope.extend_table(s.pos, rows.len(), end, &mut sc.cos, &mut sc.sin);
             let top_k = q.opts.routing.top_k.unwrap_or(c.moe.top_k); // validated by the checks
             let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
             lanes.push(Lane { kv, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
@@ -70,10 +78,10 @@ impl<'s> Step<'s> {
         self.lanes.last().map_or(0, |l| l.rows.end)
     }
 
-    /// xn = rmsnorm(x) with weight `w`.
-    pub fn norm(&mut self, w: Mat<'_>) {
+    /// xn = norm(x) with parameters `w` (the family's `NormKind`).
+    pub fn norm(&mut self, w: &NormWeights<'_>) {
         let nh = self.n() * self.c.hidden_size;
-        kernels::rmsnorm(&self.sc.x[..nh], w, self.c.rms_norm_eps as f32, &mut self.sc.xn[..nh]);
+        norm_rows(self.c, w, &self.sc.x[..nh], &mut self.sc.xn[..nh]);
     }
 
     /// x += out (· the residual multiplier, when the family has one).
@@ -130,6 +138,15 @@ impl<'s> Step<'s> {
     /// End the layers: the residual stream [n, hidden].
     pub fn into_residual(self) -> Vec<f32> {
         self.sc.x
+    }
+}
+
+/// y = norm(x) row by row ([n, hidden] both): RMSNorm, or LayerNorm with its bias.
+pub fn norm_rows(c: &Config, w: &NormWeights<'_>, x: &[f32], y: &mut [f32]) {
+    let eps = c.rms_norm_eps as f32;
+    match (c.norm, w.bias) {
+        (NormKind::LayerNorm, Some(b)) => kernels::layernorm(x, w.weight, b, eps, y),
+        _ => kernels::rmsnorm(x, w.weight, eps, y),
     }
 }
 

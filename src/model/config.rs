@@ -22,6 +22,9 @@ pub enum Family {
     /// Glm4MoeForCausalLM (GLM-4.5 / 4.6: sigmoid routing with a choice bias and expert groups,
     /// an ungated shared expert, leading dense layers, partial RoPE)
     Glm4Moe,
+    /// PhimoeForCausalLM (Phi-3.5-MoE: LayerNorm with bias, biased attention and lm_head,
+    /// sparsemixer top-2 routing, LongRoPE)
+    Phimoe,
 }
 
 impl Family {
@@ -34,6 +37,7 @@ impl Family {
             Family::Olmoe => "OlmoeForCausalLM",
             Family::GraniteMoe => "GraniteMoeForCausalLM",
             Family::Glm4Moe => "Glm4MoeForCausalLM",
+            Family::Phimoe => "PhimoeForCausalLM",
         }
     }
 
@@ -46,6 +50,7 @@ impl Family {
             Family::Olmoe => "olmoe",
             Family::GraniteMoe => "granitemoe",
             Family::Glm4Moe => "glm4_moe",
+            Family::Phimoe => "phimoe",
         }
     }
 }
@@ -60,6 +65,17 @@ pub enum QkNorm {
     PerHead,
     /// RMSNorm over the whole projection, weights [n_heads·head_dim] and [n_kv_heads·head_dim] (OLMoE).
     Full,
+}
+
+/// The normalisation of the layers' inputs and of the final hidden state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// RMSNorm, weight only (every family but Phi-MoE).
+    #[default]
+    Rms,
+    /// LayerNorm: mean removed, biased variance, weight and bias (`nn.LayerNorm`, Phi-MoE).
+    LayerNorm,
 }
 
 /// Rotary position embedding: base frequency and optional scaling, with every default resolved
@@ -102,10 +118,23 @@ pub enum RopeScaling {
     },
     /// Llama-3 frequency-band scaling.
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: u64 },
+    /// LongRoPE (Phi-3 / Phi-MoE): inverse frequencies divided per dimension by `short_factor`,
+    /// or by `long_factor` when the highest position of a forward call is past
+    /// `original_max_position_embeddings`; cos and sin × `short_mscale` / `long_mscale` by the
+    /// same rule. Chosen per call: cached keys keep the factors they were computed with.
+    LongRope {
+        /// [rot_dim / 2]
+        short_factor: Vec<f64>,
+        /// [rot_dim / 2]
+        long_factor: Vec<f64>,
+        original_max_position_embeddings: u64,
+        short_mscale: f64,
+        long_mscale: f64,
+    },
 }
 
 /// How router logits become expert scores.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scoring {
     /// softmax over all experts (Mixtral, Qwen, OLMoE, Granite).
@@ -113,6 +142,11 @@ pub enum Scoring {
     Softmax,
     /// sigmoid of each logit (DeepSeek-V3, GLM-4.5).
     Sigmoid,
+    /// Phi-MoE's sparsemixer (eval mode): expert i is the largest logit left after the i − 1
+    /// chosen before it are masked; its weight is the softmax, at that expert, of the remaining
+    /// logits with those more than 2·jitter_eps (relative to max(|logit|, that largest)) below
+    /// the largest masked as well (`router_jitter_noise`).
+    SparseMixer { jitter_eps: f64 },
 }
 
 /// Group-limited choice (DeepSeek-V3 / GLM-4.5 `n_group`, `topk_group`): the experts form
@@ -210,6 +244,16 @@ pub struct Config {
     pub max_position_embeddings: usize,
     /// q/k/v projections carry a bias (Qwen2-MoE).
     pub attention_bias: bool,
+    /// The output projection carries a bias (Phi-MoE).
+    #[serde(default)]
+    pub attention_out_bias: bool,
+    /// The layer and final norms (RMSNorm; Phi-MoE: LayerNorm with bias). `rms_norm_eps` is
+    /// its epsilon either way.
+    #[serde(default)]
+    pub norm: NormKind,
+    /// lm_head carries a bias (Phi-MoE `lm_head_bias`).
+    #[serde(default)]
+    pub lm_head_bias: bool,
     pub qk_norm: QkNorm,
     /// Clamp q, k and v to [-clip, clip] after projection (OLMoE `clip_qkv`).
     #[serde(default)]
@@ -328,6 +372,13 @@ impl Config {
         if m.shared_expert_gate && m.shared_expert_ffn == 0 {
             return Err(Error::config("shared_expert_gate without a shared expert"));
         }
+        if let Scoring::SparseMixer { jitter_eps } = m.scoring {
+            if !(jitter_eps.is_finite() && jitter_eps >= 0.0) || m.choice_bias || m.groups.is_some() {
+                return Err(Error::config(format!(
+                    "sparsemixer routing needs a finite jitter_eps >= 0 (got {jitter_eps}) and no choice bias or groups"
+                )));
+            }
+        }
         if !(m.routed_scaling.is_finite() && m.routed_scaling > 0.0) {
             return Err(Error::config(format!("moe.routed_scaling {} must be finite and > 0", m.routed_scaling)));
         }
@@ -376,11 +427,40 @@ impl Config {
                     && high_freq_factor > low_freq_factor
                     && *original_max_position_embeddings > 0
             }
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings,
+                short_mscale,
+                long_mscale,
+            } => {
+                let half = self.rot_dim() / 2;
+                let factors_ok = |f: &[f64]| f.len() == half && f.iter().all(|x| x.is_finite() && *x > 0.0);
+                factors_ok(short_factor)
+                    && factors_ok(long_factor)
+                    && *original_max_position_embeddings > 0
+                    && [short_mscale, long_mscale].iter().all(|m| m.is_finite() && **m > 0.0)
+            }
         };
         if ok {
             Ok(())
         } else {
             Err(Error::config(format!("rope scaling {:?} has invalid parameters", self.rope.scaling)))
+        }
+    }
+
+    /// Leading dimensions of each head that RoPE rotates (even).
+    pub fn rot_dim(&self) -> usize {
+        ((self.head_dim as f64 * self.rope.partial_rotary_factor) as usize) & !1
+    }
+
+    /// LongRoPE's original context, past which a forward call uses the long factors.
+    pub fn longrope_original(&self) -> Option<usize> {
+        match self.rope.scaling {
+            RopeScaling::LongRope { original_max_position_embeddings, .. } => {
+                Some(usize::try_from(original_max_position_embeddings).unwrap_or(usize::MAX))
+            }
+            _ => None,
         }
     }
 

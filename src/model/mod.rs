@@ -6,12 +6,14 @@ mod config;
 mod names;
 mod weights;
 
-pub use config::{Config, ExpertGroups, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
+pub use config::{
+    Config, ExpertGroups, Family, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
+};
 pub use names::{
     layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
-    LM_HEAD,
+    FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
 };
-pub use weights::{FfnWeights, LayerWeights, MlpWeights, MoeWeights, Weights};
+pub use weights::{FfnWeights, LayerWeights, MlpWeights, MoeWeights, NormWeights, Weights};
 
 use crate::error::{Error, Result};
 use crate::format::{self, ParsedFile};

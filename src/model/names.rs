@@ -1,7 +1,7 @@
 //! The tensors a config implies: canonical names, shapes, kinds and file order. The converter
 //! plans files from this list and the loader checks files against it, so the two cannot drift.
 
-use super::config::{Config, QkNorm};
+use super::config::{Config, NormKind, QkNorm};
 use crate::format::TensorKind;
 
 /// What a tensor is for (used for parameter accounting and open-time checks).
@@ -81,10 +81,15 @@ pub fn layer_name(l: usize, suffix: &str) -> String {
 pub const EMBEDDING: &str = "tok_embeddings";
 pub const FINAL_NORM: &str = "norm";
 pub const LM_HEAD: &str = "lm_head";
+/// LayerNorm bias of the final norm (`NormKind::LayerNorm`).
+pub const FINAL_NORM_BIAS: &str = "norm_bias";
+/// [vocab] (`Config::lm_head_bias`).
+pub const LM_HEAD_BIAS: &str = "lm_head_bias";
 
 /// Per-layer suffixes.
 pub mod suffix {
     pub const ATTN_NORM: &str = "attn_norm";
+    pub const ATTN_NORM_BIAS: &str = "attn_norm_bias";
     pub const Q: &str = "attn.q";
     pub const K: &str = "attn.k";
     pub const V: &str = "attn.v";
@@ -92,9 +97,11 @@ pub mod suffix {
     pub const Q_BIAS: &str = "attn.q_bias";
     pub const K_BIAS: &str = "attn.k_bias";
     pub const V_BIAS: &str = "attn.v_bias";
+    pub const O_BIAS: &str = "attn.o_bias";
     pub const Q_NORM: &str = "attn.q_norm";
     pub const K_NORM: &str = "attn.k_norm";
     pub const FFN_NORM: &str = "ffn_norm";
+    pub const FFN_NORM_BIAS: &str = "ffn_norm_bias";
     pub const ROUTER: &str = "moe.router";
     pub const ROUTER_BIAS: &str = "moe.router_bias";
     pub const EXPERTS_GATE: &str = "moe.experts.gate";
@@ -136,7 +143,11 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     v.push(spec(EMBEDDING.into(), &[c.vocab_size, h], Plain, Embedding));
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
+        let layer_norm = c.norm == NormKind::LayerNorm;
         v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
+        if layer_norm {
+            v.push(spec(n(ATTN_NORM_BIAS), &[h], Plain, Norm));
+        }
         v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
         v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
         v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
@@ -157,7 +168,13 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
             }
         }
         v.push(quantisable(spec(n(O), &[h, q_out], Plain, Attention), QuantClass::Attn));
+        if c.attention_out_bias {
+            v.push(spec(n(O_BIAS), &[h], Plain, Attention));
+        }
         v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
+        if layer_norm {
+            v.push(spec(n(FFN_NORM_BIAS), &[h], Plain, Norm));
+        }
         if spec_l.moe {
             if c.moe.choice_bias {
                 v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
@@ -183,8 +200,14 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         }
     }
     v.push(spec(FINAL_NORM.into(), &[h], Plain, Norm));
+    if c.norm == NormKind::LayerNorm {
+        v.push(spec(FINAL_NORM_BIAS.into(), &[h], Plain, Norm));
+    }
     if !c.tie_embeddings {
         v.push(quantisable(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead), QuantClass::LmHead));
+    }
+    if c.lm_head_bias {
+        v.push(spec(LM_HEAD_BIAS.into(), &[c.vocab_size], Plain, LmHead));
     }
     v
 }

@@ -4,7 +4,7 @@
 //! at open, never a silent zero at run time.
 
 use super::config::Config;
-use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, LM_HEAD};
+use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
 use crate::kernels::Mat;
@@ -19,6 +19,14 @@ pub struct MlpWeights<'a> {
     pub up: Mat<'a>,
     /// [hidden, ffn]
     pub down: Mat<'a>,
+}
+
+/// A norm's parameters: weight [hidden], and the bias [hidden] of a LayerNorm
+/// (`NormKind::LayerNorm`; None for RMSNorm).
+#[derive(Clone, Copy, Debug)]
+pub struct NormWeights<'a> {
+    pub weight: Mat<'a>,
+    pub bias: Option<Mat<'a>>,
 }
 
 /// A MoE block.
@@ -46,8 +54,7 @@ pub enum FfnWeights<'a> {
 /// One decoder layer.
 #[derive(Clone, Debug)]
 pub struct LayerWeights<'a> {
-    /// [hidden]
-    pub attn_norm: Mat<'a>,
+    pub attn_norm: NormWeights<'a>,
     /// [n_heads·head_dim, hidden], [n_kv_heads·head_dim, hidden] ×2, [hidden, n_heads·head_dim]
     pub wq: Mat<'a>,
     pub wk: Mat<'a>,
@@ -57,11 +64,12 @@ pub struct LayerWeights<'a> {
     pub bq: Option<Mat<'a>>,
     pub bk: Option<Mat<'a>>,
     pub bv: Option<Mat<'a>>,
+    /// [hidden] output projection bias (Phi-MoE).
+    pub bo: Option<Mat<'a>>,
     /// q/k RMSNorm weights: [head_dim] per head, or the full projection width.
     pub q_norm: Option<Mat<'a>>,
     pub k_norm: Option<Mat<'a>>,
-    /// [hidden]
-    pub ffn_norm: Mat<'a>,
+    pub ffn_norm: NormWeights<'a>,
     pub ffn: FfnWeights<'a>,
 }
 
@@ -71,10 +79,12 @@ pub struct Weights<'a> {
     /// [vocab, hidden]
     pub embed: Mat<'a>,
     pub layers: Vec<LayerWeights<'a>>,
-    /// [hidden]
-    pub norm: Mat<'a>,
+    /// The final norm.
+    pub norm: NormWeights<'a>,
     /// [vocab, hidden]; the embedding when tied.
     pub lm_head: Mat<'a>,
+    /// [vocab] (Phi-MoE `lm_head_bias`).
+    pub lm_head_bias: Option<Mat<'a>>,
 }
 
 struct Binder<'a> {
@@ -94,6 +104,10 @@ impl<'a> Binder<'a> {
 
     fn opt(&self, name: &str) -> Result<Option<Mat<'a>>> {
         self.parsed.tensor(name).map(|rec| TensorView::new(rec, self.file).mat()).transpose()
+    }
+
+    fn norm(&self, weight: &str, bias: &str) -> Result<NormWeights<'a>> {
+        Ok(NormWeights { weight: self.get(weight)?, bias: self.opt(bias)? })
     }
 
     fn mlp(&self, l: usize, g: &str, u: &str, d: &str) -> Result<MlpWeights<'a>> {
@@ -142,7 +156,7 @@ impl<'a> Weights<'a> {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
             };
             layers.push(LayerWeights {
-                attn_norm: b.get(&n(ATTN_NORM))?,
+                attn_norm: b.norm(&n(ATTN_NORM), &n(ATTN_NORM_BIAS))?,
                 wq: b.get(&n(Q))?,
                 wk: b.get(&n(K))?,
                 wv: b.get(&n(V))?,
@@ -150,14 +164,16 @@ impl<'a> Weights<'a> {
                 bq: b.opt(&n(Q_BIAS))?,
                 bk: b.opt(&n(K_BIAS))?,
                 bv: b.opt(&n(V_BIAS))?,
+                bo: b.opt(&n(O_BIAS))?,
                 q_norm: b.opt(&n(Q_NORM))?,
                 k_norm: b.opt(&n(K_NORM))?,
-                ffn_norm: b.get(&n(FFN_NORM))?,
+                ffn_norm: b.norm(&n(FFN_NORM), &n(FFN_NORM_BIAS))?,
                 ffn,
             });
         }
         let embed = b.get(EMBEDDING)?;
         let lm_head = if c.tie_embeddings { embed } else { b.get(LM_HEAD)? };
-        Ok(Weights { embed, layers, norm: b.get(FINAL_NORM)?, lm_head })
+        let (norm, lm_head_bias) = (b.norm(FINAL_NORM, FINAL_NORM_BIAS)?, b.opt(LM_HEAD_BIAS)?);
+        Ok(Weights { embed, layers, norm, lm_head, lm_head_bias })
     }
 }
