@@ -28,6 +28,21 @@ struct LongSet {
     original: u64,
 }
 
+impl LongSet {
+    /// The long set of a LongRoPE `scaling` (None for other schemes), from the `base` inverse
+    /// frequencies.
+    fn new(scaling: &RopeScaling, base: &[f64]) -> Option<LongSet> {
+        match scaling {
+            RopeScaling::LongRope { long_factor, original_max_position_embeddings, long_mscale, .. } => Some(LongSet {
+                inv_freq: scaled(base, long_factor).iter().map(|&f| f as f32).collect(),
+                attention_factor: *long_mscale as f32,
+                original: *original_max_position_embeddings,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// base inverse frequencies divided per dimension by `factor` (`_compute_longrope_parameters`).
 fn scaled(base: &[f64], factor: &[f64]) -> Vec<f64> {
     base.iter().zip(factor).map(|(f, s)| f / s).collect()
@@ -82,19 +97,9 @@ impl Rope {
                     })
                     .collect()
             }
-            RopeScaling::LongRope {
-                short_factor,
-                long_factor,
-                original_max_position_embeddings,
-                short_mscale,
-                long_mscale,
-            } => {
+            RopeScaling::LongRope { short_factor, short_mscale, .. } => {
                 attention_factor = *short_mscale;
-                long = Some(LongSet {
-                    inv_freq: scaled(&base, long_factor).iter().map(|&f| f as f32).collect(),
-                    attention_factor: *long_mscale as f32,
-                    original: *original_max_position_embeddings,
-                });
+                long = LongSet::new(&c.rope.scaling, &base);
                 scaled(&base, short_factor)
             }
             RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {

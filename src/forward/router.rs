@@ -139,12 +139,6 @@ fn limit_to_groups(keys: &mut [f32], g: ExpertGroups) {
 
 /// Choose experts for each row of `logits` ([rows, n_experts]) and append the rows to `routes`.
 pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Choice<'_>, routes: &mut Routes) {
-    if let Scoring::SparseMixer { jitter_eps } = rule.scoring {
-        for l in logits.chunks_exact(n_experts) {
-            super::sparsemixer::route(l, jitter_eps, choice, routes);
-        }
-        return;
-    }
     let k = choice.k;
     let mut order: Vec<usize> = Vec::with_capacity(n_experts);
     let mut keys = vec![0f32; n_experts];
@@ -154,7 +148,8 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         match rule.scoring {
             Scoring::Softmax => kernels::softmax(&mut scores),
             Scoring::Sigmoid => scores.iter_mut().for_each(|x| *x = sigmoid(*x)),
-            Scoring::SparseMixer { .. } => {} // routed above
+            // Not routed here: `Step::moe` sends sparsemixer layers to `sparsemixer::select`.
+            Scoring::SparseMixer { .. } => {}
         }
         match choice.mode {
             RoutingMode::TopK => keys.copy_from_slice(&scores),

@@ -10,9 +10,16 @@
 use super::router::{Choice, Routes, RoutingMode};
 use crate::kernels;
 
+/// Choose experts for each row of `logits` ([rows, n_experts]) and append the rows to `routes`.
+pub fn select(logits: &[f32], n_experts: usize, jitter_eps: f64, choice: &mut Choice<'_>, routes: &mut Routes) {
+    for l in logits.chunks_exact(n_experts) {
+        route(l, jitter_eps, choice, routes);
+    }
+}
+
 /// Route one token: `l` ([n_experts] router logits) → k experts and weights appended to
 /// `routes`, listed by decreasing weight (equal weights in the order chosen).
-pub fn route(l: &[f32], jitter_eps: f64, choice: &mut Choice<'_>, routes: &mut Routes) {
+fn route(l: &[f32], jitter_eps: f64, choice: &mut Choice<'_>, routes: &mut Routes) {
     let threshold = (2.0 * jitter_eps) as f32;
     let at = routes.experts.len();
     // [n_experts] the logits left for this choice, then their softmax

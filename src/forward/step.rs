@@ -9,10 +9,11 @@ use super::ffn::mlp;
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
 use super::router::{self, Routes};
+use super::sparsemixer;
 use super::{Input, Sequence};
 use crate::error::Result;
 use crate::kernels::{self, Kernels};
-use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights, NormKind, NormWeights};
+use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights, NormKind, NormWeights, Scoring};
 use crate::session::RouteRecord;
 use std::ops::Range;
 
@@ -127,7 +128,13 @@ impl<'s> Step<'s> {
         for lane in self.lanes.iter_mut() {
             let r = lane.rows.clone();
             let mut choice = router::Choice { k: lane.top_k, mode: lane.mode, rng: &mut *lane.rng };
-            router::select(&self.gate[r.start * e..r.end * e], e, &rule, &mut choice, &mut self.routes);
+            let gate = &self.gate[r.start * e..r.end * e];
+            match m.scoring {
+                Scoring::SparseMixer { jitter_eps } => {
+                    sparsemixer::select(gate, e, jitter_eps, &mut choice, &mut self.routes)
+                }
+                _ => router::select(gate, e, &rule, &mut choice, &mut self.routes),
+            }
             if let Some(trace) = lane.trace.as_deref_mut() {
                 record(trace, &self.routes, r, l, lane.pos0);
             }

@@ -126,6 +126,14 @@ fn quantisable(mut s: TensorSpec, class: QuantClass) -> TensorSpec {
     s
 }
 
+/// A norm's weight [hidden], and its bias when it is a LayerNorm.
+fn push_norm(v: &mut Vec<TensorSpec>, c: &Config, weight: String, bias: String) {
+    v.push(spec(weight, &[c.hidden_size], TensorKind::Plain, Role::Norm));
+    if c.norm == NormKind::LayerNorm {
+        v.push(spec(bias, &[c.hidden_size], TensorKind::Plain, Role::Norm));
+    }
+}
+
 /// Every tensor of a model with config `c`, in file order: all routers first (layer order),
 /// then the embedding, then each layer, then the final norm and (unless tied) the lm_head.
 pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
@@ -143,11 +151,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     v.push(spec(EMBEDDING.into(), &[c.vocab_size, h], Plain, Embedding));
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
-        let layer_norm = c.norm == NormKind::LayerNorm;
-        v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
-        if layer_norm {
-            v.push(spec(n(ATTN_NORM_BIAS), &[h], Plain, Norm));
-        }
+        push_norm(&mut v, c, n(ATTN_NORM), n(ATTN_NORM_BIAS));
         v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
         v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
         v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
@@ -171,10 +175,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         if c.attention_out_bias {
             v.push(spec(n(O_BIAS), &[h], Plain, Attention));
         }
-        v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
-        if layer_norm {
-            v.push(spec(n(FFN_NORM_BIAS), &[h], Plain, Norm));
-        }
+        push_norm(&mut v, c, n(FFN_NORM), n(FFN_NORM_BIAS));
         if spec_l.moe {
             if c.moe.choice_bias {
                 v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
@@ -199,10 +200,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
             v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
         }
     }
-    v.push(spec(FINAL_NORM.into(), &[h], Plain, Norm));
-    if c.norm == NormKind::LayerNorm {
-        v.push(spec(FINAL_NORM_BIAS.into(), &[h], Plain, Norm));
-    }
+    push_norm(&mut v, c, FINAL_NORM.into(), FINAL_NORM_BIAS.into());
     if !c.tie_embeddings {
         v.push(quantisable(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead), QuantClass::LmHead));
     }
