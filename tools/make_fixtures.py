@@ -821,6 +821,7 @@ def design_weights(model, spec, seed):
     for layer in layers:
         at = layer.self_attn
         qk_gain = 1.0 if hasattr(at, "q_norm") else 1.6
+        qk_gain /= (cfg.rope_parameters or {}).get("short_mscale", 1.0)  # LongRoPE scales q and k: keep the scores
         for nm, gain in (("q_proj", qk_gain), ("k_proj", qk_gain), ("v_proj", 1.0)):
             lin = getattr(at, nm)
             put(lin.weight, nrm(tuple(lin.weight.shape), gain / math.sqrt(H)))
