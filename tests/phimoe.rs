@@ -3,6 +3,8 @@
 //!   that stays within `original_max_position_embeddings` uses the short set (its rows equal
 //!   transformers' token-by-token rows there), one that reaches past it uses the long set for
 //!   every row, and cached keys keep the set they were computed with.
+//!   `generate` re-encodes the whole sequence at the step that first crosses it, as
+//!   transformers' `generate()` does.
 //! * Sparsemixer routing under the per-call options: top-k = k runs k sparsemixer steps (top-1 is
 //!   the first of transformers' two, with its weight), Gumbel picks only among the experts the
 //!   jitter threshold keeps (so with the hub's jitter of 0.01, which keeps one per step, Gumbel
@@ -75,6 +77,38 @@ fn longrope_factors_are_chosen_per_call_and_cached_keys_keep_theirs() {
     forward(&model, &mut s, Input::Tokens(&input[original..]), &all()).unwrap();
     assert!(max_diff(s.logits(), &token_by_token[original * vocab..]) <= 1e-4 * scale);
     assert!(max_diff(s.logits(), &one_call[original * vocab..]) > 1e-2 * scale);
+}
+
+#[test]
+fn generate_re_encodes_the_sequence_where_it_first_crosses_the_original_context() {
+    use colibri::decoder::DecodeParams;
+    use colibri::generate::{generate, GenerateParams};
+    use colibri::sampler::SamplerParams;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture("phimoe_long");
+    let model = open(&dir, tmp.path());
+    let original = model.config().longrope_original().unwrap();
+    let prompt = ids(&meta(&dir)["input_ids"])[..5].to_vec();
+    let decode = DecodeParams { max_tokens: 10, sampler: SamplerParams::greedy(), ignore_eos: true, stop: Vec::new() };
+    let params = GenerateParams { decode, ..Default::default() };
+    let mut g = session(&model, 0);
+    let out = generate(&model, &mut g, None, Input::Tokens(&prompt), &params, |_| true).unwrap();
+    // The session holds the prompt and all but the last token (not fed), past the original.
+    let all = [prompt.clone(), out.tokens[..9].to_vec()].concat();
+    assert!(g.position() == all.len() && all.len() > original);
+    // Its last logits are those of one call over the whole sequence (every key long) ...
+    let mut one = session(&model, 0);
+    let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
+    forward(&model, &mut one, Input::Tokens(&all), &last).unwrap();
+    let scale = one.logits().iter().fold(0f64, |a, &v| a.max(f64::from(v).abs()));
+    assert!(max_diff(g.logits(), one.logits()) <= 1e-4 * scale);
+    // ... not those of token-by-token decoding, whose first keys keep the short set.
+    let mut steps = session(&model, 0);
+    forward(&model, &mut steps, Input::Tokens(&prompt), &last).unwrap();
+    for &t in &out.tokens[..9] {
+        forward(&model, &mut steps, Input::Tokens(&[t]), &last).unwrap();
+    }
+    assert!(max_diff(steps.logits(), one.logits()) > 1e-2 * scale);
 }
 
 /// The routing of `input` under `routing`, one record per (token, MoE layer).

@@ -909,10 +909,10 @@ def design_weights(model, spec, seed):
         alpha = A_LM / (math.sqrt(H) * rms_g)
         Wlm = nrm((V, H), BG_LM / (math.sqrt(H) * rms_g)) + alpha * C
         put(model.lm_head.weight, Wlm)
-    if getattr(model.lm_head, "bias", None) is not None:
-        put(model.lm_head.bias, nrm(V, 0.3))
     else:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if getattr(model.lm_head, "bias", None) is not None:
+        put(model.lm_head.bias, nrm(V, 0.3))
     return {"router_subspace_dim": int(M), "kappa": float(kappa), "embedding_rms": float(np.sqrt(np.mean(Emb**2)))}
 
 
