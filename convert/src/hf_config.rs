@@ -377,3 +377,55 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
     };
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A Phi-3.5-MoE config.json as the hub writes it (transformers 4 spelling), shrunk.
+    fn phimoe() -> Value {
+        json!({
+            "architectures": ["PhimoeForCausalLM"], "model_type": "phimoe", "vocab_size": 64, "hidden_size": 32,
+            "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": true, "lm_head_bias": true,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "original_max_position_embeddings": 4096,
+            "max_position_embeddings": 131072, "sliding_window": 131072,
+            "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 2048,
+                "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 4.0, 5.0],
+                "short_mscale": 1.243, "long_mscale": 1.3}
+        })
+    }
+
+    #[test]
+    fn phimoe_config_maps_to_layer_norms_biases_sparsemixer_and_longrope() {
+        let c = config_from_hf(&phimoe()).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (c.family, c.norm, c.attention_bias, c.attention_out_bias, c.lm_head_bias),
+            (Family::Phimoe, NormKind::LayerNorm, true, true, true)
+        );
+        assert_eq!(c.moe.scoring, Scoring::SparseMixer { jitter_eps: 0.01 });
+        assert_eq!(c.layers[0].sliding_window, Some(131072));
+        // The top-level original context wins over the rope parameters' (standardize_rope_params).
+        let RopeScaling::LongRope { original_max_position_embeddings, short_mscale, long_mscale, .. } = c.rope.scaling
+        else {
+            panic!("{:?}", c.rope.scaling)
+        };
+        assert_eq!((original_max_position_embeddings, short_mscale, long_mscale), (4096, 1.243, 1.3));
+    }
+
+    #[test]
+    fn phimoe_configs_transformers_would_not_run_as_written_are_refused() {
+        let mut hf = phimoe();
+        hf["num_experts_per_tok"] = json!(3);
+        assert!(config_from_hf(&hf).unwrap_err().to_string().contains("sparsemixer"));
+        let mut hf = phimoe();
+        hf["rope_scaling"].as_object_mut().unwrap().remove("long_mscale");
+        assert!(config_from_hf(&hf).unwrap_err().to_string().contains("long_mscale"));
+        // A factor list that does not cover head_dim / 2 dimensions.
+        let mut hf = phimoe();
+        hf["rope_scaling"]["long_factor"] = json!([1.0, 2.0]);
+        assert!(config_from_hf(&hf).unwrap().validate().is_err());
+    }
+}
