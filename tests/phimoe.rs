@@ -8,7 +8,8 @@
 //! * Sparsemixer routing under the per-call options: top-k = k runs k sparsemixer steps (top-1 is
 //!   the first of transformers' two, with its weight), Gumbel picks only among the experts the
 //!   jitter threshold keeps (so with the hub's jitter of 0.01, which keeps one per step, Gumbel
-//!   routes equal the deterministic ones), and the routes do not depend on the batch.
+//!   routes equal the deterministic ones).
+//! * The C ABI reports the family as COLIBRI_FAMILY_PHIMOE (9).
 
 mod common;
 
@@ -188,4 +189,22 @@ fn sparsemixer_gumbel_picks_only_experts_the_jitter_threshold_keeps() {
         }
     }
     assert_eq!(routes(&model, &input, gumbel, 3), runs[2]);
+}
+
+#[test]
+fn the_c_abi_names_the_family() {
+    use colibri::ffi::*;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("m.colibri");
+    convert(&fixture("phimoe_hub"), &file, "bf16");
+    let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    unsafe {
+        let mut m = std::ptr::null_mut();
+        assert_eq!(colibri_model_open(path.as_ptr(), std::ptr::null(), &mut m), COLIBRI_STATUS_OK);
+        let mut info = std::mem::zeroed::<colibri_model_info>();
+        colibri_model_info_init(&mut info);
+        assert_eq!(colibri_model_get_info(m, &mut info), COLIBRI_STATUS_OK);
+        assert_eq!((info.family, COLIBRI_FAMILY_PHIMOE, info.n_experts, info.top_k), (9, 9, 6, 2));
+        colibri_model_free(m);
+    }
 }
