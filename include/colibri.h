@@ -456,6 +456,11 @@ typedef struct {
 #define COLIBRI_FAMILY_GPT_OSS 8
 
 /**
+ * Phi-3.5-MoE (PhimoeForCausalLM).
+ */
+#define COLIBRI_FAMILY_PHIMOE 9
+
+/**
  * The weights as given (f32). What `colibri_moe_init` does.
  */
 #define COLIBRI_MOE_F32 0

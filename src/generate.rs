@@ -1,6 +1,12 @@
 //! Text generation on one session: prefill the prompt, then decide (`Decoder`) → callback →
 //! decode until the generation finishes (token limit, end of sequence unless ignored, a stop
 //! string, the callback, a full context). Callers never see any part of a stop string.
+//!
+//! LongRoPE models (Phi-MoE): the decode step that first takes the sequence past
+//! `original_max_position_embeddings` re-encodes the whole sequence in one call (so every cached
+//! key gets the long factors), as transformers' `PhimoeForCausalLM.prepare_inputs_for_generation`
+//! does — when this generation knows the whole sequence (token prompt, empty session);
+//! otherwise the cached keys keep the factors they were computed with.
 
 use crate::decoder::{DecodeParams, Decoder, Finish};
 use crate::error::Result;
@@ -55,6 +61,9 @@ pub fn generate(
         Input::Embeddings(_) => &[],
     };
     let mut decoder = Decoder::new(&params.decode, &model.config().eos_token_ids, ids, tokenizer)?;
+    // The position at which the whole sequence is re-encoded (LongRoPE), when it is known.
+    let whole = matches!(prompt, Input::Tokens(_)) && session.position() == 0;
+    let reencode_at = model.config().longrope_original().filter(|_| whole);
     let opts = ForwardOptions { logits: LogitsMode::Last, routing: params.routing };
     let t0 = Instant::now();
     forward(model, session, prompt, &opts)?;
@@ -87,7 +96,13 @@ pub fn generate(
             finish = Finish::ContextFull;
             break;
         }
-        forward(model, session, Input::Tokens(&[step.token]), &opts)?;
+        if reencode_at == Some(session.position()) {
+            let all = [ids, &tokens[..]].concat();
+            session.reset();
+            forward(model, session, Input::Tokens(&all), &opts)?;
+        } else {
+            forward(model, session, Input::Tokens(&[step.token]), &opts)?;
+        }
     }
     let (tail, finish) = decoder.finish(tokenizer, finish);
     if !tail.is_empty() {

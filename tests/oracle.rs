@@ -4,9 +4,13 @@
 //! (against transformers in f32 on the same rounded weights): ≤ 2e-2 · max|logit|; greedy
 //! tokens identical; routed expert ids
 //! identical on every token and MoE layer. Also: decoding token by token through the KV cache
-//! gives the same logits as one batched prefill. A checkpoint's own block-quantised tensors
-//! (GPT-OSS's MXFP4 experts, kept as MXFP4) hold their values exactly: the tight tolerance is
-//! checked with f32 activations, the default (int8-activation) mode at 2e-2.
+//! gives the same logits as one batched prefill — except for LongRoPE (Phi-MoE) past its
+//! original context, where transformers too gives other logits (the factors are chosen per call
+//! and cached keys keep theirs): there token-by-token decoding matches transformers'
+//! token-by-token logits (oracle/logits_incremental_f32.npy), and greedy generation goes through
+//! `generate`, which re-encodes the sequence where transformers' generate() does. A checkpoint's own
+//! block-quantised tensors (GPT-OSS's MXFP4 experts, kept as MXFP4) hold their values exactly: the
+//! tight tolerance is checked with f32 activations, the default (int8-activation) mode at 2e-2.
 
 mod common;
 
@@ -82,26 +86,56 @@ fn check_fixture(dir: &Path, dtype: &str, act: QuantActivations, tol: f64, tmp: 
         }
     }
 
-    // The same logits when decoding one token at a time through the KV cache.
+    // The same logits when decoding one token at a time through the KV cache (LongRoPE past its
+    // original context: transformers' own token-by-token logits, kept for f32).
+    let longrope = model.config().longrope_original();
+    let incremental = match longrope {
+        Some(o) if input.len() > o => {
+            (dtype == "f32").then(|| read_npy_f32(&dir.join("oracle/logits_incremental_f32.npy")).1)
+        }
+        _ => Some(got.clone()),
+    };
+    // bf16 files in the default activation mode: on a path with bf16 dot instructions, a prefill
+    // of ≥ 16 rows takes the bf16 GEMM, whose sums differ from the one-row kernel's in the last
+    // bit; the bf16 rounding of the next product's activations can turn that into a 2⁻⁸ step
+    // (seen on phimoe_hub: 5e-4 of max|logit| from row 12 on). Their tolerance is the mode's.
+    let inc_tol = if dtype == "bf16" && act == QuantActivations::Reduced { tol } else { 1e-4 };
     let mut s1 = session(&model, act);
     let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
     for (t, &id) in input.iter().enumerate() {
         forward(&model, &mut s1, Input::Tokens(&[id]), &last).unwrap();
-        let row = &got[t * vocab..(t + 1) * vocab];
-        let d = s1.logits().iter().zip(row).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
-        assert!(d <= 1e-4 * max_abs, "{name} {dtype}: incremental decode differs at {t}: {d}");
+        let Some(want) = incremental.as_deref() else { continue };
+        let d = common::max_diff(s1.logits(), &want[t * vocab..(t + 1) * vocab]);
+        assert!(d <= inc_tol * max_abs, "{name} {dtype}: incremental decode differs at {t}: {d}");
     }
 
     // Greedy generation: prefill the prompt, then 32 argmax steps through the KV cache.
-    let mut g = session(&model, act);
-    forward(&model, &mut g, Input::Tokens(&ids(&meta["greedy_prompt"])), &last).unwrap();
-    let mut out = Vec::new();
-    for _ in 0..32 {
-        let next = argmax(g.logits());
-        out.push(next);
-        forward(&model, &mut g, Input::Tokens(&[next]), &last).unwrap();
-    }
+    let prompt = ids(&meta["greedy_prompt"]);
+    let out = match longrope {
+        Some(_) => greedy_generate(&model, session(&model, act), &prompt),
+        None => {
+            let mut g = session(&model, act);
+            forward(&model, &mut g, Input::Tokens(&prompt), &last).unwrap();
+            let mut out = Vec::new();
+            for _ in 0..32 {
+                let next = argmax(g.logits());
+                out.push(next);
+                forward(&model, &mut g, Input::Tokens(&[next]), &last).unwrap();
+            }
+            out
+        }
+    };
     assert_eq!(out, ids(&meta[format!("greedy_{dtype}")]), "{name} {dtype}: greedy tokens");
+}
+
+/// 32 greedy tokens from `prompt` through `colibri::generate` (end-of-sequence ignored).
+fn greedy_generate(model: &Model, mut s: Session, prompt: &[u32]) -> Vec<u32> {
+    use colibri::decoder::DecodeParams;
+    use colibri::generate::{generate, GenerateParams};
+    use colibri::sampler::SamplerParams;
+    let decode = DecodeParams { max_tokens: 32, sampler: SamplerParams::greedy(), ignore_eos: true, stop: Vec::new() };
+    let params = GenerateParams { decode, ..Default::default() };
+    generate(model, &mut s, None, Input::Tokens(prompt), &params, |_| true).unwrap().tokens
 }
 
 #[test]

@@ -88,6 +88,8 @@ from transformers import (  # noqa: E402
     MixtralForCausalLM,
     OlmoeConfig,
     OlmoeForCausalLM,
+    PhimoeConfig,
+    PhimoeForCausalLM,
     Qwen2MoeConfig,
     Qwen2MoeForCausalLM,
     Qwen3MoeConfig,
@@ -101,6 +103,31 @@ except Exception:  # pragma: no cover
     pass
 
 import gpt_oss_fixtures  # noqa: E402  (tools/, next to this script)
+from transformers.models.phimoe import modeling_phimoe  # noqa: E402
+
+STOCK_PHIMOE_ROPE = modeling_phimoe.PhimoeRotaryEmbedding.forward
+
+
+def phimoe_rope_forward(self, x, position_ids=None):
+    """PhimoeRotaryEmbedding.forward of transformers 5.x with ONE change: the LongRoPE factor set is chosen by
+    this call's seq_len = max(position_ids) + 1 (`rope_init_fn(config, device, seq_len)`), as transformers 4.x's
+    Phi-MoE, Microsoft's reference implementation and transformers' own `longrope_frequency_update` do. Stock 5.x
+    calls `rope_init_fn(self.config)` without seq_len, so it never uses long_factor (only long_mscale): a
+    regression the oracle does not copy. Identical to stock for every call that stays within
+    original_max_position_embeddings."""
+    rp = self.config.rope_parameters
+    seq_len = int(torch.max(position_ids)) + 1
+    mscale = None
+    if rp["rope_type"] != "default" and seq_len:
+        mscale = rp["long_mscale"] if seq_len > rp["original_max_position_embeddings"] else rp["short_mscale"]
+    inv_freq, attention_scaling = self.rope_init_fn(self.config, x.device, seq_len=seq_len)
+    mscale = attention_scaling if mscale is None else mscale
+    freqs = position_ids[..., None].float() * inv_freq.to(device=x.device, dtype=torch.float)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * mscale).to(x.dtype), (emb.sin() * mscale).to(x.dtype)
+
+
+modeling_phimoe.PhimoeRotaryEmbedding.forward = phimoe_rope_forward
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -395,6 +422,7 @@ FAMILIES = {
     "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM),
     "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM),
     "gpt_oss": (GptOssConfig, GptOssForCausalLM),
+    "phimoe": (PhimoeConfig, PhimoeForCausalLM),
 }
 
 # Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
@@ -757,6 +785,58 @@ FIXTURES += [
         notes="DeepSeek-V3 with rope_interleave=false (rotate-half), a full q_proj, 3 heads of nope 12 + rope 4 and values of "
         "8 (!= nope), latent 24; no groups, top-3 of 6 by biased sigmoid scores, weights the raw scores (no "
         "renormalisation, x1); two shared experts; every layer sparse; fused expert layout.",
+        name="phimoe_hub",
+        family="phimoe",
+        tokenizer="sp_bpe",
+        seed=12121,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=6, num_experts_per_tok=2, tie_word_embeddings=False,
+            attention_bias=True, lm_head_bias=True, router_jitter_noise=0.01, max_position_embeddings=8192,
+            rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, sliding_window=None,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 4096,
+                             "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.7, 2.1, 2.6],
+                             "long_factor": [1.0, 1.2, 1.9, 3.5, 7.0, 12.0, 20.0, 31.0],
+                             "short_mscale": 1.2, "long_mscale": 1.35},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="legacy_hub",
+        legacy_extra={"original_max_position_embeddings": 4096},
+        chat=None,
+        notes="Phi-3.5-MoE as the hub ships it: LayerNorm (weight + bias) for both layer norms and the final norm, "
+        "q/k/v/o biases (attention_bias), lm_head bias, sparsemixer top-2 with router_jitter_noise 0.01 (the threshold "
+        "keeps only the best expert in each step: both weights 1.0), GQA 4/2 (head_dim 16), 6 experts, untied; LongRoPE "
+        "with original_max_position_embeddings 4096 (every call here is short: short_factor and short_mscale 1.2 apply); "
+        "legacy hub config (rope_scaling with 'type': 'longrope', top-level original_max_position_embeddings, "
+        "rope_theta, torch_dtype); hub per-expert names (block_sparse_moe.gate.weight, block_sparse_moe.experts.{e}.w1/w2/w3).",
+    ),
+    dict(
+        name="phimoe_long",
+        family="phimoe",
+        tokenizer="sp_bpe",
+        seed=13131,
+        T=16,
+        incremental_oracle=True,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=1, num_local_experts=6, num_experts_per_tok=2, tie_word_embeddings=True,
+            attention_bias=False, lm_head_bias=False, router_jitter_noise=0.3, max_position_embeddings=64,
+            rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 12,
+                             "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                             "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 13.0],
+                             "short_mscale": 1.1, "long_mscale": 1.25},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Phi-MoE past its original context: LongRoPE with original_max_position_embeddings 12, so the 16-token "
+        "teacher-forced call uses long_factor and long_mscale for ALL its rows (the set is chosen per call from its highest "
+        "position), and greedy generation from a 5-token prompt crosses position 12 (transformers' generate() then drops "
+        "the cache and re-encodes the whole sequence with the long set); oracle/logits_incremental_f32.npy holds "
+        "transformers' logits when input_ids are fed one token at a time through the cache (cached keys keep the set they "
+        "were computed with). router_jitter_noise 0.3: the threshold keeps several experts in each sparsemixer step, so the "
+        "weights are real masked softmaxes; MQA 4/1 (head_dim 12), tied embeddings, no biases but the LayerNorms'; fused "
+        "transformers-5 names (mlp.router.weight, mlp.experts.gate_up_proj / down_proj).",
     ),
 ]
 
@@ -770,6 +850,9 @@ BG_LM = 0.5  # std of the random lm_head background logits
 ROUTER_MIN_REL = 0.08  # asserted: min over tokens/layers/i<=k of (l_i - l_{i+1}) / max|l|
 GREEDY_MIN_REL = 0.05  # asserted: min over greedy steps of (top1 - top2) / max|logit|
 MAX_ATTEMPTS = 20
+
+
+SPARSEMIXER_MIN_MASK = 0.03  # asserted (Phi-MoE): min |(m - s) / max(|s|, m) - 2 eps| over the sparsemixer steps
 
 
 def router_min_rel(spec):
@@ -805,6 +888,17 @@ def normal_ids(spec):
     return [i for i in range(min(V, n_tok)) if i not in sp]
 
 
+def sparsemixer_ladder(rng):
+    """The three best router logits of a token for Phi-MoE's sparsemixer at 2 * jitter_eps = 0.6: a ratio
+    r = (m - s) / m below 0.6 keeps s in that step's softmax. Pattern A keeps the second expert in the first
+    step (r2 ~ 0.38) and the third in the second (r3' ~ 0.5; r3 ~ 0.69 > 0.6 in the first); B keeps the second in
+    the first step only (r3' ~ 0.8); C keeps none (r2 ~ 0.75, r3' ~ 0.95: both weights 1)."""
+    t1 = rng.uniform(2.6, 3.0)
+    q2, q3 = [(0.62, 0.5), (0.62, 0.2), (0.25, 0.05)][int(rng.integers(3))]
+    t2 = t1 * (q2 + rng.uniform(-0.02, 0.02))
+    return np.array([t1, t2, t2 * (q3 + rng.uniform(-0.02, 0.02))])
+
+
 @torch.no_grad()
 def design_weights(model, spec, seed):
     rng = np.random.default_rng(seed)
@@ -824,10 +918,12 @@ def design_weights(model, spec, seed):
     def put(param, arr):
         param.copy_(torch.from_numpy(np.asarray(arr, dtype=np.float64)).to(param.dtype).reshape(param.shape))
 
-    # 1. norm weights
+    # 1. norm weights (and LayerNorm biases: Phi-MoE)
     g_post = {}
     for i, layer in enumerate(layers):
         put(layer.input_layernorm.weight, 1 + 0.15 * nrm(H, 1))
+        if getattr(layer.input_layernorm, "bias", None) is not None:
+            put(layer.input_layernorm.bias, nrm(H, 0.05))
         g = 1 + 0.15 * nrm(H, 1)
         put(layer.post_attention_layernorm.weight, g)
         g_post[i] = g
@@ -838,12 +934,23 @@ def design_weights(model, spec, seed):
                 put(w, 1 + 0.15 * nrm(w.shape[0], 1))
     g_final = 1 + 0.15 * nrm(H, 1)
     put(model.model.norm.weight, g_final)
+    if getattr(model.model.norm, "bias", None) is not None:
+        put(model.model.norm.bias, nrm(H, 0.02))
 
     # 2. router subspace
     moe = moe_layers(model)
     E = router_of(moe_block(model.model.layers[moe[0]])).weight.shape[0]
     k = cfg.num_experts_per_tok
     W = {i: nrm((E, H), 1.0) for i in moe}
+    layer_norm = getattr(layers[moe[0]].post_attention_layernorm, "bias", None) is not None
+    if layer_norm:
+        # LayerNorm: router rows orthogonal to the norm weight (removing the mean then leaves the
+        # logits alone) and a norm bias outside the router rows (it adds nothing to them).
+        for i in moe:
+            g = g_post[i]
+            W[i] = W[i] - np.outer(W[i] @ g, g) / (g @ g)
+            b = nrm(H, 0.05)
+            put(layers[i].post_attention_layernorm.bias, b - np.linalg.pinv(W[i]) @ (W[i] @ b))
     A = np.concatenate([W[i] * g_post[i][None, :] for i in moe], axis=0)  # M x H
     M = A.shape[0]
     assert M <= H * 0.75, f"router subspace {M} too large for hidden {H}"
@@ -855,6 +962,7 @@ def design_weights(model, spec, seed):
     for layer in layers:
         at = layer.self_attn
         qk_gain = 1.0 if hasattr(at, "q_norm") else 1.6
+        qk_gain /= (cfg.rope_parameters or {}).get("short_mscale", 1.0)  # LongRoPE scales q and k: keep the scores
         projs = (("q_proj", qk_gain), ("k_proj", qk_gain), ("v_proj", 1.0))
         if hasattr(at, "kv_b_proj"):  # MLA: each projection's input has unit rms (x, or a normed latent)
             projs = (("q_proj", 1.6), ("q_a_proj", 1.0), ("q_b_proj", 1.6), ("kv_a_proj_with_mqa", 1.0), ("kv_b_proj", 1.6))
@@ -923,6 +1031,8 @@ def design_weights(model, spec, seed):
             # top-k ladder with random gaps in [0.8, 1.5] units (diverse routing weights), rest in [-1.2, 0]
             t[perm[:k]] = np.cumsum(rng.uniform(0.8, 1.5, k))[::-1]
             t[perm[k:]] = rng.uniform(-1.2, 0.0, E - k)
+            if getattr(cfg, "router_jitter_noise", 0.0) > 0.1:
+                t[perm[:3]] = sparsemixer_ladder(rng)
             if spec["family"] in SIGMOID_FAMILIES:  # sigmoid scores: centre the ladder on the steep part
                 t -= t[perm[:k]].mean()
             T[v, j * E:(j + 1) * E] = t
@@ -957,6 +1067,8 @@ def design_weights(model, spec, seed):
         put(model.lm_head.weight, Wlm)
     else:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if getattr(model.lm_head, "bias", None) is not None:
+        put(model.lm_head.bias, nrm(V, 0.3))
     return {"router_subspace_dim": int(M), "kappa": float(kappa), "embedding_rms": float(np.sqrt(np.mean(Emb**2)))}
 
 
@@ -1022,11 +1134,33 @@ def router_margin(logits: torch.Tensor, k: int) -> tuple[float, float]:
     return float((gaps / scale).min()), float(gaps.min())
 
 
+def sparsemixer_mask_margin(logits: torch.Tensor, eps: float) -> float:
+    """Phi-MoE: min over tokens, both sparsemixer steps and the experts left of |(m - s) / max(|s|, m) - 2 eps|,
+    the distance of every jitter-mask decision from its threshold (ratio units)."""
+    lg = logits.double()
+    worst = math.inf
+    first = lg.argmax(-1, keepdim=True)
+    for taken in (None, first):
+        left = lg if taken is None else lg.scatter(-1, taken, float("-inf"))
+        m = left.max(-1, keepdim=True).values
+        ratio = (m - lg) / lg.abs().clamp(min=m)
+        free = torch.isfinite(left) & (left < m)
+        worst = min(worst, float((ratio - 2 * eps).abs()[free].min()))
+    return worst
+
+
 def greedy_margin(logits: torch.Tensor) -> tuple[float, float]:
     top2 = torch.topk(logits.double(), 2, dim=-1).values
     gaps = top2[:, 0] - top2[:, 1]
     scale = logits.double().abs().max(dim=-1).values
     return float((gaps / scale).min()), float(gaps.min())
+
+
+def mask_margin(model, logits) -> float:
+    """The sparsemixer mask margin scaled so ROUTER_MIN_REL applies (Phi-MoE), else inf."""
+    if model.config.model_type != "phimoe":
+        return math.inf
+    return sparsemixer_mask_margin(logits, model.config.router_jitter_noise) * ROUTER_MIN_REL / SPARSEMIXER_MIN_MASK
 
 
 @torch.no_grad()
@@ -1049,7 +1183,7 @@ def run_variant(model, input_ids, prompt, n_new=32):
             routing.append(ix.tolist())
             weights.append([[float(x) for x in row] for row in sc.tolist()])
             rr, ra = router_margin(lg, k)
-            r_rel, r_abs = min(r_rel, rr), min(r_abs, ra)
+            r_rel, r_abs = min(r_rel, rr, mask_margin(model, lg)), min(r_abs, ra)
         # greedy
         rec.reset()
         p = torch.tensor([prompt], dtype=torch.long)
@@ -1072,20 +1206,61 @@ def run_variant(model, input_ids, prompt, n_new=32):
         model.generation_config = saved_gc
         new = gen[0, len(prompt):].tolist()
         assert len(new) == n_new, len(new)
-        # teacher-forced pass over prompt+generated: greedy consistency + margins
-        rec.reset()
-        full = torch.tensor([prompt + new], dtype=torch.long)
-        out2 = model(input_ids=full, use_cache=False)
-        lg2 = out2.logits[0, len(prompt) - 1: len(prompt) - 1 + n_new].float()
+        # teacher-forced pass over prompt+generated: greedy consistency + margins. LongRoPE chooses its factors by
+        # a call's length, so there each step is checked against a forward over its own prefix (what generate()
+        # computes: it re-encodes the whole sequence when it first crosses original_max_position_embeddings).
+        longrope = (model.config.rope_parameters or {}).get("rope_type") == "longrope"
+        passes = [prompt + new[:j] for j in range(n_new)] if longrope else [prompt + new]
+        rows = []
+        for seq in passes:
+            rec.reset()
+            out2 = model(input_ids=torch.tensor([seq], dtype=torch.long), use_cache=False)
+            rows.append(out2.logits[0, -1:] if longrope else out2.logits[0, len(prompt) - 1: len(prompt) - 1 + n_new])
+            for i in rec.layers:
+                rr, ra = router_margin(rec.records[i][0], k)
+                r_rel, r_abs = min(r_rel, rr, mask_margin(model, rec.records[i][0])), min(r_abs, ra)
+        lg2 = torch.cat(rows).float()
         argmax = lg2.argmax(-1).tolist()
-        assert argmax == new, f"generate() != argmax of the full forward: {new} vs {argmax}"
+        assert argmax == new, f"generate() != argmax of the forward over each step's prefix: {new} vs {argmax}"
         g_rel, g_abs = greedy_margin(lg2)
-        for i in rec.layers:
-            rr, ra = router_margin(rec.records[i][0], k)
-            r_rel, r_abs = min(r_rel, rr), min(r_abs, ra)
     finally:
         rec.remove()
     return dict(logits=logits, routing=routing, weights=weights, greedy=new, r_rel=r_rel, r_abs=r_abs, g_rel=g_rel, g_abs=g_abs)
+
+
+@torch.no_grad()
+def phimoe_extras(model, spec, input_ids, logits, od: Path) -> dict:
+    """Phi-MoE: how far stock transformers (short factors only) is from the oracle's LongRoPE on input_ids, and
+    with spec["incremental_oracle"] transformers' logits of input_ids fed one token at a time through the cache
+    (oracle/logits_incremental_f32.npy): rows past original_max_position_embeddings differ from the one-call
+    logits, since cached keys keep the factor set they were computed with."""
+    ids = torch.tensor([input_ids], dtype=torch.long)
+    modeling_phimoe.PhimoeRotaryEmbedding.forward = STOCK_PHIMOE_ROPE
+    try:
+        stock = model(input_ids=ids, use_cache=False).logits[0].float()
+    finally:
+        modeling_phimoe.PhimoeRotaryEmbedding.forward = phimoe_rope_forward
+    scale = float(logits.abs().max())
+    out = {"stock_transformers_rel_diff": float((stock - logits).abs().max()) / scale,
+           "rope_note": "oracle = transformers with phimoe_rope_forward (tools/make_fixtures.py): the LongRoPE set is "
+           "chosen per call by max(position_ids) + 1 > original_max_position_embeddings; stock_transformers_rel_diff = "
+           "max|stock 5.x - oracle| / max|oracle| on input_ids (stock never uses long_factor)"}
+    if not spec.get("incremental_oracle"):
+        return out
+    cache = transformers.DynamicCache(config=model.config)
+    rows = [model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True).logits[0, -1].float() for t in input_ids]
+    inc = torch.stack(rows)
+    np.save(od / "logits_incremental_f32.npy", inc.numpy().astype(np.float32))
+    diff = (inc - logits).abs().max(-1).values / scale
+    # Row 0 attends to itself only (its value whatever the rotation); every later row differs from the one-call
+    # logits, which used the long set for all rows.
+    assert float(diff[0]) < 1e-5 and float(diff[1:].min()) > 1e-3, diff
+    out["incremental_rel_diff_per_row"] = [float(x) for x in diff]
+    out["logits_incremental_f32"] = ("float32 [T, V]: input_ids fed one token at a time through a DynamicCache: rows "
+                                     "< original_max_position_embeddings use the short set, later rows the long set "
+                                     "over keys cached with the short one; logits_f32 (one call past the original "
+                                     "context) used the long set for every row")
+    return out
 
 
 def rounded_copy(model, dtype):
@@ -1120,7 +1295,12 @@ def _np_rope(c, hd, T):
     hd = int(hd * rp.get("partial_rotary_factor", 1.0))  # the rotated leading dims (GLM-4.5: a part)
     inv = 1.0 / (theta ** (np.arange(0, hd, 2) / hd))
     att = 1.0
-    if sc:
+    if sc and sc.get("rope_type", sc.get("type")) == "longrope":  # the set chosen by this call's length
+        om = c.get("original_max_position_embeddings") or sc["original_max_position_embeddings"]
+        long = T > om
+        inv = inv / np.array(sc["long_factor" if long else "short_factor"])
+        att = sc["long_mscale" if long else "short_mscale"]
+    elif sc:
         assert sc.get("rope_type", sc.get("type")) == "yarn", sc
         f, om = sc["factor"], sc["original_max_position_embeddings"]
         att = 0.1 * math.log(f) + 1.0
@@ -1140,6 +1320,32 @@ def _np_rope(c, hd, T):
     ang = np.arange(T)[:, None] * inv[None, :]
     ang = np.concatenate([ang, ang], -1)
     return np.cos(ang) * att, np.sin(ang) * att
+
+
+def _np_norm(W, name, x, eps):
+    """RMSNorm, or LayerNorm when the checkpoint has the norm's bias (Phi-MoE)."""
+    if name + ".bias" not in W:
+        return _np_rms(x, W[name + ".weight"], eps)
+    xc = x - x.mean(-1, keepdims=True)
+    return W[name + ".weight"] * xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps) + W[name + ".bias"]
+
+
+def _np_sparsemixer(lg, eps):
+    """modeling_phimoe.sparsemixer (eval): two steps, each the largest logit left with the jitter-masked softmax
+    at it as its weight; returned by weight, descending (stable)."""
+    T = lg.shape[0]
+    top, tw = np.zeros((T, 2), dtype=np.int64), np.zeros((T, 2))
+    for t in range(T):
+        left = lg[t].copy()
+        for j in range(2):
+            e = int(np.argmax(left))
+            m = left[e]
+            g = np.where((m - lg[t]) / np.maximum(np.abs(lg[t]), m) > 2 * eps, -np.inf, left)
+            g = np.exp(g - g.max())
+            top[t, j], tw[t, j] = e, g[e] / g.sum()
+            left[e] = -np.inf
+    order = np.argsort(-tw, -1, kind="stable")
+    return np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
 
 
 def _np_rot(x):
@@ -1215,7 +1421,7 @@ def independent_forward(d: Path, ids):
             y = inp @ W[p + name + ".weight"].T
             return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
 
-        h = _np_rms(x, W[p + "input_layernorm.weight"], eps)
+        h = _np_norm(W, p + "input_layernorm", x, eps)
         if p + "self_attn.kv_b_proj.weight" in W:  # DeepSeek MLA (expanded, as transformers computes it)
             q, kk, v, att_scale = _np_mla(c, W, p, h, T)
             nkv, cos, sin = nh, np.zeros((T, 0)), np.zeros((T, 0))  # RoPE already applied
@@ -1241,8 +1447,9 @@ def independent_forward(d: Path, ids):
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         sc /= sc.sum(-1, keepdims=True)
         x = x + res_mult * lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, -1))
-        h = _np_rms(x, W[p + "post_attention_layernorm.weight"], eps)
-        pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
+        h = _np_norm(W, p + "post_attention_layernorm", x, eps)
+        hub_moe = fam in ("mixtral", "granitemoe") or (fam == "phimoe" and p + "block_sparse_moe.gate.weight" in W)
+        pre = p + ("block_sparse_moe." if hub_moe else "mlp.")
         router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
         if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
             W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
@@ -1252,7 +1459,9 @@ def independent_forward(d: Path, ids):
             x = x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
             continue
         lg = h @ W[router].T
-        if fam in SIGMOID_FAMILIES:  # sigmoid scores; choose by score + bias within the best groups
+        if fam == "phimoe":
+            top, tw = _np_sparsemixer(lg, c.get("router_jitter_noise", 0.01))
+        elif fam in SIGMOID_FAMILIES:  # sigmoid scores; choose by score + bias within the best groups
             pr = 1 / (1 + np.exp(-lg))
             keys = pr + W[pre + "gate.e_score_correction_bias"]
             g = c.get("n_group", 1)
@@ -1296,7 +1505,7 @@ def independent_forward(d: Path, ids):
                     gu = W[pre + "experts.gate_up_proj"][e]
                     F = gu.shape[0] // 2
                     gw, uw, dw = gu[:F], gu[F:], W[pre + "experts.down_proj"][e]
-                elif fam == "mixtral":  # w1 = gate, w3 = up, w2 = down
+                elif fam in ("mixtral", "phimoe"):  # w1 = gate, w3 = up, w2 = down
                     gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2"))
                 else:
                     gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
@@ -1307,9 +1516,10 @@ def independent_forward(d: Path, ids):
         if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
             y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
         x = x + res_mult * y
-    x = _np_rms(x, W["model.norm.weight"], eps)
+    x = _np_norm(W, "model.norm", x, eps)
     lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    return x @ lm.T / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
+    logits = x @ lm.T + W.get("lm_head.bias", 0.0)
+    return logits / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
 
 
 # --------------------------------------------------------------------------------------
@@ -1322,6 +1532,8 @@ def legacy_config(cfg_json: dict, spec) -> dict:
     rp = dict(rp)
     c["rope_theta"] = rp.pop("rope_theta")
     rp.pop("rope_type", None) if rp.get("rope_type") == "default" else None
+    if rp and spec["family"] == "phimoe":  # Phi-3.5-MoE's hub file: {"type": "longrope", ...}
+        rp["type"] = rp.pop("rope_type")
     if rp:
         c["rope_scaling"] = rp
     if "dtype" in c:
@@ -1575,6 +1787,7 @@ def build_fixture(spec, tok_texts, log):
     od.mkdir()
     for name, r in res.items():
         np.save(od / f"logits_{name}.npy", r["logits"].numpy().astype(np.float32))
+    extra = phimoe_extras(loaded, spec, input_ids, res["f32"]["logits"], od) if fam == "phimoe" else {}
     layout_note = {
         "per_expert": "hub per-expert layout written by save_pretrained (save_original_format=True, the default)",
         "fused": "fused layout: transformers-5 in-memory names, written by save_pretrained(save_original_format=False)",
@@ -1641,6 +1854,7 @@ def build_fixture(spec, tok_texts, log):
     rel = float(np.abs(np_logits - res["f32"]["logits"].numpy()).max() / np.abs(np_logits).max())
     assert rel < 1e-5 and np_routing == res["f32"]["routing"], (spec["name"], rel)
     meta["independent_numpy_check_rel_err"] = rel
+    meta.update(extra)
     write_json(od / "meta.json", meta, indent=1)
     chat = chat_oracle(out, spec, tok)
     if chat is not None:

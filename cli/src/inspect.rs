@@ -184,15 +184,18 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
     };
     writeln!(
         o,
-        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}{}",
-        c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, shared
+        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}, scoring {:?}{}",
+        c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, c.moe.scoring, shared
     )?;
     writeln!(o, "dense layers {} (FFN {})", r["dense_layers"], c.dense_ffn)?;
     writeln!(
         o,
-        "attention    bias {}, qk_norm {:?}, sliding windows {:?}",
+        "attention    bias {} (output {}), qk_norm {:?}, norm {:?}, lm_head bias {}, sliding windows {:?}",
         c.attention_bias,
+        c.attention_out_bias,
         c.qk_norm,
+        c.norm,
+        c.lm_head_bias,
         c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>()
     )?;
     writeln!(o, "rope         theta {}, scaling {:?}", c.rope.theta, c.rope.scaling)?;

@@ -85,7 +85,8 @@ fn requantise(dtype: DType, x: &[f32], cols: usize) -> Vec<u8> {
 }
 
 /// One stored block matrix against its source values: bytes equal the re-quantisation, and each
-/// dequantised value is within half a step |d| of the source — except, in q4, values beyond the
+/// dequantised value is within half a step |d| of the source (plus |steps|·|d|·2⁻¹¹: the f16
+/// rounding of the scale the quantiser divided by) — except, in q4, values beyond the
 /// +7 steps the block can hold on the side opposite its extreme (which maps to −8), which clamp
 /// to exactly 7 steps: within one step, plus the f16 rounding of d (|m| / |d| ≤ 8·(1 + 2⁻¹¹),
 /// so the error is at most |d|·(1 + 2⁻⁸); a source holding both +a and −a as its extreme hits it).
@@ -107,7 +108,9 @@ fn check_block_matrix(what: &str, unit: &TensorView<'_>, src: &[f32]) -> usize {
                 assert_eq!(y, 7.0 * d, "{what}[{}]: {x} beyond +7 steps must clamp to 7 d", b * QK + i);
                 d.abs() * (1.0 + 1.0 / 256.0)
             } else {
-                0.5 * d.abs()
+                // Half a step of the exact scale, which the quantiser divides by, plus the f16
+                // rounding of the stored scale (≤ 2⁻¹¹ relative) times the steps taken.
+                d.abs() * (0.5 + (steps.abs() + 1.0) / 2048.0)
             };
             assert!((x - y).abs() <= bound * (1.0 + 1e-6), "{what}[{}]: {x} → {y}, step {d}", b * QK + i);
         }

@@ -5,8 +5,8 @@
 use crate::deepseek;
 use crate::error::{fail, Result};
 use colibri::model::{
-    Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales,
-    Scoring,
+    Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling,
+    Scales, Scoring,
 };
 use serde_json::Value;
 
@@ -68,11 +68,13 @@ pub fn family(hf: &Value) -> Result<Family> {
         // Kimi-K2 (model_type kimi_k2) and Moonlight name the V3 class.
         (Some("DeepseekV3ForCausalLM"), _) | (None, Some("deepseek_v3" | "kimi_k2")) => Family::DeepseekV3,
         (Some("GptOssForCausalLM"), _) | (None, Some("gpt_oss")) => Family::GptOss,
+        (Some("PhimoeForCausalLM"), _) | (None, Some("phimoe")) => Family::Phimoe,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
-                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM",
+                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM,
+                 PhimoeForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -99,7 +101,7 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         }
     };
     let default_theta = match fam {
-        Family::Mixtral => 1e6,
+        Family::Mixtral | Family::Phimoe => 1e6,
         Family::GptOss => 150000.0,
         _ => 10000.0,
     };
@@ -146,11 +148,38 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
             high_freq_factor: pf("high_freq_factor")?.unwrap_or(4.0),
             original_max_position_embeddings: original.unwrap_or(8192),
         },
+        "longrope" => longrope(hf, params, max_pos)?,
         other => return Err(fail(format!("unsupported rope type '{other}'"))),
     };
     let _ = head_dim;
     let interleaved = deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?;
     Ok(Rope { theta, partial_rotary_factor: partial, scaling, interleaved })
+}
+
+/// LongRoPE's parameters (`_compute_longrope_parameters` + PhimoeRotaryEmbedding): the factor
+/// lists, the original context (config.json's top level first, as transformers'
+/// `standardize_rope_params`), and the two mscales, which PhimoeConfig requires.
+fn longrope(hf: &Value, params: Option<&Value>, max_pos: usize) -> Result<RopeScaling> {
+    let p = |k: &str| params.and_then(|p| get(p, k));
+    let list = |k: &str| -> Result<Vec<f64>> {
+        p(k).and_then(|v| v.as_array())
+            .and_then(|a| a.iter().map(|x| x.as_f64()).collect::<Option<Vec<f64>>>())
+            .ok_or_else(|| fail(format!("longrope needs '{k}' as a list of numbers")))
+    };
+    let num = |k: &str| -> Result<f64> {
+        p(k).and_then(|v| v.as_f64()).ok_or_else(|| fail(format!("longrope needs the number '{k}' (PhimoeConfig)")))
+    };
+    let original = match opt_usize(hf, "original_max_position_embeddings")? {
+        Some(o) => o as u64,
+        None => p("original_max_position_embeddings").and_then(|v| v.as_u64()).unwrap_or(max_pos as u64),
+    };
+    Ok(RopeScaling::LongRope {
+        short_factor: list("short_factor")?,
+        long_factor: list("long_factor")?,
+        original_max_position_embeddings: original,
+        short_mscale: num("short_mscale")?,
+        long_mscale: num("long_mscale")?,
+    })
 }
 
 /// Sliding windows per layer: transformers 5 `layer_types`, else the family's rule.
@@ -173,7 +202,7 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
             .collect();
     }
     Ok(match fam {
-        Family::Mixtral => vec![window; n_layers],
+        Family::Mixtral | Family::Phimoe => vec![window; n_layers],
         Family::GraniteMoe | Family::Glm4Moe | Family::DeepseekV2 | Family::DeepseekV3 => vec![None; n_layers],
         // GptOssConfig's default layer_types: sliding, full, sliding, …
         Family::GptOss => (0..n_layers).map(|i| if i % 2 == 0 { window } else { None }).collect(),
@@ -203,7 +232,7 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
     let norm_topk_prob = matches!(fam, Family::Mixtral | Family::GraniteMoe | Family::GptOss)
         || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
     let (expert_ffn, dense_ffn, shared) = match fam {
-        Family::Mixtral | Family::Olmoe | Family::GraniteMoe | Family::GptOss => {
+        Family::Mixtral | Family::Olmoe | Family::GraniteMoe | Family::GptOss | Family::Phimoe => {
             (usize_key(hf, "intermediate_size")?, 0, 0)
         }
         Family::Qwen2Moe => (
@@ -255,7 +284,7 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         shared_expert_ffn: shared,
         // Qwen2-MoE gates its shared expert; GLM-4.5 adds it as it is.
         shared_expert_gate: shared > 0 && fam == Family::Qwen2Moe,
-        scoring: if glm { Scoring::Sigmoid } else { Scoring::Softmax },
+        scoring: scoring(hf, fam, top_k)?,
         choice_bias: glm,
         groups,
         routed_scaling: if glm { opt_f64(hf, "routed_scaling_factor")?.unwrap_or(1.0) } else { 1.0 },
@@ -275,6 +304,23 @@ fn expert_act(hf: &Value, fam: Family) -> Result<ExpertAct> {
     Ok(ExpertAct::ClampedSwiglu {
         alpha: opt_f64(hf, "swiglu_alpha")?.unwrap_or(1.702),
         limit: opt_f64(hf, "swiglu_limit")?.unwrap_or(7.0),
+    })
+}
+
+/// How the router's logits become choices and weights.
+fn scoring(hf: &Value, fam: Family, top_k: usize) -> Result<Scoring> {
+    Ok(match fam {
+        Family::Glm4Moe => Scoring::Sigmoid,
+        Family::Phimoe => {
+            // modeling_phimoe's sparsemixer always takes two experts, whatever the config says.
+            if top_k != 2 {
+                return Err(fail(format!(
+                    "num_experts_per_tok = {top_k}: Phi-MoE's sparsemixer routes to exactly 2 experts"
+                )));
+            }
+            Scoring::SparseMixer { jitter_eps: opt_f64(hf, "router_jitter_noise")?.unwrap_or(0.01) }
+        }
+        _ => Scoring::Softmax,
     })
 }
 
@@ -309,8 +355,8 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
         Family::GptOss => opt_bool(hf, "attention_bias")?.unwrap_or(true),
         _ => opt_bool(hf, "attention_bias")?.unwrap_or(false),
     };
-    // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's.
-    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss) {
+    // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's; GPT-OSS's and Phi-MoE's on q/k/v/o.
+    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss | Family::Phimoe) {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
@@ -387,6 +433,10 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         rope: rope(hf, fam, head_dim, max_pos)?,
         max_position_embeddings: max_pos,
         attention_bias,
+        attention_out_bias: attention_bias && matches!(fam, Family::Phimoe | Family::GptOss),
+        // PhimoeDecoderLayer / PhimoeModel: nn.LayerNorm(eps=rms_norm_eps).
+        norm: if fam == Family::Phimoe { NormKind::LayerNorm } else { NormKind::Rms },
+        lm_head_bias: fam == Family::Phimoe && opt_bool(hf, "lm_head_bias")?.unwrap_or(false),
         qk_norm,
         clip_qkv: if fam == Family::Olmoe { opt_f64(hf, "clip_qkv")? } else { None },
         moe,
@@ -399,8 +449,59 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         pad_token_id: ids(get(hf, "pad_token_id")).first().copied(),
         scales,
         mla,
-        attention_out_bias: fam == Family::GptOss && attention_bias,
         attention_sinks: fam == Family::GptOss,
     };
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A Phi-3.5-MoE config.json as the hub writes it (transformers 4 spelling), shrunk.
+    fn phimoe() -> Value {
+        json!({
+            "architectures": ["PhimoeForCausalLM"], "model_type": "phimoe", "vocab_size": 64, "hidden_size": 32,
+            "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": true, "lm_head_bias": true,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "original_max_position_embeddings": 4096,
+            "max_position_embeddings": 131072, "sliding_window": 131072,
+            "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 2048,
+                "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 4.0, 5.0],
+                "short_mscale": 1.243, "long_mscale": 1.3}
+        })
+    }
+
+    #[test]
+    fn phimoe_config_maps_to_layer_norms_biases_sparsemixer_and_longrope() {
+        let c = config_from_hf(&phimoe()).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (c.family, c.norm, c.attention_bias, c.attention_out_bias, c.lm_head_bias),
+            (Family::Phimoe, NormKind::LayerNorm, true, true, true)
+        );
+        assert_eq!(c.moe.scoring, Scoring::SparseMixer { jitter_eps: 0.01 });
+        assert_eq!(c.layers[0].sliding_window, Some(131072));
+        // The top-level original context wins over the rope parameters' (standardize_rope_params).
+        let RopeScaling::LongRope { original_max_position_embeddings, short_mscale, long_mscale, .. } = c.rope.scaling
+        else {
+            panic!("{:?}", c.rope.scaling)
+        };
+        assert_eq!((original_max_position_embeddings, short_mscale, long_mscale), (4096, 1.243, 1.3));
+    }
+
+    #[test]
+    fn phimoe_configs_transformers_would_not_run_as_written_are_refused() {
+        let mut hf = phimoe();
+        hf["num_experts_per_tok"] = json!(3);
+        assert!(config_from_hf(&hf).unwrap_err().to_string().contains("sparsemixer"));
+        let mut hf = phimoe();
+        hf["rope_scaling"].as_object_mut().unwrap().remove("long_mscale");
+        assert!(config_from_hf(&hf).unwrap_err().to_string().contains("long_mscale"));
+        // A factor list that does not cover head_dim / 2 dimensions.
+        let mut hf = phimoe();
+        hf["rope_scaling"]["long_factor"] = json!([1.0, 2.0]);
+        assert!(config_from_hf(&hf).unwrap().validate().is_err());
+    }
 }

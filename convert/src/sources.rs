@@ -7,7 +7,9 @@ use super::gpt_oss;
 pub use super::piece::{Piece, PieceLayout};
 use super::safetensors::Checkpoint;
 use crate::error::{fail, Result};
-use colibri::model::{suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD};
+use colibri::model::{
+    suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
+};
 
 /// The pieces that, concatenated, give one colibri tensor's payload.
 #[derive(Clone, Debug)]
@@ -49,7 +51,9 @@ fn required(ck: &Checkpoint, names: &[String], want: &[u64], what: &str) -> Resu
 fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
     let base = format!("model.layers.{l}");
     match fam {
-        Family::Mixtral | Family::GraniteMoe => vec![format!("{base}.block_sparse_moe"), format!("{base}.mlp")],
+        Family::Mixtral | Family::GraniteMoe | Family::Phimoe => {
+            vec![format!("{base}.block_sparse_moe"), format!("{base}.mlp")]
+        }
         _ => vec![format!("{base}.mlp")],
     }
 }
@@ -159,8 +163,12 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
             one(vec!["model.embed_tokens.weight".into()])?
         } else if spec.name == FINAL_NORM {
             one(vec!["model.norm.weight".into()])?
+        } else if spec.name == FINAL_NORM_BIAS {
+            one(vec!["model.norm.bias".into()])?
         } else if spec.name == LM_HEAD {
             one(vec!["lm_head.weight".into()])?
+        } else if spec.name == LM_HEAD_BIAS {
+            one(vec!["lm_head.bias".into()])?
         } else {
             let rest = spec.name.strip_prefix("layers.").ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
             let (l, sfx) = rest.split_once('.').ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
@@ -175,6 +183,8 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
             match sfx {
                 ATTN_NORM => one(vec![format!("{base}.input_layernorm.weight")])?,
                 FFN_NORM => one(vec![format!("{base}.post_attention_layernorm.weight")])?,
+                ATTN_NORM_BIAS => one(vec![format!("{base}.input_layernorm.bias")])?,
+                FFN_NORM_BIAS => one(vec![format!("{base}.post_attention_layernorm.bias")])?,
                 Q => one(attn("q_proj.weight"))?,
                 K => one(attn("k_proj.weight"))?,
                 V => one(attn("v_proj.weight"))?,

@@ -35,6 +35,9 @@ fn base(family: Family, vocab: usize, hidden: usize, layers: Vec<LayerSpec>, hea
         rope: Rope { theta: 10000.0, partial_rotary_factor: 1.0, scaling: RopeScaling::None },
         max_position_embeddings: 128,
         attention_bias: false,
+        attention_out_bias: false,
+        norm: Default::default(),
+        lm_head_bias: false,
         qk_norm: QkNorm::None,
         clip_qkv: None,
         moe: MoeConfig {

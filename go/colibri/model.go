@@ -28,6 +28,7 @@ const (
 	FamilyDeepSeekV2 Family = C.COLIBRI_FAMILY_DEEPSEEK_V2
 	FamilyDeepSeekV3 Family = C.COLIBRI_FAMILY_DEEPSEEK_V3
 	FamilyGPTOSS     Family = C.COLIBRI_FAMILY_GPT_OSS
+	FamilyPhiMoE     Family = C.COLIBRI_FAMILY_PHIMOE
 )
 
 func (f Family) String() string {
@@ -50,6 +51,8 @@ func (f Family) String() string {
 		return "glm4_moe"
 	case FamilyGPTOSS:
 		return "gpt_oss"
+	case FamilyPhiMoE:
+		return "phimoe"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

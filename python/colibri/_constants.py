@@ -57,6 +57,9 @@ COLIBRI_FAMILY_DEEPSEEK_V3 = 7
 
 COLIBRI_FAMILY_GPT_OSS = 8
 
+#: Phi-3.5-MoE (PhimoeForCausalLM).
+COLIBRI_FAMILY_PHIMOE = 9
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

@@ -68,6 +68,8 @@ pub const COLIBRI_FAMILY_GLM4_MOE: colibri_family = 5;
 pub const COLIBRI_FAMILY_DEEPSEEK_V2: colibri_family = 6;
 pub const COLIBRI_FAMILY_DEEPSEEK_V3: colibri_family = 7;
 pub const COLIBRI_FAMILY_GPT_OSS: colibri_family = 8;
+/// Phi-3.5-MoE (PhimoeForCausalLM).
+pub const COLIBRI_FAMILY_PHIMOE: colibri_family = 9;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -81,6 +83,7 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::DeepseekV2 => COLIBRI_FAMILY_DEEPSEEK_V2,
         crate::Family::DeepseekV3 => COLIBRI_FAMILY_DEEPSEEK_V3,
         crate::Family::GptOss => COLIBRI_FAMILY_GPT_OSS,
+        crate::Family::Phimoe => COLIBRI_FAMILY_PHIMOE,
     }
 }
 

@@ -40,7 +40,7 @@ fn sequence_in_steps(model: &Model, q: &mut Sequence<'_>) -> Result<()> {
             bytes: (len as u64).saturating_mul(4),
         })?;
     }
-    let mut at = 0;
+    let (mut at, call_end) = (0, q.session.pos + n);
     while at < n {
         let end = (at + MAX_STEP_ROWS).min(n);
         let logits = match q.opts.logits {
@@ -48,7 +48,8 @@ fn sequence_in_steps(model: &Model, q: &mut Sequence<'_>) -> Result<()> {
             mode => mode,
         };
         let opts = ForwardOptions { logits, ..q.opts };
-        one_step(model, &mut [Sequence { session: &mut *q.session, input: q.input.rows(at..end, h), opts }])?;
+        let piece = Sequence { session: &mut *q.session, input: q.input.rows(at..end, h), opts };
+        one_step(model, &mut [piece], Some(call_end))?;
         if logits == LogitsMode::All {
             all_logits.extend_from_slice(&q.session.logits);
         }

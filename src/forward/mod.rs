@@ -9,8 +9,8 @@
 //! batch of one.
 //!
 //! x = embed(tokens)
-//! for each layer:  x += attention(rmsnorm(x));  x += ffn_or_moe(rmsnorm(x))
-//! logits = lm_head(rmsnorm(x))
+//! for each layer:  x += attention(norm(x));  x += ffn_or_moe(norm(x))
+//! logits = lm_head(norm(x))      (norm: RMSNorm, or LayerNorm with bias for Phi-MoE)
 
 mod attention;
 mod check;
@@ -21,6 +21,7 @@ mod lanes;
 mod mla;
 mod rope;
 mod router;
+mod sparsemixer;
 mod step;
 
 pub use check::check_routing;
@@ -106,7 +107,7 @@ pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
         if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
             return chunked::forward_in_steps(model, batch);
         }
-        one_step(model, batch)
+        one_step(model, batch, None)
     })?
 }
 
@@ -117,7 +118,9 @@ pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
 pub const MAX_STEP_ROWS: usize = 1024;
 
 /// One step over the whole batch (at most `MAX_STEP_ROWS` rows), on the pool running the caller.
-fn one_step(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
+/// `call_end`: for a one-sequence step that is a piece of a longer call, the position after
+/// that call's last token (LongRoPE chooses its factors by it); None: each sequence's own.
+fn one_step(model: &Model, batch: &mut [Sequence<'_>], call_end: Option<usize>) -> Result<()> {
     model.check_unchanged()?;
     let (n, k) = check_batch(model, batch)?;
     // The memory the input asks for, allocated fallibly: a failure changes nothing a caller
@@ -125,15 +128,15 @@ fn one_step(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     reserve(model, batch)?;
     let x = {
         // x = embed(tokens)
-        let mut step = Step::new(model, batch, n, k)?;
+        let mut step = Step::new(model, batch, n, k, call_end)?;
         // Nothing fails from here on.
         for (l, lw) in model.weights().layers.iter().enumerate() {
-            // x += attention(rmsnorm(x))
-            step.norm(lw.attn_norm);
+            // x += attention(norm(x))
+            step.norm(&lw.attn_norm);
             step.attention(l, lw);
             step.residual();
-            // x += moe_or_mlp(rmsnorm(x))
-            step.norm(lw.ffn_norm);
+            // x += moe_or_mlp(norm(x))
+            step.norm(&lw.ffn_norm);
             match &lw.ffn {
                 FfnWeights::Moe(mw) => step.moe(l, mw),
                 FfnWeights::Dense(mlp) => step.mlp(mlp),
@@ -142,7 +145,7 @@ fn one_step(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
         }
         step.into_residual()
     };
-    // logits = lm_head(rmsnorm(x))
+    // logits = lm_head(norm(x))
     lm_head(model, &k, batch, &x);
     // A file rewritten under the mapping during the step: its results are discarded (positions
     // do not advance; the logits buffers hold nothing a caller may use).
@@ -190,7 +193,7 @@ fn lm_head(model: &Model, k: &Kernels, batch: &mut [Sequence<'_>], x: &[f32]) {
         row = rows.end;
         let want = wanted(q.opts.logits, rows);
         let dst = &mut xn[at * h..(at + want.len()) * h];
-        kernels::rmsnorm(&x[want.start * h..want.end * h], w.norm, c.rms_norm_eps as f32, dst);
+        step::norm_rows(c, &w.norm, &x[want.start * h..want.end * h], dst);
         at += want.len();
     }
     let Some((first, rest)) = batch.split_first_mut() else { return };
@@ -199,6 +202,9 @@ fn lm_head(model: &Model, k: &Kernels, batch: &mut [Sequence<'_>], x: &[f32]) {
     all.resize(m * vocab, 0.0);
     if m > 0 {
         k.matmul(w.lm_head, &xn, m, all);
+        if let Some(b) = w.lm_head_bias {
+            kernels::add_bias(all, b);
+        }
         if c.scales.logits_divisor != 1.0 {
             let d = c.scales.logits_divisor as f32;
             all.iter_mut().for_each(|v| *v /= d);

@@ -1,5 +1,5 @@
 //! Rotary position embeddings: inverse frequencies for each scaling scheme (mirroring
-//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3) and their
+//! transformers `modeling_rope_utils.py`: default, linear, dynamic, yarn, llama3, longrope) and their
 //! application to one head: rotate-half (`apply_rotary_pos_emb`) or interleaved pairs
 //! (DeepSeek's `apply_rotary_emb` / `apply_rotary_pos_emb_interleave`).
 
@@ -15,9 +15,40 @@ pub struct Rope {
     rot_dim: usize,
     /// Dynamic NTK: (factor, original context) to recompute for long sequences.
     dynamic: Option<(f64, u64)>,
+    /// LongRoPE: the set used by calls that reach past the original context.
+    long: Option<LongSet>,
     theta: f64,
     /// Pairs (2i, 2i+1) rotate together instead of (i, i + rot_dim/2).
     interleaved: bool,
+}
+
+/// LongRoPE's long-context factors (`inv_freq` and the attention factor hold the short ones).
+struct LongSet {
+    /// [rot_dim / 2] inverse frequencies divided by `long_factor`
+    inv_freq: Vec<f32>,
+    attention_factor: f32,
+    /// A call whose highest position + 1 exceeds this uses the long set.
+    original: u64,
+}
+
+impl LongSet {
+    /// The long set of a LongRoPE `scaling` (None for other schemes), from the `base` inverse
+    /// frequencies.
+    fn new(scaling: &RopeScaling, base: &[f64]) -> Option<LongSet> {
+        match scaling {
+            RopeScaling::LongRope { long_factor, original_max_position_embeddings, long_mscale, .. } => Some(LongSet {
+                inv_freq: scaled(base, long_factor).iter().map(|&f| f as f32).collect(),
+                attention_factor: *long_mscale as f32,
+                original: *original_max_position_embeddings,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// base inverse frequencies divided per dimension by `factor` (`_compute_longrope_parameters`).
+fn scaled(base: &[f64], factor: &[f64]) -> Vec<f64> {
+    base.iter().zip(factor).map(|(f, s)| f / s).collect()
 }
 
 fn base_inv_freq(theta: f64, dim: usize) -> Vec<f64> {
@@ -32,6 +63,7 @@ impl Rope {
         let base = base_inv_freq(theta, rot_dim);
         let mut attention_factor = 1.0f64;
         let mut dynamic = None;
+        let mut long = None;
         let inv: Vec<f64> = match &c.rope.scaling {
             RopeScaling::None => base,
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
@@ -68,6 +100,11 @@ impl Rope {
                     })
                     .collect()
             }
+            RopeScaling::LongRope { short_factor, short_mscale, .. } => {
+                attention_factor = *short_mscale;
+                long = LongSet::new(&c.rope.scaling, &base);
+                scaled(&base, short_factor)
+            }
             RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
                 let orig = *original_max_position_embeddings as f64;
                 let low_wl = orig / low_freq_factor;
@@ -92,6 +129,7 @@ impl Rope {
             attention_factor: attention_factor as f32,
             rot_dim,
             dynamic,
+            long,
             theta,
             interleaved: c.rope.interleaved,
         }
@@ -99,8 +137,14 @@ impl Rope {
 
     /// Append the cos and sin rows of positions `pos0 .. pos0 + n` to `cos` and `sin` ([rot_dim/2]
     /// per position), already scaled by the attention factor. Angles are computed as f32
-    /// products like transformers does. Dynamic NTK scales by this sequence's length `pos0 + n`.
-    pub fn extend_table(&self, pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+    /// products like transformers does. Dynamic NTK scales by this sequence's length `pos0 + n`;
+    /// LongRoPE takes the long set for every row when `call_end` (the position after the last
+    /// token of the whole forward call, which may run as several steps) exceeds the original
+    /// context, as transformers' `longrope_frequency_update` does with `max(position_ids) + 1`.
+    pub fn extend_table(&self, pos0: usize, n: usize, call_end: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+        if let Some(l) = self.long.as_ref().filter(|l| call_end as u64 > l.original) {
+            return push_rows(pos0..pos0 + n, &l.inv_freq, l.attention_factor, cos, sin);
+        }
         let inv: std::borrow::Cow<'_, [f32]> = match self.dynamic {
             Some((factor, orig)) if (pos0 + n) as u64 > orig => {
                 let seq = (pos0 + n) as f64;
@@ -110,13 +154,7 @@ impl Rope {
             }
             _ => (&self.inv_freq[..]).into(),
         };
-        for p in pos0..pos0 + n {
-            for &f in inv.iter() {
-                let angle = (p as f32) * f;
-                cos.push((f64::from(angle).cos() as f32) * self.attention_factor);
-                sin.push((f64::from(angle).sin() as f32) * self.attention_factor);
-            }
-        }
+        push_rows(pos0..pos0 + n, &inv, self.attention_factor, cos, sin);
     }
 
     /// Rotate the leading rot_dim values of `x` in place with one row of the tables
@@ -141,5 +179,16 @@ impl Rope {
     /// Half of the rotated dimensions (the width of one table row).
     pub fn half(&self) -> usize {
         self.rot_dim / 2
+    }
+}
+
+/// cos and sin of position × inverse frequency (an f32 product), × `scale`, for each position.
+fn push_rows(positions: std::ops::Range<usize>, inv: &[f32], scale: f32, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+    for p in positions {
+        for &f in inv {
+            let angle = (p as f32) * f;
+            cos.push((f64::from(angle).cos() as f32) * scale);
+            sin.push((f64::from(angle).sin() as f32) * scale);
+        }
     }
 }

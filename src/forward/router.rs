@@ -3,7 +3,7 @@
 //! and limited to the best expert groups) → combination weights by the family's rule
 //! (renormalised over the chosen experts when `norm_topk_prob`, else the scores themselves; then
 //! × routed_scaling). Mirrors `MixtralTopKRouter` / `Qwen2MoeTopKRouter` / `Glm4MoeTopkRouter`
-//! (= DeepSeek-V3's) / `DeepseekV2TopkRouter`.
+//! (= DeepSeek-V3's) / `DeepseekV2TopkRouter`; Phi-MoE's sparsemixer lives in `sparsemixer`.
 
 use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels, Mat};
@@ -19,7 +19,9 @@ pub enum RoutingMode {
     /// The k largest of logit + Gumbel noise −log(−log u), u from the session's seeded RNG.
     /// Only the choice is perturbed; the weights come from the un-noised logits. With sigmoid
     /// scoring the noise is added to the logit before the sigmoid, and the choice bias and the
-    /// group scores are computed from those perturbed scores.
+    /// group scores are computed from those perturbed scores. With sparsemixer routing
+    /// (Phi-MoE) each of its steps picks the largest jitter-masked logit + noise, as
+    /// transformers' training mode samples, and weighs it by the un-noised masked softmax.
     Gumbel,
 }
 
@@ -150,6 +152,8 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         match rule.scoring {
             Scoring::Softmax => kernels::softmax(&mut scores),
             Scoring::Sigmoid => scores.iter_mut().for_each(|x| *x = sigmoid(*x)),
+            // Not routed here: `Step::moe` sends sparsemixer layers to `sparsemixer::select`.
+            Scoring::SparseMixer { .. } => {}
         }
         match choice.mode {
             RoutingMode::TopK => keys.copy_from_slice(&scores),

@@ -10,10 +10,11 @@ use super::lanes::{Lane, Scratch};
 use super::mla;
 use super::rope::Rope;
 use super::router::{self, Routes};
+use super::sparsemixer;
 use super::{Input, Sequence};
 use crate::error::Result;
-use crate::kernels::{self, Kernels, Mat};
-use crate::model::{AttnWeights, Config, LayerWeights, MlpWeights, Model, MoeWeights};
+use crate::kernels::{self, Kernels};
+use crate::model::{AttnWeights, Config, LayerWeights, MlpWeights, Model, MoeWeights, NormKind, NormWeights, Scoring};
 use crate::session::RouteRecord;
 use std::ops::Range;
 
@@ -31,9 +32,16 @@ pub struct Step<'s> {
 
 impl<'s> Step<'s> {
     /// Plan a step over the (already checked) batch of n rows: embed every sequence's input
-    /// into x and fill each row's RoPE cos/sin at its own position. Fails only when the step's
-    /// buffers cannot be allocated, before any session is touched.
-    pub fn new(model: &'s Model, batch: &'s mut [Sequence<'_>], n: usize, k: Kernels) -> Result<Step<'s>> {
+    /// into x and fill each row's RoPE cos/sin at its own position (`call_end`: see
+    /// `one_step`). Fails only when the step's buffers cannot be allocated, before any session
+    /// is touched.
+    pub fn new(
+        model: &'s Model,
+        batch: &'s mut [Sequence<'_>],
+        n: usize,
+        k: Kernels,
+        call_end: Option<usize>,
+    ) -> Result<Step<'s>> {
         let c = model.config();
         let h = c.hidden_size;
         let rope = Rope::new(c);
@@ -58,7 +66,8 @@ impl<'s> Step<'s> {
                 let m = c.scales.embedding as f32;
                 x.iter_mut().for_each(|v| *v *= m);
             }
-            rope.extend_table(s.pos, rows.len(), &mut sc.cos, &mut sc.sin);
+            let end = call_end.unwrap_or(s.pos + rows.len());
+            rope.extend_table(s.pos, rows.len(), end, &mut sc.cos, &mut sc.sin);
             let top_k = q.opts.routing.top_k.unwrap_or(c.moe.top_k); // validated by the checks
             let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
             lanes.push(Lane { kv, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
@@ -71,10 +80,10 @@ impl<'s> Step<'s> {
         self.lanes.last().map_or(0, |l| l.rows.end)
     }
 
-    /// xn = rmsnorm(x) with weight `w`.
-    pub fn norm(&mut self, w: Mat<'_>) {
+    /// xn = norm(x) with parameters `w` (the family's `NormKind`).
+    pub fn norm(&mut self, w: &NormWeights<'_>) {
         let nh = self.n() * self.c.hidden_size;
-        kernels::rmsnorm(&self.sc.x[..nh], w, self.c.rms_norm_eps as f32, &mut self.sc.xn[..nh]);
+        norm_rows(self.c, w, &self.sc.x[..nh], &mut self.sc.xn[..nh]);
     }
 
     /// x += out (· the residual multiplier, when the family has one).
@@ -129,7 +138,13 @@ impl<'s> Step<'s> {
         for lane in self.lanes.iter_mut() {
             let r = lane.rows.clone();
             let mut choice = router::Choice { k: lane.top_k, mode: lane.mode, rng: &mut *lane.rng };
-            router::select(&self.gate[r.start * e..r.end * e], e, &rule, &mut choice, &mut self.routes);
+            let gate = &self.gate[r.start * e..r.end * e];
+            match m.scoring {
+                Scoring::SparseMixer { jitter_eps } => {
+                    sparsemixer::select(gate, e, jitter_eps, &mut choice, &mut self.routes)
+                }
+                _ => router::select(gate, e, &rule, &mut choice, &mut self.routes),
+            }
             if let Some(trace) = lane.trace.as_deref_mut() {
                 record(trace, &self.routes, r, l, lane.pos0);
             }
@@ -140,6 +155,15 @@ impl<'s> Step<'s> {
     /// End the layers: the residual stream [n, hidden].
     pub fn into_residual(self) -> Vec<f32> {
         self.sc.x
+    }
+}
+
+/// y = norm(x) row by row ([n, hidden] both): RMSNorm, or LayerNorm with its bias.
+pub fn norm_rows(c: &Config, w: &NormWeights<'_>, x: &[f32], y: &mut [f32]) {
+    let eps = c.rms_norm_eps as f32;
+    match (c.norm, w.bias) {
+        (NormKind::LayerNorm, Some(b)) => kernels::layernorm(x, w.weight, b, eps, y),
+        _ => kernels::rmsnorm(x, w.weight, eps, y),
     }
 }
 

@@ -48,6 +48,17 @@ pub fn rmsnorm(x: &[f32], w: Mat<'_>, eps: f32, y: &mut [f32]) {
     }
 }
 
+/// LayerNorm of each row of x ([n, dim], dim = w.len() = b.len()) into y.
+pub fn layernorm(x: &[f32], w: Mat<'_>, b: Mat<'_>, eps: f32, y: &mut [f32]) {
+    let dim = w.len();
+    let (mut wf, mut bf) = (vec![0f32; dim], vec![0f32; dim]);
+    w.dequantize(0, &mut wf);
+    b.dequantize(0, &mut bf);
+    for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
+        reference::layernorm_row(xr, &wf, &bf, eps, yr);
+    }
+}
+
 /// In-place RMSNorm of each row of x ([n, dim]).
 pub fn rmsnorm_inplace(x: &mut [f32], w: Mat<'_>, eps: f32) {
     let dim = w.len();

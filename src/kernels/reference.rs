@@ -60,6 +60,18 @@ pub fn rmsnorm_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
+/// One LayerNorm row (`nn.LayerNorm`): y = (x − mean(x)) · rsqrt(var(x) + eps) · w + b, the
+/// biased variance; mean and variance accumulated in f64.
+pub fn layernorm_row(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+    let n = x.len() as f64;
+    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = x.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
+    let inv = 1.0 / (var + f64::from(eps)).sqrt();
+    for (((yi, &xi), &wi), &bi) in y.iter_mut().zip(x).zip(w).zip(b) {
+        *yi = (((f64::from(xi) - mean) * inv) as f32) * wi + bi;
+    }
+}
+
 /// In-place numerically stable softmax (max subtracted; −inf entries get 0).
 pub fn softmax(x: &mut [f32]) {
     softmax_with_sink(x, f32::NEG_INFINITY)

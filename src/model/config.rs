@@ -31,6 +31,9 @@ pub enum Family {
     /// GptOssForCausalLM (attention sinks, q/k/v/o biases, alternating sliding/full layers,
     /// a router with a bias, experts with biases and the clamped gated activation)
     GptOss,
+    /// PhimoeForCausalLM (Phi-3.5-MoE: LayerNorm with bias, biased attention and lm_head,
+    /// sparsemixer top-2 routing, LongRoPE)
+    Phimoe,
 }
 
 impl Family {
@@ -46,6 +49,7 @@ impl Family {
             Family::DeepseekV2 => "DeepseekV2ForCausalLM",
             Family::DeepseekV3 => "DeepseekV3ForCausalLM",
             Family::GptOss => "GptOssForCausalLM",
+            Family::Phimoe => "PhimoeForCausalLM",
         }
     }
 
@@ -61,6 +65,7 @@ impl Family {
             Family::DeepseekV2 => "deepseek_v2",
             Family::DeepseekV3 => "deepseek_v3",
             Family::GptOss => "gpt_oss",
+            Family::Phimoe => "phimoe",
         }
     }
 }
@@ -75,6 +80,17 @@ pub enum QkNorm {
     PerHead,
     /// RMSNorm over the whole projection, weights [n_heads·head_dim] and [n_kv_heads·head_dim] (OLMoE).
     Full,
+}
+
+/// The normalisation of the layers' inputs and of the final hidden state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// RMSNorm, weight only (every family but Phi-MoE).
+    #[default]
+    Rms,
+    /// LayerNorm: mean removed, biased variance, weight and bias (`nn.LayerNorm`, Phi-MoE).
+    LayerNorm,
 }
 
 /// Rotary position embedding: base frequency and optional scaling, with every default resolved
@@ -121,10 +137,23 @@ pub enum RopeScaling {
     },
     /// Llama-3 frequency-band scaling.
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: u64 },
+    /// LongRoPE (Phi-3 / Phi-MoE): inverse frequencies divided per dimension by `short_factor`,
+    /// or by `long_factor` when the highest position of a forward call is past
+    /// `original_max_position_embeddings`; cos and sin × `short_mscale` / `long_mscale` by the
+    /// same rule. Chosen per call: cached keys keep the factors they were computed with.
+    LongRope {
+        /// [rot_dim / 2]
+        short_factor: Vec<f64>,
+        /// [rot_dim / 2]
+        long_factor: Vec<f64>,
+        original_max_position_embeddings: u64,
+        short_mscale: f64,
+        long_mscale: f64,
+    },
 }
 
 /// How router logits become expert scores.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scoring {
     /// softmax over all experts (Mixtral, Qwen, OLMoE, Granite).
@@ -132,6 +161,11 @@ pub enum Scoring {
     Softmax,
     /// sigmoid of each logit (DeepSeek-V3, GLM-4.5).
     Sigmoid,
+    /// Phi-MoE's sparsemixer (eval mode): expert i is the largest logit left after the i − 1
+    /// chosen before it are masked; its weight is the softmax, at that expert, of the remaining
+    /// logits with those more than 2·jitter_eps (relative to max(|logit|, that largest)) below
+    /// the largest masked as well (`router_jitter_noise`).
+    SparseMixer { jitter_eps: f64 },
 }
 
 /// The gated activation of the routed experts.
@@ -282,6 +316,16 @@ pub struct Config {
     pub max_position_embeddings: usize,
     /// q/k/v projections carry a bias (Qwen2-MoE).
     pub attention_bias: bool,
+    /// The output projection carries a bias (GPT-OSS, Phi-MoE).
+    #[serde(default)]
+    pub attention_out_bias: bool,
+    /// The layer and final norms (RMSNorm; Phi-MoE: LayerNorm with bias). `rms_norm_eps` is
+    /// its epsilon either way.
+    #[serde(default)]
+    pub norm: NormKind,
+    /// lm_head carries a bias (Phi-MoE `lm_head_bias`).
+    #[serde(default)]
+    pub lm_head_bias: bool,
     pub qk_norm: QkNorm,
     /// Clamp q, k and v to [-clip, clip] after projection (OLMoE `clip_qkv`).
     #[serde(default)]
@@ -304,9 +348,6 @@ pub struct Config {
     /// Multi-head latent attention (DeepSeek); None: q/k/v projections and a per-head cache.
     #[serde(default)]
     pub mla: Option<Mla>,
-    /// The output projection carries a bias (GPT-OSS).
-    #[serde(default)]
-    pub attention_out_bias: bool,
     /// A learned logit per query head in every softmax's denominator (`attn.sinks`, GPT-OSS): it
     /// takes part of the probability mass and attends to nothing.
     #[serde(default)]
@@ -418,6 +459,13 @@ impl Config {
                 )));
             }
         }
+        if let Scoring::SparseMixer { jitter_eps } = m.scoring {
+            if !(jitter_eps.is_finite() && jitter_eps >= 0.0) || m.choice_bias || m.groups.is_some() {
+                return Err(Error::config(format!(
+                    "sparsemixer routing needs a finite jitter_eps >= 0 (got {jitter_eps}) and no choice bias or groups"
+                )));
+            }
+        }
         if !(m.routed_scaling.is_finite() && m.routed_scaling > 0.0) {
             return Err(Error::config(format!("moe.routed_scaling {} must be finite and > 0", m.routed_scaling)));
         }
@@ -503,11 +551,35 @@ impl Config {
                     && high_freq_factor > low_freq_factor
                     && *original_max_position_embeddings > 0
             }
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings,
+                short_mscale,
+                long_mscale,
+            } => {
+                let half = self.rope_dim() / 2;
+                let factors_ok = |f: &[f64]| f.len() == half && f.iter().all(|x| x.is_finite() && *x > 0.0);
+                factors_ok(short_factor)
+                    && factors_ok(long_factor)
+                    && *original_max_position_embeddings > 0
+                    && [short_mscale, long_mscale].iter().all(|m| m.is_finite() && **m > 0.0)
+            }
         };
         if ok {
             Ok(())
         } else {
             Err(Error::config(format!("rope scaling {:?} has invalid parameters", self.rope.scaling)))
+        }
+    }
+
+    /// LongRoPE's original context, past which a forward call uses the long factors.
+    pub fn longrope_original(&self) -> Option<usize> {
+        match self.rope.scaling {
+            RopeScaling::LongRope { original_max_position_embeddings, .. } => {
+                Some(usize::try_from(original_max_position_embeddings).unwrap_or(usize::MAX))
+            }
+            _ => None,
         }
     }
 

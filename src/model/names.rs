@@ -1,7 +1,7 @@
 //! The tensors a config implies: canonical names, shapes, kinds and file order. The converter
 //! plans files from this list and the loader checks files against it, so the two cannot drift.
 
-use super::config::{Config, Mla, QkNorm};
+use super::config::{Config, Mla, NormKind, QkNorm};
 use crate::format::TensorKind;
 
 /// What a tensor is for (used for parameter accounting and open-time checks).
@@ -81,10 +81,15 @@ pub fn layer_name(l: usize, suffix: &str) -> String {
 pub const EMBEDDING: &str = "tok_embeddings";
 pub const FINAL_NORM: &str = "norm";
 pub const LM_HEAD: &str = "lm_head";
+/// LayerNorm bias of the final norm (`NormKind::LayerNorm`).
+pub const FINAL_NORM_BIAS: &str = "norm_bias";
+/// [vocab] (`Config::lm_head_bias`).
+pub const LM_HEAD_BIAS: &str = "lm_head_bias";
 
 /// Per-layer suffixes.
 pub mod suffix {
     pub const ATTN_NORM: &str = "attn_norm";
+    pub const ATTN_NORM_BIAS: &str = "attn_norm_bias";
     pub const Q: &str = "attn.q";
     pub const K: &str = "attn.k";
     pub const V: &str = "attn.v";
@@ -109,6 +114,7 @@ pub mod suffix {
     /// MLA: W_UV per head, [n_heads · v_head_dim, kv_lora_rank] (kv_b_proj's V rows; `attn_v_b`).
     pub const V_B: &str = "attn.v_b";
     pub const FFN_NORM: &str = "ffn_norm";
+    pub const FFN_NORM_BIAS: &str = "ffn_norm_bias";
     pub const ROUTER: &str = "moe.router";
     pub const ROUTER_BIAS: &str = "moe.router_bias";
     pub const ROUTER_LOGIT_BIAS: &str = "moe.router_logit_bias";
@@ -137,6 +143,14 @@ fn quantisable(mut s: TensorSpec, class: QuantClass) -> TensorSpec {
     s
 }
 
+/// A norm's weight [hidden], and its bias when it is a LayerNorm.
+fn push_norm(v: &mut Vec<TensorSpec>, c: &Config, weight: String, bias: String) {
+    v.push(spec(weight, &[c.hidden_size], TensorKind::Plain, Role::Norm));
+    if c.norm == NormKind::LayerNorm {
+        v.push(spec(bias, &[c.hidden_size], TensorKind::Plain, Role::Norm));
+    }
+}
+
 /// Every tensor of a model with config `c`, in file order: all routers first (layer order),
 /// then the embedding, then each layer, then the final norm and (unless tied) the lm_head.
 pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
@@ -154,7 +168,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     v.push(spec(EMBEDDING.into(), &[c.vocab_size, h], Plain, Embedding));
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
-        v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
+        push_norm(&mut v, c, n(ATTN_NORM), n(ATTN_NORM_BIAS));
         if let Some(m) = &c.mla {
             mla_specs(c, m, l, &mut v);
         } else {
@@ -186,7 +200,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         if c.attention_sinks {
             v.push(spec(n(SINKS), &[c.n_heads], Plain, Attention));
         }
-        v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
+        push_norm(&mut v, c, n(FFN_NORM), n(FFN_NORM_BIAS));
         if spec_l.moe {
             moe_specs(c, l, &mut v);
         } else {
@@ -196,9 +210,12 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
             v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
         }
     }
-    v.push(spec(FINAL_NORM.into(), &[h], Plain, Norm));
+    push_norm(&mut v, c, FINAL_NORM.into(), FINAL_NORM_BIAS.into());
     if !c.tie_embeddings {
         v.push(quantisable(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead), QuantClass::LmHead));
+    }
+    if c.lm_head_bias {
+        v.push(spec(LM_HEAD_BIAS.into(), &[c.vocab_size], Plain, LmHead));
     }
     v
 }

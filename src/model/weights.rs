@@ -4,7 +4,7 @@
 //! at open, never a silent zero at run time.
 
 use super::config::{Config, ExpertAct, Mla};
-use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, LM_HEAD};
+use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
 use crate::kernels::Mat;
@@ -33,6 +33,14 @@ pub struct MlpBias<'a> {
     pub up: Mat<'a>,
     pub down: Mat<'a>,
     pub row: usize,
+}
+
+/// A norm's parameters: weight [hidden], and the bias [hidden] of a LayerNorm
+/// (`NormKind::LayerNorm`; None for RMSNorm).
+#[derive(Clone, Copy, Debug)]
+pub struct NormWeights<'a> {
+    pub weight: Mat<'a>,
+    pub bias: Option<Mat<'a>>,
 }
 
 /// A MoE block.
@@ -103,17 +111,15 @@ pub enum AttnWeights<'a> {
 /// One decoder layer.
 #[derive(Clone, Debug)]
 pub struct LayerWeights<'a> {
-    /// [hidden]
-    pub attn_norm: Mat<'a>,
+    pub attn_norm: NormWeights<'a>,
     pub attn: AttnWeights<'a>,
     /// [hidden, n_heads·head_dim] (MLA: [hidden, n_heads·v_head_dim])
     pub wo: Mat<'a>,
-    /// [hidden]: the output projection's bias (GPT-OSS).
+    /// [hidden]: the output projection's bias (GPT-OSS, Phi-MoE).
     pub bo: Option<Mat<'a>>,
     /// [n_heads]: each head's sink logit (GPT-OSS).
     pub sinks: Option<Vec<f32>>,
-    /// [hidden]
-    pub ffn_norm: Mat<'a>,
+    pub ffn_norm: NormWeights<'a>,
     pub ffn: FfnWeights<'a>,
 }
 
@@ -123,10 +129,12 @@ pub struct Weights<'a> {
     /// [vocab, hidden]
     pub embed: Mat<'a>,
     pub layers: Vec<LayerWeights<'a>>,
-    /// [hidden]
-    pub norm: Mat<'a>,
+    /// The final norm.
+    pub norm: NormWeights<'a>,
     /// [vocab, hidden]; the embedding when tied.
     pub lm_head: Mat<'a>,
+    /// [vocab] (Phi-MoE `lm_head_bias`).
+    pub lm_head_bias: Option<Mat<'a>>,
 }
 
 struct Binder<'a> {
@@ -146,6 +154,10 @@ impl<'a> Binder<'a> {
 
     fn opt(&self, name: &str) -> Result<Option<Mat<'a>>> {
         self.parsed.tensor(name).map(|rec| TensorView::new(rec, self.file).mat()).transpose()
+    }
+
+    fn norm(&self, weight: &str, bias: &str) -> Result<NormWeights<'a>> {
+        Ok(NormWeights { weight: self.get(weight)?, bias: self.opt(bias)? })
     }
 
     fn mlp(&self, l: usize, g: &str, u: &str, d: &str) -> Result<MlpWeights<'a>> {
@@ -267,17 +279,18 @@ impl<'a> Weights<'a> {
                 }),
             };
             layers.push(LayerWeights {
-                attn_norm: b.get(&n(ATTN_NORM))?,
+                attn_norm: b.norm(&n(ATTN_NORM), &n(ATTN_NORM_BIAS))?,
                 attn,
                 wo: b.get(&n(O))?,
                 bo: b.opt(&n(O_BIAS))?,
                 sinks: b.opt_vec(&n(SINKS))?,
-                ffn_norm: b.get(&n(FFN_NORM))?,
+                ffn_norm: b.norm(&n(FFN_NORM), &n(FFN_NORM_BIAS))?,
                 ffn,
             });
         }
         let embed = b.get(EMBEDDING)?;
         let lm_head = if c.tie_embeddings { embed } else { b.get(LM_HEAD)? };
-        Ok(Weights { embed, layers, norm: b.get(FINAL_NORM)?, lm_head })
+        let (norm, lm_head_bias) = (b.norm(FINAL_NORM, FINAL_NORM_BIAS)?, b.opt(LM_HEAD_BIAS)?);
+        Ok(Weights { embed, layers, norm, lm_head, lm_head_bias })
     }
 }

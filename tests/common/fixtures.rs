@@ -81,7 +81,9 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
     let simple: Option<String> = match name {
         "tok_embeddings" => Some("model.embed_tokens.weight".into()),
         "norm" => Some("model.norm.weight".into()),
+        "norm_bias" => Some("model.norm.bias".into()),
         "lm_head" => Some("lm_head.weight".into()),
+        "lm_head_bias" => Some("lm_head.bias".into()),
         _ => None,
     };
     if let Some(n) = simple {
@@ -99,10 +101,12 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
     let leaf = match sfx {
         "attn_norm" => "input_layernorm.weight".to_string(),
         "ffn_norm" => "post_attention_layernorm.weight".to_string(),
+        "attn_norm_bias" => "input_layernorm.bias".to_string(),
+        "ffn_norm_bias" => "post_attention_layernorm.bias".to_string(),
         s if s.starts_with("attn.") => {
             let p = &s[5..];
             match p {
-                "q_bias" | "k_bias" | "v_bias" => format!("self_attn.{}_proj.bias", &p[..1]),
+                "q_bias" | "k_bias" | "v_bias" | "o_bias" => format!("self_attn.{}_proj.bias", &p[..1]),
                 "q_norm" | "k_norm" => format!("self_attn.{p}.weight"),
                 _ => format!("self_attn.{p}_proj.weight"),
             }
@@ -120,10 +124,16 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
         "moe.router_bias" => "mlp.gate.e_score_correction_bias".to_string(),
         "moe.shared_expert_gate" => "mlp.shared_expert_gate.weight".to_string(),
         "moe.router" => {
-            let s = ["mlp.gate", "block_sparse_moe.gate", "block_sparse_moe.router", "block_sparse_moe.router.layer"]
-                .iter()
-                .find_map(|leaf| src.get(&format!("{base}.{leaf}.weight")))
-                .expect("router source");
+            let s = [
+                "mlp.gate",
+                "mlp.router",
+                "block_sparse_moe.gate",
+                "block_sparse_moe.router",
+                "block_sparse_moe.router.layer",
+            ]
+            .iter()
+            .find_map(|leaf| src.get(&format!("{base}.{leaf}.weight")))
+            .expect("router source");
             return (s.dtype, s.bytes.clone());
         }
         s if s.starts_with("moe.experts.") => {

@@ -100,6 +100,9 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         rope: Rope { theta: 10000.0, partial_rotary_factor: 1.0, scaling: RopeScaling::None, interleaved: false },
         max_position_embeddings: 256,
         attention_bias: false,
+        attention_out_bias: false,
+        norm: Default::default(),
+        lm_head_bias: false,
         qk_norm: QkNorm::None,
         clip_qkv: None,
         moe: MoeConfig {

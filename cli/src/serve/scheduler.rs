@@ -87,14 +87,19 @@ impl Active {
     }
 
     /// Plan this step: the next prompt chunk, or the last generated token. Sets `step_rows` and
-    /// `step_samples`; returns which logits the step needs.
+    /// `step_samples`; returns which logits the step needs. LongRoPE models (Phi-MoE) choose
+    /// their rotary factors per call, as transformers does: a prompt that reaches past the
+    /// original context is fed in one call, and the decode step that first crosses it feeds the
+    /// whole history again (`reencode`), as transformers' generate() does.
     fn plan(&mut self) -> LogitsMode {
         let n = self.job.prompt.len();
+        let original = self.job.engine.model.config().longrope_original();
         if self.fed < n {
-            self.step_rows = PREFILL_CHUNK.min(n - self.fed);
+            let chunk = if original.is_some_and(|o| n > o) { n } else { PREFILL_CHUNK };
+            self.step_rows = chunk.min(n - self.fed);
             self.step_samples = self.fed + self.step_rows == n;
         } else {
-            self.step_rows = 1;
+            self.step_rows = if self.reencode() { self.decoder.history().len() } else { 1 };
             self.step_samples = true;
         }
         if self.step_samples {
@@ -102,6 +107,12 @@ impl Active {
         } else {
             LogitsMode::None
         }
+    }
+
+    /// The next decode step is the first past LongRoPE's original context: it re-encodes.
+    fn reencode(&self) -> bool {
+        self.fed == self.job.prompt.len()
+            && self.job.engine.model.config().longrope_original() == Some(self.session.position())
     }
 
     fn send(&self, e: Event) -> bool {
@@ -276,9 +287,13 @@ impl Loop {
         let mut batch: Vec<Sequence<'_>> = Vec::new();
         for (_, a) in self.active.iter_mut().enumerate().filter(|(i, _)| which.contains(i)) {
             let logits = a.plan();
+            let reencode = a.reencode();
             let Active { job, decoder, session, fed, step_rows, .. } = a;
             let ids = if *fed < job.prompt.len() {
                 &job.prompt[*fed..*fed + *step_rows]
+            } else if reencode {
+                session.reset();
+                decoder.history()
             } else {
                 let history = decoder.history();
                 &history[history.len() - 1..]
