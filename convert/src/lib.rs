@@ -4,6 +4,7 @@
 //! through the `Progress` trait; drawing it is the caller's business.
 
 pub mod cast;
+mod disk;
 mod error;
 pub mod gguf;
 mod hf_config;
@@ -77,10 +78,13 @@ pub struct ConvertReport {
 
 /// Run a conversion, reporting the bytes written to `progress` if given.
 pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<ConvertReport> {
+    if args.input.is_file() && gguf::is_gguf(&args.input) {
+        return gguf::convert::convert(args, progress.unwrap_or(&Silent), None);
+    }
     let start = Instant::now();
     let dir = &args.input;
     if !dir.is_dir() {
-        return Err(fail(format!("{} is not a checkpoint directory", dir.display())));
+        return Err(fail(format!("{} is neither a checkpoint directory nor a GGUF file", dir.display())));
     }
     if args.dtype.is_some_and(DType::is_quantized) {
         return Err(fail("--dtype takes a float type; block types come from --quantize"));
@@ -119,6 +123,7 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
         &meta,
         plan.tensors.clone(),
     )?;
+    disk::ensure_space(&args.output, writer.header().file_size)?;
     let mut streamer = stream::Streamer::default();
     for (r, p) in resolved.iter().zip(&plan.tensors) {
         streamer.tensor(&ck, &mut writer, r, p, &|n| progress.advance(n))?;
