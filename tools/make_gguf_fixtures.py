@@ -18,9 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LLAMA = "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"
 
-# (fixture, outtypes): small models whose families llama.cpp converts.
+# (fixture, outtypes): small models whose families llama.cpp converts. "q8_0-split" is the q8_0
+# file split by llama.cpp's --split-max-tensors into NAME.q8_0-split-0000N-of-00002.gguf.
 FIXTURES = [
-    ("mixtral_gqa", ["f32", "q8_0"]),
+    ("mixtral_gqa", ["f32", "q8_0", "q8_0-split"]),
     ("qwen2_moe_shared", ["f32"]),
     ("qwen3_moe_yarn", ["f32", "q8_0"]),
     ("olmoe", ["f32"]),
@@ -66,10 +67,14 @@ def main():
             continue
         for outtype in outtypes:
             out = out_dir / f"{name}.{outtype}.gguf"
+            split = outtype.endswith("-split")
             sys.argv = ["convert_hf_to_gguf.py", str(ROOT / "tests/fixtures/models" / name),
-                        "--outtype", outtype, "--outfile", str(out)]
+                        "--outtype", outtype.removesuffix("-split"), "--outfile", str(out)]
+            if split:
+                sys.argv += ["--split-max-tensors", "12"]
             conv.main()
-            print(f"{out.relative_to(ROOT)}: {os.path.getsize(out)} bytes")
+            for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
+                print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
 
 
 if __name__ == "__main__":

@@ -363,3 +363,18 @@ fn validate_refuses_intact_files_that_cannot_serve() {
     common::rewrite_model(&model, &template, |k, v| if k == "chat_template" { b"{% if %}".to_vec() } else { v }, same);
     assert_fails(&colibri(&["validate", s(&template)]), "chat template does not compile");
 }
+
+/// A GGUF model given to a command that reads .colibri files: one line naming the exact
+/// conversion to run, for the path given with -m, as a positional file, or in $COLIBRI_MODEL.
+#[test]
+fn a_gguf_model_gets_the_conversion_command() {
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/mixtral_gqa.q8_0.gguf");
+    let g = s(&gguf);
+    let want = format!("colibri convert {g} -o {}", s(&gguf.with_extension("colibri")));
+    for args in [vec!["inspect", g], vec!["validate", g], vec!["run", "-m", g, "-p", "hi", "-n", "1"]] {
+        assert_fails(&colibri(&args), &want);
+    }
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_colibri")).args(["run", "-p", "hi"]).env("COLIBRI_MODEL", g).output().unwrap();
+    assert_fails(&o, &want);
+}

@@ -152,3 +152,54 @@ fn q8_0_gguf_keeps_its_types_and_values() {
         assert!(diff <= 5e-2 * max_abs, "{name}: q8_0 logits differ by {diff} (max |logit| {max_abs})");
     }
 }
+
+#[test]
+fn a_split_model_reads_as_one_from_any_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = models_root().join("mixtral_gqa");
+    let whole = tmp.path().join("whole.colibri");
+    convert_gguf(&gguf_root().join("mixtral_gqa.q8_0.gguf"), &dir, &whole);
+    let whole = Model::open(&whole, &LoadOptions::default()).unwrap();
+    for part in 1..=2 {
+        let out = tmp.path().join(format!("part{part}.colibri"));
+        convert_gguf(&gguf_root().join(format!("mixtral_gqa.q8_0-split-0000{part}-of-00002.gguf")), &dir, &out);
+        let split = Model::open(&out, &LoadOptions::default()).unwrap();
+        assert_eq!(split.config(), whole.config());
+        assert_eq!(split.parsed().tensors.len(), whole.parsed().tensors.len());
+        for r in &whole.parsed().tensors {
+            assert!(split.tensor(&r.name).unwrap().bytes == whole.tensor(&r.name).unwrap().bytes, "{}", r.name);
+        }
+    }
+}
+
+/// A copy of a fixture GGUF with `from` replaced by `to` (same length) at its first occurrence.
+fn patched(name: &str, from: &[u8], to: &[u8], tmp: &Path) -> PathBuf {
+    let mut b = std::fs::read(gguf_root().join(name)).unwrap();
+    let at = b.windows(from.len()).position(|w| w == from).unwrap();
+    b[at..at + to.len()].copy_from_slice(to);
+    let out = tmp.join(name);
+    std::fs::write(&out, b).unwrap();
+    out
+}
+
+fn map_error(path: &Path) -> String {
+    match colibri_convert::gguf::map(path) {
+        Ok(_) => panic!("{} accepted", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn unknown_architectures_and_types_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arch = patched("mixtral_gqa.q8_0.gguf", b"\x05\0\0\0\0\0\0\0llama", b"\x05\0\0\0\0\0\0\0lxama", tmp.path());
+    let e = map_error(&arch);
+    assert!(e.contains("architecture 'lxama' is not supported") && !e.contains('\n'), "{e}");
+    // output_norm.weight: name, n_dims 1, ne [64], type 0 (F32) → 26 (I32, the same size).
+    let mut info = b"output_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0".to_vec();
+    let mut to = info.clone();
+    info.extend([0, 0, 0, 0]);
+    to.extend([26, 0, 0, 0]);
+    let e = map_error(&patched("mixtral_gqa.q8_0.gguf", &info, &to, tmp.path()));
+    assert!(e.contains("output_norm.weight has type I32") && !e.contains('\n'), "{e}");
+}
