@@ -143,7 +143,8 @@ impl Error {
 const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 
 /// The message of a GGUF file given where a .colibri file is expected.
-const GGUF_ADVICE: &str = "not a .colibri file but a GGUF file (llama.cpp's format): convert it once with \
+const GGUF_ADVICE: &str = "not a .colibri file (magic \"GGUF\", not \"COLI\"): a GGUF file (llama.cpp's format); \
+     convert it once with \
      `colibri convert MODEL.gguf -o MODEL.colibri` (the converted file is validated, checksummed and laid out per \
      expert; tensors keep their GGUF types)";
 
