@@ -202,4 +202,14 @@ fn unknown_architectures_and_types_are_refused_by_name() {
     to.extend([26, 0, 0, 0]);
     let e = map_error(&patched("mixtral_gqa.q8_0.gguf", &info, &to, tmp.path()));
     assert!(e.contains("output_norm.weight has type I32") && !e.contains('\n'), "{e}");
+    // Found by the fuzzer: a huge block count must not size the layer list.
+    let key = b"llama.block_count\x04\0\0\0";
+    let huge = patched(
+        "mixtral_gqa.q8_0.gguf",
+        &[&key[..], &[2, 0, 0, 0]].concat(),
+        &[&key[..], &[0xff; 4]].concat(),
+        tmp.path(),
+    );
+    let e = map_error(&huge);
+    assert!(e.contains("block_count 4294967295 is above"), "{e}");
 }

@@ -6,6 +6,9 @@ use crate::gguf::file::GgufFile;
 use crate::gguf::value::Metadata;
 use colibri::model::{Config, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
 
+/// Most layers a file may claim before the config is validated.
+const MAX_LAYERS: usize = 1 << 12;
+
 /// The hyperparameters of one file: its `{arch}.*` keys and its tensor list.
 pub struct Hparams<'a> {
     pub arch: &'a str,
@@ -94,6 +97,10 @@ fn rope(h: &Hparams, head_dim: usize, ctx: usize) -> Result<Rope> {
 /// The config every family shares; families adjust what differs.
 pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
     let n_layers = h.need("block_count")?.saturating_sub(h.u("nextn_predict_layers")?.unwrap_or(0));
+    // Sized from before `Config::validate` runs: bound it here (validate's own cap is lower).
+    if n_layers > MAX_LAYERS {
+        return Err(fail(format!("GGUF {}.block_count {n_layers} is above {MAX_LAYERS}", h.arch)));
+    }
     let hidden = h.need("embedding_length")?;
     let n_heads = h.need("attention.head_count")?;
     if n_heads == 0 {

@@ -21,7 +21,7 @@ fn config(h: &Hparams) -> Result<Config> {
         Some(g) => return Err(fail(format!("GGUF glm4moe.expert_gating_func {g} is not supported"))),
     }
     c.moe.choice_bias = true;
-    c.moe.shared_expert_ffn = c.moe.expert_ffn * h.u("expert_shared_count")?.unwrap_or(1);
+    c.moe.shared_expert_ffn = c.moe.expert_ffn.saturating_mul(h.u("expert_shared_count")?.unwrap_or(1));
     c.moe.shared_expert_gate = false;
     c.moe.routed_scaling = h.f("expert_weights_scale")?.unwrap_or(1.0);
     c.moe.groups = match (h.u("expert_group_count")?, h.u("expert_group_used_count")?) {
