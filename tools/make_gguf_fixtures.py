@@ -26,6 +26,7 @@ FIXTURES = [
     ("qwen3_moe_yarn", ["f32", "q8_0"]),
     ("olmoe", ["f32"]),
     ("granitemoe_hub", ["f32"]),
+    ("mixtral_mqa_swa_tied", ["f32"]),
     ("glm4_moe_groups", ["f32"]),
 ]
 

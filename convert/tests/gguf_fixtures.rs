@@ -213,3 +213,26 @@ fn unknown_architectures_and_types_are_refused_by_name() {
     let e = map_error(&huge);
     assert!(e.contains("block_count 4294967295 is above"), "{e}");
 }
+
+/// Tied embeddings and one kv head (mixtral_mqa_swa_tied): the same tensors bit for bit. The
+/// GGUF lacks what llama.cpp's converter does not carry for `llama`: the sliding window (6); the
+/// config equals the checkpoint's up to exactly that field.
+#[test]
+fn tied_mqa_gguf_matches_up_to_what_llama_cpp_drops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (hf, gg, _) = both("mixtral_mqa_swa_tied", "f32", tmp.path());
+    let (mut want, got) = (hf.config().clone(), gg.config().clone());
+    assert!(got.tie_embeddings && got.n_kv_heads == 1);
+    assert!(
+        want.layers.iter().all(|l| l.sliding_window == Some(6))
+            && got.layers.iter().all(|l| l.sliding_window.is_none())
+    );
+    for l in &mut want.layers {
+        l.sliding_window = None;
+    }
+    (want.eos_token_ids, want.pad_token_id) = (got.eos_token_ids.clone(), got.pad_token_id);
+    assert_eq!(got, want);
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+}
