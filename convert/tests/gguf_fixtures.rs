@@ -16,7 +16,7 @@ use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use colibri_convert::gguf::tokenizer::HfTokenizerFiles;
 use colibri_convert::{ConvertArgs, Progress};
-use fixtures::{convert_as, ids, meta, models_root};
+use fixtures::{argmax, convert_as, ids, meta, models_root};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
@@ -149,7 +149,15 @@ fn q8_0_gguf_keeps_its_types_and_values() {
         let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
         let max_abs = lw.iter().fold(0f32, |m, x| m.max(x.abs()));
         let diff = lw.iter().zip(&lg).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(diff <= 5e-2 * max_abs, "{name}: q8_0 logits differ by {diff} (max |logit| {max_abs})");
+        let same_argmax = lw
+            .chunks(hf.config().vocab_size)
+            .zip(lg.chunks(gg.config().vocab_size))
+            .filter(|(a, b)| argmax(a) == argmax(b))
+            .count();
+        eprintln!("{name} q8_0: max |Δlogit| {diff} = {:.4} of max |logit|; greedy token equal at {same_argmax} of {} positions", diff / max_abs, input.len());
+        // The HF path's tolerance for rounded weights (tests/oracle.rs), and the same greedy tokens.
+        assert!(diff <= 2e-2 * max_abs, "{name}: q8_0 logits differ by {diff} (max |logit| {max_abs})");
+        assert_eq!(same_argmax, input.len(), "{name}: greedy tokens");
     }
 }
 
