@@ -7,7 +7,8 @@ fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q
 Writes tests/fixtures/gguf/<model>.<outtype>.gguf. The converter refuses tokenizers whose
 pre-tokenizer hash it does not know (ours are trained for the tests), so the pre-tokenizer
 detection is monkeypatched: byte-level BPE fixtures are declared "qwen2" (their Qwen regex), the
-GPT-NeoX one "olmo"; qwen2_moe_shared's dense layers get llama.cpp's dense tensor names (see
+GPT-NeoX one "olmo"; mixtral_gqa's q8_0 file is also rewritten with merged `attn_qkv` tensors
+(merge_qkv); qwen2_moe_shared's dense layers get llama.cpp's dense tensor names (see
 below). The output is deterministic (no timestamps in GGUF).
 """
 import argparse
@@ -74,8 +75,45 @@ def main():
             if split:
                 sys.argv += ["--split-max-tensors", "12"]
             conv.main()
+            if name == "mixtral_gqa" and outtype == "q8_0":
+                merge_qkv(out, out_dir / f"{name}.q8_0-qkv.gguf")
             for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
                 print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
+
+
+def merge_qkv(src, dst):
+    """A copy of `src` whose q/k/v weights are one `attn_qkv` per layer (rows q, then k, then v,
+    as stored: the q/k rows stay llama.cpp-permuted), the layout of the architectures whose
+    checkpoints fuse them. Metadata copied as gguf-py's gguf_new_metadata.py does."""
+    import gguf
+    import numpy as np
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
+    for f in r.fields.values():
+        if f.name == "general.architecture" or f.name.startswith("GGUF."):
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+    by_name = {t.name: t for t in r.tensors}
+    out = []
+    for t in r.tensors:
+        if ".attn_k." in t.name or ".attn_v." in t.name:
+            continue
+        if ".attn_q." in t.name:
+            parts = [by_name[t.name.replace("attn_q", x)] for x in ("attn_q", "attn_k", "attn_v")]
+            assert len({p.tensor_type for p in parts}) == 1
+            data = np.concatenate([p.data for p in parts], axis=0)
+            out.append((t.name.replace("attn_q", "attn_qkv"), data, t.tensor_type))
+        else:
+            out.append((t.name, t.data, t.tensor_type))
+    for name, data, ty in out:
+        w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, ty)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for _, data, _ in out:
+        w.write_tensor_data(data)
+    w.close()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 //! config, tensor list and bytes (every llama.cpp transformation undone exactly: stacked experts,
 //! q/k permutation, shared experts, choice bias, dense layers) and bit-identical logits. Q8_0
 //! GGUFs: the tensors keep their GGUF types (q8_0, the f16 fallbacks, f32 norms) and hold the
-//! checkpoint's values within each type's rounding; logits close to the checkpoint's.
+//! checkpoint's values within each type's rounding; logits close to the checkpoint's. Split files
+//! and merged qkv give the same model; unknown architectures and types are refused by name.
 //! The tokenizer files come from the checkpoint here (the GGUF tokenizer builder is tested on its
 //! own), so these tests stay at the config / tensor / logits level.
 
@@ -161,21 +162,25 @@ fn q8_0_gguf_keeps_its_types_and_values() {
     }
 }
 
+/// The same model in other layouts: split in two (opened from either part), and with merged
+/// `attn_qkv` tensors (tools/make_gguf_fixtures.py merge_qkv).
 #[test]
-fn a_split_model_reads_as_one_from_any_part() {
+fn split_and_merged_qkv_layouts_give_the_same_model() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = models_root().join("mixtral_gqa");
     let whole = tmp.path().join("whole.colibri");
     convert_gguf(&gguf_root().join("mixtral_gqa.q8_0.gguf"), &dir, &whole);
     let whole = Model::open(&whole, &LoadOptions::default()).unwrap();
-    for part in 1..=2 {
-        let out = tmp.path().join(format!("part{part}.colibri"));
-        convert_gguf(&gguf_root().join(format!("mixtral_gqa.q8_0-split-0000{part}-of-00002.gguf")), &dir, &out);
-        let split = Model::open(&out, &LoadOptions::default()).unwrap();
-        assert_eq!(split.config(), whole.config());
-        assert_eq!(split.parsed().tensors.len(), whole.parsed().tensors.len());
+    let layouts = ["q8_0-split-00001-of-00002", "q8_0-split-00002-of-00002", "q8_0-qkv"];
+    for layout in layouts {
+        let out = tmp.path().join(format!("{layout}.colibri"));
+        convert_gguf(&gguf_root().join(format!("mixtral_gqa.{layout}.gguf")), &dir, &out);
+        let other = Model::open(&out, &LoadOptions::default()).unwrap();
+        assert_eq!(other.config(), whole.config(), "{layout}");
+        assert_eq!(other.parsed().tensors.len(), whole.parsed().tensors.len(), "{layout}");
         for r in &whole.parsed().tensors {
-            assert!(split.tensor(&r.name).unwrap().bytes == whole.tensor(&r.name).unwrap().bytes, "{}", r.name);
+            let same = other.tensor(&r.name).unwrap().bytes == whole.tensor(&r.name).unwrap().bytes;
+            assert!(same, "{layout}: {}", r.name);
         }
     }
 }
