@@ -32,3 +32,17 @@ pub fn ensure_space(output: &Path, need: u64) -> Result<()> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statvfs_answers_and_an_impossible_size_is_refused() {
+        let tmp = std::env::temp_dir();
+        assert!(free_bytes(&tmp).is_some_and(|b| b > 0));
+        assert!(ensure_space(&tmp.join("x.colibri"), 1).is_ok());
+        let e = ensure_space(&tmp.join("x.colibri"), u64::MAX).unwrap_err().to_string();
+        assert!(e.contains("not enough disk space") && e.contains("GB are free"), "{e}");
+    }
+}

@@ -249,3 +249,19 @@ fn tied_mqa_gguf_matches_up_to_what_llama_cpp_drops() {
         assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
     }
 }
+
+#[test]
+fn dtype_and_quantize_options_are_refused_for_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = gguf_root().join("mixtral_gqa.q8_0.gguf");
+    let args = ConvertArgs {
+        input,
+        output: tmp.path().join("x.colibri"),
+        dtype: Some(DType::BF16),
+        quantize: None,
+        user_metadata: None,
+    };
+    let e = colibri_convert::convert(&args, None).err().expect("--dtype accepted").to_string();
+    assert!(e.contains("keep their GGUF types"), "{e}");
+    assert!(!tmp.path().join("x.colibri").exists());
+}

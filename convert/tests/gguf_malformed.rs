@@ -281,3 +281,32 @@ fn agrees_with_gguf_py_on_a_llama_cpp_file() {
         ("llama", 400, Some(1), Some(2), Some(true))
     );
 }
+
+/// `vocab()`: the tokenizer keys decoded, each checked for its type and per-token arrays for
+/// their length.
+#[test]
+fn vocabulary_keys_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("v.gguf");
+    let tokens = arr(8, 2, &[str_payload("a"), str_payload("b")].concat());
+    let mut g = valid();
+    g.kv(b"tokenizer.ggml.model", 8, &str_payload("gpt2")).kv(b"tokenizer.ggml.tokens", 9, &tokens);
+    g.kv(b"tokenizer.ggml.eos_token_id", 4, &1u32.to_le_bytes());
+    std::fs::write(&path, g.bytes()).unwrap();
+    let v = GgufFile::open(&path).unwrap().vocab().unwrap();
+    assert_eq!(
+        (v.model.as_str(), v.tokens.as_slice(), v.eos_id),
+        ("gpt2", &["a".to_string(), "b".to_string()][..], Some(1))
+    );
+    let mut bad = valid();
+    bad.kv(b"tokenizer.ggml.model", 8, &str_payload("gpt2")).kv(b"tokenizer.ggml.tokens", 9, &tokens);
+    bad.kv(b"tokenizer.ggml.scores", 9, &arr(6, 1, &0f32.to_le_bytes()));
+    std::fs::write(&path, bad.bytes()).unwrap();
+    let e = GgufFile::open(&path).unwrap().vocab().unwrap_err().to_string();
+    assert!(e.contains("scores has Some(1) entries for 2 tokens"), "{e}");
+    let mut bad = valid();
+    bad.kv(b"tokenizer.ggml.model", 4, &0u32.to_le_bytes());
+    std::fs::write(&path, bad.bytes()).unwrap();
+    let e = GgufFile::open(&path).unwrap().vocab().unwrap_err().to_string();
+    assert!(e.contains("tokenizer.ggml.model must be a string"), "{e}");
+}
