@@ -84,7 +84,7 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     let start = Instant::now();
     let dir = &args.input;
     if !dir.is_dir() {
-        return Err(fail(format!("{} is neither a checkpoint directory nor a GGUF file", dir.display())));
+        return Err(fail(format!("{} is not a checkpoint directory (nor a GGUF file)", dir.display())));
     }
     if args.dtype.is_some_and(DType::is_quantized) {
         return Err(fail("--dtype takes a float type; block types come from --quantize"));
