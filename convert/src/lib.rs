@@ -1,7 +1,8 @@
 //! The colibri converter (`colibri convert` in the CLI): HuggingFace checkpoint directory → one
 //! .colibri file, optionally with block-quantised matrices; or a llama.cpp GGUF model → one
-//! .colibri file with its tensors at their GGUF types (`gguf`, chosen by the file's magic). Streams tensor by tensor (bounded
-//! buffers, positioned reads), writes through a temp file + fsync + rename. Progress is reported
+//! .colibri file with its tensors at their GGUF types (`gguf`, chosen by the file's magic).
+//! Streams tensor by tensor (bounded buffers, positioned reads), writes through a temp file +
+//! fsync + rename. Progress is reported
 //! through the `Progress` trait; drawing it is the caller's business.
 
 pub mod cast;
