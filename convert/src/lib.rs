@@ -2,8 +2,8 @@
 //! .colibri file, optionally with block-quantised matrices; or a llama.cpp GGUF model → one
 //! .colibri file with its tensors at their GGUF types (`gguf`, chosen by the file's magic).
 //! Streams tensor by tensor (bounded buffers, positioned reads), writes through a temp file +
-//! fsync + rename. Progress is reported
-//! through the `Progress` trait; drawing it is the caller's business.
+//! fsync + rename. Progress is reported through the `Progress` trait; drawing it is the caller's
+//! business.
 
 pub mod cast;
 mod disk;
