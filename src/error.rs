@@ -139,6 +139,23 @@ impl Error {
     }
 }
 
+/// The magic of llama.cpp's GGUF files.
+const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+
+/// The message of a GGUF file given where a .colibri file is expected.
+const GGUF_ADVICE: &str = "not a .colibri file (magic \"GGUF\", not \"COLI\"): a GGUF file (llama.cpp's format); \
+     convert it once with \
+     `colibri convert MODEL.gguf -o MODEL.colibri` (the converted file is validated, checksummed and laid out per \
+     expert; tensors keep their GGUF types)";
+
+/// The BadMagic message (with the conversion to run for a GGUF file).
+fn bad_magic(f: &mut fmt::Formatter<'_>, found: &[u8; 4]) -> fmt::Result {
+    if *found == GGUF_MAGIC {
+        return f.write_str(GGUF_ADVICE);
+    }
+    write!(f, "not a .colibri file: magic is {:?}, expected \"COLI\"", String::from_utf8_lossy(found))
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -147,9 +164,7 @@ impl fmt::Display for Error {
             Error::FileTooSmall { size, need } => {
                 write!(f, "file too small: {size} bytes, a .colibri header needs {need}")
             }
-            Error::BadMagic { found } => {
-                write!(f, "not a .colibri file: magic is {:?}, expected \"COLI\"", String::from_utf8_lossy(found))
-            }
+            Error::BadMagic { found } => bad_magic(f, found),
             Error::UnsupportedVersion { found, supported } => {
                 write!(f, "unsupported format version {found} (this build reads version {supported})")
             }

@@ -245,6 +245,7 @@ fn print_storage(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Resul
         r["chat_template_bytes"].as_u64().map(|b| format!("{b} bytes")).unwrap_or("none".into())
     )?;
     writeln!(o, "provenance   {}", r["provenance"])?;
+    gguf_source(o, &r["provenance"])?;
     match &r["user_metadata"] {
         Value::Null => writeln!(o, "user meta    none")?,
         u => writeln!(
@@ -303,4 +304,27 @@ pub fn run(file: &Path, as_json: bool) -> Result<(), Error> {
         print_text(&mut out, &r, &model)
     };
     written.map_err(|e| Error::io("write to stdout", e))
+}
+
+/// For a file converted from GGUF: its GGUF version, architecture, llama.cpp file type and the
+/// stored dtypes of each tensor class, on one line.
+fn gguf_source(o: &mut impl Write, p: &Value) -> std::io::Result<()> {
+    if p["format"] != "gguf" {
+        return Ok(());
+    }
+    let g = &p["gguf"];
+    let list = |v: &Value| v.as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join("/"));
+    let classes: Vec<String> = g["tensor_types"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k} {}", list(v).unwrap_or_default())).collect())
+        .unwrap_or_default();
+    writeln!(
+        o,
+        "gguf source  v{} {}, file type {} ({}); stored as: {}",
+        g["version"],
+        g["architecture"].as_str().unwrap_or("?"),
+        g["file_type"],
+        g["file_type_name"].as_str().unwrap_or("?"),
+        classes.join(", ")
+    )
 }

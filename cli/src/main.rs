@@ -32,9 +32,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Convert a HuggingFace checkpoint directory (safetensors + config + tokenizer) to .colibri.
+    /// Convert a HuggingFace checkpoint directory (safetensors + config + tokenizer) or a
+    /// llama.cpp GGUF model (tensors keep their GGUF types) to .colibri.
     Convert {
-        /// Checkpoint directory (config.json, *.safetensors, tokenizer.json, ...).
+        /// Checkpoint directory (config.json, *.safetensors, tokenizer.json, ...), or a .gguf file
+        /// (any part of a split one).
         input: PathBuf,
         /// Output .colibri file (written via a temp file and renamed on success).
         #[arg(short, long)]
@@ -225,7 +227,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            match model_path::gguf_advice(e.as_ref()) {
+                Some(advice) => eprintln!("error: {advice}"),
+                None => eprintln!("error: {e}"),
+            }
             ExitCode::FAILURE
         }
     }

@@ -25,3 +25,23 @@ pub fn resolve(cli: Option<&Path>) -> Result<PathBuf, Error> {
         reason: format!("no model given: pass -m FILE, set COLIBRI_MODEL, or keep {DEFAULT_MODEL} beside the build"),
     })
 }
+
+/// For a command that failed because its model is a GGUF file: the exact conversion to run. The
+/// GGUF path is the first command-line argument (or `$COLIBRI_MODEL`) that is one.
+pub fn gguf_advice(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if !matches!(e.downcast_ref::<Error>(), Some(Error::BadMagic { found }) if found == b"GGUF") {
+        return None;
+    }
+    let candidates = std::env::args_os().skip(1).chain(std::env::var_os("COLIBRI_MODEL"));
+    let path = candidates.map(PathBuf::from).find(|p| p.is_file() && colibri_convert::gguf::is_gguf(p))?;
+    let out = path.with_extension("colibri");
+    Some(format!(
+        "{} is a GGUF file (llama.cpp's format), not a .colibri file: convert it once with \
+         `colibri convert {} -o {}` and use {} (the converted file is validated, checksummed and laid out per \
+         expert; tensors keep their GGUF types)",
+        path.display(),
+        path.display(),
+        out.display(),
+        out.display()
+    ))
+}

@@ -388,3 +388,58 @@ fn validate_refuses_intact_files_that_cannot_serve() {
     common::rewrite_model(&model, &template, |k, v| if k == "chat_template" { b"{% if %}".to_vec() } else { v }, same);
     assert_fails(&colibri(&["validate", s(&template)]), "chat template does not compile");
 }
+
+/// A GGUF model given to a command that reads .colibri files: one line naming the exact
+/// conversion to run, for the path given with -m, as a positional file, or in $COLIBRI_MODEL.
+#[test]
+fn a_gguf_model_gets_the_conversion_command() {
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/mixtral_gqa.q8_0.gguf");
+    let g = s(&gguf);
+    let want = format!("colibri convert {g} -o {}", s(&gguf.with_extension("colibri")));
+    for args in [vec!["inspect", g], vec!["validate", g], vec!["run", "-m", g, "-p", "hi", "-n", "1"]] {
+        assert_fails(&colibri(&args), &want);
+    }
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_colibri")).args(["run", "-p", "hi"]).env("COLIBRI_MODEL", g).output().unwrap();
+    assert_fails(&o, &want);
+}
+
+/// `inspect` of a file converted from GGUF shows where it came from: GGUF version, llama.cpp
+/// architecture and file type, the stored dtypes per tensor class.
+#[test]
+fn inspect_shows_the_gguf_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (gguf, hf) = (
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/mixtral_gqa.q8_0.gguf"),
+        fixture("mixtral_gqa"),
+    );
+    let read = |f: &str| std::fs::read_to_string(hf.join(f)).unwrap();
+    let tok = colibri_convert::gguf::tokenizer::HfTokenizerFiles {
+        tokenizer_json: read("tokenizer.json"),
+        tokenizer_config_json: read("tokenizer_config.json"),
+    };
+    let out = tmp.path().join("m.colibri");
+    let args = colibri_convert::ConvertArgs {
+        input: gguf,
+        output: out.clone(),
+        dtype: None,
+        quantize: None,
+        user_metadata: None,
+    };
+    struct Quiet;
+    impl colibri_convert::Progress for Quiet {
+        fn start(&self, _: u64) {}
+        fn advance(&self, _: u64) {}
+        fn finish(&self) {}
+    }
+    colibri_convert::gguf::convert::convert(&args, &Quiet, Some(tok)).unwrap();
+    let o = colibri(&["inspect", s(&out)]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().find(|l| l.starts_with("gguf source")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("v3 llama, file type 7 (MOSTLY_Q8_0)"), "{line}");
+    assert!(
+        line.contains("experts f16/q8_0") && line.contains("attention q8_0") && line.contains("norm f32"),
+        "{line}"
+    );
+}

@@ -1,10 +1,13 @@
 //! The colibri converter (`colibri convert` in the CLI): HuggingFace checkpoint directory → one
-//! .colibri file, optionally with block-quantised matrices. Streams tensor by tensor (bounded
-//! buffers, positioned reads), writes through a temp file + fsync + rename. Progress is reported
-//! through the `Progress` trait; drawing it is the caller's business.
+//! .colibri file, optionally with block-quantised matrices; or a llama.cpp GGUF model → one
+//! .colibri file with its tensors at their GGUF types (`gguf`, chosen by the file's magic).
+//! Streams tensor by tensor (bounded buffers, positioned reads), writes through a temp file +
+//! fsync + rename. Progress is reported through the `Progress` trait; drawing it is the caller's
+//! business.
 
 pub mod cast;
 mod deepseek;
+mod disk;
 mod error;
 pub mod gguf;
 mod gpt_oss;
@@ -80,10 +83,13 @@ pub struct ConvertReport {
 
 /// Run a conversion, reporting the bytes written to `progress` if given.
 pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<ConvertReport> {
+    if args.input.is_file() && gguf::is_gguf(&args.input) {
+        return gguf::convert::convert(args, progress.unwrap_or(&Silent), None);
+    }
     let start = Instant::now();
     let dir = &args.input;
     if !dir.is_dir() {
-        return Err(fail(format!("{} is not a checkpoint directory", dir.display())));
+        return Err(fail(format!("{} is not a checkpoint directory (nor a GGUF file)", dir.display())));
     }
     if args.dtype.is_some_and(DType::is_quantized) {
         return Err(fail("--dtype takes a float type; block types come from --quantize"));
@@ -131,6 +137,7 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
         &meta,
         plan.tensors.clone(),
     )?;
+    disk::ensure_space(&args.output, writer.header().file_size)?;
     let mut streamer = stream::Streamer::default();
     for (r, p) in resolved.iter().zip(&plan.tensors) {
         streamer.tensor(&ck, &mut writer, r, p, &|n| progress.advance(n))?;

@@ -70,7 +70,7 @@ fn chat_template(dir: &Path, tc: Option<&Value>) -> Result<Option<String>> {
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.
-fn today() -> String {
+pub(crate) fn today() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let days = (secs / 86_400) as i64;
     // Civil-from-days (Howard Hinnant's algorithm).

@@ -1,0 +1,41 @@
+//! llama.cpp architectures → colibri families: one `Mapping` per `general.architecture` value,
+//! each in its own file (`llama` with experts = Mixtral, `qwen2moe`, `qwen3moe`, `olmoe`,
+//! `granitemoe`, `glm4moe`). A mapping builds the colibri `Config` from the `{arch}.*` keys and
+//! the tensors present, and says which of llama.cpp's converter transformations to undo; the
+//! tensor names are llama.cpp's shared ones (`sources`). Adding an architecture is one file with
+//! one `Mapping` and one line in `MAPPINGS`.
+
+mod common;
+mod glm4;
+mod granite;
+mod llama;
+mod olmoe;
+mod qwen;
+
+pub use common::Hparams;
+
+use crate::error::{fail, Result};
+use colibri::model::{Config, Family};
+
+/// How one llama.cpp architecture maps onto colibri.
+pub struct Mapping {
+    /// `general.architecture`.
+    pub arch: &'static str,
+    pub family: Family,
+    /// llama.cpp's converter permuted the q/k rows for its interleaved RoPE
+    /// (`LlamaModel.permute`): undo it.
+    pub permuted_qk: bool,
+    /// The config from the hyperparameters (special-token ids are filled later).
+    pub config: fn(&Hparams) -> Result<Config>,
+}
+
+static MAPPINGS: &[&Mapping] =
+    &[&llama::LLAMA, &qwen::QWEN2MOE, &qwen::QWEN3MOE, &olmoe::OLMOE, &granite::GRANITEMOE, &glm4::GLM4MOE];
+
+/// The mapping of `arch`, or a one-line refusal naming it.
+pub fn mapping(arch: &str) -> Result<&'static Mapping> {
+    MAPPINGS.iter().copied().find(|m| m.arch == arch).ok_or_else(|| {
+        let known: Vec<&str> = MAPPINGS.iter().map(|m| m.arch).collect();
+        fail(format!("GGUF architecture '{arch}' is not supported (supported: {})", known.join(", ")))
+    })
+}

@@ -1,0 +1,206 @@
+//! `colibri convert MODEL.gguf -o MODEL.colibri`: a GGUF model re-laid-out as a .colibri file
+//! without re-quantising. Open (all parts), map the architecture, build the config, resolve and
+//! plan every tensor at its GGUF type, build the tokenizer files, check the disk, then stream
+//! tensor by tensor through the usual writer (per-expert alignment, checksums, temp + rename).
+
+use super::arch::{self, Hparams};
+use super::file::GgufFile;
+use super::provenance::{self, dtype_names};
+use super::sources::{self, Resolved};
+use super::stream;
+use super::tokenizer::{hf_files, HfTokenizerFiles};
+use super::vocab::GgufVocab;
+use crate::error::{fail, Result};
+use crate::metadata::{self, MetaEntry};
+use crate::{disk, ConvertArgs, ConvertReport, Progress};
+use colibri::format::{DType, FileWriter, MetaKind, PlannedTensor};
+use colibri::model::{meta_keys, param_count, tensor_specs, Config};
+use std::time::Instant;
+
+/// The colibri dtype of every planned tensor: its GGUF type, the same for all its pieces. A
+/// block-typed tensor colibri keeps in float (the embedding, norms, routers) is stored as f32,
+/// ggml's own dequantisation of it: `widen` holds its source dtype.
+fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<PlannedTensor>, Vec<Option<DType>>)> {
+    let (mut planned, mut widen, mut widened) = (Vec::new(), Vec::new(), Vec::new());
+    for r in resolved {
+        let ggml = r.pieces[0].tensor.info.ggml;
+        if let Some(p) = r.pieces.iter().find(|p| p.tensor.info.ggml != ggml) {
+            return Err(fail(format!(
+                "{}: its experts mix GGUF types ({} and {})",
+                r.spec.name, ggml.name, p.tensor.info.ggml.name
+            )));
+        }
+        let src = ggml.dtype().ok_or_else(|| {
+            fail(format!(
+                "GGUF tensor {} has type {}, which this build of colibri cannot store",
+                r.pieces[0].tensor.info.name, ggml.name
+            ))
+        })?;
+        let bytes: u64 = r.pieces.iter().map(|p| p.bytes).sum();
+        if src.bytes_for(r.spec.shape.iter().product()) != Some(bytes) {
+            return Err(fail(format!(
+                "{}: {bytes} GGUF bytes do not fill its shape {:?} as {src}",
+                r.spec.name, r.spec.shape
+            )));
+        }
+        let float_only = src.is_quantized() && r.spec.quant.is_none();
+        if float_only {
+            widened.push(format!("{} ({src})", r.spec.name));
+        }
+        widen.push(float_only.then_some(src));
+        let dtype = if float_only { DType::F32 } else { src };
+        planned.push(PlannedTensor {
+            name: r.spec.name.clone(),
+            dtype,
+            shape: r.spec.shape.clone(),
+            kind: r.spec.kind,
+        });
+    }
+    if !widened.is_empty() {
+        warnings.push(format!(
+            "{} block-quantised tensors are stored as f32 (their exact dequantisation), as colibri keeps them in float: {}",
+            widened.len(),
+            widened.join(", ")
+        ));
+    }
+    Ok((planned, widen))
+}
+
+/// Special-token ids from the vocabulary (ids outside the model's vocabulary are dropped with a
+/// warning).
+fn special_ids(config: &mut Config, v: &GgufVocab, warnings: &mut Vec<String>) {
+    let n = config.vocab_size as u32;
+    let mut keep = |what: &str, id: u32| {
+        if id >= n {
+            warnings.push(format!("{what} id {id} is outside the vocabulary ({n}); ignored"));
+        }
+        id < n
+    };
+    config.bos_token_id = v.bos_id.filter(|&i| keep("bos token", i));
+    config.pad_token_id = v.pad_id.filter(|&i| keep("pad token", i));
+    for id in v.eos_id.iter().chain(&v.eot_ids) {
+        if keep("eos token", *id) && !config.eos_token_ids.contains(id) {
+            config.eos_token_ids.push(*id);
+        }
+    }
+}
+
+/// The metadata entries: config, tokenizer files, chat template.
+fn meta_entries(config: &Config, v: &GgufVocab, tok: HfTokenizerFiles) -> Result<Vec<MetaEntry>> {
+    match colibri::tokenizer::Tokenizer::from_json(&tok.tokenizer_json, Some(&tok.tokenizer_config_json), config) {
+        Ok(_) | Err(colibri::Error::Unsupported { .. }) => {}
+        Err(e) => return Err(fail(format!("the GGUF tokenizer does not fit the model: {e}"))),
+    }
+    let config_json = serde_json::to_vec(config).map_err(|e| fail(format!("serialising config: {e}")))?;
+    let mut meta = vec![
+        (meta_keys::CONFIG.to_string(), MetaKind::Json, config_json),
+        (meta_keys::TOKENIZER.to_string(), MetaKind::Json, tok.tokenizer_json.into_bytes()),
+        ("tokenizer_config".to_string(), MetaKind::Json, tok.tokenizer_config_json.into_bytes()),
+    ];
+    if let Some(t) = &v.chat_template {
+        meta.push((meta_keys::CHAT_TEMPLATE.to_string(), MetaKind::Text, t.clone().into_bytes()));
+    }
+    Ok(meta)
+}
+
+/// The opened model, its config and resolved tensors.
+pub struct Mapped {
+    pub file: GgufFile,
+    pub arch: String,
+    pub config: Config,
+    pub resolved: Vec<Resolved>,
+    pub planned: Vec<PlannedTensor>,
+    /// Per planned tensor: the block dtype it is dequantised from, if it is stored as f32.
+    pub widen: Vec<Option<DType>>,
+    pub vocab: GgufVocab,
+    pub warnings: Vec<String>,
+}
+
+/// Open and map a GGUF model without writing anything.
+pub fn map(path: &std::path::Path) -> Result<Mapped> {
+    let file = GgufFile::open(path)?;
+    let arch = file
+        .metadata()
+        .str("general.architecture")?
+        .ok_or_else(|| fail("GGUF file lacks general.architecture"))?
+        .to_string();
+    let mapping = arch::mapping(&arch)?;
+    let mut config = (mapping.config)(&Hparams { arch: &arch, file: &file })?;
+    let mut warnings = Vec::new();
+    let vocab = file.vocab()?;
+    special_ids(&mut config, &vocab, &mut warnings);
+    config.validate()?;
+    let resolved = sources::resolve(&file, &config, mapping.permuted_qk, &tensor_specs(&config))?;
+    let unused = sources::unused(&file, &resolved);
+    if !unused.is_empty() {
+        warnings.push(format!("{} GGUF tensors are not used: {}", unused.len(), unused.join(", ")));
+    }
+    let (planned, widen) = plan(&resolved, &mut warnings)?;
+    Ok(Mapped { file, arch, config, resolved, planned, widen, vocab, warnings })
+}
+
+/// Convert the GGUF model at `args.input`. `tokenizer` replaces the files built from the GGUF
+/// vocabulary (tests use the source checkpoint's).
+pub fn convert(
+    args: &ConvertArgs,
+    progress: &dyn Progress,
+    tokenizer: Option<HfTokenizerFiles>,
+) -> Result<ConvertReport> {
+    let start = Instant::now();
+    if args.dtype.is_some() || args.quantize.is_some() {
+        return Err(fail("a GGUF model is converted as it is: its tensors keep their GGUF types (--dtype and --quantize are for HuggingFace checkpoints)"));
+    }
+    let Mapped { file, arch, config, resolved, planned, widen, vocab, warnings } = map(&args.input)?;
+    let tok = match tokenizer {
+        Some(t) => t,
+        None => hf_files(&vocab)?,
+    };
+    let mut meta = meta_entries(&config, &vocab, tok)?;
+    meta.push(provenance::entry(&file, &arch, &config, &resolved, &planned));
+    meta.extend(metadata::user_blob(args)?);
+    let payload: u64 = planned.iter().map(|t| t.dtype.bytes_for(t.shape.iter().product()).unwrap_or(0)).sum();
+    let (n_experts, top_k) = (config.moe.n_experts, config.moe.top_k);
+    let mut writer = FileWriter::create(
+        &args.output,
+        config.n_layers as u32,
+        n_experts as u32,
+        top_k as u32,
+        &meta,
+        planned.clone(),
+    )?;
+    disk::ensure_space(&args.output, writer.header().file_size)?;
+    progress.start(payload);
+    let mut buf = Vec::new();
+    for (r, from) in resolved.iter().zip(&widen) {
+        stream::tensor(&file, &mut writer, r, *from, &mut buf, &|n| progress.advance(n))?;
+    }
+    let summary = writer.finish()?;
+    progress.finish();
+    let params = param_count(&config);
+    let elements: u64 = planned.iter().map(|t| t.shape.iter().product::<u64>()).sum();
+    let quantised: Vec<&PlannedTensor> = planned.iter().filter(|t| t.dtype.is_quantized()).collect();
+    let block_names = dtype_names(&quantised);
+    Ok(ConvertReport {
+        family: config.family.name(),
+        params: params.total,
+        active: params.active,
+        n_experts,
+        top_k,
+        n_layers: config.n_layers,
+        bytes: summary.file_size,
+        bits_per_weight: if elements == 0 { 0.0 } else { payload as f64 * 8.0 / elements as f64 },
+        tensors: planned.len(),
+        quantised: quantised.len(),
+        quant_dtype: (!quantised.is_empty()).then(|| block_names.join("/")),
+        seconds: start.elapsed().as_secs_f64(),
+        output: summary.path,
+        warnings,
+    })
+}
+
+/// True when `path` is a file starting with the GGUF magic.
+pub fn is_gguf(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == super::parse::MAGIC
+}

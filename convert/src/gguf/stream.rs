@@ -1,0 +1,105 @@
+//! Copying resolved GGUF pieces into the writer unchanged, in bounded chunks with positioned
+//! reads; row-permuted pieces (llama.cpp's q/k) are gathered row by row into the chunk buffer;
+//! block-typed tensors colibri keeps in float are dequantised to f32 whole rows at a time.
+
+use super::file::GgufFile;
+use super::sources::{Piece, Resolved};
+use crate::error::{fail, Result};
+use colibri::format::{DType, FileWriter};
+
+/// Bytes read per step (bounds the buffer: peak memory stays far below the model size).
+const CHUNK: u64 = 8 << 20;
+
+/// Write every piece of `r` as tensor `r.spec.name` (dequantised from `widen` to f32 if given);
+/// `progress` gets the bytes written.
+pub fn tensor(
+    f: &GgufFile,
+    w: &mut FileWriter,
+    r: &Resolved,
+    widen: Option<DType>,
+    buf: &mut Vec<u8>,
+    progress: &dyn Fn(u64),
+) -> Result<()> {
+    w.begin(&r.spec.name)?;
+    let cols = r.spec.shape.last().copied().unwrap_or(1) as usize;
+    for p in &r.pieces {
+        if let Some(src) = widen {
+            widened(f, w, p, src, cols, buf, progress)?;
+        } else if p.permute.is_some() {
+            permuted(f, w, p, buf, progress)?;
+        } else {
+            let mut done = 0;
+            while done < p.bytes {
+                let n = (p.bytes - done).min(CHUNK);
+                buf.resize(n as usize, 0);
+                f.read(&p.tensor, p.byte_offset + done, buf)?;
+                w.write(buf)?;
+                progress(n);
+                done += n;
+            }
+        }
+    }
+    Ok(w.end()?)
+}
+
+fn permuted(f: &GgufFile, w: &mut FileWriter, p: &Piece, buf: &mut Vec<u8>, progress: &dyn Fn(u64)) -> Result<()> {
+    let Some(perm) = p.permute else { return Err(fail("internal: permuted() without a permutation")) };
+    let rb = p.row_bytes;
+    let rows = p.bytes.checked_div(rb).unwrap_or(0);
+    if rb == 0
+        || rows * rb != p.bytes
+        || perm.head_rows < 2
+        || !rows.is_multiple_of(perm.head_rows)
+        || !perm.head_rows.is_multiple_of(2)
+    {
+        return Err(fail(format!(
+            "{}: {rows} rows cannot be un-permuted in heads of {}",
+            p.tensor.info.name, perm.head_rows
+        )));
+    }
+    let per_chunk = (CHUNK / rb).max(1);
+    let mut r = 0;
+    while r < rows {
+        let n = (rows - r).min(per_chunk);
+        buf.resize((n * rb) as usize, 0);
+        for (k, row) in buf.chunks_exact_mut(rb as usize).enumerate() {
+            let src = perm.source_row(r + k as u64);
+            f.read(&p.tensor, p.byte_offset + src * rb, row)?;
+        }
+        w.write(buf)?;
+        progress(n * rb);
+        r += n;
+    }
+    Ok(())
+}
+
+/// Whole rows of `p` (a block dtype `src`, rows of `cols` elements) dequantised to f32.
+fn widened(
+    f: &GgufFile,
+    w: &mut FileWriter,
+    p: &Piece,
+    src: DType,
+    cols: usize,
+    buf: &mut Vec<u8>,
+    progress: &dyn Fn(u64),
+) -> Result<()> {
+    let rb = p.row_bytes;
+    if p.permute.is_some() || rb == 0 || !p.bytes.is_multiple_of(rb) || src.bytes_for(cols as u64) != Some(rb) {
+        return Err(fail(format!("{}: cannot dequantise rows of {rb} bytes as {src}", p.tensor.info.name)));
+    }
+    let rows_per = (CHUNK / rb).max(1);
+    let mut wide = vec![0f32; 0];
+    let mut done = 0;
+    while done < p.bytes {
+        let n = (p.bytes - done).min(rows_per * rb);
+        buf.resize(n as usize, 0);
+        f.read(&p.tensor, p.byte_offset + done, buf)?;
+        wide.resize((n / rb) as usize * cols, 0.0);
+        (src.info().dequantize)(buf, cols, 0, &mut wide);
+        let out: Vec<u8> = wide.iter().flat_map(|x| x.to_le_bytes()).collect();
+        w.write(&out)?;
+        progress(out.len() as u64);
+        done += n;
+    }
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! Contract: a GGUF written by llama.cpp's own converter (tools/make_gguf_fixtures.py, from the
+//! fixture checkpoints) converts to the same model as the checkpoint itself. f32 GGUFs: the same
+//! config, tensor list and bytes (every llama.cpp transformation undone exactly: stacked experts,
+//! q/k permutation, shared experts, choice bias, dense layers) and bit-identical logits. Q8_0
+//! GGUFs: the tensors keep their GGUF types (q8_0, the f16 fallbacks, f32 norms) and hold the
+//! checkpoint's values within each type's rounding; logits close to the checkpoint's. Split files
+//! and merged qkv give the same model; unknown architectures and types are refused by name.
+//! The tokenizer files come from the checkpoint here (the GGUF tokenizer builder is tested on its
+//! own), so these tests stay at the config / tensor / logits level.
+
+#[path = "../../tests/common/fixtures.rs"]
+mod fixtures;
+
+use colibri::format::{DType, TensorKind};
+use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::session::{Session, SessionOptions};
+use colibri::{LoadOptions, Model};
+use colibri_convert::gguf::tokenizer::HfTokenizerFiles;
+use colibri_convert::{ConvertArgs, Progress};
+use fixtures::{argmax, convert_as, ids, meta, models_root};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+
+fn gguf_root() -> PathBuf {
+    models_root().parent().unwrap().join("gguf")
+}
+
+struct Count(Cell<u64>, Cell<u64>);
+
+impl Progress for Count {
+    fn start(&self, total: u64) {
+        self.0.set(total);
+    }
+    fn advance(&self, bytes: u64) {
+        self.1.set(self.1.get() + bytes);
+    }
+    fn finish(&self) {}
+}
+
+/// `colibri convert FILE.gguf -o OUT`, with the checkpoint's tokenizer files.
+fn convert_gguf(gguf: &Path, hf_dir: &Path, out: &Path) {
+    let read = |f: &str| std::fs::read_to_string(hf_dir.join(f)).unwrap();
+    let tok = HfTokenizerFiles {
+        tokenizer_json: read("tokenizer.json"),
+        tokenizer_config_json: read("tokenizer_config.json"),
+    };
+    let args = ConvertArgs { input: gguf.into(), output: out.into(), dtype: None, quantize: None, user_metadata: None };
+    let count = Count(Cell::new(0), Cell::new(0));
+    colibri_convert::gguf::convert::convert(&args, &count, Some(tok))
+        .unwrap_or_else(|e| panic!("{}: {e}", gguf.display()));
+    assert_eq!(count.0.get(), count.1.get(), "progress: every planned byte reported");
+}
+
+fn logits(model: &Model, input: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 256, ..Default::default() }).unwrap();
+    forward(model, &mut s, Input::Tokens(input), &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
+        .unwrap();
+    s.logits().to_vec()
+}
+
+/// The HF-converted and the GGUF-converted files of fixture `name`.
+fn both(name: &str, outtype: &str, tmp: &Path) -> (Model, Model, Vec<u32>) {
+    let dir = models_root().join(name);
+    let (a, b) = (tmp.join(format!("{name}.hf.colibri")), tmp.join(format!("{name}.{outtype}.colibri")));
+    convert_as(&dir, &a, None);
+    convert_gguf(&gguf_root().join(format!("{name}.{outtype}.gguf")), &dir, &b);
+    let open = |p: &Path| Model::open(p, &LoadOptions::default()).unwrap();
+    let (hf, gg) = (open(&a), open(&b));
+    gg.verify().unwrap();
+    (hf, gg, ids(&meta(&dir)["input_ids"]))
+}
+
+const F32: &[&str] =
+    &["mixtral_gqa", "qwen2_moe_shared", "qwen3_moe_yarn", "olmoe", "granitemoe_hub", "glm4_moe_groups"];
+
+#[test]
+fn f32_gguf_is_the_checkpoint_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in F32 {
+        let (hf, gg, input) = both(name, "f32", tmp.path());
+        let mut want = hf.config().clone();
+        let mut got = gg.config().clone();
+        // Special-token ids come from different places (generation_config vs the GGUF vocab).
+        (want.eos_token_ids, got.eos_token_ids) = (vec![], vec![]);
+        (want.pad_token_id, got.pad_token_id) = (None, None);
+        assert_eq!(got, want, "{name}: config");
+        let (rw, rg) = (&hf.parsed().tensors, &gg.parsed().tensors);
+        assert_eq!(rw.len(), rg.len(), "{name}: tensor count");
+        for (w, g) in rw.iter().zip(rg) {
+            assert_eq!((&g.name, g.dtype, &g.shape, g.kind), (&w.name, w.dtype, &w.shape, w.kind), "{name}: record");
+            assert!(
+                hf.tensor(&w.name).unwrap().bytes == gg.tensor(&g.name).unwrap().bytes,
+                "{name}: {} bytes differ",
+                w.name
+            );
+        }
+        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+        assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+    }
+}
+
+/// The elements of a stored matrix (or expert) as f32.
+fn values(dtype: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
+    let n = bytes.len() / dtype.info().block_bytes as usize * dtype.info().block as usize;
+    let mut out = vec![0f32; n];
+    (dtype.info().dequantize)(bytes, cols, 0, &mut out);
+    out
+}
+
+#[test]
+fn q8_0_gguf_keeps_its_types_and_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["mixtral_gqa", "qwen3_moe_yarn"] {
+        let (hf, gg, input) = both(name, "q8_0", tmp.path());
+        let mut seen = Vec::new();
+        for g in &gg.parsed().tensors {
+            seen.push(g.dtype);
+            let (vw, vg) = (hf.tensor(&g.name).unwrap(), gg.tensor(&g.name).unwrap());
+            let cols = vg.cols();
+            // Expert stacks have per-expert padding: compare expert by expert.
+            let units = if g.kind == TensorKind::Experts { vg.n_experts() } else { 1 };
+            for e in 0..units {
+                let (bw, bg) = match units {
+                    1 => (vw.bytes, vg.bytes),
+                    _ => (vw.expert(e).unwrap().bytes, vg.expert(e).unwrap().bytes),
+                };
+                let (w, gv) = (values(DType::F32, bw, cols), values(g.dtype, bg, cols));
+                assert_eq!(w.len(), gv.len(), "{name}: {} element count", g.name);
+                for (blk, (wb, gb)) in w.chunks(32).zip(gv.chunks(32)).enumerate() {
+                    let amax = wb.iter().fold(0f32, |m, x| m.max(x.abs()));
+                    let q8 = amax / 127.0 * 0.5 + amax * 1e-3;
+                    let tol = match g.dtype {
+                        DType::Q8_0 => q8,
+                        // llama.cpp stored the embedding as Q8_0; colibri keeps it as f32, ggml's
+                        // exact dequantisation.
+                        DType::F32 if g.name == "tok_embeddings" => q8,
+                        DType::F16 => amax * 1e-3,
+                        _ => 0.0,
+                    };
+                    for (x, y) in wb.iter().zip(gb) {
+                        assert!((x - y).abs() <= tol, "{name}: {}[{e}] block {blk}: {x} vs {y} ({})", g.name, g.dtype);
+                    }
+                }
+            }
+        }
+        assert!(
+            seen.contains(&DType::Q8_0) && seen.contains(&DType::F16) && seen.contains(&DType::F32),
+            "{name}: {seen:?}"
+        );
+        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+        let max_abs = lw.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = lw.iter().zip(&lg).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let same_argmax = lw
+            .chunks(hf.config().vocab_size)
+            .zip(lg.chunks(gg.config().vocab_size))
+            .filter(|(a, b)| argmax(a) == argmax(b))
+            .count();
+        eprintln!("{name} q8_0: max |Δlogit| {diff} = {:.4} of max |logit|; greedy token equal at {same_argmax} of {} positions", diff / max_abs, input.len());
+        // The HF path's tolerance for rounded weights (tests/oracle.rs), and the same greedy tokens.
+        assert!(diff <= 2e-2 * max_abs, "{name}: q8_0 logits differ by {diff} (max |logit| {max_abs})");
+        assert_eq!(same_argmax, input.len(), "{name}: greedy tokens");
+    }
+}
+
+/// The same model in other layouts: split in two (opened from either part), and with merged
+/// `attn_qkv` tensors (tools/make_gguf_fixtures.py merge_qkv).
+#[test]
+fn split_and_merged_qkv_layouts_give_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = models_root().join("mixtral_gqa");
+    let whole = tmp.path().join("whole.colibri");
+    convert_gguf(&gguf_root().join("mixtral_gqa.q8_0.gguf"), &dir, &whole);
+    let whole = Model::open(&whole, &LoadOptions::default()).unwrap();
+    let layouts = ["q8_0-split-00001-of-00002", "q8_0-split-00002-of-00002", "q8_0-qkv"];
+    for layout in layouts {
+        let out = tmp.path().join(format!("{layout}.colibri"));
+        convert_gguf(&gguf_root().join(format!("mixtral_gqa.{layout}.gguf")), &dir, &out);
+        let other = Model::open(&out, &LoadOptions::default()).unwrap();
+        assert_eq!(other.config(), whole.config(), "{layout}");
+        assert_eq!(other.parsed().tensors.len(), whole.parsed().tensors.len(), "{layout}");
+        for r in &whole.parsed().tensors {
+            let same = other.tensor(&r.name).unwrap().bytes == whole.tensor(&r.name).unwrap().bytes;
+            assert!(same, "{layout}: {}", r.name);
+        }
+    }
+}
+
+/// A copy of a fixture GGUF with `from` replaced by `to` (same length) at its first occurrence.
+fn patched(name: &str, from: &[u8], to: &[u8], tmp: &Path) -> PathBuf {
+    let mut b = std::fs::read(gguf_root().join(name)).unwrap();
+    let at = b.windows(from.len()).position(|w| w == from).unwrap();
+    b[at..at + to.len()].copy_from_slice(to);
+    let out = tmp.join(name);
+    std::fs::write(&out, b).unwrap();
+    out
+}
+
+fn map_error(path: &Path) -> String {
+    match colibri_convert::gguf::map(path) {
+        Ok(_) => panic!("{} accepted", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn unknown_architectures_and_types_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arch = patched("mixtral_gqa.q8_0.gguf", b"\x05\0\0\0\0\0\0\0llama", b"\x05\0\0\0\0\0\0\0lxama", tmp.path());
+    let e = map_error(&arch);
+    assert!(e.contains("architecture 'lxama' is not supported") && !e.contains('\n'), "{e}");
+    // output_norm.weight: name, n_dims 1, ne [64], type 0 (F32) → 26 (I32, the same size).
+    let mut info = b"output_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0".to_vec();
+    let mut to = info.clone();
+    info.extend([0, 0, 0, 0]);
+    to.extend([26, 0, 0, 0]);
+    let e = map_error(&patched("mixtral_gqa.q8_0.gguf", &info, &to, tmp.path()));
+    assert!(e.contains("output_norm.weight has type I32") && !e.contains('\n'), "{e}");
+    // Found by the fuzzer: a huge block count must not size the layer list.
+    let key = b"llama.block_count\x04\0\0\0";
+    let huge = patched(
+        "mixtral_gqa.q8_0.gguf",
+        &[&key[..], &[2, 0, 0, 0]].concat(),
+        &[&key[..], &[0xff; 4]].concat(),
+        tmp.path(),
+    );
+    let e = map_error(&huge);
+    assert!(e.contains("block_count 4294967295 is above"), "{e}");
+}
+
+/// Tied embeddings and one kv head (mixtral_mqa_swa_tied): the same tensors bit for bit. The
+/// GGUF lacks what llama.cpp's converter does not carry for `llama`: the sliding window (6); the
+/// config equals the checkpoint's up to exactly that field.
+#[test]
+fn tied_mqa_gguf_matches_up_to_what_llama_cpp_drops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (hf, gg, _) = both("mixtral_mqa_swa_tied", "f32", tmp.path());
+    let (mut want, got) = (hf.config().clone(), gg.config().clone());
+    assert!(got.tie_embeddings && got.n_kv_heads == 1);
+    assert!(
+        want.layers.iter().all(|l| l.sliding_window == Some(6))
+            && got.layers.iter().all(|l| l.sliding_window.is_none())
+    );
+    for l in &mut want.layers {
+        l.sliding_window = None;
+    }
+    (want.eos_token_ids, want.pad_token_id) = (got.eos_token_ids.clone(), got.pad_token_id);
+    assert_eq!(got, want);
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+}
+
+#[test]
+fn dtype_and_quantize_options_are_refused_for_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = gguf_root().join("mixtral_gqa.q8_0.gguf");
+    let args = ConvertArgs {
+        input,
+        output: tmp.path().join("x.colibri"),
+        dtype: Some(DType::BF16),
+        quantize: None,
+        user_metadata: None,
+    };
+    let e = colibri_convert::convert(&args, None).err().expect("--dtype accepted").to_string();
+    assert!(e.contains("keep their GGUF types"), "{e}");
+    assert!(!tmp.path().join("x.colibri").exists());
+}

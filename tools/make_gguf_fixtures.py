@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""GGUF fixtures for the GGUF reader's tests: llama.cpp's own convert_hf_to_gguf.py run on the HF
+fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q8_0.
+
+    /work/venv/bin/python tools/make_gguf_fixtures.py [--llama DIR] [--only NAME,...]
+
+Writes tests/fixtures/gguf/<model>.<outtype>.gguf. The converter refuses tokenizers whose
+pre-tokenizer hash it does not know (ours are trained for the tests), so the pre-tokenizer
+detection is monkeypatched: byte-level BPE fixtures are declared "qwen2" (their Qwen regex), the
+GPT-NeoX one "olmo"; mixtral_gqa's q8_0 file is also rewritten with merged `attn_qkv` tensors
+(merge_qkv); qwen2_moe_shared's dense layers get llama.cpp's dense tensor names (see
+below). The output is deterministic (no timestamps in GGUF).
+"""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LLAMA = "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"
+
+# (fixture, outtypes): small models whose families llama.cpp converts. "q8_0-split" is the q8_0
+# file split by llama.cpp's --split-max-tensors into NAME.q8_0-split-0000N-of-00002.gguf.
+FIXTURES = [
+    ("mixtral_gqa", ["f32", "q8_0", "q8_0-split"]),
+    ("qwen2_moe_shared", ["f32"]),
+    ("qwen3_moe_yarn", ["f32", "q8_0"]),
+    ("olmoe", ["f32"]),
+    ("granitemoe_hub", ["f32"]),
+    ("mixtral_mqa_swa_tied", ["f32"]),
+    ("glm4_moe_groups", ["f32"]),
+]
+
+PRE = {"GPTNeoXTokenizer": "olmo"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama", default=DEFAULT_LLAMA)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(args.llama) / "gguf-py"))
+    sys.path.insert(0, args.llama)
+    import json
+    import convert_hf_to_gguf as conv
+    from conversion import base
+
+    def pre(self, tokenizer):
+        cfg = json.loads((Path(self.dir_model) / "tokenizer_config.json").read_text())
+        return PRE.get(cfg.get("tokenizer_class"), "qwen2")
+
+    base.TextModel.get_vocab_base_pre = pre
+    # qwen2_moe_shared has dense layers (decoder_sparse_step 2), which llama.cpp's QWEN2MOE tensor
+    # list lacks: let its converter write them under the usual dense names (ffn_gate/up/down), as
+    # it does for the archs that have leading dense layers.
+    import gguf
+    # GLM's vocab writer looks up GLM's own special tokens ([gMASK], ...): ours are Qwen-style.
+    from conversion import glm
+    glm.Glm4MoeModel.set_vocab = lambda self: self._set_vocab_gpt2()
+    arch = gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN2MOE]
+    for t in (gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP, gguf.MODEL_TENSOR.FFN_DOWN):
+        if t not in arch:
+            arch.append(t)
+    only = set(filter(None, args.only.split(",")))
+    out_dir = ROOT / "tests" / "fixtures" / "gguf"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, outtypes in FIXTURES:
+        if only and name not in only:
+            continue
+        for outtype in outtypes:
+            out = out_dir / f"{name}.{outtype}.gguf"
+            split = outtype.endswith("-split")
+            sys.argv = ["convert_hf_to_gguf.py", str(ROOT / "tests/fixtures/models" / name),
+                        "--outtype", outtype.removesuffix("-split"), "--outfile", str(out)]
+            if split:
+                sys.argv += ["--split-max-tensors", "12"]
+            conv.main()
+            if name == "mixtral_gqa" and outtype == "q8_0":
+                merge_qkv(out, out_dir / f"{name}.q8_0-qkv.gguf")
+            for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
+                print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
+
+
+def merge_qkv(src, dst):
+    """A copy of `src` whose q/k/v weights are one `attn_qkv` per layer (rows q, then k, then v,
+    as stored: the q/k rows stay llama.cpp-permuted), the layout of the architectures whose
+    checkpoints fuse them. Metadata copied as gguf-py's gguf_new_metadata.py does."""
+    import gguf
+    import numpy as np
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
+    for f in r.fields.values():
+        if f.name == "general.architecture" or f.name.startswith("GGUF."):
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+    by_name = {t.name: t for t in r.tensors}
+    out = []
+    for t in r.tensors:
+        if ".attn_k." in t.name or ".attn_v." in t.name:
+            continue
+        if ".attn_q." in t.name:
+            parts = [by_name[t.name.replace("attn_q", x)] for x in ("attn_q", "attn_k", "attn_v")]
+            assert len({p.tensor_type for p in parts}) == 1
+            data = np.concatenate([p.data for p in parts], axis=0)
+            out.append((t.name.replace("attn_q", "attn_qkv"), data, t.tensor_type))
+        else:
+            out.append((t.name, t.data, t.tensor_type))
+    for name, data, ty in out:
+        w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, ty)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for _, data, _ in out:
+        w.write_tensor_data(data)
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
