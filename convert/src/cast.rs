@@ -25,6 +25,8 @@ pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
         SrcDType::BF16 => {
             out.extend(input.chunks_exact(2).map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
         }
+        // Unscaled codes: `sources` gives every fp8 piece its scales, read by `fp8::BlockScale`.
+        SrcDType::F8E4M3 => out.extend(input.iter().map(|&b| crate::fp8::e4m3_to_f32(b))),
     }
 }
 
@@ -32,7 +34,7 @@ pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
 /// `out`. Same dtype → a byte copy (bit-exact).
 pub fn convert(src: SrcDType, dst: DType, input: &[u8], out: &mut Vec<u8>) -> Result<(), Overflow> {
     out.clear();
-    if src.to_colibri() == dst {
+    if src.to_colibri() == dst && src != SrcDType::F8E4M3 {
         out.extend_from_slice(input);
         return Ok(());
     }

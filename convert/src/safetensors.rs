@@ -15,6 +15,8 @@ pub enum SrcDType {
     F32,
     F16,
     BF16,
+    /// float8_e4m3fn with block scales (`fp8`): dequantised on reading.
+    F8E4M3,
 }
 
 impl SrcDType {
@@ -22,14 +24,17 @@ impl SrcDType {
         match self {
             SrcDType::F32 => 4,
             SrcDType::F16 | SrcDType::BF16 => 2,
+            SrcDType::F8E4M3 => 1,
         }
     }
 
+    /// The float type a tensor of this dtype is stored as without `--dtype` (fp8: bf16, as
+    /// DeepSeek's own fp8 → bf16 cast does).
     pub fn to_colibri(self) -> colibri::format::DType {
         match self {
             SrcDType::F32 => colibri::format::DType::F32,
             SrcDType::F16 => colibri::format::DType::F16,
-            SrcDType::BF16 => colibri::format::DType::BF16,
+            SrcDType::BF16 | SrcDType::F8E4M3 => colibri::format::DType::BF16,
         }
     }
 }
@@ -49,6 +54,8 @@ pub struct SrcTensor {
 pub struct Checkpoint {
     shards: Vec<(PathBuf, File)>,
     pub tensors: BTreeMap<String, SrcTensor>,
+    /// The tile of fp8 weights' scales (`quantization_config.weight_block_size`), if any.
+    pub fp8_block: Option<[u64; 2]>,
 }
 
 #[derive(Deserialize)]
@@ -108,7 +115,8 @@ fn parse_dtype(name: &str, dtype: &str) -> Result<SrcDType> {
         "F32" => Ok(SrcDType::F32),
         "F16" => Ok(SrcDType::F16),
         "BF16" => Ok(SrcDType::BF16),
-        "I8" | "U8" | "I4" | "U4" | "F8_E4M3" | "F8_E5M2" | "I32" | "U32" => Err(fail(format!(
+        "F8_E4M3" => Ok(SrcDType::F8E4M3),
+        "I8" | "U8" | "I4" | "U4" | "F8_E5M2" | "I32" | "U32" => Err(fail(format!(
             "tensor {name} has dtype {dtype}: the checkpoint looks already quantised; convert from the f32/f16/bf16 original"
         ))),
         other => Err(fail(format!("tensor {name} has unsupported dtype {other}"))),
@@ -156,7 +164,7 @@ impl Checkpoint {
             }
             shards.push((path, file));
         }
-        Ok(Checkpoint { shards, tensors })
+        Ok(Checkpoint { shards, tensors, fp8_block: None })
     }
 
     /// Read `len` bytes at `offset` (relative to the tensor's data) of tensor `t` into `buf`.

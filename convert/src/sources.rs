@@ -3,9 +3,12 @@
 //! expert tensors of transformers 5 (`experts.gate_up_proj` [E, 2F, H], `experts.down_proj`
 //! [E, H, F]). Every piece is shape-checked here.
 
-use super::safetensors::{Checkpoint, SrcTensor};
+use super::cast;
+use super::fp8::BlockScale;
+use super::safetensors::{Checkpoint, SrcDType, SrcTensor};
 use crate::error::{fail, Result};
 use colibri::model::{suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD};
+use std::sync::Arc;
 
 /// A contiguous byte range of one source tensor, holding `elements` values.
 #[derive(Clone, Debug)]
@@ -16,6 +19,8 @@ pub struct Piece {
     pub elements: u64,
     /// The range is a [rows, cols] matrix written transposed ([cols, rows]): MLA's W_UK.
     pub transpose: Option<[u64; 2]>,
+    /// The scales of an fp8 source (`tensor` is float8_e4m3fn), dequantised on reading.
+    pub scale: Option<Arc<BlockScale>>,
 }
 
 /// The pieces that, concatenated, give one colibri tensor's payload.
@@ -36,7 +41,29 @@ fn whole(ck: &Checkpoint, name: &str, want: &[u64]) -> Result<Option<Piece>> {
         byte_offset: 0,
         elements: want.iter().product(),
         transpose: None,
+        scale: fp8_scale(ck, name, t)?,
     }))
+}
+
+/// The scales of fp8 tensor `name` (`{name}_scale_inv`, tiles of the config's block size);
+/// None for a float tensor.
+fn fp8_scale(ck: &Checkpoint, name: &str, t: &SrcTensor) -> Result<Option<Arc<BlockScale>>> {
+    if t.dtype != SrcDType::F8E4M3 {
+        return Ok(None);
+    }
+    let block = ck.fp8_block.ok_or_else(|| {
+        fail(format!("tensor {name} is float8_e4m3fn but config.json has no fp8 quantization_config"))
+    })?;
+    let scale_name = format!("{name}_scale_inv");
+    let s = ck.tensors.get(&scale_name).ok_or_else(|| fail(format!("fp8 tensor {name} has no {scale_name}")))?;
+    if s.dtype == SrcDType::F8E4M3 {
+        return Err(fail(format!("{scale_name} must be a float tensor")));
+    }
+    let mut bytes = vec![0u8; s.len as usize];
+    ck.read(s, 0, &mut bytes)?;
+    let mut scales = Vec::new();
+    cast::widen(s.dtype, &bytes, &mut scales);
+    Ok(Some(Arc::new(BlockScale::new(name, scales, &s.shape, &t.shape, block)?)))
 }
 
 fn first_of(ck: &Checkpoint, names: &[String], want: &[u64]) -> Result<Option<Piece>> {
@@ -96,6 +123,9 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
         let Some((fused, t)) = fused_names.iter().find_map(|n| ck.tensors.get(n).map(|t| (n.clone(), t))) else {
             continue;
         };
+        if t.dtype == SrcDType::F8E4M3 {
+            return Err(fail(format!("{fused}: fp8 expert stacks are read only one tensor per expert")));
+        }
         {
             let fused_rows = if proj == Proj::Down { rows } else { 2 * rows };
             let want = [e_count, fused_rows, cols];
@@ -111,6 +141,7 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
                     byte_offset: (e * fused_rows + skip) * row_bytes,
                     elements: rows * cols,
                     transpose: None,
+                    scale: None,
                 })
                 .collect());
         }
@@ -221,6 +252,7 @@ pub fn unused(ck: &Checkpoint, resolved: &[Resolved], c: &Config) -> Vec<String>
     ck.tensors
         .keys()
         .filter(|k| !used.contains(k.as_str()) && !beyond_layers(k, c))
+        .filter(|k| !k.strip_suffix("_scale_inv").is_some_and(|w| used.contains(w)))
         .filter(|k| !(c.tie_embeddings && k.as_str() == "lm_head.weight"))
         .filter(|k| !k.ends_with("rotary_emb.inv_freq"))
         .cloned()

@@ -44,6 +44,18 @@ impl Streamer {
         Ok(writer.end()?)
     }
 
+    /// `self.wide` = `self.src` (the piece's elements from `first` on) as f32: fp8 codes times
+    /// their tiles' scales, other types widened.
+    fn widen(&mut self, piece: &Piece, first: u64) {
+        match &piece.scale {
+            Some(s) => {
+                let at = piece.byte_offset / piece.tensor.dtype.size() as u64 + first;
+                s.dequantise(&self.src, at, &mut self.wide)
+            }
+            None => cast::widen(piece.tensor.dtype, &self.src, &mut self.wide),
+        }
+    }
+
     /// Calls `step(self, chunk_start_element)` with `self.src` holding each source chunk.
     fn chunks(
         &mut self,
@@ -73,7 +85,13 @@ impl Streamer {
         progress: &dyn Fn(u64),
     ) -> Result<()> {
         self.chunks(ck, piece, |s, first| {
-            cast::convert(piece.tensor.dtype, p.dtype, &s.src, &mut s.out).map_err(|o| {
+            let converted = if piece.scale.is_some() {
+                s.widen(piece, first);
+                cast::from_f32(p.dtype, &s.wide, &mut s.out)
+            } else {
+                cast::convert(piece.tensor.dtype, p.dtype, &s.src, &mut s.out)
+            };
+            converted.map_err(|o| {
                 fail(format!(
                     "{} (from {}): value {} at element {} does not fit {}; convert with --dtype bf16 or f32",
                     p.name,
@@ -104,7 +122,7 @@ impl Streamer {
         }
         self.src.resize(piece.elements as usize * piece.tensor.dtype.size(), 0);
         ck.read(&piece.tensor, piece.byte_offset, &mut self.src)?;
-        cast::widen(piece.tensor.dtype, &self.src, &mut self.wide);
+        self.widen(piece, 0);
         let t: Vec<f32> = (0..rows * cols).map(|i| self.wide[(i % rows) * cols + i / rows]).collect();
         cast::from_f32(p.dtype, &t, &mut self.out).map_err(|o| {
             fail(format!("{} (from {}): value {} does not fit {}", p.name, piece.source, o.value, p.dtype))
@@ -124,8 +142,8 @@ impl Streamer {
     ) -> Result<()> {
         let cols = p.shape.last().copied().unwrap_or(0) as usize;
         let mut q = MatrixQuantizer::new(p.dtype, cols);
-        self.chunks(ck, piece, |s, _| {
-            cast::widen(piece.tensor.dtype, &s.src, &mut s.wide);
+        self.chunks(ck, piece, |s, first| {
+            s.widen(piece, first);
             q.push(&s.wide, &mut s.out).map_err(|o| {
                 fail(format!(
                     "{} (from {}): values up to {} in the block at element {} are too large for {} (its f16 \
