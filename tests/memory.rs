@@ -57,6 +57,30 @@ fn kv_bytes_per_token_is_what_a_position_costs() {
 }
 
 #[test]
+fn an_mla_cache_holds_one_latent_and_rope_key_per_token_and_layer() {
+    use colibri::session::{kv_bytes_per_token, KvDtype};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_dirs().into_iter().find(|d| d.ends_with("deepseek_v3_mtp")).expect("fixture");
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let n = |k: &str| hf[k].as_u64().unwrap() as usize;
+    let per_layer = n("kv_lora_rank") + n("qk_rope_head_dim");
+    let file = tmp.path().join("m.colibri");
+    convert(&dir, &file, "f32");
+    let m = Model::open(&file, &LoadOptions::default()).unwrap();
+    let c = m.config();
+    for (dtype, element) in [(KvDtype::F32, 4), (KvDtype::F16, 2), (KvDtype::BF16, 2)] {
+        let want = n("num_hidden_layers") * per_layer * element;
+        assert_eq!(kv_bytes_per_token(c, dtype), want, "{dtype:?}");
+        assert_eq!(c.kv_bytes_per_token(element), want, "{dtype:?} (inspect's figure)");
+        let s = Session::new(c, &SessionOptions { kv_dtype: dtype, ..Default::default() }).unwrap();
+        assert_eq!(s.kv_bytes_per_token(), want, "{dtype:?}");
+    }
+    // Far less than per-head K and V would take: 2 · heads · (nope + rope) values per layer.
+    assert!(per_layer * 4 < 2 * n("num_attention_heads") * (n("qk_nope_head_dim") + n("qk_rope_head_dim")));
+}
+
+#[test]
 fn memory_that_cannot_be_had_is_an_error_that_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let (m, input) = model(tmp.path());

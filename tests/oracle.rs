@@ -178,9 +178,32 @@ fn f16_files_match_transformers_on_rounded_weights() {
     eprintln!("worst f16 relative error: {:.3e}", r.worst);
 }
 
+/// Teacher-forced logits of fixture `name` (f32 file) with a half-precision KV cache stay within
+/// 2e-2 · max|logit| of transformers'.
+fn half_precision_kv_cache_stays_close(tmp: &Path, name: &str) {
+    let dir = fixture_dirs().into_iter().find(|d| d.ends_with(name)).unwrap();
+    let file = tmp.join(format!("{name}.colibri"));
+    convert(&dir, &file, "f32");
+    let model = Model::open(&file, &LoadOptions::default()).unwrap();
+    let input = ids(&common::meta(&dir)["input_ids"]);
+    let (_, want) = read_npy_f32(&dir.join("oracle/logits_f32.npy"));
+    let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+    let all = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
+    for kv_dtype in [colibri::session::KvDtype::F16, colibri::session::KvDtype::BF16] {
+        let mut s =
+            Session::new(model.config(), &SessionOptions { n_ctx: 64, kv_dtype, ..Default::default() }).unwrap();
+        forward(&model, &mut s, Input::Tokens(&input), &all).unwrap();
+        let d = s.logits().iter().zip(&want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+        assert!(d <= 2e-2 * max_abs, "{name} {kv_dtype:?} KV cache: {d}");
+    }
+}
+
 #[test]
 fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
+    // GQA K/V rows, and MLA latent rows.
+    half_precision_kv_cache_stays_close(tmp.path(), "deepseek_v3_mtp");
+    half_precision_kv_cache_stays_close(tmp.path(), "qwen3_moe_fused");
     let dir = fixture_dirs().into_iter().find(|d| d.ends_with("qwen3_moe_fused")).unwrap();
     let meta = common::meta(&dir);
     let file = tmp.path().join("m.colibri");
@@ -190,13 +213,6 @@ fn half_precision_kv_cache_stays_close_and_a_failed_call_changes_nothing() {
     let (_, want) = read_npy_f32(&dir.join("oracle/logits_f32.npy"));
     let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
     let all = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
-    for kv_dtype in [colibri::session::KvDtype::F16, colibri::session::KvDtype::BF16] {
-        let mut s =
-            Session::new(model.config(), &SessionOptions { n_ctx: 64, kv_dtype, ..Default::default() }).unwrap();
-        forward(&model, &mut s, Input::Tokens(&input), &all).unwrap();
-        let d = s.logits().iter().zip(&want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
-        assert!(d <= 2e-2 * max_abs, "{kv_dtype:?} KV cache: {d}");
-    }
     // A rejected call (bad id, context overflow) leaves the session as it was.
     let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
     let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 32, ..Default::default() }).unwrap();

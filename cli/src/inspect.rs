@@ -198,6 +198,13 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
         c.lm_head_bias,
         c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>()
     )?;
+    if let Some(m) = &c.mla {
+        writeln!(
+            o,
+            "mla          latent {} + rope key {} cached per token and layer, q rank {}, qk {} + {}, v {}",
+            m.kv_lora_rank, m.qk_rope_head_dim, m.q_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+        )?;
+    }
     writeln!(o, "rope         theta {}, scaling {:?}", c.rope.theta, c.rope.scaling)?;
     writeln!(
         o,

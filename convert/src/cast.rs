@@ -27,6 +27,8 @@ pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
         }
         // Bytes are not values; `sources` sends MXFP4 bytes to `stream`'s own path, never here.
         SrcDType::U8 => out.extend(input.iter().map(|&b| f32::from(b))),
+        // Unscaled codes: `sources` gives every fp8 piece its scales, read by `fp8::BlockScale`.
+        SrcDType::F8E4M3 => out.extend(input.iter().map(|&b| crate::fp8::e4m3_to_f32(b))),
     }
 }
 
@@ -34,7 +36,7 @@ pub fn widen(src: SrcDType, input: &[u8], out: &mut Vec<f32>) {
 /// `out`. Same dtype → a byte copy (bit-exact).
 pub fn convert(src: SrcDType, dst: DType, input: &[u8], out: &mut Vec<u8>) -> Result<(), Overflow> {
     out.clear();
-    if src.to_colibri() == Some(dst) {
+    if src.to_colibri() == Some(dst) && src != SrcDType::F8E4M3 {
         out.extend_from_slice(input);
         return Ok(());
     }

@@ -5,7 +5,7 @@
 //! Kimi-K2 and Moonlight configs are V3 configs.
 
 use crate::error::{fail, Result};
-use crate::hf_config::{get, opt_bool, opt_f64, opt_usize, usize_key};
+use crate::json_keys::{get, opt_bool, opt_f64, opt_usize, usize_key};
 use colibri::model::{ExpertGroups, Family, GroupScore, Mla, Scoring};
 use serde_json::Value;
 
@@ -153,4 +153,63 @@ pub fn ffn_sizes(hf: &Value, fam: Family) -> Result<(usize, usize, usize)> {
 /// Layer `i` is a MoE layer (the first `first_k_dense_replace` are dense).
 pub fn moe_layer(hf: &Value, fam: Family, i: usize) -> Result<bool> {
     Ok(i >= opt_usize(hf, "first_k_dense_replace")?.unwrap_or(defaults(fam).first_k_dense_replace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_routing_keys_are_refused_naming_the_key() {
+        for (fam, hf, key) in [
+            (Family::DeepseekV2, json!({"topk_method": "noaux_tc"}), "topk_method"),
+            (Family::DeepseekV2, json!({"scoring_func": "sigmoid"}), "scoring_func"),
+            (Family::DeepseekV3, json!({"scoring_func": "softmax", "n_group": 1, "topk_group": 1}), "scoring_func"),
+            (Family::DeepseekV3, json!({"topk_method": "greedy", "n_group": 1, "topk_group": 1}), "topk_method"),
+        ] {
+            let e = routing(&hf, fam).err().expect("refused").to_string();
+            assert!(e.contains(key) && !e.contains('\n'), "{fam:?} {hf}: {e}");
+        }
+    }
+
+    #[test]
+    fn v2_groups_score_by_maximum_and_v3_by_top_two_sums() {
+        let v2 =
+            routing(&json!({"topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2}), Family::DeepseekV2)
+                .unwrap();
+        assert_eq!(v2.groups, Some(ExpertGroups { n_group: 4, topk_group: 2, score: GroupScore::Max }));
+        assert_eq!((v2.scoring, v2.choice_bias, v2.norm_topk_prob), (Scoring::Softmax, false, false));
+        let greedy =
+            routing(&json!({"topk_method": "greedy", "n_group": 4, "topk_group": 2}), Family::DeepseekV2).unwrap();
+        assert_eq!(greedy.groups, None, "greedy ignores the groups");
+        // DeepseekV3Config's defaults: 8 groups, 4 kept, renormalised, x2.5.
+        let v3 = routing(&json!({}), Family::DeepseekV3).unwrap();
+        assert_eq!(v3.groups, Some(ExpertGroups { n_group: 8, topk_group: 4, score: GroupScore::Top2Sum }));
+        assert_eq!(
+            (v3.scoring, v3.choice_bias, v3.norm_topk_prob, v3.routed_scaling),
+            (Scoring::Sigmoid, true, true, 2.5)
+        );
+    }
+
+    #[test]
+    fn q_lora_rank_absent_is_the_default_and_null_is_a_full_projection() {
+        assert_eq!(mla(&json!({})).unwrap().q_lora_rank, 1536);
+        assert_eq!(mla(&json!({"q_lora_rank": null})).unwrap().q_lora_rank, 0);
+        assert_eq!(mla(&json!({"q_lora_rank": 24})).unwrap().q_lora_rank, 24);
+    }
+
+    #[test]
+    fn the_softmax_scale_takes_mscale_all_dim_squared() {
+        let m = mla(&json!({"qk_nope_head_dim": 128, "qk_rope_head_dim": 64})).unwrap();
+        let plain = attention_scale(&json!({}), &m).unwrap();
+        assert!((plain - 192f64.powf(-0.5)).abs() < 1e-15);
+        // DeepSeek-V3's hub rope_scaling: factor 40, mscale_all_dim 1 → × (0.1 ln 40 + 1)².
+        let hub = json!({"rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096}});
+        let m40 = 0.1 * 40f64.ln() + 1.0;
+        assert!((attention_scale(&hub, &m).unwrap() - plain * m40 * m40).abs() < 1e-12);
+        let no_all_dim = json!({"rope_parameters": {"rope_type": "yarn", "factor": 40}});
+        assert_eq!(attention_scale(&no_all_dim, &m).unwrap(), plain);
+    }
 }

@@ -58,6 +58,7 @@ pub fn expert_stack(ck: &Checkpoint, l: usize, proj: Proj, spec: &TensorSpec) ->
         check(&sname, scales, &[e_count, fused, groups])?;
         return Ok((0..e_count)
             .map(|e| Piece {
+                scale: None,
                 source: bname.clone(),
                 tensor: blocks.clone(),
                 byte_offset: 0,
@@ -81,6 +82,7 @@ pub fn expert_stack(ck: &Checkpoint, l: usize, proj: Proj, spec: &TensorSpec) ->
     let esize = t.dtype.size() as u64;
     Ok((0..e_count)
         .map(|e| Piece {
+            scale: None,
             source: name.clone(),
             tensor: t.clone(),
             byte_offset: (e * cols * fused + half) * esize,
@@ -100,6 +102,7 @@ pub fn expert_bias(ck: &Checkpoint, l: usize, proj: Proj, spec: &TensorSpec) -> 
     check(&name, t, &[e_count, fused])?;
     let step = if proj == Proj::Down { 1 } else { 2 };
     Ok(vec![Piece {
+        scale: None,
         source: name,
         tensor: t.clone(),
         byte_offset: half * t.dtype.size() as u64,

@@ -4,45 +4,12 @@
 
 use crate::deepseek;
 use crate::error::{fail, Result};
+use crate::json_keys::{get, opt_bool, opt_f64, opt_usize, usize_key};
 use colibri::model::{
     Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling,
     Scales, Scoring,
 };
 use serde_json::Value;
-
-pub(crate) fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.get(key).filter(|x| !x.is_null())
-}
-
-pub(crate) fn usize_key(v: &Value, key: &str) -> Result<usize> {
-    opt_usize(v, key)?.ok_or_else(|| fail(format!("config.json lacks '{key}'")))
-}
-
-pub(crate) fn opt_usize(v: &Value, key: &str) -> Result<Option<usize>> {
-    match get(v, key) {
-        None => Ok(None),
-        Some(x) => x
-            .as_u64()
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| fail(format!("config.json '{key}' must be a non-negative integer, got {x}"))),
-    }
-}
-
-pub(crate) fn opt_f64(v: &Value, key: &str) -> Result<Option<f64>> {
-    match get(v, key) {
-        None => Ok(None),
-        Some(x) => x.as_f64().map(Some).ok_or_else(|| fail(format!("config.json '{key}' must be a number, got {x}"))),
-    }
-}
-
-pub(crate) fn opt_bool(v: &Value, key: &str) -> Result<Option<bool>> {
-    match get(v, key) {
-        None => Ok(None),
-        Some(x) => {
-            x.as_bool().map(Some).ok_or_else(|| fail(format!("config.json '{key}' must be true/false, got {x}")))
-        }
-    }
-}
 
 /// Token ids given as an int or a list of ints.
 pub fn ids(v: Option<&Value>) -> Vec<u32> {
@@ -392,11 +359,10 @@ fn mxfp4_experts(hf: &Value, fam: Family) -> bool {
 /// Build the colibri config from a parsed config.json.
 pub fn config_from_hf(hf: &Value) -> Result<Config> {
     let fam = family(hf)?;
-    if get(hf, "quantization_config").is_some() && !mxfp4_experts(hf, fam) {
-        return Err(fail(
-            "config.json has a quantization_config: the checkpoint is already quantised; \
-             convert from the f32/f16/bf16 original (colibri quantises itself)",
-        ));
+    // GPT-OSS's MXFP4 experts are read as they are; of the other schemes only DeepSeek's
+    // block-scaled fp8 is read (and dequantised); any other is refused.
+    if !mxfp4_experts(hf, fam) {
+        crate::fp8::block_size(hf)?;
     }
     let hidden_size = usize_key(hf, "hidden_size")?;
     let n_layers = usize_key(hf, "num_hidden_layers")?;

@@ -9,9 +9,11 @@ pub mod cast;
 mod deepseek;
 mod disk;
 mod error;
+mod fp8;
 pub mod gguf;
 mod gpt_oss;
 mod hf_config;
+mod json_keys;
 mod metadata;
 mod piece;
 mod plan;
@@ -106,7 +108,8 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     let mut meta = metadata::gather(dir, &hf_text, &mut config, &mut warnings)?;
     config.validate()?;
 
-    let ck = safetensors::Checkpoint::open(dir)?;
+    let mut ck = safetensors::Checkpoint::open(dir)?;
+    ck.fp8_block = fp8::block_size(&hf)?;
     let specs = tensor_specs(&config);
     let resolved = sources::resolve(&ck, &config, &specs)?;
     let unused = sources::unused(&ck, &resolved, &config);

@@ -17,6 +17,8 @@ pub enum SrcDType {
     BF16,
     /// Bytes of MXFP4 experts (`*_blocks` / `*_scales` of a GPT-OSS checkpoint); no float value.
     U8,
+    /// float8_e4m3fn with block scales (`fp8`): dequantised on reading.
+    F8E4M3,
 }
 
 impl SrcDType {
@@ -24,16 +26,17 @@ impl SrcDType {
         match self {
             SrcDType::F32 => 4,
             SrcDType::F16 | SrcDType::BF16 => 2,
-            SrcDType::U8 => 1,
+            SrcDType::U8 | SrcDType::F8E4M3 => 1,
         }
     }
 
-    /// The float dtype holding these values as they are (None for bytes).
+    /// The float type a tensor of this dtype is stored as without `--dtype` (fp8: bf16, as
+    /// DeepSeek's own fp8 → bf16 cast does); None for bytes (MXFP4 blocks and scales).
     pub fn to_colibri(self) -> Option<colibri::format::DType> {
         match self {
             SrcDType::F32 => Some(colibri::format::DType::F32),
             SrcDType::F16 => Some(colibri::format::DType::F16),
-            SrcDType::BF16 => Some(colibri::format::DType::BF16),
+            SrcDType::BF16 | SrcDType::F8E4M3 => Some(colibri::format::DType::BF16),
             SrcDType::U8 => None,
         }
     }
@@ -54,6 +57,8 @@ pub struct SrcTensor {
 pub struct Checkpoint {
     shards: Vec<(PathBuf, File)>,
     pub tensors: BTreeMap<String, SrcTensor>,
+    /// The tile of fp8 weights' scales (`quantization_config.weight_block_size`), if any.
+    pub fp8_block: Option<[u64; 2]>,
 }
 
 #[derive(Deserialize)]
@@ -115,7 +120,8 @@ fn parse_dtype(name: &str, dtype: &str) -> Result<SrcDType> {
         "BF16" => Ok(SrcDType::BF16),
         // GPT-OSS's MXFP4 experts (`sources` pairs each *_blocks with its *_scales).
         "U8" if name.ends_with("_blocks") || name.ends_with("_scales") => Ok(SrcDType::U8),
-        "I8" | "U8" | "I4" | "U4" | "F8_E4M3" | "F8_E5M2" | "I32" | "U32" => Err(fail(format!(
+        "F8_E4M3" => Ok(SrcDType::F8E4M3),
+        "I8" | "U8" | "I4" | "U4" | "F8_E5M2" | "I32" | "U32" => Err(fail(format!(
             "tensor {name} has dtype {dtype}: the checkpoint looks already quantised; convert from the f32/f16/bf16 original"
         ))),
         other => Err(fail(format!("tensor {name} has unsupported dtype {other}"))),
@@ -163,7 +169,7 @@ impl Checkpoint {
             }
             shards.push((path, file));
         }
-        Ok(Checkpoint { shards, tensors })
+        Ok(Checkpoint { shards, tensors, fp8_block: None })
     }
 
     /// Read `len` bytes at `offset` (relative to the tensor's data) of tensor `t` into `buf`.

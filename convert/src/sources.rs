@@ -3,13 +3,16 @@
 //! expert tensors of transformers 5 (`experts.gate_up_proj` [E, 2F, H], `experts.down_proj`
 //! [E, H, F]); GPT-OSS's experts in `gpt_oss`. Every piece is shape-checked here.
 
+use super::cast;
+use super::fp8::BlockScale;
 use super::gpt_oss;
 pub use super::piece::{Piece, PieceLayout};
-use super::safetensors::Checkpoint;
+use super::safetensors::{Checkpoint, SrcDType, SrcTensor};
 use crate::error::{fail, Result};
 use colibri::model::{
     suffix, Config, Family, TensorSpec, EMBEDDING, FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
 };
+use std::sync::Arc;
 
 /// The pieces that, concatenated, give one colibri tensor's payload.
 #[derive(Clone, Debug)]
@@ -30,7 +33,29 @@ fn whole(ck: &Checkpoint, name: &str, want: &[u64]) -> Result<Option<Piece>> {
         byte_offset: 0,
         elements,
         layout: PieceLayout::Contiguous,
+        scale: fp8_scale(ck, name, t)?,
     }))
+}
+
+/// The scales of fp8 tensor `name` (`{name}_scale_inv`, tiles of the config's block size);
+/// None for a float tensor.
+fn fp8_scale(ck: &Checkpoint, name: &str, t: &SrcTensor) -> Result<Option<Arc<BlockScale>>> {
+    if t.dtype != SrcDType::F8E4M3 {
+        return Ok(None);
+    }
+    let block = ck.fp8_block.ok_or_else(|| {
+        fail(format!("tensor {name} is float8_e4m3fn but config.json has no fp8 quantization_config"))
+    })?;
+    let scale_name = format!("{name}_scale_inv");
+    let s = ck.tensors.get(&scale_name).ok_or_else(|| fail(format!("fp8 tensor {name} has no {scale_name}")))?;
+    if s.dtype == SrcDType::F8E4M3 {
+        return Err(fail(format!("{scale_name} must be a float tensor")));
+    }
+    let mut bytes = vec![0u8; s.len as usize];
+    ck.read(s, 0, &mut bytes)?;
+    let mut scales = Vec::new();
+    cast::widen(s.dtype, &bytes, &mut scales);
+    Ok(Some(Arc::new(BlockScale::new(name, scales, &s.shape, &t.shape, block)?)))
 }
 
 fn first_of(ck: &Checkpoint, names: &[String], want: &[u64]) -> Result<Option<Piece>> {
@@ -103,6 +128,9 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
         let Some((fused, t)) = fused_names.iter().find_map(|n| ck.tensors.get(n).map(|t| (n.clone(), t))) else {
             continue;
         };
+        if t.dtype == SrcDType::F8E4M3 {
+            return Err(fail(format!("{fused}: fp8 expert stacks are read only one tensor per expert")));
+        }
         {
             let fused_rows = if proj == Proj::Down { rows } else { 2 * rows };
             let want = [e_count, fused_rows, cols];
@@ -118,6 +146,7 @@ fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &Tenso
                     byte_offset: (e * fused_rows + skip) * row_bytes,
                     elements: rows * cols,
                     layout: PieceLayout::Contiguous,
+                    scale: None,
                 })
                 .collect());
         }
@@ -140,13 +169,8 @@ fn kv_b_heads(ck: &Checkpoint, c: &Config, l: usize, values: bool) -> Result<Vec
     Ok((0..c.n_heads as u64)
         .map(|h| {
             let (first, rows) = if values { (h * (nope + v) + nope, v) } else { (h * (nope + v), nope) };
-            // W_UK is written transposed: element (r, c) of the [rank, nope] result is source
-            // element c·rank + r of the head's [nope, rank] rows.
-            let layout = if values {
-                PieceLayout::Contiguous
-            } else {
-                PieceLayout::Strided { rows: rank, cols: rows, row_stride: 1, col_stride: rank }
-            };
+            // W_UK is written transposed: the head's [nope, rank] rows become [rank, nope].
+            let layout = if values { PieceLayout::Contiguous } else { PieceLayout::Transposed { rows, cols: rank } };
             Piece { byte_offset: first * row_bytes, elements: rows * rank, layout, ..whole.clone() }
         })
         .collect())
@@ -252,6 +276,7 @@ pub fn unused(ck: &Checkpoint, resolved: &[Resolved], c: &Config) -> Vec<String>
     ck.tensors
         .keys()
         .filter(|k| !used.contains(k.as_str()) && !beyond_layers(k, c))
+        .filter(|k| !k.strip_suffix("_scale_inv").is_some_and(|w| used.contains(w)))
         .filter(|k| !(c.tie_embeddings && k.as_str() == "lm_head.weight"))
         .filter(|k| !k.ends_with("rotary_emb.inv_freq"))
         .cloned()

@@ -36,6 +36,8 @@ impl Streamer {
         for piece in &r.pieces {
             if piece.is_mxfp4() {
                 self.mxfp4_piece(ck, writer, piece, p, progress)?;
+            } else if let PieceLayout::Transposed { rows, cols } = piece.layout {
+                self.transposed_piece(ck, writer, piece, [rows, cols], p, progress)?;
             } else if p.dtype.is_quantized() {
                 self.quantised_piece(ck, writer, piece, p, progress)?;
             } else {
@@ -43,6 +45,18 @@ impl Streamer {
             }
         }
         Ok(writer.end()?)
+    }
+
+    /// `self.wide` = `self.src` (the piece's elements from `first` on) as f32: fp8 codes times
+    /// their tiles' scales, other types widened.
+    fn widen(&mut self, piece: &Piece, first: u64) {
+        match &piece.scale {
+            Some(s) => {
+                let at = piece.byte_offset / piece.tensor.dtype.size() as u64 + first;
+                s.dequantise(&self.src, at, &mut self.wide)
+            }
+            None => cast::widen(piece.tensor.dtype, &self.src, &mut self.wide),
+        }
     }
 
     /// Calls `step(self, chunk_start_element)` with `self.src` holding each source chunk.
@@ -131,7 +145,13 @@ impl Streamer {
         progress: &dyn Fn(u64),
     ) -> Result<()> {
         self.chunks(ck, piece, |s, first| {
-            cast::convert(piece.tensor.dtype, p.dtype, &s.src, &mut s.out).map_err(|o| {
+            let converted = if piece.scale.is_some() {
+                s.widen(piece, first);
+                cast::from_f32(p.dtype, &s.wide, &mut s.out)
+            } else {
+                cast::convert(piece.tensor.dtype, p.dtype, &s.src, &mut s.out)
+            };
+            converted.map_err(|o| {
                 fail(format!(
                     "{} (from {}): value {} at element {} does not fit {}; convert with --dtype bf16 or f32",
                     p.name,
@@ -147,6 +167,32 @@ impl Streamer {
         })
     }
 
+    /// A piece written transposed (small: one head's W_UK), as a float type.
+    fn transposed_piece(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        piece: &Piece,
+        [rows, cols]: [u64; 2],
+        p: &PlannedTensor,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
+        let (rows, cols) = (rows as usize, cols as usize);
+        if p.dtype.is_quantized() {
+            return Err(fail(format!("internal: {} is transposed and cannot be block-quantised", p.name)));
+        }
+        self.src.resize(piece.elements as usize * piece.tensor.dtype.size(), 0);
+        ck.read(&piece.tensor, piece.byte_offset, &mut self.src)?;
+        self.widen(piece, 0);
+        let t: Vec<f32> = (0..rows * cols).map(|i| self.wide[(i % rows) * cols + i / rows]).collect();
+        cast::from_f32(p.dtype, &t, &mut self.out).map_err(|o| {
+            fail(format!("{} (from {}): value {} does not fit {}", p.name, piece.source, o.value, p.dtype))
+        })?;
+        writer.write(&self.out)?;
+        progress(self.out.len() as u64);
+        Ok(())
+    }
+
     fn quantised_piece(
         &mut self,
         ck: &Checkpoint,
@@ -157,8 +203,8 @@ impl Streamer {
     ) -> Result<()> {
         let cols = p.shape.last().copied().unwrap_or(0) as usize;
         let mut q = MatrixQuantizer::new(p.dtype, cols);
-        self.chunks(ck, piece, |s, _| {
-            cast::widen(piece.tensor.dtype, &s.src, &mut s.wide);
+        self.chunks(ck, piece, |s, first| {
+            s.widen(piece, first);
             q.push(&s.wide, &mut s.out).map_err(|o| {
                 fail(format!(
                     "{} (from {}): values up to {} in the block at element {} are too large for {} (its f16 \

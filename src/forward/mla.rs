@@ -168,3 +168,156 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
         att.chunks_mut(rank).enumerate().for_each(head_out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The absorbed form against the expanded one (`DeepseekV2Attention.expand_kv`): keys
+    //! [W_UK,h·c_j, k_pe_j] and values W_UV,h·c_j per head, attention in full.
+
+    use super::*;
+    use crate::forward::router::RoutingMode;
+    use crate::model::{FfnWeights, MlpWeights};
+    use crate::session::{Session, SessionOptions};
+
+    const CONFIG: &str = r#"{"family":"deepseek_v2","vocab_size":4,"hidden_size":8,"n_layers":1,"n_heads":2,
+        "n_kv_heads":2,"head_dim":6,"rms_norm_eps":1e-5,"rope":{"theta":100.0,"interleaved":true},
+        "max_position_embeddings":64,"attention_bias":false,"qk_norm":"none",
+        "moe":{"n_experts":2,"top_k":1,"expert_ffn":4,"norm_topk_prob":false},"dense_ffn":0,
+        "layers":[{"moe":true}],"tie_embeddings":true,"hidden_act":"silu","bos_token_id":null,
+        "eos_token_ids":[],"pad_token_id":null,"scales":{"attention":0.3},
+        "mla":{"q_lora_rank":0,"kv_lora_rank":6,"qk_nope_head_dim":4,"qk_rope_head_dim":2,"v_head_dim":3,
+        "latent_norm_eps":1e-6}}"#;
+
+    /// n pseudo-random values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Consecutive [rows, cols] matrices of `x`, one per head.
+    fn heads_of(x: &[f32], rows: usize, cols: usize) -> Vec<Mat<'_>> {
+        x.chunks_exact(rows * cols).map(|m| Mat::f32s(m, rows, cols)).collect()
+    }
+
+    /// y = W·x for a row-major [rows, cols] W.
+    fn mv(w: &[f32], cols: usize, x: &[f32]) -> Vec<f32> {
+        w.chunks_exact(cols).map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+    }
+
+    /// One head's query, key and value of one token.
+    type Head = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+    /// The test layer's weights (hidden 8, 2 heads of nope 4 + rope 2, v 3, latent 6, scale 0.3).
+    struct Expanded<'w> {
+        wq: &'w [f32],
+        wkv_a: &'w [f32],
+        norm: &'w [f32],
+        k_b: &'w [f32],
+        v_b: &'w [f32],
+        wo: &'w [f32],
+    }
+
+    impl Expanded<'_> {
+        /// out [n, 8] of the rows of xn, attending causally with per-head keys and values.
+        fn run(&self, rope: &Rope, xn: &[f32], cos: &[f32], sin: &[f32]) -> Vec<f32> {
+            let (h, heads, nope, v, rank, half) = (8, 2, 4, 3, 6, rope.half());
+            // Per token: [head] of (query, key, value).
+            let mut qkv: Vec<Vec<Head>> = Vec::new();
+            for (t, x) in xn.chunks_exact(h).enumerate() {
+                let (ct, st) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+                let mut kv = mv(self.wkv_a, h, x);
+                let ss: f32 = kv[..rank].iter().map(|a| a * a).sum::<f32>() / rank as f32;
+                let inv = 1.0 / (ss + 1e-6).sqrt();
+                let lat: Vec<f32> = kv[..rank].iter().zip(self.norm).map(|(a, g)| a * inv * g).collect();
+                rope.apply(&mut kv[rank..], ct, st);
+                let q = mv(self.wq, h, x);
+                let per_head = (0..heads).map(|hh| {
+                    let kb = &self.k_b[hh * rank * nope..(hh + 1) * rank * nope];
+                    // W_UK,h = k_b,hᵀ: key_nope[i] = Σ_r k_b,h[r][i] · c[r].
+                    let mut key: Vec<f32> =
+                        (0..nope).map(|i| (0..rank).map(|r| kb[r * nope + i] * lat[r]).sum()).collect();
+                    key.extend_from_slice(&kv[rank..]);
+                    let value = mv(&self.v_b[hh * v * rank..(hh + 1) * v * rank], rank, &lat);
+                    let mut qh = q[hh * 6..(hh + 1) * 6].to_vec();
+                    rope.apply(&mut qh[nope..], ct, st);
+                    (qh, key, value)
+                });
+                qkv.push(per_head.collect());
+            }
+            let mut out = Vec::new();
+            for (t, now) in qkv.iter().enumerate() {
+                let mut att = Vec::new();
+                for (hh, (q, _, _)) in now.iter().enumerate() {
+                    let past = &qkv[..=t];
+                    let mut p: Vec<f32> =
+                        past.iter().map(|j| q.iter().zip(&j[hh].1).map(|(a, b)| a * b).sum::<f32>() * 0.3).collect();
+                    kernels::softmax(&mut p);
+                    att.extend((0..v).map(|i| past.iter().zip(&p).map(|(j, pj)| pj * j[hh].2[i]).sum::<f32>()));
+                }
+                out.extend(mv(self.wo, heads * v, &att));
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn absorbed_attention_equals_the_expanded_form() {
+        let c: Config = serde_json::from_str(CONFIG).unwrap();
+        c.validate().unwrap();
+        let (h, heads, nope, rope_d, v, rank, n) = (8, 2, 4, 2, 3, 6, 5);
+        let (wq, wkv_a, norm) = (values(heads * 6 * h, 1), values((rank + rope_d) * h, 2), values(rank, 3));
+        let (k_b, v_b, wo, xn) =
+            (values(heads * rank * nope, 4), values(heads * v * rank, 5), values(h * heads * v, 6), values(n * h, 7));
+        let (ones, dummy) = (vec![1.0f32; h], vec![0.0f32; 4 * h]);
+        let per = |x, rows, cols| heads_of(x, rows, cols);
+        let lw = LayerWeights {
+            attn_norm: Mat::f32s(&ones, 1, h),
+            attn: AttnWeights::Mla(MlaWeights {
+                q: Mat::f32s(&wq, heads * 6, h),
+                q_a: None,
+                kv_a: Mat::f32s(&wkv_a, rank + rope_d, h),
+                kv_a_norm: Mat::f32s(&norm, 1, rank),
+                k_b: per(&k_b, rank, nope),
+                v_b: per(&v_b, v, rank),
+            }),
+            wo: Mat::f32s(&wo, h, heads * v),
+            ffn_norm: Mat::f32s(&ones, 1, h),
+            ffn: FfnWeights::Dense(MlpWeights {
+                gate: Mat::f32s(&dummy, 4, h),
+                up: Mat::f32s(&dummy, 4, h),
+                down: Mat::f32s(&dummy, h, 4),
+            }),
+        };
+        let kern = Kernels::new(QuantActivations::Float);
+        let rope = Rope::new(&c);
+        let mut s = Session::new(&c, &SessionOptions { n_ctx: 16, ..Default::default() }).unwrap();
+        s.kv.reserve(n).unwrap();
+        let mut b = Scratch::new(&c, n).unwrap();
+        b.xn.copy_from_slice(&xn);
+        rope.extend_table(0, n, &mut b.cos, &mut b.sin);
+        let (cos, sin) = (b.cos.clone(), b.sin.clone());
+        let lane = Lane {
+            kv: &mut s.kv,
+            pos0: 0,
+            rows: 0..n,
+            top_k: 1,
+            mode: RoutingMode::TopK,
+            rng: &mut s.rng,
+            trace: None,
+        };
+        attention(&c, &kern, &lw, 0, &rope, &mut [lane], &mut b);
+
+        let want =
+            Expanded { wq: &wq, wkv_a: &wkv_a, norm: &norm, k_b: &k_b, v_b: &v_b, wo: &wo }.run(&rope, &xn, &cos, &sin);
+        for (t, (got, want)) in b.out.chunks_exact(h).zip(want.chunks_exact(h)).take(n).enumerate() {
+            for (a, w) in got.iter().zip(want) {
+                assert!((a - w).abs() <= 1e-5 * (1.0 + w.abs()), "token {t}: absorbed {got:?} vs expanded {want:?}");
+            }
+        }
+    }
+}

@@ -201,3 +201,34 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         routes.start.push(routes.experts.len());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Route one row of sigmoid-free keys (softmax over these logits) with groups scored `score`.
+    fn chosen(logits: &[f32], score: GroupScore) -> Vec<u32> {
+        let rule = Rule {
+            renormalise: false,
+            scoring: Scoring::Softmax,
+            bias: None,
+            groups: Some(ExpertGroups { n_group: 2, topk_group: 1, score }),
+            scale: 1.0,
+        };
+        let mut rng = Rng::new(0);
+        let mut choice = Choice { k: 2, mode: RoutingMode::TopK, rng: &mut rng };
+        let mut routes = Routes::default();
+        select(logits, logits.len(), &rule, &mut choice, &mut routes);
+        routes.row(0).0.to_vec()
+    }
+
+    #[test]
+    fn groups_are_scored_by_their_best_or_by_their_two_best() {
+        // Group 0 holds the single best expert (3.0) but little else; group 1 two good ones.
+        let logits = [3.0, -2.0, -2.0, 2.6, 2.6, -2.0];
+        // DeepSeek-V2 group_limited_greedy: the group with the best expert wins.
+        assert_eq!(chosen(&logits, GroupScore::Max), [0, 1]);
+        // DeepSeek-V3 / GLM-4.5: the group whose two best sum highest wins.
+        assert_eq!(chosen(&logits, GroupScore::Top2Sum), [3, 4]);
+    }
+}

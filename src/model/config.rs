@@ -386,7 +386,8 @@ impl Config {
                 self.n_heads, self.n_kv_heads
             )));
         }
-        if !self.head_dim.is_multiple_of(2) {
+        // Under MLA only the rope part rotates (its evenness is checked with the MLA fields).
+        if self.mla.is_none() && !self.head_dim.is_multiple_of(2) {
             return Err(Error::config(format!("head_dim {} must be even for RoPE", self.head_dim)));
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {

@@ -21,16 +21,23 @@ pub fn models_root() -> PathBuf {
     found.unwrap_or_else(|| manifest.join("tests/fixtures/models"))
 }
 
+/// The fixture checkpoints of float weights (f32/f16/bf16), whose tensors convert byte for
+/// byte; the fp8 one (`is_fp8`) is dequantised instead and has its own tests.
 pub fn fixtures() -> Vec<PathBuf> {
     let root = models_root();
     let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
         .expect("tests/fixtures/models exists")
         .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.join("config.json").is_file())
+        .filter(|p| p.join("config.json").is_file() && !is_fp8(p))
         .collect();
     v.sort();
     assert!(v.len() >= 4, "expected fixtures of every family, found {v:?}");
     v
+}
+
+/// Whether a fixture checkpoint stores fp8 weights (a quantization_config in its config.json).
+pub fn is_fp8(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("config.json")).is_ok_and(|t| t.contains("\"quantization_config\""))
 }
 
 /// A source tensor, its elements as f32 plus their raw bytes and dtype.
@@ -103,11 +110,14 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
         "ffn_norm" => "post_attention_layernorm.weight".to_string(),
         "attn_norm_bias" => "input_layernorm.bias".to_string(),
         "ffn_norm_bias" => "post_attention_layernorm.bias".to_string(),
+        "attn.k_b" | "attn.v_b" => return mla_kv_b(src, &base, sfx == "attn.v_b", rows),
         s if s.starts_with("attn.") => {
             let p = &s[5..];
             match p {
                 "q_bias" | "k_bias" | "v_bias" | "o_bias" => format!("self_attn.{}_proj.bias", &p[..1]),
                 "q_norm" | "k_norm" => format!("self_attn.{p}.weight"),
+                "q_a_norm" | "kv_a_norm" => format!("self_attn.{}_layernorm.weight", &p[..p.len() - 5]),
+                "kv_a" => "self_attn.kv_a_proj_with_mqa.weight".to_string(),
                 _ => format!("self_attn.{p}_proj.weight"),
             }
         }
@@ -241,6 +251,35 @@ fn gpt_oss_expected(
         }
     }
     Some((t.dtype, out))
+}
+
+/// DeepSeek MLA: W_UK per head (kv_b_proj's K rows of each head, transposed) or W_UV per head
+/// (its V rows), from kv_b_proj [heads·(nope + v), rank]; `rows` is heads·rank (K) or heads·v
+/// (V). Shapes give the head count: q [heads·(nope + rope)], kv_a [rank + rope], kv_b
+/// [heads·(nope + v)], o [·, heads·v], so heads·rope = q − (kv_b − o).
+fn mla_kv_b(src: &HashMap<String, Src>, base: &str, values: bool, rows: usize) -> (Dtype, Vec<u8>) {
+    let shape = |leaf: &str| src.get(&format!("{base}.self_attn.{leaf}.weight")).map(|s| s.shape.clone());
+    let kv_b = &src[&format!("{base}.self_attn.kv_b_proj.weight")];
+    let o_cols = src[&format!("{base}.self_attn.o_proj.weight")].shape[1];
+    let q_rows = shape("q_proj").or_else(|| shape("q_b_proj")).expect("an MLA query projection")[0];
+    let (total, rank, es) = (kv_b.shape[0], kv_b.shape[1], elem_size(kv_b.dtype));
+    let rope = shape("kv_a_proj_with_mqa").expect("kv_a_proj_with_mqa")[0] - rank;
+    let heads = (q_rows + o_cols - total) / rope;
+    assert_eq!(rows, if values { o_cols } else { heads * rank }, "{base}: MLA rows");
+    let (per, v) = (total / heads, o_cols / heads);
+    let nope = per - v;
+    let mut out = Vec::new();
+    for h in 0..heads {
+        let row = |r: usize| &kv_b.bytes[(h * per + r) * rank * es..(h * per + r + 1) * rank * es];
+        if values {
+            (nope..per).for_each(|r| out.extend_from_slice(row(r)));
+        } else {
+            for c in 0..rank {
+                (0..nope).for_each(|r| out.extend_from_slice(&row(r)[c * es..(c + 1) * es]));
+            }
+        }
+    }
+    (kv_b.dtype, out)
 }
 
 /// The source elements of `bytes` (of `dtype`) widened to f32.
