@@ -175,6 +175,10 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         let chosen = &mut order[..k];
         let at = routes.weights.len();
         if rule.scoring == Scoring::Softmax && rule.renormalise {
+            if choice.mode == RoutingMode::Gumbel {
+                // Chosen by noisy keys: list them by their weights (the un-noised logits).
+                chosen.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap_or(std::cmp::Ordering::Equal));
+            }
             // Softmax over the chosen logits, max taken over the chosen ones.
             let m = chosen.iter().map(|&e| l[e]).fold(f32::NEG_INFINITY, f32::max);
             routes.weights.extend(chosen.iter().map(|&e| (l[e] - m).exp()));
@@ -245,6 +249,7 @@ mod tests {
             chosen.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
             assert_eq!(chosen, order[..2], "seed {seed}");
             assert!(is_softmax_of(&r.weights, &r.experts, &logits), "seed {seed}: {:?}", r.weights);
+            assert!(r.weights[0] >= r.weights[1], "seed {seed}: listed by decreasing weight");
         }
         assert!(differs > 0, "the noise never changed the choice");
     }
