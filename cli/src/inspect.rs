@@ -182,17 +182,26 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
     } else {
         String::new()
     };
+    // GPT-OSS: router bias, expert biases, clamped activation.
+    let gpt_oss = match c.moe.expert_act {
+        colibri::model::ExpertAct::ClampedSwiglu { alpha, limit } => format!(
+            ", router bias {}, expert biases {}, clamped gate (alpha {alpha}, limit {limit})",
+            c.moe.router_bias, c.moe.expert_bias
+        ),
+        colibri::model::ExpertAct::Silu => String::new(),
+    };
     writeln!(
         o,
-        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}, scoring {:?}{}",
-        c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, c.moe.scoring, shared
+        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}, scoring {:?}{}{}",
+        c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, c.moe.scoring, shared, gpt_oss
     )?;
     writeln!(o, "dense layers {} (FFN {})", r["dense_layers"], c.dense_ffn)?;
     writeln!(
         o,
-        "attention    bias {} (output {}), qk_norm {:?}, norm {:?}, lm_head bias {}, sliding windows {:?}",
+        "attention    bias {}{}{}, qk_norm {:?}, norm {:?}, lm_head bias {}, sliding windows {:?}",
         c.attention_bias,
-        c.attention_out_bias,
+        if c.attention_out_bias { " (o too)" } else { "" },
+        if c.attention_sinks { ", sinks" } else { "" },
         c.qk_norm,
         c.norm,
         c.lm_head_bias,

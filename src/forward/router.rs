@@ -16,12 +16,16 @@ pub enum RoutingMode {
     /// The k largest router probabilities (ties to the lowest expert index). The reference.
     #[default]
     TopK,
-    /// The k largest of logit + Gumbel noise −log(−log u), u from the session's seeded RNG.
-    /// Only the choice is perturbed; the weights come from the un-noised logits. With sigmoid
-    /// scoring the noise is added to the logit before the sigmoid, and the choice bias and the
-    /// group scores are computed from those perturbed scores. With sparsemixer routing
-    /// (Phi-MoE) each of its steps picks the largest jitter-masked logit + noise, as
-    /// transformers' training mode samples, and weighs it by the un-noised masked softmax.
+    /// The k largest of logit + Gumbel noise −log(−log u), u from the session's seeded RNG
+    /// (one draw per expert and token, in expert order). Only the choice is perturbed; the
+    /// weights come from the un-noised logits by the family's rule. Routers that take the
+    /// softmax over the chosen logits (Mixtral, Granite, GPT-OSS — whose logits include its
+    /// router bias): weights = softmax over the k chosen un-noised logits. With sigmoid scoring
+    /// the noise is added to the logit before the sigmoid, and the choice bias and the group
+    /// scores are computed from those perturbed scores.
+    /// With sparsemixer routing (Phi-MoE) each of its steps picks the largest jitter-masked
+    /// logit + noise, as transformers' training mode samples, and weighs it by the un-noised
+    /// masked softmax.
     Gumbel,
 }
 
@@ -29,7 +33,9 @@ pub enum RoutingMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoutingOptions {
     pub mode: RoutingMode,
-    /// Experts per token for this call (1..=n_experts); None = the model's top_k.
+    /// Experts per token for this call (1..=n_experts); None = the model's top_k. The family's
+    /// rule applies to the k chosen: routers with the softmax over the chosen logits weigh
+    /// them by the softmax over those k (k = 1 gives weight 1).
     pub top_k: Option<usize>,
 }
 
@@ -178,6 +184,10 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         let chosen = &mut order[..k];
         let at = routes.weights.len();
         if rule.scoring == Scoring::Softmax && rule.renormalise {
+            if choice.mode == RoutingMode::Gumbel {
+                // Chosen by noisy keys: list them by their weights (the un-noised logits).
+                chosen.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap_or(std::cmp::Ordering::Equal));
+            }
             // Softmax over the chosen logits, max taken over the chosen ones.
             let m = chosen.iter().map(|&e| l[e]).fold(f32::NEG_INFINITY, f32::max);
             routes.weights.extend(chosen.iter().map(|&e| (l[e] - m).exp()));
@@ -230,5 +240,52 @@ mod tests {
         assert_eq!(chosen(&logits, GroupScore::Max), [0, 1]);
         // DeepSeek-V3 / GLM-4.5: the group whose two best sum highest wins.
         assert_eq!(chosen(&logits, GroupScore::Top2Sum), [3, 4]);
+    }
+
+    fn route(logits: &[f32], k: usize, mode: RoutingMode, seed: u64) -> Routes {
+        let rule = Rule { renormalise: true, scoring: Scoring::Softmax, bias: None, groups: None, scale: 1.0 };
+        let mut rng = Rng::new(seed);
+        let mut routes = Routes::default();
+        select(logits, logits.len(), &rule, &mut Choice { k, mode, rng: &mut rng }, &mut routes);
+        routes
+    }
+
+    /// True when `w` is the softmax over the chosen logits (to f32 rounding).
+    fn is_softmax_of(w: &[f32], chosen: &[u32], logits: &[f32]) -> bool {
+        let m = chosen.iter().map(|&e| f64::from(logits[e as usize])).fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = chosen.iter().map(|&e| (f64::from(logits[e as usize]) - m).exp()).sum();
+        let want = chosen.iter().map(|&e| (f64::from(logits[e as usize]) - m).exp() / z);
+        w.len() == chosen.len() && w.iter().zip(want).all(|(&a, b)| (f64::from(a) - b).abs() < 1e-6)
+    }
+
+    /// Routers with the softmax over the chosen logits (GPT-OSS, Granite, Mixtral): any per-call
+    /// k chooses the k largest logits and weighs them by the softmax over those k; Gumbel chooses
+    /// by logit + noise (the RNG's draws in expert order) with the same weights.
+    #[test]
+    fn softmax_over_chosen_routers_define_per_call_k_and_gumbel() {
+        let logits = [0.3f32, 2.0, -1.0, 1.2, 0.9, -0.4];
+        for k in 1..=logits.len() {
+            let r = route(&logits, k, RoutingMode::TopK, 0);
+            let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+            order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+            assert_eq!(r.experts, order[..k], "k {k}");
+            assert!(is_softmax_of(&r.weights, &r.experts, &logits), "k {k}: {:?}", r.weights);
+        }
+        let top2 = route(&logits, 2, RoutingMode::TopK, 0).experts;
+        let mut differs = 0;
+        for seed in 1..20 {
+            let r = route(&logits, 2, RoutingMode::Gumbel, seed);
+            differs += usize::from(r.experts != top2);
+            let mut rng = Rng::new(seed);
+            let keys: Vec<f64> = logits.iter().map(|&l| f64::from(l) - (-rng.next_open01().ln()).ln()).collect();
+            let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+            order.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
+            let mut chosen = r.experts.clone();
+            chosen.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
+            assert_eq!(chosen, order[..2], "seed {seed}");
+            assert!(is_softmax_of(&r.weights, &r.experts, &logits), "seed {seed}: {:?}", r.weights);
+            assert!(r.weights[0] >= r.weights[1], "seed {seed}: listed by decreasing weight");
+        }
+        assert!(differs > 0, "the noise never changed the choice");
     }
 }

@@ -240,7 +240,7 @@ fn int8_activation_products_match_the_integer_reference() {
             for n in [1, 3, 4, 7, 70] {
                 let s = Stored::new(rows, cols, (rows + cols) as u64);
                 let x = sample(n * cols, 7);
-                for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+                for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
                     let (_, mag) = exact(w, &x, n);
                     let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
                     generic.matmul(w, &x, n, &mut want);
@@ -268,7 +268,7 @@ fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
     let x = sample(cols, 18);
     let mut xa = QuantizedActs::default();
     xa.quantize_with(generic.table().quantize, &x, 1, cols);
-    for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+    for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
         let (want, _) = exact(w, &x, 1);
         let mut got = vec![0f32; rows];
         generic.matmul(w, &x, 1, &mut got);
@@ -395,7 +395,7 @@ fn an_int8_row_result_does_not_depend_on_the_row_count() {
     let x = sample(GEMM_MIN_ROWS * 2 * cols, 4);
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
             let n = GEMM_MIN_ROWS * 2;
             let (mut y1, mut yn) = (vec![0f32; rows], vec![0f32; n * rows]);
             k.matmul(w, &x, 1, &mut y1);
@@ -498,7 +498,7 @@ fn nan_activations_propagate_in_int8_mode() {
     x[40] = f32::NAN;
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
             let mut y = vec![0f32; 8];
             k.matmul(w, &x, 1, &mut y);
             assert!(y.iter().all(|v| v.is_nan()), "{path:?} {name}: NaN input gave {y:?}");
@@ -559,7 +559,7 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
         let s = Stored::new(rows, cols, (rows * cols) as u64);
         for n in [1, 3, 4, 7, 8, 9, 17, 70] {
             let x = sample(n * cols, n as u64 + 40);
-            for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+            for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
                 let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
                 avx2.matmul(w, &x, n, &mut a);
                 vnni.matmul(w, &x, n, &mut b);
@@ -650,6 +650,26 @@ fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
         for i in 0..rows {
             let err = f64::from((alone[i] - batch[i]).abs());
             assert!(err <= FLOAT_TOL * mag[i], "{path:?} row {i}: alone {} vs in a batch {}", alone[i], batch[i]);
+        }
+    }
+}
+
+/// MXFP4 against int8 activations: the integer block sums and their accumulation order are the
+/// reference's, so every path gives its bits.
+#[test]
+fn mxfp4_int8_products_are_the_reference_bit_for_bit() {
+    let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
+    for path in available_paths() {
+        let k = kernels(path, QuantActivations::Reduced);
+        for &(rows, cols, n) in &[(3, 32, 1), (9, 256, 2), (17, 32 * 9, 5)] {
+            let w = DType::Mxfp4.encode(&sample(rows * cols, 11), cols);
+            let w = Mat::new(DType::Mxfp4, rows, cols, &w).unwrap();
+            let x = sample(n * cols, 12);
+            let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+            generic.matmul(w, &x, n, &mut want);
+            k.matmul(w, &x, n, &mut got);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{path:?} {rows}x{cols} n {n}");
         }
     }
 }
