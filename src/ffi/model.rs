@@ -65,6 +65,7 @@ pub const COLIBRI_FAMILY_QWEN3_MOE: colibri_family = 2;
 pub const COLIBRI_FAMILY_OLMOE: colibri_family = 3;
 pub const COLIBRI_FAMILY_GRANITEMOE: colibri_family = 4;
 pub const COLIBRI_FAMILY_GLM4_MOE: colibri_family = 5;
+pub const COLIBRI_FAMILY_QWEN3_NEXT: colibri_family = 10;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -75,6 +76,7 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::Olmoe => COLIBRI_FAMILY_OLMOE,
         crate::Family::GraniteMoe => COLIBRI_FAMILY_GRANITEMOE,
         crate::Family::Glm4Moe => COLIBRI_FAMILY_GLM4_MOE,
+        crate::Family::Qwen3Next => COLIBRI_FAMILY_QWEN3_NEXT,
     }
 }
 

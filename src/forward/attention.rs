@@ -3,19 +3,20 @@
 //! clipping over all rows at once; then per sequence RoPE at its own positions, KV-cache append
 //! and causal (optionally sliding-window) GQA attention over its own cache; the output
 //! projection again over all rows.
-//! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`.
+//! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`,
+//! and `Qwen3NextAttention` (zero-centred q/k norms, the output × sigmoid(gate)).
 
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
 use crate::kernels::{self, Kernels, Mat};
-use crate::model::{Config, LayerWeights, QkNorm};
+use crate::model::{AttentionWeights, Config, QkNorm};
 use crate::session::KvCache;
 use rayon::prelude::*;
 
-fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, eps: f32) {
+fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, shift: f32, eps: f32) {
     // x is [n, heads·dim] and w is [dim] (per head) or [heads·dim] (whole projection):
     // rmsnorm_inplace normalises consecutive chunks of w.len() either way.
-    kernels::rmsnorm_inplace(x, w, eps);
+    kernels::rmsnorm_inplace_shifted(x, w, shift, eps);
 }
 
 /// Attention over the n rows of `b.xn` (the rows of every sequence in `seqs`) into `b.out`,
@@ -23,7 +24,7 @@ fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, eps: f32) {
 pub fn attention(
     c: &Config,
     kern: &Kernels,
-    w: &LayerWeights<'_>,
+    w: &AttentionWeights<'_>,
     layer: usize,
     rope: &Rope,
     seqs: &mut [Lane<'_>],
@@ -36,13 +37,19 @@ pub fn attention(
     rope_and_cache(c, layer, rope, seqs, b);
     // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
     attend(c, kern, layer, seqs, b, n);
+    // att ×= sigmoid(xn·W_gateᵀ) (Qwen3-Next's output gate; q is spent, its buffer takes the gate).
+    if let Some(gate) = w.gate {
+        kern.matmul(gate, &b.xn[..n * c.hidden_size], n, &mut b.q);
+        let att = &mut b.att[..n * c.n_heads * c.head_dim];
+        att.iter_mut().zip(&b.q).for_each(|(a, &g)| *a *= 1.0 / (1.0 + (-g).exp()));
+    }
     // out = att·Woᵀ, over all rows.
     kern.matmul(w.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
 }
 
 /// q, k, v ([n, heads·head_dim]) of the n rows of `b.xn`: projections, biases (Qwen2-MoE),
 /// q/k RMSNorm before RoPE (Qwen3: per head; OLMoE: whole projection), clipping (OLMoE).
-fn project_qkv(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, n: usize, b: &mut Scratch) {
+fn project_qkv(c: &Config, kern: &Kernels, w: &AttentionWeights<'_>, n: usize, b: &mut Scratch) {
     let (nq, nkv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
     let eps = c.rms_norm_eps as f32;
     let xn = &b.xn[..n * c.hidden_size];
@@ -57,8 +64,8 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, n: usize, b: &m
     }
     if c.qk_norm != QkNorm::None {
         if let (Some(qn), Some(kn)) = (w.q_norm, w.k_norm) {
-            rmsnorm_heads(q, qn, eps);
-            rmsnorm_heads(k, kn, eps);
+            rmsnorm_heads(q, qn, c.norm_offset as f32, eps);
+            rmsnorm_heads(k, kn, c.norm_offset as f32, eps);
         }
     }
     if let Some(clip) = c.clip_qkv {

@@ -15,6 +15,8 @@
 mod attention;
 mod check;
 mod chunked;
+mod delta_net;
+mod delta_rule;
 mod experts;
 mod ffn;
 mod lanes;
@@ -27,7 +29,7 @@ pub use router::{Routes, RoutingMode, RoutingOptions};
 
 use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels};
-use crate::model::{FfnWeights, Model};
+use crate::model::{FfnWeights, Mixer, Model};
 use crate::session::Session;
 use check::check_batch;
 use std::ops::Range;
@@ -101,11 +103,19 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// (`Model::pool`); the caller's thread waits.
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     model.pool().install(|| {
+        check_batch(model, batch)?;
+        // Each session keeps its recurrent state of the call's start, to undo the call.
+        batch.iter_mut().for_each(|q| q.session.begin_call());
         let h = model.config().hidden_size;
-        if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
-            return chunked::forward_in_steps(model, batch);
+        let result = if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
+            chunked::forward_in_steps(model, batch)
+        } else {
+            one_step(model, batch)
+        };
+        if result.is_err() {
+            batch.iter_mut().for_each(|q| q.session.abandon_call());
         }
-        one_step(model, batch)
+        result
     })?
 }
 
@@ -127,9 +137,12 @@ fn one_step(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
         let mut step = Step::new(model, batch, n, k)?;
         // Nothing fails from here on.
         for (l, lw) in model.weights().layers.iter().enumerate() {
-            // x += attention(rmsnorm(x))
+            // x += attention(rmsnorm(x)), or the DeltaNet linear attention
             step.norm(lw.attn_norm);
-            step.attention(l, lw);
+            match &lw.mixer {
+                Mixer::Attention(aw) => step.attention(l, aw),
+                Mixer::DeltaNet(dw) => step.delta_net(l, dw),
+            }
             step.residual();
             // x += moe_or_mlp(rmsnorm(x))
             step.norm(lw.ffn_norm);
@@ -189,7 +202,8 @@ fn lm_head(model: &Model, k: &Kernels, batch: &mut [Sequence<'_>], x: &[f32]) {
         row = rows.end;
         let want = wanted(q.opts.logits, rows);
         let dst = &mut xn[at * h..(at + want.len()) * h];
-        kernels::rmsnorm(&x[want.start * h..want.end * h], w.norm, c.rms_norm_eps as f32, dst);
+        let (shift, eps) = (c.norm_offset as f32, c.rms_norm_eps as f32);
+        kernels::rmsnorm_shifted(&x[want.start * h..want.end * h], w.norm, shift, eps, dst);
         at += want.len();
     }
     let Some((first, rest)) = batch.split_first_mut() else { return };

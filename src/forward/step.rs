@@ -4,6 +4,7 @@
 //! the kernels, and the MoE block's routing.
 
 use super::attention::attention;
+use super::delta_net::delta_net;
 use super::experts;
 use super::ffn::mlp;
 use super::lanes::{Lane, Scratch};
@@ -12,7 +13,7 @@ use super::router::{self, Routes};
 use super::{Input, Sequence};
 use crate::error::Result;
 use crate::kernels::{self, Kernels, Mat};
-use crate::model::{Config, LayerWeights, MlpWeights, Model, MoeWeights};
+use crate::model::{AttentionWeights, Config, DeltaNetWeights, MlpWeights, Model, MoeWeights};
 use crate::session::RouteRecord;
 use std::ops::Range;
 
@@ -59,8 +60,8 @@ impl<'s> Step<'s> {
             }
             rope.extend_table(s.pos, rows.len(), &mut sc.cos, &mut sc.sin);
             let top_k = q.opts.routing.top_k.unwrap_or(c.moe.top_k); // validated by the checks
-            let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
-            lanes.push(Lane { kv, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
+            let (kv, rec, rng, trace) = (&mut s.kv, &mut s.rec, &mut s.rng, s.trace.as_mut());
+            lanes.push(Lane { kv, rec, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
         }
         Ok(Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() })
     }
@@ -70,10 +71,11 @@ impl<'s> Step<'s> {
         self.lanes.last().map_or(0, |l| l.rows.end)
     }
 
-    /// xn = rmsnorm(x) with weight `w`.
+    /// xn = rmsnorm(x) with weight `w` (gain norm_offset + w).
     pub fn norm(&mut self, w: Mat<'_>) {
         let nh = self.n() * self.c.hidden_size;
-        kernels::rmsnorm(&self.sc.x[..nh], w, self.c.rms_norm_eps as f32, &mut self.sc.xn[..nh]);
+        let (shift, eps) = (self.c.norm_offset as f32, self.c.rms_norm_eps as f32);
+        kernels::rmsnorm_shifted(&self.sc.x[..nh], w, shift, eps, &mut self.sc.xn[..nh]);
     }
 
     /// x += out (· the residual multiplier, when the family has one).
@@ -89,8 +91,13 @@ impl<'s> Step<'s> {
     }
 
     /// out = attention(xn) of layer `l`, appending each sequence's K/V to its cache.
-    pub fn attention(&mut self, l: usize, lw: &LayerWeights<'_>) {
-        attention(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc);
+    pub fn attention(&mut self, l: usize, w: &AttentionWeights<'_>) {
+        attention(self.c, &self.k, w, l, &self.rope, &mut self.lanes, &mut self.sc);
+    }
+
+    /// out = delta_net(xn) of layer `l`, advancing each sequence's recurrent state.
+    pub fn delta_net(&mut self, l: usize, w: &DeltaNetWeights<'_>) {
+        delta_net(self.c, &self.k, w, l, &mut self.lanes, &mut self.sc);
     }
 
     /// out = mlp(xn) (a dense layer).

@@ -6,12 +6,17 @@ mod config;
 mod names;
 mod weights;
 
-pub use config::{Config, ExpertGroups, Family, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales, Scoring};
+pub use config::{
+    Config, DeltaNetConfig, ExpertGroups, Family, LayerKind, LayerSpec, MoeConfig, QkNorm, Rope, RopeScaling, Scales,
+    Scoring,
+};
 pub use names::{
     layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
     LM_HEAD,
 };
-pub use weights::{FfnWeights, LayerWeights, MlpWeights, MoeWeights, Weights};
+pub use weights::{
+    AttentionWeights, DeltaNetWeights, FfnWeights, LayerWeights, Mixer, MlpWeights, MoeWeights, Weights,
+};
 
 use crate::error::{Error, Result};
 use crate::format::{self, ParsedFile};

@@ -1,7 +1,7 @@
 //! The tensors a config implies: canonical names, shapes, kinds and file order. The converter
 //! plans files from this list and the loader checks files against it, so the two cannot drift.
 
-use super::config::{Config, QkNorm};
+use super::config::{Config, LayerKind, QkNorm};
 use crate::format::TensorKind;
 
 /// What a tensor is for (used for parameter accounting and open-time checks).
@@ -107,6 +107,19 @@ pub mod suffix {
     pub const MLP_GATE: &str = "mlp.gate";
     pub const MLP_UP: &str = "mlp.up";
     pub const MLP_DOWN: &str = "mlp.down";
+    /// The attention output gate (q_proj's second half per head, Qwen3-Next).
+    pub const GATE: &str = "attn.gate";
+    /// Gated DeltaNet: in_proj_qkvz de-grouped to rows [q; k; v; z].
+    pub const DN_QKVZ: &str = "delta.in_qkvz";
+    /// in_proj_ba de-grouped to rows [b; a] (one of each per v head).
+    pub const DN_BA: &str = "delta.in_ba";
+    /// The depthwise conv [conv_dim, kernel].
+    pub const DN_CONV: &str = "delta.conv";
+    pub const DN_DT_BIAS: &str = "delta.dt_bias";
+    pub const DN_A_LOG: &str = "delta.a_log";
+    /// The gated RMSNorm over each v head (a plain gain, not zero-centred).
+    pub const DN_NORM: &str = "delta.norm";
+    pub const DN_OUT: &str = "delta.out";
 }
 
 fn spec(name: String, shape: &[usize], kind: TensorKind, role: Role) -> TensorSpec {
@@ -124,7 +137,7 @@ fn quantisable(mut s: TensorSpec, class: QuantClass) -> TensorSpec {
 pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     use suffix::*;
     use Role::*;
-    use TensorKind::{Experts as Stack, Plain, Router as RouterKind};
+    use TensorKind::{Plain, Router as RouterKind};
     let (h, hd, e) = (c.hidden_size, c.head_dim, c.moe.n_experts);
     let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
     let mut v = Vec::new();
@@ -137,7 +150,16 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
         v.push(spec(n(ATTN_NORM), &[h], Plain, Norm));
+        if spec_l.kind == LayerKind::DeltaNet {
+            delta_net_specs(c, l, &mut v);
+            v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
+            ffn_specs(c, l, spec_l.moe, &mut v);
+            continue;
+        }
         v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
+        if c.attn_output_gate {
+            v.push(quantisable(spec(n(GATE), &[q_out, h], Plain, Attention), QuantClass::Attn));
+        }
         v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
         v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
         if c.attention_bias {
@@ -158,35 +180,63 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
         }
         v.push(quantisable(spec(n(O), &[h, q_out], Plain, Attention), QuantClass::Attn));
         v.push(spec(n(FFN_NORM), &[h], Plain, Norm));
-        if spec_l.moe {
-            if c.moe.choice_bias {
-                v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
-            }
-            let f = c.moe.expert_ffn;
-            v.push(quantisable(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts), QuantClass::Experts));
-            v.push(quantisable(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts), QuantClass::Experts));
-            v.push(quantisable(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts), QuantClass::Experts));
-            let fs = c.moe.shared_expert_ffn;
-            if fs > 0 {
-                v.push(quantisable(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp), QuantClass::Shared));
-                v.push(quantisable(spec(n(SHARED_UP), &[fs, h], Plain, Mlp), QuantClass::Shared));
-                v.push(quantisable(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp), QuantClass::Shared));
-                if c.moe.shared_expert_gate {
-                    v.push(spec(n(SHARED_EXPERT_GATE), &[1, h], Plain, Mlp));
-                }
-            }
-        } else {
-            let f = c.dense_ffn;
-            v.push(quantisable(spec(n(MLP_GATE), &[f, h], Plain, Mlp), QuantClass::Mlp));
-            v.push(quantisable(spec(n(MLP_UP), &[f, h], Plain, Mlp), QuantClass::Mlp));
-            v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
-        }
+        ffn_specs(c, l, spec_l.moe, &mut v);
     }
     v.push(spec(FINAL_NORM.into(), &[h], Plain, Norm));
     if !c.tie_embeddings {
         v.push(quantisable(spec(LM_HEAD.into(), &[c.vocab_size, h], Plain, LmHead), QuantClass::LmHead));
     }
     v
+}
+
+/// The tensors of a Gated DeltaNet token mixer of layer `l`.
+fn delta_net_specs(c: &Config, l: usize, v: &mut Vec<TensorSpec>) {
+    use suffix::*;
+    use Role::{Attention, Norm};
+    use TensorKind::Plain;
+    let Some(d) = c.delta_net else { return };
+    let n = |s: &str| layer_name(l, s);
+    let h = c.hidden_size;
+    let qkvz = 2 * d.key_dim() + 2 * d.value_dim();
+    v.push(quantisable(spec(n(DN_QKVZ), &[qkvz, h], Plain, Attention), QuantClass::Attn));
+    v.push(spec(n(DN_BA), &[2 * d.n_v_heads, h], Plain, Attention));
+    v.push(spec(n(DN_CONV), &[d.conv_dim(), d.conv_kernel], Plain, Attention));
+    v.push(spec(n(DN_DT_BIAS), &[d.n_v_heads], Plain, Attention));
+    v.push(spec(n(DN_A_LOG), &[d.n_v_heads], Plain, Attention));
+    v.push(spec(n(DN_NORM), &[d.v_head_dim], Plain, Norm));
+    v.push(quantisable(spec(n(DN_OUT), &[h, d.value_dim()], Plain, Attention), QuantClass::Attn));
+}
+
+/// The feed-forward tensors of layer `l`: a MoE block or a dense MLP.
+fn ffn_specs(c: &Config, l: usize, moe: bool, v: &mut Vec<TensorSpec>) {
+    use suffix::*;
+    use Role::*;
+    use TensorKind::{Experts as Stack, Plain};
+    let n = |s: &str| layer_name(l, s);
+    let (h, e) = (c.hidden_size, c.moe.n_experts);
+    if moe {
+        if c.moe.choice_bias {
+            v.push(spec(n(ROUTER_BIAS), &[e], Plain, Router));
+        }
+        let f = c.moe.expert_ffn;
+        v.push(quantisable(spec(n(EXPERTS_GATE), &[e, f, h], Stack, Experts), QuantClass::Experts));
+        v.push(quantisable(spec(n(EXPERTS_UP), &[e, f, h], Stack, Experts), QuantClass::Experts));
+        v.push(quantisable(spec(n(EXPERTS_DOWN), &[e, h, f], Stack, Experts), QuantClass::Experts));
+        let fs = c.moe.shared_expert_ffn;
+        if fs > 0 {
+            v.push(quantisable(spec(n(SHARED_GATE_PROJ), &[fs, h], Plain, Mlp), QuantClass::Shared));
+            v.push(quantisable(spec(n(SHARED_UP), &[fs, h], Plain, Mlp), QuantClass::Shared));
+            v.push(quantisable(spec(n(SHARED_DOWN), &[h, fs], Plain, Mlp), QuantClass::Shared));
+            if c.moe.shared_expert_gate {
+                v.push(spec(n(SHARED_EXPERT_GATE), &[1, h], Plain, Mlp));
+            }
+        }
+    } else {
+        let f = c.dense_ffn;
+        v.push(quantisable(spec(n(MLP_GATE), &[f, h], Plain, Mlp), QuantClass::Mlp));
+        v.push(quantisable(spec(n(MLP_UP), &[f, h], Plain, Mlp), QuantClass::Mlp));
+        v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
+    }
 }
 
 /// Parameter counts of a config.

@@ -3,7 +3,7 @@
 //! `names`. The forward pass sees only bound matrices: a missing or malformed tensor is an error
 //! at open, never a silent zero at run time.
 
-use super::config::Config;
+use super::config::{Config, LayerKind};
 use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, LM_HEAD};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
@@ -48,6 +48,42 @@ pub enum FfnWeights<'a> {
 pub struct LayerWeights<'a> {
     /// [hidden]
     pub attn_norm: Mat<'a>,
+    /// The token mixer.
+    pub mixer: Mixer<'a>,
+    /// [hidden]
+    pub ffn_norm: Mat<'a>,
+    pub ffn: FfnWeights<'a>,
+}
+
+/// The token-mixing part of a layer (`LayerKind`).
+#[derive(Clone, Debug)]
+pub enum Mixer<'a> {
+    Attention(AttentionWeights<'a>),
+    DeltaNet(DeltaNetWeights<'a>),
+}
+
+/// Gated DeltaNet linear attention (shapes from `DeltaNetConfig`: kd = key_dim, vd = value_dim,
+/// nv = n_v_heads).
+#[derive(Clone, Debug)]
+pub struct DeltaNetWeights<'a> {
+    /// [2·kd + 2·vd, hidden]: rows q, k, v, z
+    pub in_qkvz: Mat<'a>,
+    /// [2·nv, hidden]: rows b (β logits), a (decay input)
+    pub in_ba: Mat<'a>,
+    /// [conv_dim, kernel] depthwise causal conv over the q, k, v channels
+    pub conv: Vec<f32>,
+    /// [nv] each
+    pub dt_bias: Vec<f32>,
+    pub a_log: Vec<f32>,
+    /// [v_head_dim] gain of the gated RMSNorm (plain, not zero-centred)
+    pub norm: Vec<f32>,
+    /// [hidden, vd]
+    pub out: Mat<'a>,
+}
+
+/// Softmax self-attention.
+#[derive(Clone, Debug)]
+pub struct AttentionWeights<'a> {
     /// [n_heads·head_dim, hidden], [n_kv_heads·head_dim, hidden] ×2, [hidden, n_heads·head_dim]
     pub wq: Mat<'a>,
     pub wk: Mat<'a>,
@@ -60,9 +96,8 @@ pub struct LayerWeights<'a> {
     /// q/k RMSNorm weights: [head_dim] per head, or the full projection width.
     pub q_norm: Option<Mat<'a>>,
     pub k_norm: Option<Mat<'a>>,
-    /// [hidden]
-    pub ffn_norm: Mat<'a>,
-    pub ffn: FfnWeights<'a>,
+    /// [n_heads·head_dim, hidden]: the output gate (`Config::attn_output_gate`).
+    pub gate: Option<Mat<'a>>,
 }
 
 /// All weights of a model.
@@ -94,6 +129,45 @@ impl<'a> Binder<'a> {
 
     fn opt(&self, name: &str) -> Result<Option<Mat<'a>>> {
         self.parsed.tensor(name).map(|rec| TensorView::new(rec, self.file).mat()).transpose()
+    }
+
+    /// A small tensor as f32 values (all of it).
+    fn floats(&self, name: &str) -> Result<Vec<f32>> {
+        let m = self.get(name)?;
+        let mut v = vec![0f32; m.len()];
+        m.dequantize(0, &mut v);
+        Ok(v)
+    }
+
+    fn attention(&self, l: usize) -> Result<AttentionWeights<'a>> {
+        use suffix::*;
+        let n = |s: &str| layer_name(l, s);
+        Ok(AttentionWeights {
+            wq: self.get(&n(Q))?,
+            wk: self.get(&n(K))?,
+            wv: self.get(&n(V))?,
+            wo: self.get(&n(O))?,
+            bq: self.opt(&n(Q_BIAS))?,
+            bk: self.opt(&n(K_BIAS))?,
+            bv: self.opt(&n(V_BIAS))?,
+            q_norm: self.opt(&n(Q_NORM))?,
+            k_norm: self.opt(&n(K_NORM))?,
+            gate: self.opt(&n(GATE))?,
+        })
+    }
+
+    fn delta_net(&self, l: usize) -> Result<DeltaNetWeights<'a>> {
+        use suffix::*;
+        let n = |s: &str| layer_name(l, s);
+        Ok(DeltaNetWeights {
+            in_qkvz: self.get(&n(DN_QKVZ))?,
+            in_ba: self.get(&n(DN_BA))?,
+            conv: self.floats(&n(DN_CONV))?,
+            dt_bias: self.floats(&n(DN_DT_BIAS))?,
+            a_log: self.floats(&n(DN_A_LOG))?,
+            norm: self.floats(&n(DN_NORM))?,
+            out: self.get(&n(DN_OUT))?,
+        })
     }
 
     fn mlp(&self, l: usize, g: &str, u: &str, d: &str) -> Result<MlpWeights<'a>> {
@@ -141,20 +215,11 @@ impl<'a> Weights<'a> {
             } else {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
             };
-            layers.push(LayerWeights {
-                attn_norm: b.get(&n(ATTN_NORM))?,
-                wq: b.get(&n(Q))?,
-                wk: b.get(&n(K))?,
-                wv: b.get(&n(V))?,
-                wo: b.get(&n(O))?,
-                bq: b.opt(&n(Q_BIAS))?,
-                bk: b.opt(&n(K_BIAS))?,
-                bv: b.opt(&n(V_BIAS))?,
-                q_norm: b.opt(&n(Q_NORM))?,
-                k_norm: b.opt(&n(K_NORM))?,
-                ffn_norm: b.get(&n(FFN_NORM))?,
-                ffn,
-            });
+            let mixer = match spec.kind {
+                LayerKind::Attention => Mixer::Attention(b.attention(l)?),
+                LayerKind::DeltaNet => Mixer::DeltaNet(b.delta_net(l)?),
+            };
+            layers.push(LayerWeights { attn_norm: b.get(&n(ATTN_NORM))?, mixer, ffn_norm: b.get(&n(FFN_NORM))?, ffn });
         }
         let embed = b.get(EMBEDDING)?;
         let lm_head = if c.tie_embeddings { embed } else { b.get(LM_HEAD)? };

@@ -115,13 +115,16 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
             routed_scaling: 1.0,
         },
         dense_ffn: 0,
-        layers: vec![LayerSpec { moe: true, sliding_window: None }; 2],
+        layers: vec![LayerSpec { moe: true, sliding_window: None, kind: Default::default() }; 2],
         tie_embeddings: false,
         hidden_act: "silu".into(),
         bos_token_id: Some(1),
         eos_token_ids: vec![2],
         pad_token_id: None,
         scales: Default::default(),
+        delta_net: None,
+        attn_output_gate: false,
+        norm_offset: 0.0,
     }
 }
 
