@@ -247,6 +247,20 @@ typedef struct {
    * First end-of-sequence id, -1 when none.
    */
   int32_t eos_token;
+  /**
+   * Layers with a recurrent state instead of a KV cache (Qwen3-Next's Gated DeltaNet); 0 for
+   * the other families. (Fields from here on: struct_size 72.)
+   */
+  uint32_t n_recurrent_layers;
+  /**
+   * Layers with softmax attention (and a KV cache).
+   */
+  uint32_t n_attention_layers;
+  /**
+   * Bytes of recurrent state each session holds whatever its length (the state and its copy
+   * at the start of each call), on top of the KV cache's bytes per token; 0 when none.
+   */
+  uint64_t session_state_bytes;
 } colibri_model_info;
 
 /**
@@ -439,6 +453,8 @@ typedef struct {
 #define COLIBRI_FAMILY_GRANITEMOE 4
 
 #define COLIBRI_FAMILY_GLM4_MOE 5
+
+#define COLIBRI_FAMILY_QWEN3_NEXT 10
 
 /**
  * The weights as given (f32). What `colibri_moe_init` does.

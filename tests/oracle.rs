@@ -75,14 +75,18 @@ fn check_fixture(dir: &Path, dtype: &str, act: QuantActivations, tol: f64, tmp: 
         }
     }
 
-    // The same logits when decoding one token at a time through the KV cache.
+    // The same logits when decoding one token at a time through the KV cache. (A DeltaNet
+    // model decodes with the recurrent form of the delta rule and prefills with the chunked one,
+    // as transformers does: equal up to f32 rounding, which activations rounded to bf16 per
+    // product can turn into a bf16 step; there the mode's own tolerance applies.)
+    let inc_tol = if model.config().n_delta_net_layers() > 0 { tol.max(1e-4) } else { 1e-4 };
     let mut s1 = session(&model, act);
     let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
     for (t, &id) in input.iter().enumerate() {
         forward(&model, &mut s1, Input::Tokens(&[id]), &last).unwrap();
         let row = &got[t * vocab..(t + 1) * vocab];
         let d = s1.logits().iter().zip(row).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
-        assert!(d <= 1e-4 * max_abs, "{name} {dtype}: incremental decode differs at {t}: {d}");
+        assert!(d <= inc_tol * max_abs, "{name} {dtype}: incremental decode differs at {t}: {d}");
     }
 
     // Greedy generation: prefill the prompt, then 32 argmax steps through the KV cache.

@@ -13,6 +13,7 @@ use colibri::session::{kv_bytes_per_token, session_state_bytes, KvDtype, Session
 use colibri::{Error, LoadOptions, Model};
 use common::{convert, fixture_dirs, ids};
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 struct Fixture {
     model: Model,
@@ -164,4 +165,65 @@ fn state_and_kv_bytes_are_accounted() {
     assert_eq!(s.state_bytes(), session_state_bytes(c));
     assert_eq!(kv_bytes_per_token(c, KvDtype::F32), 2 * 2 * 16 * 4);
     assert_eq!(s.kv_bytes_per_token(), kv_bytes_per_token(c, KvDtype::F32));
+}
+
+/// A route callback that aborts the call when `*userdata` is non-zero.
+unsafe extern "C" fn abort_if(
+    userdata: *mut std::ffi::c_void,
+    _layer: i32,
+    _position: i32,
+    _experts: *const i32,
+    _weights: *const f32,
+    _k: usize,
+) -> i32 {
+    if (*(userdata as *const AtomicI32)).load(Ordering::SeqCst) != 0 {
+        colibri::ffi::COLIBRI_ROUTE_ABORT
+    } else {
+        0
+    }
+}
+
+/// Through the C ABI: the family and the recurrent layers in colibri_model_get_info; truncate's
+/// UNSUPPORTED; a call aborted by its route callback undone, recurrent state included.
+#[test]
+fn the_c_abi_names_the_family_refuses_truncation_and_undoes_an_aborted_call() {
+    use colibri::ffi::*;
+    use std::ptr::{null, null_mut};
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixture("qwen3_next_hybrid", tmp.path());
+    let path = std::ffi::CString::new(tmp.path().join("qwen3_next_hybrid.colibri").to_str().unwrap()).unwrap();
+    let vocab = f.model.config().vocab_size;
+    let input: Vec<i32> = f.input.iter().map(|&t| t as i32).collect();
+    unsafe {
+        let mut m = null_mut();
+        assert_eq!(colibri_model_open(path.as_ptr(), null(), &mut m), COLIBRI_STATUS_OK);
+        let mut info = std::mem::zeroed::<colibri_model_info>();
+        colibri_model_info_init(&mut info);
+        assert_eq!(colibri_model_get_info(m, &mut info), COLIBRI_STATUS_OK);
+        assert_eq!(info.family, COLIBRI_FAMILY_QWEN3_NEXT);
+        assert_eq!((info.n_recurrent_layers, info.n_attention_layers, info.n_layers), (3, 1, 4));
+        assert_eq!(info.session_state_bytes, session_state_bytes(f.model.config()) as u64);
+        assert!(info.session_state_bytes > 0);
+        let mut s = null_mut();
+        assert_eq!(colibri_session_new(m, null(), &mut s), COLIBRI_STATUS_OK);
+        let abort = AtomicI32::new(0);
+        let cb: colibri_route_callback = Some(abort_if);
+        assert_eq!(colibri_session_set_route_callback(s, cb, &abort as *const AtomicI32 as *mut _), COLIBRI_STATUS_OK);
+        let mut logits = vec![0f32; vocab];
+        assert_eq!(colibri_infer(s, input.as_ptr(), 40, logits.as_mut_ptr(), vocab), COLIBRI_STATUS_OK);
+        abort.store(1, Ordering::SeqCst);
+        assert_eq!(colibri_infer(s, input[40..].as_ptr(), 20, logits.as_mut_ptr(), vocab), COLIBRI_STATUS_ABORTED);
+        abort.store(0, Ordering::SeqCst);
+        assert_eq!(colibri_session_truncate(s, 20), COLIBRI_STATUS_UNSUPPORTED);
+        let (mut pos, mut n_ctx) = (0usize, 0usize);
+        assert_eq!(colibri_session_position(s, &mut pos, &mut n_ctx), COLIBRI_STATUS_OK);
+        assert_eq!(pos, 40);
+        // The aborted call left nothing behind: the next rows are the oracle's.
+        assert_eq!(colibri_infer(s, input[40..].as_ptr(), 40, logits.as_mut_ptr(), vocab), COLIBRI_STATUS_OK);
+        let want = &f.want[79 * vocab..80 * vocab];
+        let d = logits.iter().zip(want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+        assert!(d <= 1e-4 * f.max_abs, "logits after an aborted call differ by {d}");
+        colibri_session_free(s);
+        colibri_model_free(m);
+    }
 }

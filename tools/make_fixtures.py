@@ -865,7 +865,7 @@ def design_deltanet(la, H, Q, branch, nrm, put, rng):
     put(la.dt_bias, rng.uniform(-2.0, -0.5, la.dt_bias.shape[0]))
     put(la.norm.weight, 1 + 0.15 * nrm(la.norm.weight.shape[0], 1))
     din = la.out_proj.weight.shape[1]
-    put(la.out_proj.weight, Q @ nrm((H, din), branch * 3.0 / math.sqrt(din)))
+    put(la.out_proj.weight, Q @ nrm((H, din), branch * 1.5 / math.sqrt(din)))
 
 
 # --------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ const (
 	FamilyOLMoE      Family = C.COLIBRI_FAMILY_OLMOE
 	FamilyGraniteMoE Family = C.COLIBRI_FAMILY_GRANITEMOE
 	FamilyGLM4MoE    Family = C.COLIBRI_FAMILY_GLM4_MOE
+	FamilyQwen3Next  Family = C.COLIBRI_FAMILY_QWEN3_NEXT
 )
 
 func (f Family) String() string {
@@ -37,6 +38,12 @@ func (f Family) String() string {
 		return "qwen3_moe"
 	case FamilyOLMoE:
 		return "olmoe"
+	case FamilyGraniteMoE:
+		return "granitemoe"
+	case FamilyGLM4MoE:
+		return "glm4_moe"
+	case FamilyQwen3Next:
+		return "qwen3_next"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }
@@ -54,6 +61,11 @@ type ModelInfo struct {
 	NActiveParams uint64 // parameters read per token
 	BOS           int32  // -1 when the model has none
 	EOS           int32  // first end-of-sequence id, -1 when none
+	// Layers with a recurrent state instead of a KV cache (Qwen3-Next's DeltaNet), layers with
+	// softmax attention, and the recurrent-state bytes each session holds whatever its length.
+	NRecurrentLayers  int
+	NAttentionLayers  int
+	SessionStateBytes uint64
 }
 
 // Message is one chat message for ChatRender.
@@ -133,17 +145,20 @@ func Open(path string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{ptr: ptr, info: ModelInfo{
-		Family:        Family(ci.family),
-		VocabSize:     int(ci.vocab_size),
-		NCtxTrain:     int(ci.n_ctx_train),
-		HiddenSize:    int(ci.hidden_size),
-		NLayers:       int(ci.n_layers),
-		NExperts:      int(ci.n_experts),
-		TopK:          int(ci.top_k),
-		NParams:       uint64(ci.n_params),
-		NActiveParams: uint64(ci.n_active_params),
-		BOS:           int32(ci.bos_token),
-		EOS:           int32(ci.eos_token),
+		Family:            Family(ci.family),
+		VocabSize:         int(ci.vocab_size),
+		NCtxTrain:         int(ci.n_ctx_train),
+		HiddenSize:        int(ci.hidden_size),
+		NLayers:           int(ci.n_layers),
+		NExperts:          int(ci.n_experts),
+		TopK:              int(ci.top_k),
+		NParams:           uint64(ci.n_params),
+		NActiveParams:     uint64(ci.n_active_params),
+		BOS:               int32(ci.bos_token),
+		EOS:               int32(ci.eos_token),
+		NRecurrentLayers:  int(ci.n_recurrent_layers),
+		NAttentionLayers:  int(ci.n_attention_layers),
+		SessionStateBytes: uint64(ci.session_state_bytes),
 	}}
 	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
 	return m, nil

@@ -46,6 +46,8 @@ COLIBRI_FAMILY_GRANITEMOE = 4
 
 COLIBRI_FAMILY_GLM4_MOE = 5
 
+COLIBRI_FAMILY_QWEN3_NEXT = 10
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 
