@@ -227,3 +227,33 @@ fn the_c_abi_names_the_family_refuses_truncation_and_undoes_an_aborted_call() {
         colibri_model_free(m);
     }
 }
+
+/// The hub's transformers-4 config.json of Qwen3-Next (no `layer_types`: the
+/// `full_attention_interval` rule; `rope_theta` and `partial_rotary_factor` at the top level;
+/// `norm_topk_prob` left to its default, true) gives the same model as transformers 5's.
+#[test]
+fn the_hub_config_style_gives_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixture("qwen3_next_hybrid", tmp.path());
+    let src = fixture_dirs().into_iter().find(|d| d.ends_with("qwen3_next_hybrid")).unwrap();
+    let legacy = tmp.path().join("legacy");
+    std::fs::create_dir(&legacy).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, legacy.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut c: serde_json::Value = serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    let o = c.as_object_mut().unwrap();
+    assert_eq!(o.remove("layer_types").unwrap().as_array().unwrap().len(), 4);
+    assert_eq!(o.remove("norm_topk_prob"), Some(serde_json::Value::Bool(true)));
+    let rope = o.remove("rope_parameters").unwrap();
+    o.insert("rope_theta".into(), rope["rope_theta"].clone());
+    o.insert("full_attention_interval".into(), 4.into());
+    std::fs::write(legacy.join("config.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+    let file = tmp.path().join("legacy.colibri");
+    convert(&legacy, &file, "f32");
+    let model = Model::open(&file, &LoadOptions::default()).unwrap();
+    assert_eq!(model.config(), f.model.config());
+}
