@@ -1058,8 +1058,8 @@ def independent_forward(d: Path, ids):
             for key in fh.keys():
                 W[key] = fh.get_tensor(key).double().numpy()
     fam = c["model_type"]
-    if fam == "qwen3_next":  # not modelled here (DeltaNet): checked against transformers only
-        return None, None
+    nxt = fam == "qwen3_next"
+    off = 1.0 if nxt else 0.0  # Qwen3-Next's zero-centred norms: gain 1 + w
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
     eps, T = c["rms_norm_eps"], len(ids)
@@ -1078,15 +1078,23 @@ def independent_forward(d: Path, ids):
             y = inp @ W[p + name + ".weight"].T
             return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
 
-        h = _np_rms(x, W[p + "input_layernorm.weight"], eps)
+        h = _np_rms(x, off + W[p + "input_layernorm.weight"], eps)
+        if nxt and c["layer_types"][L] == "linear_attention":
+            x = x + _np_deltanet(c, W, p, h, eps)
+            h = _np_rms(x, off + W[p + "post_attention_layernorm.weight"], eps)
+            x, rt = _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult)
+            routing.append(rt)
+            continue
         q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
+        if nxt:  # q_proj holds [query, gate] per head
+            q, gate = q.reshape(T, nh, 2 * hd)[..., :hd], q.reshape(T, nh, 2 * hd)[..., hd:].reshape(T, nh * hd)
         if fam == "olmoe":  # RMSNorm over the whole projection, before the head split
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
         q, kk, v = q.reshape(T, nh, hd), kk.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
-        if fam in ("qwen3_moe", "glm4_moe") and p + "self_attn.q_norm.weight" in W:  # RMSNorm per head over head_dim
-            q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
-            kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
+        if fam in ("qwen3_moe", "glm4_moe", "qwen3_next") and p + "self_attn.q_norm.weight" in W:  # per head
+            q = _np_rms(q, off + W[p + "self_attn.q_norm.weight"], eps)
+            kk = _np_rms(kk, off + W[p + "self_attn.k_norm.weight"], eps)
         r = cos.shape[-1]  # rotate the leading r dims of each head, pass the rest
         q = np.concatenate([q[..., :r] * cos[:, None] + _np_rot(q[..., :r]) * sin[:, None], q[..., r:]], -1)
         kk = np.concatenate([kk[..., :r] * cos[:, None] + _np_rot(kk[..., :r]) * sin[:, None], kk[..., r:]], -1)
@@ -1099,66 +1107,107 @@ def independent_forward(d: Path, ids):
         sc = np.where(mask[None], sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         sc /= sc.sum(-1, keepdims=True)
-        x = x + res_mult * lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd))
-        h = _np_rms(x, W[p + "post_attention_layernorm.weight"], eps)
-        pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
-        router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
-        if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
-            W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
-            W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
-        if router is None:  # dense layer
-            routing.append(None)
-            x = x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
-            continue
-        lg = h @ W[router].T
-        if fam == "glm4_moe":  # sigmoid scores; choose by score + bias within the best groups
-            pr = 1 / (1 + np.exp(-lg))
-            keys = pr + W[pre + "gate.e_score_correction_bias"]
-            g = c.get("n_group", 1)
-            if g > 1:
-                per = keys.shape[-1] // g
-                gs = np.sort(keys.reshape(T, g, per), -1)[..., -2:].sum(-1)
-                lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
-                for t in range(T):
-                    for gi in lose[t]:
-                        keys[t, gi * per:(gi + 1) * per] = -np.inf
-            top = np.argsort(-keys, -1, kind="stable")[:, :k]
-            tw = np.take_along_axis(pr, top, -1)
-            order = np.argsort(-tw, -1, kind="stable")
-            top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
-            if c.get("norm_topk_prob"):
-                tw = tw / (tw.sum(-1, keepdims=True) + 1e-20)
-            tw = tw * c.get("routed_scaling_factor", 1.0)
-        else:
-            pr = np.exp(lg - lg.max(-1, keepdims=True))
-            pr /= pr.sum(-1, keepdims=True)
-            top = np.argsort(-pr, -1, kind="stable")[:, :k]
-            tw = np.take_along_axis(pr, top, -1)
-        if fam in ("mixtral", "granitemoe") or (fam != "glm4_moe" and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
-            tw = tw / tw.sum(-1, keepdims=True)
-        routing.append(top.tolist())
-        y = np.zeros_like(x)
-        for t in range(T):
-            for j in range(k):
-                e = top[t, j]
-                if pre + "experts.gate_up_proj" in W:  # fused: [E, 2F, H] = cat(gate, up) ; down [E, H, F]
-                    gu = W[pre + "experts.gate_up_proj"][e]
-                    F = gu.shape[0] // 2
-                    gw, uw, dw = gu[:F], gu[F:], W[pre + "experts.down_proj"][e]
-                elif fam == "mixtral":  # w1 = gate, w3 = up, w2 = down
-                    gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2"))
-                else:
-                    gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
-                y[t] += tw[t, j] * ((_np_silu(h[t] @ gw.T) * (h[t] @ uw.T)) @ dw.T)
-        if pre + "shared_expert_gate.weight" in W:
-            se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
-            y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
-        if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
-            y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
-        x = x + res_mult * y
-    x = _np_rms(x, W["model.norm.weight"], eps)
+        att = np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd)
+        if nxt:  # output gate
+            att = att / (1 + np.exp(-gate))
+        x = x + res_mult * lin("self_attn.o_proj", att)
+        h = _np_rms(x, off + W[p + "post_attention_layernorm.weight"], eps)
+        x, rt = _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult)
+        routing.append(rt)
+    x = _np_rms(x, off + W["model.norm.weight"], eps)
     lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
     return x @ lm.T / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
+
+
+def _np_deltanet(c, W, p, h, eps):
+    """Qwen3-Next's Gated DeltaNet in its recurrent form, float64, from the grouped projections."""
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv, K = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+    r, T, la = nv // nk, h.shape[0], p + "linear_attn."
+    qkvz = (h @ W[la + "in_proj_qkvz.weight"].T).reshape(T, nk, 2 * dk + 2 * r * dv)
+    ba = (h @ W[la + "in_proj_ba.weight"].T).reshape(T, nk, 2 * r)
+    z = qkvz[..., 2 * dk + r * dv:].reshape(T, nv, dv)
+    b, a = ba[..., :r].reshape(T, nv), ba[..., r:].reshape(T, nv)
+    mixed = np.concatenate([qkvz[..., :dk].reshape(T, -1), qkvz[..., dk:2 * dk].reshape(T, -1),
+                            qkvz[..., 2 * dk:2 * dk + r * dv].reshape(T, -1)], -1)
+    w = W[la + "conv1d.weight"][:, 0, :]  # [C, K]
+    pad = np.concatenate([np.zeros((K - 1, mixed.shape[1])), mixed], 0)
+    conv = _np_silu(np.stack([(pad[t:t + K] * w.T).sum(0) for t in range(T)]))
+    kd = nk * dk
+
+    def l2(u):
+        return u / np.sqrt((u * u).sum(-1, keepdims=True) + 1e-6)
+
+    q = np.repeat(l2(conv[:, :kd].reshape(T, nk, dk)), r, 1) / math.sqrt(dk)
+    kk = np.repeat(l2(conv[:, kd:2 * kd].reshape(T, nk, dk)), r, 1)
+    v = conv[:, 2 * kd:].reshape(T, nv, dv)
+    beta = 1 / (1 + np.exp(-b))
+    g = -np.exp(W[la + "A_log"]) * np.log1p(np.exp(a + W[la + "dt_bias"]))
+    S, o = np.zeros((nv, dk, dv)), np.zeros((T, nv, dv))
+    for t in range(T):
+        S = S * np.exp(g[t])[:, None, None]
+        delta = (v[t] - np.einsum("hkv,hk->hv", S, kk[t])) * beta[t][:, None]
+        S = S + kk[t][:, :, None] * delta[:, None, :]
+        o[t] = np.einsum("hkv,hk->hv", S, q[t])
+    o = W[la + "norm.weight"] * (o / np.sqrt((o * o).mean(-1, keepdims=True) + eps)) * _np_silu(z)
+    return o.reshape(T, nv * dv) @ W[la + "out_proj.weight"].T
+
+
+def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
+    """The dense MLP or MoE block of one layer on normed h: (x + its output, the layer's routing)."""
+    pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
+    router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
+    if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
+        W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
+        W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
+    if router is None:  # dense layer
+        return x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T, None
+    lg = h @ W[router].T
+    if fam == "glm4_moe":  # sigmoid scores; choose by score + bias within the best groups
+        pr = 1 / (1 + np.exp(-lg))
+        keys = pr + W[pre + "gate.e_score_correction_bias"]
+        g = c.get("n_group", 1)
+        if g > 1:
+            per = keys.shape[-1] // g
+            gs = np.sort(keys.reshape(T, g, per), -1)[..., -2:].sum(-1)
+            lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
+            for t in range(T):
+                for gi in lose[t]:
+                    keys[t, gi * per:(gi + 1) * per] = -np.inf
+        top = np.argsort(-keys, -1, kind="stable")[:, :k]
+        tw = np.take_along_axis(pr, top, -1)
+        order = np.argsort(-tw, -1, kind="stable")
+        top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
+        if c.get("norm_topk_prob"):
+            tw = tw / (tw.sum(-1, keepdims=True) + 1e-20)
+        tw = tw * c.get("routed_scaling_factor", 1.0)
+    else:
+        pr = np.exp(lg - lg.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        top = np.argsort(-pr, -1, kind="stable")[:, :k]
+        tw = np.take_along_axis(pr, top, -1)
+    if fam in ("mixtral", "granitemoe") or (fam != "glm4_moe" and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
+        tw = tw / tw.sum(-1, keepdims=True)
+    rt = top.tolist()
+    y = np.zeros_like(x)
+    for t in range(T):
+        for j in range(k):
+            e = top[t, j]
+            if pre + "experts.gate_up_proj" in W:  # fused: [E, 2F, H] = cat(gate, up) ; down [E, H, F]
+                gu = W[pre + "experts.gate_up_proj"][e]
+                F = gu.shape[0] // 2
+                gw, uw, dw = gu[:F], gu[F:], W[pre + "experts.down_proj"][e]
+            elif fam == "mixtral":  # w1 = gate, w3 = up, w2 = down
+                gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2"))
+            else:
+                gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
+            y[t] += tw[t, j] * ((_np_silu(h[t] @ gw.T) * (h[t] @ uw.T)) @ dw.T)
+    if pre + "shared_expert_gate.weight" in W:
+        se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
+        y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
+    if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
+        y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
+    return x + res_mult * y, rt
 
 
 # --------------------------------------------------------------------------------------
@@ -1454,10 +1503,8 @@ def build_fixture(spec, tok_texts, log):
     }
     # self-check with the independent numpy implementation (files only)
     np_logits, np_routing = independent_forward(out, input_ids)
-    rel = None
-    if np_logits is not None:  # (no numpy model of Qwen3-Next: transformers is its only oracle)
-        rel = float(np.abs(np_logits - res["f32"]["logits"].numpy()).max() / np.abs(np_logits).max())
-        assert rel < 1e-5 and np_routing == res["f32"]["routing"], (spec["name"], rel)
+    rel = float(np.abs(np_logits - res["f32"]["logits"].numpy()).max() / np.abs(np_logits).max())
+    assert rel < 1e-5 and np_routing == res["f32"]["routing"], (spec["name"], rel)
     meta["independent_numpy_check_rel_err"] = rel
     write_json(od / "meta.json", meta, indent=1)
     chat = chat_oracle(out, spec, tok)
@@ -1468,7 +1515,7 @@ def build_fixture(spec, tok_texts, log):
                 f"{len(chat['autotokenizer_vs_tokenizer_json_diffs'])} texts (recorded in oracle/chat.json)")
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     agree = {n: (res[n]["greedy"] == res["f32"]["greedy"], res[n]["routing"] == res["f32"]["routing"]) for n in ("bf16", "f16")}
-    log(f"  model {spec['name']}: seed {meta['seed_used']}, numpy-check {rel}, router margin {meta['min_router_margin']:.3f} "
+    log(f"  model {spec['name']}: seed {meta['seed_used']}, numpy-check {rel:.1e}, router margin {meta['min_router_margin']:.3f} "
         f"(abs {meta['min_router_margin_abs']:.3f}), greedy margin {meta['min_greedy_margin']:.3f} "
         f"(abs {meta['min_greedy_margin_abs']:.3f}), same-as-f32 (greedy, routing) {agree}, {size // 1024} KB")
 
