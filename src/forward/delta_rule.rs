@@ -160,7 +160,7 @@ mod tests {
         let (q, k) = (unit(&mut rng, t, dk), unit(&mut rng, t, dk));
         let v: Vec<f32> = (0..t * dv).map(|_| (rng.next_f64() as f32) * 2.0 - 1.0).collect();
         let g: Vec<f32> = (0..t).map(|_| -0.2 * (rng.next_f64() as f32)).collect();
-        let beta: Vec<f32> = (0..t).map(|_| (rng.next_f64() as f32)).collect();
+        let beta: Vec<f32> = (0..t).map(|_| rng.next_f64() as f32).collect();
         let s0: Vec<f32> = (0..dk * dv).map(|_| (rng.next_f64() as f32) - 0.5).collect();
         let run = HeadRun { q: &q, k: &k, v: &v, g: &g, beta: &beta };
         let (mut s1, mut s2) = (s0.clone(), s0);
