@@ -85,6 +85,10 @@ fn one() -> f64 {
     1.0
 }
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 /// RoPE scaling schemes used by these families' configs (transformers `rope_type`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -201,6 +205,13 @@ pub enum LayerKind {
     DeltaNet,
 }
 
+impl LayerKind {
+    /// Whether this is `Attention` (the default).
+    pub fn is_attention(&self) -> bool {
+        *self == LayerKind::Attention
+    }
+}
+
 /// Per-layer choices.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerSpec {
@@ -209,8 +220,8 @@ pub struct LayerSpec {
     /// Sliding attention window for this layer, if any.
     #[serde(default)]
     pub sliding_window: Option<usize>,
-    /// The token mixer (attention unless said otherwise).
-    #[serde(default)]
+    /// The token mixer (attention unless said otherwise; written only when not).
+    #[serde(default, skip_serializing_if = "LayerKind::is_attention")]
     pub kind: LayerKind,
 }
 
@@ -284,15 +295,16 @@ pub struct Config {
     /// Residual-stream multipliers (Granite); absent in files of other families.
     #[serde(default)]
     pub scales: Scales,
-    /// The DeltaNet layers' shape (Qwen3-Next), when any layer is `LayerKind::DeltaNet`.
-    #[serde(default)]
+    /// The DeltaNet layers' shape (Qwen3-Next), when any layer is `LayerKind::DeltaNet`. (This
+    /// and the next two are written only when set: other families' files are as before.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta_net: Option<DeltaNetConfig>,
     /// q_proj also yields a per-head output gate: attention output × sigmoid(gate) (Qwen3-Next).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attn_output_gate: bool,
     /// RMSNorm gains are `norm_offset + weight` for the layer, q/k and final norms (Qwen3-Next's
     /// zero-centred norms: 1; 0 elsewhere).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub norm_offset: f64,
 }
 
