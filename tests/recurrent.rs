@@ -257,3 +257,30 @@ fn the_hub_config_style_gives_the_same_model() {
     let model = Model::open(&file, &LoadOptions::default()).unwrap();
     assert_eq!(model.config(), f.model.config());
 }
+
+/// A call longer than one step (`MAX_STEP_ROWS`) runs as several steps carrying the state: the
+/// same logits as feeding it in two calls, and truncation back to its start still works.
+#[test]
+fn a_call_of_several_steps_carries_the_state() {
+    use colibri::forward::MAX_STEP_ROWS;
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixture("qwen3_next_hybrid", tmp.path());
+    let n = MAX_STEP_ROWS + 76;
+    let long: Vec<u32> = (0..n).map(|i| f.input[i % f.input.len()]).collect();
+    let opts = SessionOptions { n_ctx: 2 * n, ..Default::default() };
+    let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
+    let mut one = Session::new(f.model.config(), &opts).unwrap();
+    forward(&f.model, &mut one, Input::Tokens(&f.input[..10]), &last).unwrap();
+    forward(&f.model, &mut one, Input::Tokens(&long), &last).unwrap();
+    let mut two = Session::new(f.model.config(), &opts).unwrap();
+    forward(&f.model, &mut two, Input::Tokens(&f.input[..10]), &last).unwrap();
+    forward(&f.model, &mut two, Input::Tokens(&long[..MAX_STEP_ROWS]), &last).unwrap();
+    forward(&f.model, &mut two, Input::Tokens(&long[MAX_STEP_ROWS..]), &last).unwrap();
+    assert_eq!(one.logits(), two.logits());
+    one.truncate(10).unwrap();
+    forward(&f.model, &mut one, Input::Tokens(&f.input[10..80]), &all()).unwrap();
+    let vocab = f.model.config().vocab_size;
+    let want = &f.want[10 * vocab..80 * vocab];
+    let d = one.logits().iter().zip(want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+    assert!(d <= 1e-4 * f.max_abs, "after truncating a long call: {d}");
+}
