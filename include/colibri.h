@@ -255,6 +255,20 @@ typedef struct {
    * First end-of-sequence id, -1 when none.
    */
   int32_t eos_token;
+  /**
+   * Layers with a recurrent state instead of a KV cache (Qwen3-Next's Gated DeltaNet); 0 for
+   * the other families. (Fields from here on: struct_size 72.)
+   */
+  uint32_t n_recurrent_layers;
+  /**
+   * Layers with softmax attention (and a KV cache).
+   */
+  uint32_t n_attention_layers;
+  /**
+   * Bytes of recurrent state each session holds whatever its length (the state and its copy
+   * at the start of each call), on top of the KV cache's bytes per token; 0 when none.
+   */
+  uint64_t session_state_bytes;
 } colibri_model_info;
 
 /**
@@ -459,6 +473,8 @@ typedef struct {
  * Phi-3.5-MoE (PhimoeForCausalLM).
  */
 #define COLIBRI_FAMILY_PHIMOE 9
+
+#define COLIBRI_FAMILY_QWEN3_NEXT 10
 
 /**
  * The weights as given (f32). What `colibri_moe_init` does.
@@ -936,7 +952,11 @@ void colibri_free(colibri_ctx *ctx);
 colibri_status colibri_session_reset(colibri_session *session);
 
 /**
- * Keep only the first `n_tokens` cached tokens (INVALID_ARGUMENT if fewer are cached).
+ * Keep only the first `n_tokens` cached tokens (INVALID_ARGUMENT if fewer are cached). A model
+ * with recurrent layers (colibri_model_info.n_recurrent_layers > 0, Qwen3-Next) keeps a state
+ * standing for every token seen, which goes back exactly only to 0, to the current length and
+ * to the start of the session's last forward call; any other `n_tokens` returns UNSUPPORTED and
+ * changes nothing (reset and feed the prefix again).
  *
  * # Safety
  * `session` must be a live session.

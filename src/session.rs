@@ -5,8 +5,11 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::{Kernels, QuantActivations};
-use crate::model::Config;
+use crate::model::{Config, LayerKind};
 use crate::rng::Rng;
+
+mod recurrent;
+pub use recurrent::{LayerState, RecurrentState};
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,11 +59,18 @@ pub struct SessionOptions {
 pub const DEFAULT_CTX_CAP: usize = 4096;
 
 /// Bytes of KV cache one token takes in a session of a model with config `c` (K and V of every
-/// layer; under MLA the latent and the rope key): what a host multiplies by the tokens a
-/// sequence may reach to bound its memory.
+/// layer; under MLA the latent and the rope key — attention layers only): what a host
+/// multiplies by the tokens a sequence may reach to bound its memory. A model with DeltaNet
+/// layers adds a fixed `session_state_bytes` per session.
 pub fn kv_bytes_per_token(c: &Config, dtype: KvDtype) -> usize {
     let (k, v) = c.kv_row_widths();
-    [k.saturating_add(v), c.n_layers, dtype.size()].into_iter().fold(1, usize::saturating_mul)
+    [k.saturating_add(v), c.n_attention_layers(), dtype.size()].into_iter().fold(1, usize::saturating_mul)
+}
+
+/// Bytes of recurrent state a session of a model with config `c` holds whatever its length: the
+/// DeltaNet layers' state and the copy taken at each call's start (0 for attention-only models).
+pub fn session_state_bytes(c: &Config) -> usize {
+    c.recurrent_state_bytes().saturating_mul(2)
 }
 
 impl Default for SessionOptions {
@@ -118,6 +128,8 @@ impl Store {
 pub struct KvCache {
     k: Vec<Store>,
     v: Vec<Store>,
+    /// Per layer: whether it caches K/V (attention layers; DeltaNet layers keep none).
+    attends: Vec<bool>,
     n_ctx: usize,
     /// Values per position in a layer's K store.
     row: usize,
@@ -135,7 +147,8 @@ impl KvCache {
             .and_then(|x| x.checked_mul(4))
             .ok_or_else(|| Error::InvalidArgument { reason: format!("context {n_ctx} is too large") })?;
         let stores = || (0..c.n_layers).map(|_| Store::empty(dtype)).collect();
-        Ok(KvCache { k: stores(), v: stores(), n_ctx, row, v_row, held: 0 })
+        let attends = c.layers.iter().map(|l| l.kind == LayerKind::Attention).collect();
+        Ok(KvCache { k: stores(), v: stores(), attends, n_ctx, row, v_row, held: 0 })
     }
 
     /// Make room for `positions` positions (≤ n_ctx) in every layer, growing geometrically.
@@ -149,7 +162,7 @@ impl KvCache {
         let doubled = self.held.saturating_mul(2).clamp(positions, self.n_ctx);
         if self.grow_to(doubled).is_err() && self.grow_to(positions).is_err() {
             let element = self.k.first().map_or(4, Store::bytes_per_element) as u64;
-            let bytes = [self.k.len() as u64, (self.row + self.v_row) as u64, element, positions as u64]
+            let bytes = [self.caching_layers() as u64, (self.row + self.v_row) as u64, element, positions as u64]
                 .into_iter()
                 .fold(1u64, u64::saturating_mul);
             return Err(Error::OutOfMemory { what: format!("a KV cache of {positions} positions"), bytes });
@@ -158,14 +171,17 @@ impl KvCache {
     }
 
     fn grow_to(&mut self, positions: usize) -> std::result::Result<(), std::collections::TryReserveError> {
-        for store in self.k.iter_mut() {
-            store.grow(positions * self.row)?;
-        }
-        for store in self.v.iter_mut() {
-            store.grow(positions * self.v_row)?;
+        for ((k, v), _) in self.k.iter_mut().zip(self.v.iter_mut()).zip(&self.attends).filter(|(_, &a)| a) {
+            k.grow(positions * self.row)?;
+            v.grow(positions * self.v_row)?;
         }
         self.held = positions;
         Ok(())
+    }
+
+    /// Layers that cache K and V.
+    fn caching_layers(&self) -> usize {
+        self.attends.iter().filter(|&&a| a).count()
     }
 
     /// Store K and V rows ([k_row] and [v_row]; under MLA v is empty) of `layer` at `pos`
@@ -250,6 +266,10 @@ pub struct Checkpoint {
     pos: usize,
     rng: Rng,
     traced: usize,
+    /// Forward calls the session had begun when this was taken.
+    calls: u64,
+    /// A copy of the recurrent state (`Session::checkpoint_with_state`), for undoing several calls.
+    state: Option<RecurrentState>,
 }
 
 /// A sequence being processed: KV cache, position, routing RNG and trace, last logits.
@@ -263,6 +283,15 @@ pub struct Session {
     pub(crate) logits: Vec<f32>,
     kv_dtype: KvDtype,
     quant_act: QuantActivations,
+    /// The DeltaNet layers' state after the `pos` cached tokens (empty for attention-only models).
+    pub(crate) rec: RecurrentState,
+    /// `rec` as it was at the start of the last forward call, at position `call_start_pos`.
+    call_start: RecurrentState,
+    call_start_pos: usize,
+    /// Forward calls begun.
+    calls: u64,
+    /// A rollback could not restore the recurrent state: forward calls fail until a reset.
+    state_lost: bool,
 }
 
 impl Session {
@@ -280,6 +309,11 @@ impl Session {
             logits: Vec::new(),
             kv_dtype: opts.kv_dtype,
             quant_act: opts.quant_act,
+            rec: RecurrentState::new(c)?,
+            call_start: RecurrentState::new(c)?,
+            call_start_pos: 0,
+            calls: 0,
+            state_lost: false,
         })
     }
 
@@ -318,36 +352,130 @@ impl Session {
     /// Bytes of KV cache each position of this session takes (see [`kv_bytes_per_token`]).
     pub fn kv_bytes_per_token(&self) -> usize {
         let element = self.kv.k.first().map_or(self.kv_dtype.size(), Store::bytes_per_element);
-        [self.kv.k.len(), self.kv.row + self.kv.v_row, element].into_iter().fold(1, usize::saturating_mul)
+        [self.kv.caching_layers(), self.kv.row + self.kv.v_row, element].into_iter().fold(1, usize::saturating_mul)
     }
 
-    /// Forget every cached token (the buffers stay allocated).
+    /// Bytes of recurrent state this session holds whatever its length (see
+    /// [`session_state_bytes`]).
+    pub fn state_bytes(&self) -> usize {
+        self.rec.bytes() + self.call_start.bytes()
+    }
+
+    /// Forget every cached token (the buffers stay allocated; a recurrent state is zeroed).
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.rec.zero();
+        self.state_lost = false;
     }
 
-    /// Keep only the first `n` cached tokens.
+    /// Keep only the first `n` cached tokens. A model with DeltaNet layers (whose state stands
+    /// for every token seen) can go back exactly to 0, to the current position, and to the
+    /// position where the last forward call started (its state is kept); any other `n` is
+    /// `Error::Unsupported` and changes nothing — reset and feed the prefix again instead.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if n > self.pos {
             return Err(Error::InvalidArgument { reason: format!("cannot truncate to {n}: only {} cached", self.pos) });
+        }
+        if n == self.pos && !self.state_lost {
+            return Ok(());
+        }
+        if !self.rec.is_empty() {
+            if n == 0 {
+                self.reset();
+                return Ok(());
+            }
+            if n != self.call_start_pos || self.state_lost {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "truncating a session of a model with recurrent (DeltaNet) layers to {n} of {} tokens: only \
+                         0, the current length or the start of the last call ({}) can be restored",
+                        self.pos, self.call_start_pos
+                    ),
+                });
+            }
+            self.rec.copy_from(&self.call_start);
         }
         self.pos = n;
         Ok(())
     }
 
-    /// The state to go back to with `rollback`.
+    /// Mark the start of a forward call (its input already checked): the recurrent state is
+    /// copied so that the call can be undone (`abandon_call`, `rollback`, `truncate`).
+    pub(crate) fn begin_call(&mut self) {
+        self.calls += 1;
+        if !self.rec.is_empty() {
+            self.call_start.copy_from(&self.rec);
+            self.call_start_pos = self.pos;
+        }
+    }
+
+    /// Undo the call begun last (it failed): back to its start position and recurrent state.
+    pub(crate) fn abandon_call(&mut self) {
+        if !self.rec.is_empty() {
+            self.rec.copy_from(&self.call_start);
+            self.pos = self.call_start_pos;
+        }
+    }
+
+    /// Whether the session may run a forward call (not after a rollback that lost its
+    /// recurrent state).
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        match self.state_lost {
+            false => Ok(()),
+            true => Err(Error::InvalidArgument {
+                reason: "the session's recurrent (DeltaNet) state was lost by a rollback over several calls; \
+                         reset it (or truncate to 0)"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The state to go back to with `rollback`, undoing at most one forward call (the
+    /// recurrent state of that call's start is kept by the session; nothing is copied).
     pub fn checkpoint(&self) -> Checkpoint {
-        Checkpoint { pos: self.pos, rng: self.rng.clone(), traced: self.trace.as_ref().map_or(0, Vec::len) }
+        Checkpoint {
+            pos: self.pos,
+            rng: self.rng.clone(),
+            traced: self.trace.as_ref().map_or(0, Vec::len),
+            calls: self.calls,
+            state: None,
+        }
+    }
+
+    /// A checkpoint that can undo any number of forward calls: it carries a copy of the
+    /// recurrent state (`state_bytes() / 2` bytes; nothing for attention-only models).
+    pub fn checkpoint_with_state(&self) -> Checkpoint {
+        let state = if self.rec.is_empty() { None } else { Some(self.rec.clone()) };
+        Checkpoint { state, ..self.checkpoint() }
     }
 
     /// Undo the calls made since `c` was taken on this session: the tokens they cached are
     /// forgotten, the routing RNG is as it was and the routing records they added are dropped
-    /// (the last logits are not restored).
+    /// (the last logits are not restored). The recurrent state goes back too: from the
+    /// checkpoint's copy, or from the session's copy of the last call's start when that call
+    /// is the only one since `c`; past more calls than that without a copy, the state is lost
+    /// and the session refuses forward calls until it is reset.
     pub fn rollback(&mut self, c: Checkpoint) {
-        self.pos = self.pos.min(c.pos);
         self.rng = c.rng;
         if let Some(t) = self.trace.as_mut() {
             t.truncate(c.traced);
+        }
+        if self.rec.is_empty() {
+            self.pos = self.pos.min(c.pos);
+            return;
+        }
+        if let Some(state) = c.state {
+            self.rec.copy_from(&state);
+            self.pos = c.pos;
+            self.state_lost = false;
+        } else if self.calls == c.calls {
+            // Nothing ran since: the state still stands for `pos` tokens.
+        } else if self.calls == c.calls + 1 && self.call_start_pos == c.pos {
+            self.rec.copy_from(&self.call_start);
+            self.pos = c.pos;
+        } else {
+            self.pos = self.pos.min(c.pos);
+            self.state_lost = true;
         }
     }
 

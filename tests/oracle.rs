@@ -99,7 +99,17 @@ fn check_fixture(dir: &Path, dtype: &str, act: QuantActivations, tol: f64, tmp: 
     // of ≥ 16 rows takes the bf16 GEMM, whose sums differ from the one-row kernel's in the last
     // bit; the bf16 rounding of the next product's activations can turn that into a 2⁻⁸ step
     // (seen on phimoe_hub: 5e-4 of max|logit| from row 12 on). Their tolerance is the mode's.
-    let inc_tol = if dtype == "bf16" && act == QuantActivations::Reduced { tol } else { 1e-4 };
+    // A DeltaNet model decodes with the recurrent form of the delta rule and prefills with the
+    // chunked one, as transformers does: equal up to f32 rounding, which activations rounded to
+    // bf16 per product can turn into a bf16 step; there too the mode's own tolerance applies.
+    let reduced = act == QuantActivations::Reduced && dtype != "f32";
+    let inc_tol = if (dtype == "bf16" && act == QuantActivations::Reduced)
+        || (reduced && model.config().n_delta_net_layers() > 0)
+    {
+        tol.max(1e-4)
+    } else {
+        1e-4
+    };
     let mut s1 = session(&model, act);
     let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
     for (t, &id) in input.iter().enumerate() {

@@ -94,6 +94,8 @@ from transformers import (  # noqa: E402
     Qwen2MoeForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
 )
 
 transformers.logging.set_verbosity_error()
@@ -423,6 +425,7 @@ FAMILIES = {
     "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM),
     "gpt_oss": (GptOssConfig, GptOssForCausalLM),
     "phimoe": (PhimoeConfig, PhimoeForCausalLM),
+    "qwen3_next": (Qwen3NextConfig, Qwen3NextForCausalLM),
 }
 
 # Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
@@ -785,6 +788,8 @@ FIXTURES += [
         notes="DeepSeek-V3 with rope_interleave=false (rotate-half), a full q_proj, 3 heads of nope 12 + rope 4 and values of "
         "8 (!= nope), latent 24; no groups, top-3 of 6 by biased sigmoid scores, weights the raw scores (no "
         "renormalisation, x1); two shared experts; every layer sparse; fused expert layout.",
+    ),
+    dict(
         name="phimoe_hub",
         family="phimoe",
         tokenizer="sp_bpe",
@@ -837,6 +842,51 @@ FIXTURES += [
         "were computed with). router_jitter_noise 0.3: the threshold keeps several experts in each sparsemixer step, so the "
         "weights are real masked softmaxes; MQA 4/1 (head_dim 12), tied embeddings, no biases but the LayerNorms'; fused "
         "transformers-5 names (mlp.router.weight, mlp.experts.gate_up_proj / down_proj).",
+    ),
+    dict(
+        name="qwen3_next_hybrid",
+        family="qwen3_next",
+        tokenizer="bytelevel_bpe",
+        seed=12121,
+        T=80,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=48, moe_intermediate_size=16,
+            shared_expert_intermediate_size=24, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=8, linear_num_key_heads=2,
+            linear_num_value_heads=4, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=None,
+            eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Qwen3-Next: layer_types from full_attention_interval 4 (layers 0-2 Gated DeltaNet, layer 3 gated full "
+        "attention), DeltaNet with 2 key heads / 4 value heads (grouped in_proj_qkvz / in_proj_ba, value heads 2 per key "
+        "head), key head 16, value head 8, conv kernel 4; full attention 4/2 heads of 16 with an output gate in q_proj, "
+        "per-head zero-centred q/k RMSNorm, partial RoPE 0.25; 8 experts top-2 renormalised + a sigmoid-gated shared expert "
+        "(24) in every layer; T=80 crosses the DeltaNet chunk of 64; hub per-expert layout.",
+    ),
+    dict(
+        name="qwen3_next_dense_tied",
+        family="qwen3_next",
+        tokenizer="bytelevel_bpe",
+        seed=13131,
+        T=70,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=32, moe_intermediate_size=16,
+            shared_expert_intermediate_size=16, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
+            head_dim=16, num_experts=6, num_experts_per_tok=3, norm_topk_prob=False, decoder_sparse_step=1,
+            mlp_only_layers=[0], layer_types=["linear_attention", "full_attention", "linear_attention"],
+            linear_conv_kernel_dim=3, linear_key_head_dim=8, linear_value_head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None,
+            eos_token_id=395, pad_token_id=395, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Qwen3-Next with explicit layer_types (linear, full, linear), mlp_only_layers=[0] (layer 0 a dense MLP of 32), "
+        "6 experts top-3 not renormalised + gated shared expert, DeltaNet 2/2 heads (key 8, value 16), conv kernel 3, "
+        "MQA 2/1 heads of 16, partial RoPE 0.5, tied embeddings; T=70 crosses the chunk of 64; fused layout.",
     ),
 ]
 
@@ -918,22 +968,24 @@ def design_weights(model, spec, seed):
     def put(param, arr):
         param.copy_(torch.from_numpy(np.asarray(arr, dtype=np.float64)).to(param.dtype).reshape(param.shape))
 
-    # 1. norm weights (and LayerNorm biases: Phi-MoE)
+    # 1. norm weights (and LayerNorm biases: Phi-MoE; Qwen3-Next stores zero-centred norms: the gain
+    # is 1 + weight)
+    centre = 1.0 if spec["family"] == "qwen3_next" else 0.0
     g_post = {}
     for i, layer in enumerate(layers):
-        put(layer.input_layernorm.weight, 1 + 0.15 * nrm(H, 1))
+        put(layer.input_layernorm.weight, 1 - centre + 0.15 * nrm(H, 1))
         if getattr(layer.input_layernorm, "bias", None) is not None:
             put(layer.input_layernorm.bias, nrm(H, 0.05))
         g = 1 + 0.15 * nrm(H, 1)
-        put(layer.post_attention_layernorm.weight, g)
+        put(layer.post_attention_layernorm.weight, g - centre)
         g_post[i] = g
-        at = layer.self_attn
+        at = getattr(layer, "self_attn", None)
         for nm in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm"):
             if getattr(at, nm, None) is not None:
                 w = getattr(at, nm).weight
-                put(w, 1 + 0.15 * nrm(w.shape[0], 1))
+                put(w, 1 - centre + 0.15 * nrm(w.shape[0], 1))
     g_final = 1 + 0.15 * nrm(H, 1)
-    put(model.model.norm.weight, g_final)
+    put(model.model.norm.weight, g_final - centre)
     if getattr(model.model.norm, "bias", None) is not None:
         put(model.model.norm.bias, nrm(H, 0.02))
 
@@ -958,8 +1010,12 @@ def design_weights(model, spec, seed):
     P = A_pinv @ A  # projector onto row space
     Q = np.eye(H) - (1 - LEAK) * P
 
-    # 3. attention
+    # 3. attention (Qwen3-Next: Gated DeltaNet in the linear_attention layers)
     for layer in layers:
+        la = getattr(layer, "linear_attn", None)
+        if la is not None:
+            design_deltanet(la, H, Q, BRANCH * emb_rms, nrm, put, rng)
+            continue
         at = layer.self_attn
         qk_gain = 1.0 if hasattr(at, "q_norm") else 1.6
         qk_gain /= (cfg.rope_parameters or {}).get("short_mscale", 1.0)  # LongRoPE scales q and k: keep the scores
@@ -1070,6 +1126,20 @@ def design_weights(model, spec, seed):
     if getattr(model.lm_head, "bias", None) is not None:
         put(model.lm_head.bias, nrm(V, 0.3))
     return {"router_subspace_dim": int(M), "kappa": float(kappa), "embedding_rms": float(np.sqrt(np.mean(Emb**2)))}
+
+
+def design_deltanet(la, H, Q, branch, nrm, put, rng):
+    """Gated DeltaNet weights: projections at unit gain, a conv that mixes a few steps, decays
+    exp(g) with g = -A * softplus(a + dt_bias) mostly in [-0.15, -0.003] (the state reaches across
+    the chunk of 64), the output projection inside Q (off the router subspace)."""
+    for lin in (la.in_proj_qkvz, la.in_proj_ba):
+        put(lin.weight, nrm(tuple(lin.weight.shape), 1.0 / math.sqrt(H)))
+    put(la.conv1d.weight, nrm(tuple(la.conv1d.weight.shape), 0.6))
+    put(la.A_log, np.log(rng.uniform(0.02, 0.3, la.A_log.shape[0])))
+    put(la.dt_bias, rng.uniform(-2.0, -0.5, la.dt_bias.shape[0]))
+    put(la.norm.weight, 1 + 0.15 * nrm(la.norm.weight.shape[0], 1))
+    din = la.out_proj.weight.shape[1]
+    put(la.out_proj.weight, Q @ nrm((H, din), branch * 1.5 / math.sqrt(din)))
 
 
 # --------------------------------------------------------------------------------------
@@ -1403,6 +1473,8 @@ def independent_forward(d: Path, ids):
     fam = c["model_type"]
     if fam == "gpt_oss":
         return gpt_oss_fixtures.np_forward(d, ids, _np_rms, _np_rope, _np_rot)
+    if fam == "qwen3_next":
+        return _np_qwen3_next_forward(c, W, ids)
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
     eps, T = c["rms_norm_eps"], len(ids)
@@ -1520,6 +1592,161 @@ def independent_forward(d: Path, ids):
     lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
     logits = x @ lm.T + W.get("lm_head.bias", 0.0)
     return logits / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
+
+
+
+def _np_qwen3_next_forward(c, W, ids):
+    """independent_forward for Qwen3-Next: Gated DeltaNet / gated attention layers, zero-centred norms."""
+    fam = c["model_type"]
+    nxt = fam == "qwen3_next"
+    off = 1.0 if nxt else 0.0  # Qwen3-Next's zero-centred norms: gain 1 + w
+    H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or H // nh
+    eps, T = c["rms_norm_eps"], len(ids)
+    k = c["num_experts_per_tok"]
+    cos, sin = _np_rope(c, hd, T)
+    sw = c.get("sliding_window") if (fam == "mixtral" or c.get("use_sliding_window")) else None
+    granite = fam == "granitemoe"
+    res_mult = c.get("residual_multiplier", 1.0) if granite else 1.0
+    att_scale = c.get("attention_multiplier", 1.0) if granite else 1 / math.sqrt(hd)
+    x = W["model.embed_tokens.weight"][ids] * (c.get("embedding_multiplier", 1.0) if granite else 1.0)
+    routing = []
+    for L in range(c["num_hidden_layers"]):
+        p = f"model.layers.{L}."
+
+        def lin(name, inp):
+            y = inp @ W[p + name + ".weight"].T
+            return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
+
+        h = _np_rms(x, off + W[p + "input_layernorm.weight"], eps)
+        if nxt and c["layer_types"][L] == "linear_attention":
+            x = x + _np_deltanet(c, W, p, h, eps)
+            h = _np_rms(x, off + W[p + "post_attention_layernorm.weight"], eps)
+            x, rt = _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult)
+            routing.append(rt)
+            continue
+        q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
+        if nxt:  # q_proj holds [query, gate] per head
+            q, gate = q.reshape(T, nh, 2 * hd)[..., :hd], q.reshape(T, nh, 2 * hd)[..., hd:].reshape(T, nh * hd)
+        if fam == "olmoe":  # RMSNorm over the whole projection, before the head split
+            q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
+            kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
+        q, kk, v = q.reshape(T, nh, hd), kk.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
+        if fam in ("qwen3_moe", "glm4_moe", "qwen3_next") and p + "self_attn.q_norm.weight" in W:  # per head
+            q = _np_rms(q, off + W[p + "self_attn.q_norm.weight"], eps)
+            kk = _np_rms(kk, off + W[p + "self_attn.k_norm.weight"], eps)
+        r = cos.shape[-1]  # rotate the leading r dims of each head, pass the rest
+        q = np.concatenate([q[..., :r] * cos[:, None] + _np_rot(q[..., :r]) * sin[:, None], q[..., r:]], -1)
+        kk = np.concatenate([kk[..., :r] * cos[:, None] + _np_rot(kk[..., :r]) * sin[:, None], kk[..., r:]], -1)
+        kk, v = np.repeat(kk, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
+        sc = np.einsum("qhd,khd->hqk", q, kk) * att_scale
+        qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
+        mask = kj <= qi
+        if sw:
+            mask &= kj > qi - sw
+        sc = np.where(mask[None], sc, -np.inf)
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        sc /= sc.sum(-1, keepdims=True)
+        att = np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd)
+        if nxt:  # output gate
+            att = att / (1 + np.exp(-gate))
+        x = x + res_mult * lin("self_attn.o_proj", att)
+        h = _np_rms(x, off + W[p + "post_attention_layernorm.weight"], eps)
+        x, rt = _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult)
+        routing.append(rt)
+    x = _np_rms(x, off + W["model.norm.weight"], eps)
+    lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
+    return x @ lm.T / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
+
+def _np_deltanet(c, W, p, h, eps):
+    """Qwen3-Next's Gated DeltaNet in its recurrent form, float64, from the grouped projections."""
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv, K = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+    r, T, la = nv // nk, h.shape[0], p + "linear_attn."
+    qkvz = (h @ W[la + "in_proj_qkvz.weight"].T).reshape(T, nk, 2 * dk + 2 * r * dv)
+    ba = (h @ W[la + "in_proj_ba.weight"].T).reshape(T, nk, 2 * r)
+    z = qkvz[..., 2 * dk + r * dv:].reshape(T, nv, dv)
+    b, a = ba[..., :r].reshape(T, nv), ba[..., r:].reshape(T, nv)
+    mixed = np.concatenate([qkvz[..., :dk].reshape(T, -1), qkvz[..., dk:2 * dk].reshape(T, -1),
+                            qkvz[..., 2 * dk:2 * dk + r * dv].reshape(T, -1)], -1)
+    w = W[la + "conv1d.weight"][:, 0, :]  # [C, K]
+    pad = np.concatenate([np.zeros((K - 1, mixed.shape[1])), mixed], 0)
+    conv = _np_silu(np.stack([(pad[t:t + K] * w.T).sum(0) for t in range(T)]))
+    kd = nk * dk
+
+    def l2(u):
+        return u / np.sqrt((u * u).sum(-1, keepdims=True) + 1e-6)
+
+    q = np.repeat(l2(conv[:, :kd].reshape(T, nk, dk)), r, 1) / math.sqrt(dk)
+    kk = np.repeat(l2(conv[:, kd:2 * kd].reshape(T, nk, dk)), r, 1)
+    v = conv[:, 2 * kd:].reshape(T, nv, dv)
+    beta = 1 / (1 + np.exp(-b))
+    g = -np.exp(W[la + "A_log"]) * np.log1p(np.exp(a + W[la + "dt_bias"]))
+    S, o = np.zeros((nv, dk, dv)), np.zeros((T, nv, dv))
+    for t in range(T):
+        S = S * np.exp(g[t])[:, None, None]
+        delta = (v[t] - np.einsum("hkv,hk->hv", S, kk[t])) * beta[t][:, None]
+        S = S + kk[t][:, :, None] * delta[:, None, :]
+        o[t] = np.einsum("hkv,hk->hv", S, q[t])
+    o = W[la + "norm.weight"] * (o / np.sqrt((o * o).mean(-1, keepdims=True) + eps)) * _np_silu(z)
+    return o.reshape(T, nv * dv) @ W[la + "out_proj.weight"].T
+
+
+def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
+    """The dense MLP or MoE block of one layer on normed h: (x + its output, the layer's routing)."""
+    pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
+    router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
+    if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
+        W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
+        W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
+    if router is None:  # dense layer
+        return x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T, None
+    lg = h @ W[router].T
+    if fam == "glm4_moe":  # sigmoid scores; choose by score + bias within the best groups
+        pr = 1 / (1 + np.exp(-lg))
+        keys = pr + W[pre + "gate.e_score_correction_bias"]
+        g = c.get("n_group", 1)
+        if g > 1:
+            per = keys.shape[-1] // g
+            gs = np.sort(keys.reshape(T, g, per), -1)[..., -2:].sum(-1)
+            lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
+            for t in range(T):
+                for gi in lose[t]:
+                    keys[t, gi * per:(gi + 1) * per] = -np.inf
+        top = np.argsort(-keys, -1, kind="stable")[:, :k]
+        tw = np.take_along_axis(pr, top, -1)
+        order = np.argsort(-tw, -1, kind="stable")
+        top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
+        if c.get("norm_topk_prob"):
+            tw = tw / (tw.sum(-1, keepdims=True) + 1e-20)
+        tw = tw * c.get("routed_scaling_factor", 1.0)
+    else:
+        pr = np.exp(lg - lg.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        top = np.argsort(-pr, -1, kind="stable")[:, :k]
+        tw = np.take_along_axis(pr, top, -1)
+    if fam in ("mixtral", "granitemoe") or (fam != "glm4_moe" and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
+        tw = tw / tw.sum(-1, keepdims=True)
+    rt = top.tolist()
+    y = np.zeros_like(x)
+    for t in range(T):
+        for j in range(k):
+            e = top[t, j]
+            if pre + "experts.gate_up_proj" in W:  # fused: [E, 2F, H] = cat(gate, up) ; down [E, H, F]
+                gu = W[pre + "experts.gate_up_proj"][e]
+                F = gu.shape[0] // 2
+                gw, uw, dw = gu[:F], gu[F:], W[pre + "experts.down_proj"][e]
+            elif fam == "mixtral":  # w1 = gate, w3 = up, w2 = down
+                gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2"))
+            else:
+                gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
+            y[t] += tw[t, j] * ((_np_silu(h[t] @ gw.T) * (h[t] @ uw.T)) @ dw.T)
+    if pre + "shared_expert_gate.weight" in W:
+        se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
+        y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
+    if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
+        y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
+    return x + res_mult * y, rt
 
 
 # --------------------------------------------------------------------------------------

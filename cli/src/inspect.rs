@@ -3,6 +3,7 @@
 //! or as one JSON object with `--json`.
 
 use colibri::format::{TensorKind, TensorRecord};
+use colibri::model::{Config, LayerKind, LayerSpec};
 use colibri::{Error, LoadOptions, Model};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -75,6 +76,11 @@ fn weights_summary(tensors: &[TensorRecord]) -> Value {
     })
 }
 
+/// The indices of the layers `f` picks.
+fn layers_where(c: &Config, f: impl Fn(&LayerSpec) -> bool) -> Vec<usize> {
+    c.layers.iter().enumerate().filter(|(_, l)| f(l)).map(|(i, _)| i).collect()
+}
+
 fn report(model: &Model, file: &Path) -> Value {
     let c = model.config();
     let p = model.parsed();
@@ -112,7 +118,6 @@ fn report(model: &Model, file: &Path) -> Value {
             })
         })
         .collect();
-    let dense: Vec<usize> = c.layers.iter().enumerate().filter(|(_, l)| !l.moe).map(|(i, _)| i).collect();
     let provenance: Value = model.provenance().and_then(|s| serde_json::from_str(s).ok()).unwrap_or(Value::Null);
     let user = model.user_metadata().map(|u| {
         json!({
@@ -139,7 +144,9 @@ fn report(model: &Model, file: &Path) -> Value {
             "num_moe_layers": h.num_moe_layers,
         },
         "config": c,
-        "dense_layers": dense,
+        "dense_layers": layers_where(c, |l| !l.moe),
+        "recurrent_layers": layers_where(c, |l| l.kind == LayerKind::DeltaNet),
+        "session_state_bytes": colibri::session::session_state_bytes(c),
         "params": params.total,
         "active_params_per_token": params.active,
         "weights": weights_summary(&p.tensors),
@@ -214,7 +221,25 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
             m.kv_lora_rank, m.qk_rope_head_dim, m.q_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
         )?;
     }
-    writeln!(o, "rope         theta {}, scaling {:?}", c.rope.theta, c.rope.scaling)?;
+    if let Some(d) = c.delta_net {
+        writeln!(
+            o,
+            "deltanet     layers {} (Gated DeltaNet: {} k heads × {}, {} v heads × {}, conv {}), output-gated \
+             attention {}",
+            r["recurrent_layers"],
+            d.n_k_heads,
+            d.k_head_dim,
+            d.n_v_heads,
+            d.v_head_dim,
+            d.conv_kernel,
+            c.attn_output_gate
+        )?;
+    }
+    writeln!(
+        o,
+        "rope         theta {}, partial {}, scaling {:?}",
+        c.rope.theta, c.rope.partial_rotary_factor, c.rope.scaling
+    )?;
     writeln!(
         o,
         "params       {} total, {} active per token",
@@ -253,6 +278,13 @@ fn print_storage(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Resul
         "kv cache     {} bytes per token (f32), {} (f16/bf16)",
         r["kv_cache_bytes_per_token"]["f32"], r["kv_cache_bytes_per_token"]["f16"]
     )?;
+    if c.delta_net.is_some() {
+        writeln!(
+            o,
+            "recurrent    {} bytes per session, whatever its length (DeltaNet state + its copy at each call's start)",
+            r["session_state_bytes"]
+        )?;
+    }
     writeln!(o, "tokens       bos {:?}, eos {:?}, pad {:?}", c.bos_token_id, c.eos_token_ids, c.pad_token_id)?;
     writeln!(o, "tokenizer    {}", r["tokenizer"])?;
     writeln!(

@@ -315,8 +315,16 @@ fn chat_loop(a: &RunArgs, model: &Model, tok: &Tokenizer) -> Result<(), Error> {
         }
         msgs.push(ChatMessage::new("user", user));
         let ids = chat_ids(model, tok, &msgs)?;
-        let common = fed.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len().saturating_sub(1));
-        s.truncate(common.min(s.position()))?;
+        let mut common = fed.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len().saturating_sub(1));
+        match s.truncate(common.min(s.position())) {
+            Ok(()) => {}
+            // A recurrent (DeltaNet) state cannot be cut back to the shared prefix: start over.
+            Err(Error::Unsupported { .. }) => {
+                s.reset();
+                common = 0;
+            }
+            Err(e) => return Err(e),
+        }
         if ids.len() >= s.n_ctx() {
             return Err(Error::InvalidArgument { reason: "the conversation no longer fits the context (-c)".into() });
         }

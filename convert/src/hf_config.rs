@@ -6,8 +6,8 @@ use crate::deepseek;
 use crate::error::{fail, Result};
 use crate::json_keys::{get, opt_bool, opt_f64, opt_usize, usize_key};
 use colibri::model::{
-    Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling,
-    Scales, Scoring,
+    Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, MoeConfig, NormKind,
+    QkNorm, Rope, RopeScaling, Scales, Scoring,
 };
 use serde_json::Value;
 
@@ -36,12 +36,13 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("DeepseekV3ForCausalLM"), _) | (None, Some("deepseek_v3" | "kimi_k2")) => Family::DeepseekV3,
         (Some("GptOssForCausalLM"), _) | (None, Some("gpt_oss")) => Family::GptOss,
         (Some("PhimoeForCausalLM"), _) | (None, Some("phimoe")) => Family::Phimoe,
+        (Some("Qwen3NextForCausalLM"), _) | (None, Some("qwen3_next")) => Family::Qwen3Next,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
                  GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM,
-                 PhimoeForCausalLM",
+                 PhimoeForCausalLM, Qwen3NextForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -73,8 +74,13 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
-    // GLM-4.5 rotates half of each head unless told otherwise (Glm4MoeConfig's default).
-    let default_partial = if fam == Family::Glm4Moe { 0.5 } else { 1.0 };
+    // GLM-4.5 rotates half of each head, Qwen3-Next a quarter, unless told otherwise (the
+    // defaults of Glm4MoeConfig / Qwen3NextConfig).
+    let default_partial = match fam {
+        Family::Glm4Moe => 0.5,
+        Family::Qwen3Next => 0.25,
+        _ => 1.0,
+    };
     let partial = pf("partial_rotary_factor")?.or(opt_f64(hf, "partial_rotary_factor")?).unwrap_or(default_partial);
     let kind = p("rope_type").or_else(|| p("type")).and_then(|t| t.as_str()).unwrap_or("default");
     let original =
@@ -163,14 +169,18 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
                 Some("sliding_attention") => {
                     window.map(Some).ok_or_else(|| fail("a sliding_attention layer but no sliding_window"))
                 }
+                // Qwen3-Next's DeltaNet layers have no window (their kind: `layer_kinds`).
                 Some("full_attention") => Ok(None),
+                Some("linear_attention") if fam == Family::Qwen3Next => Ok(None),
                 other => Err(fail(format!("unsupported layer type {other:?}"))),
             })
             .collect();
     }
     Ok(match fam {
         Family::Mixtral | Family::Phimoe => vec![window; n_layers],
-        Family::GraniteMoe | Family::Glm4Moe | Family::DeepseekV2 | Family::DeepseekV3 => vec![None; n_layers],
+        Family::GraniteMoe | Family::Glm4Moe | Family::DeepseekV2 | Family::DeepseekV3 | Family::Qwen3Next => {
+            vec![None; n_layers]
+        }
         // GptOssConfig's default layer_types: sliding, full, sliding, …
         Family::GptOss => (0..n_layers).map(|i| if i % 2 == 0 { window } else { None }).collect(),
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
@@ -196,13 +206,14 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
     let top_k = usize_key(hf, "num_experts_per_tok")?;
     // Granite takes the softmax over the top-k logits: the renormalised top-k probabilities.
     // GPT-OSS too: top-k of the logits, softmax over the chosen ones.
+    // Qwen3NextConfig's norm_topk_prob defaults to true.
     let norm_topk_prob = matches!(fam, Family::Mixtral | Family::GraniteMoe | Family::GptOss)
-        || opt_bool(hf, "norm_topk_prob")?.unwrap_or(false);
+        || opt_bool(hf, "norm_topk_prob")?.unwrap_or(fam == Family::Qwen3Next);
     let (expert_ffn, dense_ffn, shared) = match fam {
         Family::Mixtral | Family::Olmoe | Family::GraniteMoe | Family::GptOss | Family::Phimoe => {
             (usize_key(hf, "intermediate_size")?, 0, 0)
         }
-        Family::Qwen2Moe => (
+        Family::Qwen2Moe | Family::Qwen3Next => (
             usize_key(hf, "moe_intermediate_size")?,
             opt_usize(hf, "intermediate_size")?.unwrap_or(0),
             opt_usize(hf, "shared_expert_intermediate_size")?.unwrap_or(0),
@@ -250,7 +261,7 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         norm_topk_prob,
         shared_expert_ffn: shared,
         // Qwen2-MoE gates its shared expert; GLM-4.5 adds it as it is.
-        shared_expert_gate: shared > 0 && fam == Family::Qwen2Moe,
+        shared_expert_gate: shared > 0 && matches!(fam, Family::Qwen2Moe | Family::Qwen3Next),
         scoring: scoring(hf, fam, top_k)?,
         choice_bias: glm,
         groups,
@@ -300,7 +311,7 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
             // modeling_glm4_moe: the first `first_k_dense_replace` layers are dense.
             Family::Glm4Moe => Ok(i >= opt_usize(hf, "first_k_dense_replace")?.unwrap_or(1)),
             Family::DeepseekV2 | Family::DeepseekV3 => deepseek::moe_layer(hf, fam, i),
-            Family::Qwen2Moe | Family::Qwen3Moe => {
+            Family::Qwen2Moe | Family::Qwen3Moe | Family::Qwen3Next => {
                 let step = opt_usize(hf, "decoder_sparse_step")?.unwrap_or(1).max(1);
                 let mlp_only: Vec<u64> = get(hf, "mlp_only_layers")
                     .and_then(|m| m.as_array())
@@ -311,7 +322,42 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
             _ => Ok(true),
         }
     };
-    (0..n_layers).map(|i| Ok(LayerSpec { moe: moe_layer(i)?, sliding_window: windows[i] })).collect()
+    let kinds = layer_kinds(hf, fam, n_layers)?;
+    (0..n_layers).map(|i| Ok(LayerSpec { moe: moe_layer(i)?, sliding_window: windows[i], kind: kinds[i] })).collect()
+}
+
+/// Each layer's token mixer: Qwen3-Next's `layer_types` ("linear_attention" = Gated DeltaNet),
+/// else its `full_attention_interval` rule (every interval-th layer attends; default 4, as
+/// Qwen3NextConfig); attention everywhere for the other families.
+fn layer_kinds(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<LayerKind>> {
+    if fam != Family::Qwen3Next {
+        return Ok(vec![LayerKind::Attention; n_layers]);
+    }
+    if let Some(types) = get(hf, "layer_types").and_then(|t| t.as_array()) {
+        let kind = |t: &Value| match t.as_str() {
+            Some("linear_attention") => LayerKind::DeltaNet,
+            _ => LayerKind::Attention,
+        };
+        return Ok(types.iter().map(kind).collect());
+    }
+    let interval = opt_usize(hf, "full_attention_interval")?.unwrap_or(4).max(1);
+    Ok((0..n_layers)
+        .map(|i| if (i + 1).is_multiple_of(interval) { LayerKind::Attention } else { LayerKind::DeltaNet })
+        .collect())
+}
+
+/// Qwen3-Next's Gated DeltaNet shape (`linear_*` keys, Qwen3NextConfig's defaults).
+fn delta_net(hf: &Value, fam: Family) -> Result<Option<DeltaNetConfig>> {
+    if fam != Family::Qwen3Next {
+        return Ok(None);
+    }
+    Ok(Some(DeltaNetConfig {
+        n_k_heads: opt_usize(hf, "linear_num_key_heads")?.unwrap_or(16),
+        n_v_heads: opt_usize(hf, "linear_num_value_heads")?.unwrap_or(32),
+        k_head_dim: opt_usize(hf, "linear_key_head_dim")?.unwrap_or(128),
+        v_head_dim: opt_usize(hf, "linear_value_head_dim")?.unwrap_or(128),
+        conv_kernel: opt_usize(hf, "linear_conv_kernel_dim")?.unwrap_or(4),
+    }))
 }
 
 /// q/k/v biases and q/k normalisation.
@@ -327,7 +373,7 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
-        Family::Qwen3Moe => QkNorm::PerHead,
+        Family::Qwen3Moe | Family::Qwen3Next => QkNorm::PerHead,
         Family::Glm4Moe if opt_bool(hf, "use_qk_norm")?.unwrap_or(false) => QkNorm::PerHead,
         Family::Olmoe => QkNorm::Full,
         _ => QkNorm::None,
@@ -416,6 +462,11 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         scales,
         mla,
         attention_sinks: fam == Family::GptOss,
+        delta_net: delta_net(hf, fam)?,
+        // Qwen3-Next: q_proj yields the output gate; every RMSNorm but the DeltaNet's gated one
+        // is zero-centred (gain 1 + weight).
+        attn_output_gate: fam == Family::Qwen3Next,
+        norm_offset: if fam == Family::Qwen3Next { 1.0 } else { 0.0 },
     };
     Ok(config)
 }

@@ -72,6 +72,82 @@ fn required(ck: &Checkpoint, names: &[String], want: &[u64], what: &str) -> Resu
         .ok_or_else(|| fail(format!("missing tensor for {what}: looked for {}", names.join(" or "))))
 }
 
+/// Rows of the 2-D source tensor `name` (whose shape must be `want`), as pieces in the order of
+/// `runs` (start row, row count): how grouped projections are de-grouped.
+fn row_pieces(ck: &Checkpoint, name: &str, want: [u64; 2], runs: &[(u64, u64)]) -> Result<Vec<Piece>> {
+    let t = ck.tensors.get(name).ok_or_else(|| fail(format!("missing tensor {name}")))?;
+    if t.shape != want {
+        return Err(fail(format!("tensor {name} has shape {:?}, the config implies {:?}", t.shape, want)));
+    }
+    let row_bytes = want[1] * t.dtype.size() as u64;
+    Ok(runs
+        .iter()
+        .map(|&(start, rows)| Piece {
+            source: name.to_string(),
+            tensor: t.clone(),
+            byte_offset: start * row_bytes,
+            elements: rows * want[1],
+            layout: PieceLayout::Contiguous,
+            scale: None,
+        })
+        .collect())
+}
+
+/// A tensor stored with extra unit dimensions (conv1d.weight [C, 1, K] for [C, K]).
+fn squeezed(ck: &Checkpoint, name: &str, want: &[u64]) -> Result<Vec<Piece>> {
+    let t = ck.tensors.get(name).ok_or_else(|| fail(format!("missing tensor {name}")))?;
+    let real: Vec<u64> = t.shape.iter().copied().filter(|&d| d != 1).collect();
+    if real != want.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>() {
+        return Err(fail(format!("tensor {name} has shape {:?}, the config implies {:?}", t.shape, want)));
+    }
+    Ok(vec![Piece {
+        source: name.to_string(),
+        tensor: t.clone(),
+        byte_offset: 0,
+        elements: want.iter().product(),
+        layout: PieceLayout::Contiguous,
+        scale: None,
+    }])
+}
+
+/// Qwen3-Next's grouped projections, de-grouped (`Qwen3NextGatedDeltaNet.fix_query_key_value_ordering`):
+/// in_proj_qkvz rows are, per key head g, [q_g (dk), k_g (dk), v_g (r·dv), z_g (r·dv)] with r =
+/// n_v_heads / n_k_heads; colibri's rows are all q, all k, all v, all z. in_proj_ba rows are, per
+/// key head, [b_g (r), a_g (r)]; colibri's are all b, all a. The attention q_proj rows are, per
+/// head, [query (head_dim), gate (head_dim)].
+fn degrouped(ck: &Checkpoint, c: &Config, l: usize, sfx: &str, spec: &TensorSpec) -> Result<Vec<Piece>> {
+    use suffix::*;
+    let h = c.hidden_size as u64;
+    let lin = |leaf: &str| format!("model.layers.{l}.linear_attn.{leaf}");
+    let d = c.delta_net.ok_or_else(|| fail("internal: DeltaNet tensors without a delta_net config"))?;
+    let (ng, dk, dv) = (d.n_k_heads as u64, d.k_head_dim as u64, d.v_head_dim as u64);
+    let r = (d.n_v_heads / d.n_k_heads) as u64;
+    let per_group = |parts: &[u64], pick: usize| -> Vec<(u64, u64)> {
+        let width: u64 = parts.iter().sum();
+        let at: u64 = parts[..pick].iter().sum();
+        (0..ng).map(|g| (g * width + at, parts[pick])).collect()
+    };
+    match sfx {
+        DN_QKVZ => {
+            let parts = [dk, dk, r * dv, r * dv];
+            let runs: Vec<_> = (0..4).flat_map(|i| per_group(&parts, i)).collect();
+            row_pieces(ck, &lin("in_proj_qkvz.weight"), [ng * parts.iter().sum::<u64>(), h], &runs)
+        }
+        DN_BA => {
+            let runs: Vec<_> = (0..2).flat_map(|i| per_group(&[r, r], i)).collect();
+            row_pieces(ck, &lin("in_proj_ba.weight"), [ng * 2 * r, h], &runs)
+        }
+        DN_CONV => squeezed(ck, &lin("conv1d.weight"), &spec.shape),
+        _ => {
+            // q or gate of a gated attention q_proj.
+            let (nh, hd) = (c.n_heads as u64, c.head_dim as u64);
+            let skip = if sfx == GATE { hd } else { 0 };
+            let runs: Vec<_> = (0..nh).map(|i| (i * 2 * hd + skip, hd)).collect();
+            row_pieces(ck, &format!("model.layers.{l}.self_attn.q_proj.weight"), [2 * nh * hd, h], &runs)
+        }
+    }
+}
+
 /// The MoE sub-module prefixes a family's checkpoints use for layer `l`.
 fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
     let base = format!("model.layers.{l}");
@@ -209,6 +285,12 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 FFN_NORM => one(vec![format!("{base}.post_attention_layernorm.weight")])?,
                 ATTN_NORM_BIAS => one(vec![format!("{base}.input_layernorm.bias")])?,
                 FFN_NORM_BIAS => one(vec![format!("{base}.post_attention_layernorm.bias")])?,
+                Q if c.attn_output_gate => degrouped(ck, c, l, sfx, spec)?,
+                GATE | DN_QKVZ | DN_BA | DN_CONV => degrouped(ck, c, l, sfx, spec)?,
+                DN_DT_BIAS => one(vec![format!("{base}.linear_attn.dt_bias")])?,
+                DN_A_LOG => one(vec![format!("{base}.linear_attn.A_log")])?,
+                DN_NORM => one(vec![format!("{base}.linear_attn.norm.weight")])?,
+                DN_OUT => one(vec![format!("{base}.linear_attn.out_proj.weight")])?,
                 Q => one(attn("q_proj.weight"))?,
                 K => one(attn("k_proj.weight"))?,
                 V => one(attn("v_proj.weight"))?,

@@ -1,6 +1,7 @@
 //! Streaming one planned tensor from its source pieces into the writer, in bounded chunks:
-//! float targets are cast chunk by chunk; block targets are quantised piece by piece (a piece is
-//! one matrix: the whole tensor, or one expert), quants as they come, then the piece's scales.
+//! float targets are cast chunk by chunk; block targets are quantised matrix by matrix (one
+//! expert of a stack, or a plain tensor's pieces — row runs — together), quants as they come,
+//! then the matrix's scales.
 
 use super::cast;
 use super::piece::{Piece, PieceLayout};
@@ -8,7 +9,7 @@ use super::quantize::MatrixQuantizer;
 use super::safetensors::Checkpoint;
 use super::sources::Resolved;
 use crate::error::{fail, Result};
-use colibri::format::{mxfp4, DType, FileWriter, PlannedTensor};
+use colibri::format::{mxfp4, DType, FileWriter, PlannedTensor, TensorKind};
 
 /// Source bytes read per step: bounds the converter's buffers (a multiple of every block's
 /// source bytes, 32 × 4).
@@ -33,15 +34,24 @@ impl Streamer {
         progress: &dyn Fn(u64),
     ) -> Result<()> {
         writer.begin(&p.name)?;
-        for piece in &r.pieces {
-            if piece.is_mxfp4() {
-                self.mxfp4_piece(ck, writer, piece, p, progress)?;
-            } else if let PieceLayout::Transposed { rows, cols } = piece.layout {
-                self.transposed_piece(ck, writer, piece, [rows, cols], p, progress)?;
-            } else if p.dtype.is_quantized() {
-                self.quantised_piece(ck, writer, piece, p, progress)?;
-            } else {
-                self.float_piece(ck, writer, piece, p, progress)?;
+        if p.dtype.is_quantized() && !r.pieces.iter().any(Piece::is_mxfp4) {
+            // One matrix per expert of a stack; the row runs of a de-grouped plain tensor make one.
+            let matrices: Vec<&[Piece]> = match p.kind {
+                TensorKind::Experts => r.pieces.chunks(1).collect(),
+                _ => vec![&r.pieces[..]],
+            };
+            for pieces in matrices {
+                self.quantised_matrix(ck, writer, pieces, p, progress)?;
+            }
+        } else {
+            for piece in &r.pieces {
+                if piece.is_mxfp4() {
+                    self.mxfp4_piece(ck, writer, piece, p, progress)?;
+                } else if let PieceLayout::Transposed { rows, cols } = piece.layout {
+                    self.transposed_piece(ck, writer, piece, [rows, cols], p, progress)?;
+                } else {
+                    self.float_piece(ck, writer, piece, p, progress)?;
+                }
             }
         }
         Ok(writer.end()?)
@@ -193,16 +203,35 @@ impl Streamer {
         Ok(())
     }
 
-    fn quantised_piece(
+    /// One matrix from its pieces (consecutive row runs): quants as they come, then its scales.
+    fn quantised_matrix(
         &mut self,
         ck: &Checkpoint,
         writer: &mut FileWriter,
-        piece: &Piece,
+        pieces: &[Piece],
         p: &PlannedTensor,
         progress: &dyn Fn(u64),
     ) -> Result<()> {
         let cols = p.shape.last().copied().unwrap_or(0) as usize;
         let mut q = MatrixQuantizer::new(p.dtype, cols);
+        for piece in pieces {
+            self.quantised_rows(ck, writer, piece, p, &mut q, progress)?;
+        }
+        q.finish(&mut self.out);
+        writer.write(&self.out)?;
+        progress(self.out.len() as u64);
+        Ok(())
+    }
+
+    fn quantised_rows(
+        &mut self,
+        ck: &Checkpoint,
+        writer: &mut FileWriter,
+        piece: &Piece,
+        p: &PlannedTensor,
+        q: &mut MatrixQuantizer,
+        progress: &dyn Fn(u64),
+    ) -> Result<()> {
         self.chunks(ck, piece, |s, first| {
             s.widen(piece, first);
             q.push(&s.wide, &mut s.out).map_err(|o| {
@@ -215,10 +244,6 @@ impl Streamer {
             writer.write(&s.out)?;
             progress(s.out.len() as u64);
             Ok(())
-        })?;
-        q.finish(&mut self.out);
-        writer.write(&self.out)?;
-        progress(self.out.len() as u64);
-        Ok(())
+        })
     }
 }

@@ -187,7 +187,8 @@ func TestInfo(t *testing.T) {
 	info := m.Info()
 	t.Logf("%+v", info)
 	want := ModelInfo{Family: FamilyQwen2MoE, VocabSize: 400, NCtxTrain: 4096, HiddenSize: 64, NLayers: 4,
-		NExperts: 8, TopK: 4, BOS: 395, EOS: 395, NParams: info.NParams, NActiveParams: info.NActiveParams}
+		NExperts: 8, TopK: 4, BOS: 395, EOS: 395, NParams: info.NParams, NActiveParams: info.NActiveParams,
+		NAttentionLayers: 4}
 	if info != want {
 		t.Errorf("Info() = %+v, want %+v", info, want)
 	}

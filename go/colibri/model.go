@@ -29,6 +29,7 @@ const (
 	FamilyDeepSeekV3 Family = C.COLIBRI_FAMILY_DEEPSEEK_V3
 	FamilyGPTOSS     Family = C.COLIBRI_FAMILY_GPT_OSS
 	FamilyPhiMoE     Family = C.COLIBRI_FAMILY_PHIMOE
+	FamilyQwen3Next  Family = C.COLIBRI_FAMILY_QWEN3_NEXT
 )
 
 func (f Family) String() string {
@@ -53,6 +54,8 @@ func (f Family) String() string {
 		return "gpt_oss"
 	case FamilyPhiMoE:
 		return "phimoe"
+	case FamilyQwen3Next:
+		return "qwen3_next"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }
@@ -70,6 +73,11 @@ type ModelInfo struct {
 	NActiveParams uint64 // parameters read per token
 	BOS           int32  // -1 when the model has none
 	EOS           int32  // first end-of-sequence id, -1 when none
+	// Layers with a recurrent state instead of a KV cache (Qwen3-Next's DeltaNet), layers with
+	// softmax attention, and the recurrent-state bytes each session holds whatever its length.
+	NRecurrentLayers  int
+	NAttentionLayers  int
+	SessionStateBytes uint64
 }
 
 // Message is one chat message for ChatRender.
@@ -149,17 +157,20 @@ func Open(path string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{ptr: ptr, info: ModelInfo{
-		Family:        Family(ci.family),
-		VocabSize:     int(ci.vocab_size),
-		NCtxTrain:     int(ci.n_ctx_train),
-		HiddenSize:    int(ci.hidden_size),
-		NLayers:       int(ci.n_layers),
-		NExperts:      int(ci.n_experts),
-		TopK:          int(ci.top_k),
-		NParams:       uint64(ci.n_params),
-		NActiveParams: uint64(ci.n_active_params),
-		BOS:           int32(ci.bos_token),
-		EOS:           int32(ci.eos_token),
+		Family:            Family(ci.family),
+		VocabSize:         int(ci.vocab_size),
+		NCtxTrain:         int(ci.n_ctx_train),
+		HiddenSize:        int(ci.hidden_size),
+		NLayers:           int(ci.n_layers),
+		NExperts:          int(ci.n_experts),
+		TopK:              int(ci.top_k),
+		NParams:           uint64(ci.n_params),
+		NActiveParams:     uint64(ci.n_active_params),
+		BOS:               int32(ci.bos_token),
+		EOS:               int32(ci.eos_token),
+		NRecurrentLayers:  int(ci.n_recurrent_layers),
+		NAttentionLayers:  int(ci.n_attention_layers),
+		SessionStateBytes: uint64(ci.session_state_bytes),
 	}}
 	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
 	return m, nil

@@ -162,6 +162,9 @@ class ModelInfoStruct(Structure):
         ("n_active_params", c_uint64),
         ("bos_token", c_int32),
         ("eos_token", c_int32),
+        ("n_recurrent_layers", c_uint32),
+        ("n_attention_layers", c_uint32),
+        ("session_state_bytes", c_uint64),
     ]
 
 

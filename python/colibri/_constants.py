@@ -60,6 +60,8 @@ COLIBRI_FAMILY_GPT_OSS = 8
 #: Phi-3.5-MoE (PhimoeForCausalLM).
 COLIBRI_FAMILY_PHIMOE = 9
 
+COLIBRI_FAMILY_QWEN3_NEXT = 10
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

@@ -32,7 +32,7 @@ PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 class ModelInfo:
     """Facts about a model (``colibri_model_info``)."""
 
-    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "glm4_moe", "deepseek_v2", "deepseek_v3", "gpt_oss" or "phimoe" (a ``COLIBRI_FAMILY_*`` name)
+    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "glm4_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "phimoe" or "qwen3_next" (a ``COLIBRI_FAMILY_*`` name)
     family_id: int  #: the C value
     vocab_size: int
     n_ctx_train: int  #: trained context length (max_position_embeddings)
@@ -44,6 +44,9 @@ class ModelInfo:
     n_active_params: int  #: parameters read per token
     bos_token: Optional[int]  #: None when the model has none
     eos_token: Optional[int]  #: the first end-of-sequence id, None when none
+    n_recurrent_layers: int = 0  #: layers with a recurrent state instead of a KV cache (Qwen3-Next's DeltaNet)
+    n_attention_layers: int = 0  #: layers with softmax attention and a KV cache
+    session_state_bytes: int = 0  #: recurrent-state bytes each session holds whatever its length
 
 
 class Model(OwnedHandle):
@@ -126,6 +129,9 @@ class Model(OwnedHandle):
             n_active_params=s.n_active_params,
             bos_token=None if s.bos_token < 0 else s.bos_token,
             eos_token=None if s.eos_token < 0 else s.eos_token,
+            n_recurrent_layers=s.n_recurrent_layers,
+            n_attention_layers=s.n_attention_layers,
+            session_state_bytes=s.session_state_bytes,
         )
 
     @property

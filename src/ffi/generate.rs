@@ -243,7 +243,8 @@ pub unsafe extern "C" fn colibri_generate(
         let gp = GenerateParams { decode, routing: s.routing };
         let (tokenizer, model) = (s.tokenizer.clone(), s.model.clone());
         s.begin_trace();
-        let before = s.session.checkpoint();
+        // generate runs many forward calls: undoing them needs a copy of any recurrent state.
+        let before = s.session.checkpoint_with_state();
         let mut delivered = 0usize;
         let outcome = generate(&model, &mut s.session, tokenizer.as_deref(), Input::Tokens(&ids), &gp, |piece| {
             let token = piece.token.map(|t| t as i32).unwrap_or(-1);

@@ -101,7 +101,10 @@ mod tests {
             n_params,
             n_active_params,
             bos_token,
-            eos_token
+            eos_token,
+            n_recurrent_layers,
+            n_attention_layers,
+            session_state_bytes
         );
         assert_no_padding!(
             colibri_session_params,

@@ -70,6 +70,7 @@ pub const COLIBRI_FAMILY_DEEPSEEK_V3: colibri_family = 7;
 pub const COLIBRI_FAMILY_GPT_OSS: colibri_family = 8;
 /// Phi-3.5-MoE (PhimoeForCausalLM).
 pub const COLIBRI_FAMILY_PHIMOE: colibri_family = 9;
+pub const COLIBRI_FAMILY_QWEN3_NEXT: colibri_family = 10;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -84,6 +85,7 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::DeepseekV3 => COLIBRI_FAMILY_DEEPSEEK_V3,
         crate::Family::GptOss => COLIBRI_FAMILY_GPT_OSS,
         crate::Family::Phimoe => COLIBRI_FAMILY_PHIMOE,
+        crate::Family::Qwen3Next => COLIBRI_FAMILY_QWEN3_NEXT,
     }
 }
 
@@ -109,10 +111,21 @@ pub struct colibri_model_info {
     pub bos_token: i32,
     /// First end-of-sequence id, -1 when none.
     pub eos_token: i32,
+    /// Layers with a recurrent state instead of a KV cache (Qwen3-Next's Gated DeltaNet); 0 for
+    /// the other families. (Fields from here on: struct_size 72.)
+    pub n_recurrent_layers: u32,
+    /// Layers with softmax attention (and a KV cache).
+    pub n_attention_layers: u32,
+    /// Bytes of recurrent state each session holds whatever its length (the state and its copy
+    /// at the start of each call), on top of the KV cache's bytes per token; 0 when none.
+    pub session_state_bytes: u64,
 }
 
+/// colibri_model_info's size before the recurrent-layer fields.
+const MODEL_INFO_V1: usize = std::mem::offset_of!(colibri_model_info, n_recurrent_layers);
+
 impl Versioned for colibri_model_info {
-    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_model_info>()];
+    const SIZES: &'static [usize] = &[MODEL_INFO_V1, std::mem::size_of::<colibri_model_info>()];
 }
 
 impl Default for colibri_model_info {
@@ -130,6 +143,9 @@ impl Default for colibri_model_info {
             n_active_params: 0,
             bos_token: -1,
             eos_token: -1,
+            n_recurrent_layers: 0,
+            n_attention_layers: 0,
+            session_state_bytes: 0,
         }
     }
 }
@@ -258,6 +274,9 @@ pub unsafe extern "C" fn colibri_model_get_info(
             n_active_params: pc.active,
             bos_token: c.bos_token_id.map(|b| b as i32).unwrap_or(-1),
             eos_token: c.eos_token_ids.first().map(|&e| e as i32).unwrap_or(-1),
+            n_recurrent_layers: c.n_delta_net_layers() as u32,
+            n_attention_layers: c.n_attention_layers() as u32,
+            session_state_bytes: crate::session::session_state_bytes(c) as u64,
         };
         put_versioned(info, full, size);
         Ok(())

@@ -520,7 +520,11 @@ pub unsafe extern "C" fn colibri_session_reset(session: *mut colibri_session) ->
     })
 }
 
-/// Keep only the first `n_tokens` cached tokens (INVALID_ARGUMENT if fewer are cached).
+/// Keep only the first `n_tokens` cached tokens (INVALID_ARGUMENT if fewer are cached). A model
+/// with recurrent layers (colibri_model_info.n_recurrent_layers > 0, Qwen3-Next) keeps a state
+/// standing for every token seen, which goes back exactly only to 0, to the current length and
+/// to the start of the session's last forward call; any other `n_tokens` returns UNSUPPORTED and
+/// changes nothing (reset and feed the prefix again).
 ///
 /// # Safety
 /// `session` must be a live session.

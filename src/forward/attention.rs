@@ -3,7 +3,8 @@
 //! clipping over all rows at once; then per sequence RoPE at its own positions, KV-cache append
 //! and causal (optionally sliding-window) GQA attention over its own cache; the output
 //! projection (+ bias) again over all rows. GPT-OSS's attention sinks join each softmax.
-//! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`.
+//! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`,
+//! and `Qwen3NextAttention` (zero-centred q/k norms, the output × sigmoid(gate)).
 
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
@@ -12,10 +13,10 @@ use crate::model::{AttnWeights, Config, GqaWeights, LayerWeights, QkNorm};
 use crate::session::KvCache;
 use rayon::prelude::*;
 
-fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, eps: f32) {
+fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, shift: f32, eps: f32) {
     // x is [n, heads·dim] and w is [dim] (per head) or [heads·dim] (whole projection):
     // rmsnorm_inplace normalises consecutive chunks of w.len() either way.
-    kernels::rmsnorm_inplace(x, w, eps);
+    kernels::rmsnorm_inplace_shifted(x, w, shift, eps);
 }
 
 /// Attention over the n rows of `b.xn` (the rows of every sequence in `seqs`) into `b.out`,
@@ -37,6 +38,12 @@ pub fn attention(
     rope_and_cache(c, layer, rope, seqs, b);
     // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
     attend(c, kern, lw, layer, seqs, b, n);
+    // att ×= sigmoid(xn·W_gateᵀ) (Qwen3-Next's output gate; q is spent, its buffer takes the gate).
+    if let Some(gate) = w.gate {
+        kern.matmul(gate, &b.xn[..n * c.hidden_size], n, &mut b.q);
+        let att = &mut b.att[..n * c.n_heads * c.head_dim];
+        att.iter_mut().zip(&b.q).for_each(|(a, &g)| *a *= 1.0 / (1.0 + (-g).exp()));
+    }
     // out = att·Woᵀ (+ bias), over all rows.
     kern.matmul(lw.wo, &b.att[..n * c.n_heads * c.head_dim], n, &mut b.out);
     if let Some(bo) = lw.bo {
@@ -61,8 +68,8 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut
     }
     if c.qk_norm != QkNorm::None {
         if let (Some(qn), Some(kn)) = (w.q_norm, w.k_norm) {
-            rmsnorm_heads(q, qn, eps);
-            rmsnorm_heads(k, kn, eps);
+            rmsnorm_heads(q, qn, c.norm_offset as f32, eps);
+            rmsnorm_heads(k, kn, c.norm_offset as f32, eps);
         }
     }
     if let Some(clip) = c.clip_qkv {

@@ -41,7 +41,8 @@ pub fn check_batch(model: &Model, batch: &[Sequence<'_>]) -> Result<(usize, Kern
 /// as it was. Returns the number of new tokens.
 pub fn check_input(model: &Model, s: &Session, input: &Input<'_>, opts: &ForwardOptions) -> Result<usize> {
     let c = model.config();
-    if !s.kv.fits(c) {
+    s.check_usable()?;
+    if !s.kv.fits(c) || !s.rec.fits(c) {
         return Err(Error::InvalidArgument {
             reason: "the session's KV cache does not have this model's shape (made for another model)".into(),
         });

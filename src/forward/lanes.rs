@@ -5,13 +5,15 @@ use super::router::RoutingMode;
 use crate::error::{Error, Result};
 use crate::model::Config;
 use crate::rng::Rng;
-use crate::session::{KvCache, RouteRecord};
+use crate::session::{KvCache, RecurrentState, RouteRecord};
 use std::ops::Range;
 
 /// One sequence's share of a step: its rows of the batch (sequences are listed in row order,
 /// rows contiguous and ascending), its KV cache and position, and its routing state.
 pub struct Lane<'s> {
     pub kv: &'s mut KvCache,
+    /// The DeltaNet layers' state (empty for attention-only models).
+    pub rec: &'s mut RecurrentState,
     /// Position of the sequence's first new token.
     pub pos0: usize,
     pub rows: Range<usize>,
@@ -47,6 +49,14 @@ pub struct Scratch {
     pub q_abs: Vec<f32>,
     /// [n, n_heads·kv_lora_rank] attention outputs over latents
     pub att_lat: Vec<f32>,
+    /// DeltaNet layers (empty otherwise): [n, 2·key_dim + 2·value_dim] projections q k v z,
+    pub dn_qkvz: Vec<f32>,
+    /// [n, 2·n_v_heads] projections b a,
+    pub dn_ba: Vec<f32>,
+    /// [n, conv_dim] conv output (q k v),
+    pub dn_mixed: Vec<f32>,
+    /// [n, value_dim] delta-rule output.
+    pub dn_core: Vec<f32>,
 }
 
 impl Scratch {
@@ -61,7 +71,13 @@ impl Scratch {
             }
             None => (c.n_kv_heads * c.head_dim, 0, 0, 0, q),
         };
+        let dn = c.delta_net.filter(|_| c.n_delta_net_layers() > 0);
+        let dn_width = |f: fn(&crate::model::DeltaNetConfig) -> usize| dn.as_ref().map_or(0, f);
         Ok(Scratch {
+            dn_qkvz: zeros(n, dn_width(|d| 2 * d.key_dim() + 2 * d.value_dim()))?,
+            dn_ba: zeros(n, dn_width(|d| 2 * d.n_v_heads))?,
+            dn_mixed: zeros(n, dn_width(|d| d.conv_dim()))?,
+            dn_core: zeros(n, dn_width(|d| d.value_dim()))?,
             x: zeros(n, h)?,
             xn: zeros(n, h)?,
             q: zeros(n, q)?,

@@ -15,6 +15,8 @@
 mod attention;
 mod check;
 mod chunked;
+mod delta_net;
+mod delta_rule;
 mod experts;
 mod ffn;
 mod lanes;
@@ -103,11 +105,19 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// (`Model::pool`); the caller's thread waits.
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     model.pool().install(|| {
+        check_batch(model, batch)?;
+        // Each session keeps its recurrent state of the call's start, to undo the call.
+        batch.iter_mut().for_each(|q| q.session.begin_call());
         let h = model.config().hidden_size;
-        if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
-            return chunked::forward_in_steps(model, batch);
+        let result = if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
+            chunked::forward_in_steps(model, batch)
+        } else {
+            one_step(model, batch, None)
+        };
+        if result.is_err() {
+            batch.iter_mut().for_each(|q| q.session.abandon_call());
         }
-        one_step(model, batch, None)
+        result
     })?
 }
 

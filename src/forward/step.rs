@@ -4,6 +4,7 @@
 //! the kernels, and the MoE block's routing.
 
 use super::attention::attention;
+use super::delta_net::delta_net;
 use super::experts;
 use super::ffn::mlp;
 use super::lanes::{Lane, Scratch};
@@ -69,8 +70,8 @@ impl<'s> Step<'s> {
             let end = call_end.unwrap_or(s.pos + rows.len());
             rope.extend_table(s.pos, rows.len(), end, &mut sc.cos, &mut sc.sin);
             let top_k = q.opts.routing.top_k.unwrap_or(c.moe.top_k); // validated by the checks
-            let (kv, rng, trace) = (&mut s.kv, &mut s.rng, s.trace.as_mut());
-            lanes.push(Lane { kv, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
+            let (kv, rec, rng, trace) = (&mut s.kv, &mut s.rec, &mut s.rng, s.trace.as_mut());
+            lanes.push(Lane { kv, rec, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
         }
         Ok(Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() })
     }
@@ -101,11 +102,12 @@ impl<'s> Step<'s> {
     /// out = attention(xn) of layer `l`, appending each sequence's K/V (or MLA latent) to its
     /// cache.
     pub fn attention(&mut self, l: usize, lw: &LayerWeights<'_>) {
-        let block = match lw.attn {
-            AttnWeights::Gqa(_) => attention,
-            AttnWeights::Mla(_) => mla::attention,
-        };
-        block(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc);
+        match &lw.attn {
+            AttnWeights::Gqa(_) => attention(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc),
+            AttnWeights::Mla(_) => mla::attention(self.c, &self.k, lw, l, &self.rope, &mut self.lanes, &mut self.sc),
+            // The DeltaNet linear attention, advancing each sequence's recurrent state.
+            AttnWeights::DeltaNet(w) => delta_net(self.c, &self.k, w, lw.wo, l, &mut self.lanes, &mut self.sc),
+        }
     }
 
     /// out = mlp(xn) (a dense layer).
@@ -163,7 +165,8 @@ pub fn norm_rows(c: &Config, w: &NormWeights<'_>, x: &[f32], y: &mut [f32]) {
     let eps = c.rms_norm_eps as f32;
     match (c.norm, w.bias) {
         (NormKind::LayerNorm, Some(b)) => kernels::layernorm(x, w.weight, b, eps, y),
-        _ => kernels::rmsnorm(x, w.weight, eps, y),
+        // Gain norm_offset + w (Qwen3-Next's zero-centred norms: 1 + w).
+        _ => kernels::rmsnorm_shifted(x, w.weight, c.norm_offset as f32, eps, y),
     }
 }
 

@@ -32,19 +32,25 @@ pub use table::CpuPath;
 
 /// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.
 pub fn rmsnorm(x: &[f32], w: Mat<'_>, eps: f32, y: &mut [f32]) {
+    rmsnorm_shifted(x, w, 0.0, eps, y);
+}
+
+/// RMSNorm of each row of x ([n, w.len()]) with gain `shift + w` (zero-centred norms store
+/// gain − 1: shift 1).
+pub fn rmsnorm_shifted(x: &[f32], w: Mat<'_>, shift: f32, eps: f32, y: &mut [f32]) {
     let dim = w.len();
-    let mut wf = [0f32; 256];
-    if dim <= wf.len() {
-        w.dequantize(0, &mut wf[..dim]);
-        for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
-            reference::rmsnorm_row(xr, &wf[..dim], eps, yr);
-        }
+    let mut stack = [0f32; 256];
+    let mut heap = Vec::new();
+    let wf = if dim <= stack.len() {
+        &mut stack[..dim]
     } else {
-        let mut wf = vec![0f32; dim];
-        w.dequantize(0, &mut wf);
-        for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
-            reference::rmsnorm_row(xr, &wf, eps, yr);
-        }
+        heap.resize(dim, 0f32);
+        &mut heap[..]
+    };
+    w.dequantize(0, wf);
+    wf.iter_mut().for_each(|g| *g += shift);
+    for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
+        reference::rmsnorm_row(xr, wf, eps, yr);
     }
 }
 
@@ -61,9 +67,15 @@ pub fn layernorm(x: &[f32], w: Mat<'_>, b: Mat<'_>, eps: f32, y: &mut [f32]) {
 
 /// In-place RMSNorm of each row of x ([n, dim]).
 pub fn rmsnorm_inplace(x: &mut [f32], w: Mat<'_>, eps: f32) {
+    rmsnorm_inplace_shifted(x, w, 0.0, eps);
+}
+
+/// In-place RMSNorm of each row of x ([n, dim]) with gain `shift + w`.
+pub fn rmsnorm_inplace_shifted(x: &mut [f32], w: Mat<'_>, shift: f32, eps: f32) {
     let dim = w.len();
     let mut wf = vec![0f32; dim];
     w.dequantize(0, &mut wf);
+    wf.iter_mut().for_each(|g| *g += shift);
     let mut tmp = vec![0f32; dim];
     for xr in x.chunks_exact_mut(dim) {
         reference::rmsnorm_row(xr, &wf, eps, &mut tmp);

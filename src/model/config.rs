@@ -34,6 +34,9 @@ pub enum Family {
     /// PhimoeForCausalLM (Phi-3.5-MoE: LayerNorm with bias, biased attention and lm_head,
     /// sparsemixer top-2 routing, LongRoPE)
     Phimoe,
+    /// Qwen3NextForCausalLM (Gated DeltaNet linear attention in most layers, gated full attention
+    /// in the rest, zero-centred RMSNorm, Qwen2-MoE's gated shared expert)
+    Qwen3Next,
 }
 
 impl Family {
@@ -50,6 +53,7 @@ impl Family {
             Family::DeepseekV3 => "DeepseekV3ForCausalLM",
             Family::GptOss => "GptOssForCausalLM",
             Family::Phimoe => "PhimoeForCausalLM",
+            Family::Qwen3Next => "Qwen3NextForCausalLM",
         }
     }
 
@@ -66,6 +70,7 @@ impl Family {
             Family::DeepseekV3 => "deepseek_v3",
             Family::GptOss => "gpt_oss",
             Family::Phimoe => "phimoe",
+            Family::Qwen3Next => "qwen3_next",
         }
     }
 }
@@ -113,6 +118,10 @@ pub struct Rope {
 
 fn one() -> f64 {
     1.0
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// RoPE scaling schemes used by these families' configs (transformers `rope_type`).
@@ -290,6 +299,25 @@ impl MoeConfig {
     }
 }
 
+/// What mixes the tokens of a layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// Softmax self-attention over the KV cache.
+    #[default]
+    Attention,
+    /// Gated DeltaNet linear attention (`Config::delta_net`): a fixed-size recurrent state per
+    /// session instead of a KV cache.
+    DeltaNet,
+}
+
+impl LayerKind {
+    /// Whether this is `Attention` (the default).
+    pub fn is_attention(&self) -> bool {
+        *self == LayerKind::Attention
+    }
+}
+
 /// Per-layer choices.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerSpec {
@@ -298,6 +326,44 @@ pub struct LayerSpec {
     /// Sliding attention window for this layer, if any.
     #[serde(default)]
     pub sliding_window: Option<usize>,
+    /// The token mixer (attention unless said otherwise; written only when not).
+    #[serde(default, skip_serializing_if = "LayerKind::is_attention")]
+    pub kind: LayerKind,
+}
+
+/// Gated DeltaNet linear attention (Qwen3-Next `linear_*` keys): q/k heads of `k_head_dim`, v
+/// heads of `v_head_dim` (each q/k head serves n_v_heads / n_k_heads consecutive v heads), a
+/// causal depthwise conv of `conv_kernel` taps over q, k and v.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeltaNetConfig {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub k_head_dim: usize,
+    pub v_head_dim: usize,
+    pub conv_kernel: usize,
+}
+
+impl DeltaNetConfig {
+    /// Width of q and of k (n_k_heads · k_head_dim).
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.k_head_dim
+    }
+
+    /// Width of v and of the output gate z (n_v_heads · v_head_dim).
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.v_head_dim
+    }
+
+    /// Channels of the conv: q, k and v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// f32 values of one layer's recurrent state: the conv's last kernel-1 inputs and the
+    /// delta-rule matrix of every v head.
+    pub fn state_floats(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim() + self.n_v_heads * self.k_head_dim * self.v_head_dim
+    }
 }
 
 /// Everything the forward pass needs to know about a model.
@@ -352,6 +418,17 @@ pub struct Config {
     /// takes part of the probability mass and attends to nothing.
     #[serde(default)]
     pub attention_sinks: bool,
+    /// The DeltaNet layers' shape (Qwen3-Next), when any layer is `LayerKind::DeltaNet`. (This
+    /// and the next two are written only when set: other families' files are as before.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_net: Option<DeltaNetConfig>,
+    /// q_proj also yields a per-head output gate: attention output × sigmoid(gate) (Qwen3-Next).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attn_output_gate: bool,
+    /// RMSNorm gains are `norm_offset + weight` for the layer, q/k and final norms (Qwen3-Next's
+    /// zero-centred norms: 1; 0 elsewhere).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub norm_offset: f64,
 }
 
 /// Caps that keep a hostile config from sizing absurd buffers.
@@ -418,6 +495,7 @@ impl Config {
         }
         self.validate_moe()?;
         self.validate_mla()?;
+        self.validate_delta_net()?;
         if self.layers.len() != self.n_layers {
             return Err(Error::config(format!("{} layer specs for {} layers", self.layers.len(), self.n_layers)));
         }
@@ -500,6 +578,31 @@ impl Config {
         }
         if !(m.latent_norm_eps.is_finite() && m.latent_norm_eps > 0.0 && m.latent_norm_eps < 1.0) {
             return Err(Error::config(format!("mla.latent_norm_eps {} must be in (0, 1)", m.latent_norm_eps)));
+        }
+        Ok(())
+    }
+
+    fn validate_delta_net(&self) -> Result<()> {
+        if !(self.norm_offset == 0.0 || self.norm_offset == 1.0) {
+            return Err(Error::config(format!("norm_offset {} must be 0 or 1", self.norm_offset)));
+        }
+        let linear = self.layers.iter().any(|l| l.kind == LayerKind::DeltaNet);
+        let Some(d) = self.delta_net else {
+            return match linear {
+                true => Err(Error::config("DeltaNet layers without a delta_net config")),
+                false => Ok(()),
+            };
+        };
+        within("delta_net.n_k_heads", d.n_k_heads, 1, MAX_HEADS)?;
+        within("delta_net.n_v_heads", d.n_v_heads, 1, MAX_HEADS)?;
+        within("delta_net.k_head_dim", d.k_head_dim, 1, 4096)?;
+        within("delta_net.v_head_dim", d.v_head_dim, 1, 4096)?;
+        within("delta_net.conv_kernel", d.conv_kernel, 1, 64)?;
+        if !d.n_v_heads.is_multiple_of(d.n_k_heads) {
+            return Err(Error::config(format!(
+                "delta_net: {} value heads are not a multiple of {} key heads",
+                d.n_v_heads, d.n_k_heads
+            )));
         }
         Ok(())
     }
@@ -589,10 +692,27 @@ impl Config {
         self.layers.iter().filter(|l| l.moe).count()
     }
 
-    /// Bytes of K and V cached per token (all layers) for a cache element of `elem_bytes`.
+    /// Number of layers whose token mixer is softmax attention (those with a KV cache).
+    pub fn n_attention_layers(&self) -> usize {
+        self.layers.iter().filter(|l| l.kind == LayerKind::Attention).count()
+    }
+
+    /// Number of Gated DeltaNet layers (those with a recurrent state).
+    pub fn n_delta_net_layers(&self) -> usize {
+        self.layers.iter().filter(|l| l.kind == LayerKind::DeltaNet).count()
+    }
+
+    /// Bytes of K and V cached per token (attention layers) for a cache element of `elem_bytes`.
     pub fn kv_bytes_per_token(&self, elem_bytes: usize) -> usize {
         let (k, v) = self.kv_row_widths();
-        (k + v) * self.n_layers * elem_bytes
+        (k + v) * self.n_attention_layers() * elem_bytes
+    }
+
+    /// Bytes of recurrent state one session holds whatever its length (f32: every DeltaNet
+    /// layer's conv inputs and delta-rule matrices); 0 for attention-only models.
+    pub fn recurrent_state_bytes(&self) -> usize {
+        let per_layer = self.delta_net.map_or(0, |d| d.state_floats());
+        [self.n_delta_net_layers(), per_layer, 4].into_iter().fold(1, usize::saturating_mul)
     }
 
     /// Parse and validate the JSON stored in a file.

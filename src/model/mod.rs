@@ -7,16 +7,16 @@ mod names;
 mod weights;
 
 pub use config::{
-    Config, ExpertAct, ExpertGroups, Family, GroupScore, LayerSpec, Mla, MoeConfig, NormKind, QkNorm, Rope,
-    RopeScaling, Scales, Scoring,
+    Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, Mla, MoeConfig,
+    NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
 };
 pub use names::{
     layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
     FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
 };
 pub use weights::{
-    AttnWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpBias, MlpWeights, MoeWeights, NormWeights,
-    Weights,
+    AttnWeights, DeltaNetWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpBias, MlpWeights, MoeWeights,
+    NormWeights, Weights,
 };
 
 use crate::error::{Error, Result};

@@ -1,7 +1,7 @@
 //! The tensors a config implies: canonical names, shapes, kinds and file order. The converter
 //! plans files from this list and the loader checks files against it, so the two cannot drift.
 
-use super::config::{Config, Mla, NormKind, QkNorm};
+use super::config::{Config, LayerKind, Mla, NormKind, QkNorm};
 use crate::format::TensorKind;
 
 /// What a tensor is for (used for parameter accounting and open-time checks).
@@ -131,6 +131,19 @@ pub mod suffix {
     pub const MLP_GATE: &str = "mlp.gate";
     pub const MLP_UP: &str = "mlp.up";
     pub const MLP_DOWN: &str = "mlp.down";
+    /// The attention output gate (q_proj's second half per head, Qwen3-Next).
+    pub const GATE: &str = "attn.gate";
+    /// Gated DeltaNet: in_proj_qkvz de-grouped to rows [q; k; v; z].
+    pub const DN_QKVZ: &str = "delta.in_qkvz";
+    /// in_proj_ba de-grouped to rows [b; a] (one of each per v head).
+    pub const DN_BA: &str = "delta.in_ba";
+    /// The depthwise conv [conv_dim, kernel].
+    pub const DN_CONV: &str = "delta.conv";
+    pub const DN_DT_BIAS: &str = "delta.dt_bias";
+    pub const DN_A_LOG: &str = "delta.a_log";
+    /// The gated RMSNorm over each v head (a plain gain, not zero-centred).
+    pub const DN_NORM: &str = "delta.norm";
+    pub const DN_OUT: &str = "delta.out";
 }
 
 fn spec(name: String, shape: &[usize], kind: TensorKind, role: Role) -> TensorSpec {
@@ -169,10 +182,19 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
     for (l, spec_l) in c.layers.iter().enumerate() {
         let n = |s: &str| layer_name(l, s);
         push_norm(&mut v, c, n(ATTN_NORM), n(ATTN_NORM_BIAS));
+        if spec_l.kind == LayerKind::DeltaNet {
+            delta_net_specs(c, l, &mut v);
+            push_norm(&mut v, c, n(FFN_NORM), n(FFN_NORM_BIAS));
+            ffn_specs(c, l, spec_l.moe, &mut v);
+            continue;
+        }
         if let Some(m) = &c.mla {
             mla_specs(c, m, l, &mut v);
         } else {
             v.push(quantisable(spec(n(Q), &[q_out, h], Plain, Attention), QuantClass::Attn));
+            if c.attn_output_gate {
+                v.push(quantisable(spec(n(GATE), &[q_out, h], Plain, Attention), QuantClass::Attn));
+            }
             v.push(quantisable(spec(n(K), &[kv_out, h], Plain, Attention), QuantClass::Attn));
             v.push(quantisable(spec(n(V), &[kv_out, h], Plain, Attention), QuantClass::Attn));
         }
@@ -201,14 +223,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
             v.push(spec(n(SINKS), &[c.n_heads], Plain, Attention));
         }
         push_norm(&mut v, c, n(FFN_NORM), n(FFN_NORM_BIAS));
-        if spec_l.moe {
-            moe_specs(c, l, &mut v);
-        } else {
-            let f = c.dense_ffn;
-            v.push(quantisable(spec(n(MLP_GATE), &[f, h], Plain, Mlp), QuantClass::Mlp));
-            v.push(quantisable(spec(n(MLP_UP), &[f, h], Plain, Mlp), QuantClass::Mlp));
-            v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
-        }
+        ffn_specs(c, l, spec_l.moe, &mut v);
     }
     push_norm(&mut v, c, FINAL_NORM.into(), FINAL_NORM_BIAS.into());
     if !c.tie_embeddings {
@@ -241,6 +256,39 @@ fn mla_specs(c: &Config, m: &Mla, l: usize, v: &mut Vec<TensorSpec>) {
     v.push(spec(n(KV_A_NORM), &[m.kv_lora_rank], Plain, Norm));
     v.push(spec(n(K_B), &[heads * m.kv_lora_rank, m.qk_nope_head_dim], Plain, Attention));
     v.push(spec(n(V_B), &[heads * m.v_head_dim, m.kv_lora_rank], Plain, Attention));
+}
+
+/// The tensors of a Gated DeltaNet token mixer of layer `l`.
+fn delta_net_specs(c: &Config, l: usize, v: &mut Vec<TensorSpec>) {
+    use suffix::*;
+    use Role::{Attention, Norm};
+    use TensorKind::Plain;
+    let Some(d) = c.delta_net else { return };
+    let n = |s: &str| layer_name(l, s);
+    let h = c.hidden_size;
+    let qkvz = 2 * d.key_dim() + 2 * d.value_dim();
+    v.push(quantisable(spec(n(DN_QKVZ), &[qkvz, h], Plain, Attention), QuantClass::Attn));
+    v.push(spec(n(DN_BA), &[2 * d.n_v_heads, h], Plain, Attention));
+    v.push(spec(n(DN_CONV), &[d.conv_dim(), d.conv_kernel], Plain, Attention));
+    v.push(spec(n(DN_DT_BIAS), &[d.n_v_heads], Plain, Attention));
+    v.push(spec(n(DN_A_LOG), &[d.n_v_heads], Plain, Attention));
+    v.push(spec(n(DN_NORM), &[d.v_head_dim], Plain, Norm));
+    v.push(quantisable(spec(n(DN_OUT), &[h, d.value_dim()], Plain, Attention), QuantClass::Attn));
+}
+
+/// The feed-forward tensors of layer `l`: a MoE block or a dense MLP.
+fn ffn_specs(c: &Config, l: usize, moe: bool, v: &mut Vec<TensorSpec>) {
+    use suffix::*;
+    use Role::Mlp;
+    use TensorKind::Plain;
+    if moe {
+        return moe_specs(c, l, v);
+    }
+    let n = |s: &str| layer_name(l, s);
+    let (h, f) = (c.hidden_size, c.dense_ffn);
+    v.push(quantisable(spec(n(MLP_GATE), &[f, h], Plain, Mlp), QuantClass::Mlp));
+    v.push(quantisable(spec(n(MLP_UP), &[f, h], Plain, Mlp), QuantClass::Mlp));
+    v.push(quantisable(spec(n(MLP_DOWN), &[h, f], Plain, Mlp), QuantClass::Mlp));
 }
 
 /// The MoE block's tensors of layer `l`: choice bias, router bias, the three expert stacks and

@@ -3,7 +3,7 @@
 //! `names`. The forward pass sees only bound matrices: a missing or malformed tensor is an error
 //! at open, never a silent zero at run time.
 
-use super::config::{Config, ExpertAct, Mla};
+use super::config::{Config, ExpertAct, LayerKind, Mla};
 use super::names::{layer_name, suffix, EMBEDDING, FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS};
 use crate::error::{Error, Result};
 use crate::format::ParsedFile;
@@ -81,6 +81,26 @@ pub struct GqaWeights<'a> {
     /// q/k RMSNorm weights: [head_dim] per head, or the full projection width.
     pub q_norm: Option<Mat<'a>>,
     pub k_norm: Option<Mat<'a>>,
+    /// [n_heads·head_dim, hidden]: the output gate (`Config::attn_output_gate`, Qwen3-Next).
+    pub gate: Option<Mat<'a>>,
+}
+
+/// Gated DeltaNet linear attention before its output projection (shapes from
+/// `DeltaNetConfig`: kd = key_dim, vd = value_dim, nv = n_v_heads; the output projection
+/// [hidden, vd] is the layer's `wo`).
+#[derive(Clone, Debug)]
+pub struct DeltaNetWeights<'a> {
+    /// [2·kd + 2·vd, hidden]: rows q, k, v, z
+    pub in_qkvz: Mat<'a>,
+    /// [2·nv, hidden]: rows b (β logits), a (decay input)
+    pub in_ba: Mat<'a>,
+    /// [conv_dim, kernel] depthwise causal conv over the q, k, v channels
+    pub conv: Vec<f32>,
+    /// [nv] each
+    pub dt_bias: Vec<f32>,
+    pub a_log: Vec<f32>,
+    /// [v_head_dim] gain of the gated RMSNorm (plain, not zero-centred)
+    pub norm: Vec<f32>,
 }
 
 /// Multi-head latent attention's projections (`Mla`).
@@ -106,6 +126,7 @@ pub struct MlaWeights<'a> {
 pub enum AttnWeights<'a> {
     Gqa(GqaWeights<'a>),
     Mla(MlaWeights<'a>),
+    DeltaNet(DeltaNetWeights<'a>),
 }
 
 /// One decoder layer.
@@ -113,7 +134,7 @@ pub enum AttnWeights<'a> {
 pub struct LayerWeights<'a> {
     pub attn_norm: NormWeights<'a>,
     pub attn: AttnWeights<'a>,
-    /// [hidden, n_heads·head_dim] (MLA: [hidden, n_heads·v_head_dim])
+    /// [hidden, n_heads·head_dim] (MLA: [hidden, n_heads·v_head_dim]; DeltaNet: [hidden, vd])
     pub wo: Mat<'a>,
     /// [hidden]: the output projection's bias (GPT-OSS, Phi-MoE).
     pub bo: Option<Mat<'a>>,
@@ -154,6 +175,27 @@ impl<'a> Binder<'a> {
 
     fn opt(&self, name: &str) -> Result<Option<Mat<'a>>> {
         self.parsed.tensor(name).map(|rec| TensorView::new(rec, self.file).mat()).transpose()
+    }
+
+    /// A small tensor as f32 values (all of it).
+    fn floats(&self, name: &str) -> Result<Vec<f32>> {
+        let m = self.get(name)?;
+        let mut v = vec![0f32; m.len()];
+        m.dequantize(0, &mut v);
+        Ok(v)
+    }
+
+    fn delta_net(&self, l: usize) -> Result<DeltaNetWeights<'a>> {
+        use suffix::*;
+        let n = |s: &str| layer_name(l, s);
+        Ok(DeltaNetWeights {
+            in_qkvz: self.get(&n(DN_QKVZ))?,
+            in_ba: self.get(&n(DN_BA))?,
+            conv: self.floats(&n(DN_CONV))?,
+            dt_bias: self.floats(&n(DN_DT_BIAS))?,
+            a_log: self.floats(&n(DN_A_LOG))?,
+            norm: self.floats(&n(DN_NORM))?,
+        })
     }
 
     fn norm(&self, weight: &str, bias: &str) -> Result<NormWeights<'a>> {
@@ -265,9 +307,10 @@ impl<'a> Weights<'a> {
             } else {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
             };
-            let attn = match &c.mla {
-                Some(m) => AttnWeights::Mla(b.mla(l, c.n_heads, m)?),
-                None => AttnWeights::Gqa(GqaWeights {
+            let attn = match (spec.kind, &c.mla) {
+                (LayerKind::DeltaNet, _) => AttnWeights::DeltaNet(b.delta_net(l)?),
+                (LayerKind::Attention, Some(m)) => AttnWeights::Mla(b.mla(l, c.n_heads, m)?),
+                (LayerKind::Attention, None) => AttnWeights::Gqa(GqaWeights {
                     wq: b.get(&n(Q))?,
                     wk: b.get(&n(K))?,
                     wv: b.get(&n(V))?,
@@ -276,12 +319,14 @@ impl<'a> Weights<'a> {
                     bv: b.opt(&n(V_BIAS))?,
                     q_norm: b.opt(&n(Q_NORM))?,
                     k_norm: b.opt(&n(K_NORM))?,
+                    gate: b.opt(&n(GATE))?,
                 }),
             };
+            let wo = b.get(&n(if spec.kind == LayerKind::DeltaNet { DN_OUT } else { O }))?;
             layers.push(LayerWeights {
                 attn_norm: b.norm(&n(ATTN_NORM), &n(ATTN_NORM_BIAS))?,
                 attn,
-                wo: b.get(&n(O))?,
+                wo,
                 bo: b.opt(&n(O_BIAS))?,
                 sinks: b.opt_vec(&n(SINKS))?,
                 ffn_norm: b.norm(&n(FFN_NORM), &n(FFN_NORM_BIAS))?,

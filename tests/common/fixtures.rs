@@ -62,7 +62,59 @@ pub fn load_sources(dir: &Path) -> HashMap<String, Src> {
             }
         }
     }
+    // The config too (as bytes): Qwen3-Next's grouped projections are split by its head counts.
+    let config = std::fs::read(dir.join("config.json")).unwrap();
+    out.insert(CONFIG.into(), Src { dtype: Dtype::U8, shape: vec![config.len()], bytes: config });
     out
+}
+
+/// The key of the fixture's config.json in `load_sources`' map.
+pub const CONFIG: &str = "config.json";
+
+/// Rows `rows` (start, count) of the 2-D source tensor `s`, concatenated.
+fn rows_of(s: &Src, runs: impl IntoIterator<Item = (usize, usize)>) -> Vec<u8> {
+    let row = s.shape[1] * elem_size(s.dtype);
+    runs.into_iter().flat_map(|(start, n)| s.bytes[start * row..(start + n) * row].to_vec()).collect()
+}
+
+/// Qwen3-Next's tensors that are not copied whole: in_proj_qkvz holds, per key head g,
+/// [q_g, k_g, v_g, z_g] (dk, dk, r·dv, r·dv rows; r = value heads per key head) and colibri all
+/// q, then all k, v, z; in_proj_ba per key head [b_g, a_g] (r rows each); a gated q_proj per head
+/// [query, gate] (head_dim rows each); conv1d [C, 1, K] is [C, K].
+fn qwen3_next_bytes(src: &HashMap<String, Src>, base: &str, sfx: &str) -> Option<(Dtype, Vec<u8>)> {
+    let c: Value = serde_json::from_slice(&src[CONFIG].bytes).unwrap();
+    let num = |k: &str| c[k].as_u64().unwrap() as usize;
+    let get = |leaf: &str| &src[&format!("{base}.{leaf}")];
+    let grouped = |s: &Src, widths: &[usize], pick: usize, groups: usize| {
+        let w: usize = widths.iter().sum();
+        let at: usize = widths[..pick].iter().sum();
+        rows_of(s, (0..groups).map(|g| (g * w + at, widths[pick])))
+    };
+    let out = match sfx {
+        "delta.in_qkvz" | "delta.in_ba" => {
+            let (ng, dk, dv) = (num("linear_num_key_heads"), num("linear_key_head_dim"), num("linear_value_head_dim"));
+            let r = num("linear_num_value_heads") / ng;
+            if sfx == "delta.in_ba" {
+                let s = get("linear_attn.in_proj_ba.weight");
+                (s.dtype, (0..2).flat_map(|i| grouped(s, &[r, r], i, ng)).collect())
+            } else {
+                let s = get("linear_attn.in_proj_qkvz.weight");
+                (s.dtype, (0..4).flat_map(|i| grouped(s, &[dk, dk, r * dv, r * dv], i, ng)).collect())
+            }
+        }
+        "attn.q" | "attn.gate" => {
+            let s = get("self_attn.q_proj.weight");
+            let hd = num("head_dim");
+            (s.dtype, grouped(s, &[hd, hd], usize::from(sfx == "attn.gate"), num("num_attention_heads")))
+        }
+        "delta.conv" => (get("linear_attn.conv1d.weight").dtype, get("linear_attn.conv1d.weight").bytes.clone()),
+        "delta.dt_bias" => (get("linear_attn.dt_bias").dtype, get("linear_attn.dt_bias").bytes.clone()),
+        "delta.a_log" => (get("linear_attn.A_log").dtype, get("linear_attn.A_log").bytes.clone()),
+        "delta.norm" => (get("linear_attn.norm.weight").dtype, get("linear_attn.norm.weight").bytes.clone()),
+        "delta.out" => (get("linear_attn.out_proj.weight").dtype, get("linear_attn.out_proj.weight").bytes.clone()),
+        _ => return None,
+    };
+    Some(out)
 }
 
 pub fn elem_size(d: Dtype) -> usize {
@@ -102,6 +154,11 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
     let base = format!("model.layers.{l}");
     if src.contains_key(&format!("{base}.mlp.router.bias")) {
         if let Some(found) = gpt_oss_expected(src, &base, sfx, expert, rows) {
+            return found;
+        }
+    }
+    if src[CONFIG].bytes.windows(12).any(|w| w == b"\"qwen3_next\"") {
+        if let Some(found) = qwen3_next_bytes(src, &base, sfx) {
             return found;
         }
     }

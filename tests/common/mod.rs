@@ -121,7 +121,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
             expert_act: Default::default(),
         },
         dense_ffn: 0,
-        layers: vec![LayerSpec { moe: true, sliding_window: None }; 2],
+        layers: vec![LayerSpec { moe: true, sliding_window: None, kind: Default::default() }; 2],
         tie_embeddings: false,
         hidden_act: "silu".into(),
         bos_token_id: Some(1),
@@ -131,6 +131,9 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         mla: None,
         attention_out_bias: false,
         attention_sinks: false,
+        delta_net: None,
+        attn_output_gate: false,
+        norm_offset: 0.0,
     }
 }
 

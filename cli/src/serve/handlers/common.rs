@@ -21,10 +21,12 @@ pub fn engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
 }
 
 /// Claim the KV cache a job may reach at worst: its positions (prompt + max_tokens, within the
-/// context; what the scheduler sizes its session to) × KV bytes per token.
+/// context; what the scheduler sizes its session to) × KV bytes per token, plus the recurrent
+/// state its session holds whatever its length (Qwen3-Next; 0 otherwise).
 fn claim_kv(state: &AppState, engine: &Engine, prompt: &[u32], params: &JobParams) -> Result<KvClaim, ApiError> {
     let tokens = (prompt.len() + params.decode.max_tokens).min(engine.n_ctx).max(1);
-    let need = (tokens as u64).saturating_mul(engine.kv_bytes_per_token as u64);
+    let state_bytes = colibri::session::session_state_bytes(engine.model.config()) as u64;
+    let need = (tokens as u64).saturating_mul(engine.kv_bytes_per_token as u64).saturating_add(state_bytes);
     state.kv.claim(need).map_err(|r| match r {
         Refused::NotNow { need, free } => ApiError::kv_budget_full(need, free),
         Refused::Never { need, total } => ApiError::request_too_large(

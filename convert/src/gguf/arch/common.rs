@@ -5,7 +5,7 @@ use crate::error::{fail, Result};
 use crate::gguf::file::GgufFile;
 use crate::gguf::value::Metadata;
 use colibri::model::{
-    Config, ExpertAct, Family, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
+    Config, ExpertAct, Family, LayerKind, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
 };
 
 /// Most layers a file may claim before the config is validated.
@@ -122,7 +122,11 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         (None, false) => h.need("expert_feed_forward_length")?,
     };
     let layers: Vec<LayerSpec> = (0..n_layers)
-        .map(|l| LayerSpec { moe: h.has(&format!("blk.{l}.ffn_gate_inp.weight")), sliding_window: None })
+        .map(|l| LayerSpec {
+            moe: h.has(&format!("blk.{l}.ffn_gate_inp.weight")),
+            sliding_window: None,
+            kind: LayerKind::Attention,
+        })
         .collect();
     let any_dense = layers.iter().any(|l| !l.moe);
     let moe = MoeConfig {
@@ -169,5 +173,8 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         attention_sinks: false,
         norm: NormKind::Rms,
         lm_head_bias: false,
+        delta_net: None,
+        attn_output_gate: false,
+        norm_offset: 0.0,
     })
 }

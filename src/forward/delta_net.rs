@@ -1,0 +1,150 @@
+//! The Gated DeltaNet token mixer of one layer over a batch (Qwen3-Next
+//! `Qwen3NextGatedDeltaNet.forward`): projections over all rows at once; then per sequence the
+//! causal depthwise conv (SiLU) continuing from its conv state, the per-head inputs of the delta
+//! rule (l2-normalised q and k, β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias)), and the
+//! rule itself — chunked for several new tokens, recurrent for one, as transformers runs them —
+//! advancing the sequence's state; finally the gated RMSNorm (plain gain · norm(o) · silu(z)) per
+//! value head and the output projection over all rows. The projections' rows were de-grouped by
+//! the converter to [q; k; v; z] and [b; a] (value heads in transformers' order).
+
+use super::delta_rule::{self, HeadRun};
+use super::lanes::{Lane, Scratch};
+use crate::kernels::reference::silu;
+use crate::kernels::{Kernels, Mat};
+use crate::model::{Config, DeltaNetConfig, DeltaNetWeights};
+use crate::session::LayerState;
+use rayon::prelude::*;
+
+/// out = delta_net(xn) of layer `layer` for the n rows of every lane, advancing each lane's state.
+pub fn delta_net(
+    c: &Config,
+    kern: &Kernels,
+    w: &DeltaNetWeights<'_>,
+    out: Mat<'_>,
+    layer: usize,
+    lanes: &mut [Lane<'_>],
+    b: &mut Scratch,
+) {
+    let Some(d) = c.delta_net else { return };
+    let n = lanes.last().map_or(0, |s| s.rows.end);
+    let (qkvz_w, vd) = (2 * d.key_dim() + 2 * d.value_dim(), d.value_dim());
+    // [q k v z] and [b a] of every row.
+    kern.matmul(w.in_qkvz, &b.xn[..n * c.hidden_size], n, &mut b.dn_qkvz);
+    kern.matmul(w.in_ba, &b.xn[..n * c.hidden_size], n, &mut b.dn_ba);
+    for lane in lanes.iter_mut() {
+        let Some(state) = lane.rec.layer_mut(layer) else { continue };
+        let rows = lane.rows.clone();
+        let mixed = &mut b.dn_mixed[rows.start * d.conv_dim()..rows.end * d.conv_dim()];
+        // mixed = silu(conv(q k v)), continuing from (and advancing) the conv state.
+        conv(&d, &w.conv, &b.dn_qkvz[rows.start * qkvz_w..rows.end * qkvz_w], qkvz_w, &mut state.conv, mixed);
+        let ba = &b.dn_ba[rows.start * 2 * d.n_v_heads..rows.end * 2 * d.n_v_heads];
+        let core = &mut b.dn_core[rows.start * vd..rows.end * vd];
+        heads(&d, w, mixed, ba, state, core);
+    }
+    // o = w ⊙ rmsnorm(o) ⊙ silu(z) per value head, then out = o·W_outᵀ.
+    let eps = c.rms_norm_eps as f32;
+    for t in 0..n {
+        let z = &b.dn_qkvz[t * qkvz_w + 2 * d.key_dim() + vd..(t + 1) * qkvz_w];
+        let o = &mut b.dn_core[t * vd..(t + 1) * vd];
+        for (oh, zh) in o.chunks_exact_mut(d.v_head_dim).zip(z.chunks_exact(d.v_head_dim)) {
+            gated_norm(oh, zh, &w.norm, eps);
+        }
+    }
+    kern.matmul(out, &b.dn_core[..n * vd], n, &mut b.out);
+}
+
+/// Causal depthwise conv of T rows (the first conv_dim columns of each `stride`-wide row of `x`)
+/// with taps `w` [conv_dim, kernel], SiLU, into `out` [T, conv_dim]; `state` [kernel-1,
+/// conv_dim] holds the inputs before the first row and becomes the last kernel-1 inputs.
+fn conv(d: &DeltaNetConfig, w: &[f32], x: &[f32], stride: usize, state: &mut [f32], out: &mut [f32]) {
+    let (ch, kk) = (d.conv_dim(), d.conv_kernel);
+    let t_new = x.len() / stride;
+    // window = state rows, then the new rows: [(kernel-1) + T, conv_dim]
+    let mut window = Vec::with_capacity((kk - 1 + t_new) * ch);
+    window.extend_from_slice(state);
+    for row in x.chunks_exact(stride) {
+        window.extend_from_slice(&row[..ch]);
+    }
+    for (t, o) in out.chunks_exact_mut(ch).enumerate() {
+        for (c, oc) in o.iter_mut().enumerate() {
+            let taps = &w[c * kk..(c + 1) * kk];
+            let s: f32 = taps.iter().enumerate().map(|(j, &wj)| wj * window[(t + j) * ch + c]).sum();
+            *oc = silu(s);
+        }
+    }
+    state.copy_from_slice(&window[t_new * ch..]);
+}
+
+/// The delta rule of every value head over one lane's T rows: `mixed` [T, conv_dim] (q, k, v
+/// after the conv), `ba` [T, 2·nv]; `core` [T, vd] receives the outputs.
+fn heads(
+    d: &DeltaNetConfig,
+    w: &DeltaNetWeights<'_>,
+    mixed: &[f32],
+    ba: &[f32],
+    st: &mut LayerState,
+    core: &mut [f32],
+) {
+    let (dk, dv, nv) = (d.k_head_dim, d.v_head_dim, d.n_v_heads);
+    let t_new = ba.len() / (2 * nv);
+    let per_k = nv / d.n_k_heads;
+    let scale = 1.0 / (dk as f32).sqrt();
+    let (kd, ch) = (d.key_dim(), d.conv_dim());
+    let one_head = |(h, s): (usize, &mut [f32])| -> Vec<f32> {
+        let kh = h / per_k;
+        let mut q = Vec::with_capacity(t_new * dk);
+        let mut k = Vec::with_capacity(t_new * dk);
+        let mut v = Vec::with_capacity(t_new * dv);
+        let (mut g, mut beta) = (Vec::with_capacity(t_new), Vec::with_capacity(t_new));
+        for t in 0..t_new {
+            let row = &mixed[t * ch..(t + 1) * ch];
+            q.extend(l2norm(&row[kh * dk..(kh + 1) * dk]).map(|x| x * scale));
+            k.extend(l2norm(&row[kd + kh * dk..kd + (kh + 1) * dk]));
+            v.extend_from_slice(&row[2 * kd + h * dv..2 * kd + (h + 1) * dv]);
+            let (bt, at) = (ba[t * 2 * nv + h], ba[t * 2 * nv + nv + h]);
+            beta.push(1.0 / (1.0 + (-bt).exp()));
+            g.push(-w.a_log[h].exp() * softplus(at + w.dt_bias[h]));
+        }
+        let run = HeadRun { q: &q, k: &k, v: &v, g: &g, beta: &beta };
+        let mut o = vec![0f32; t_new * dv];
+        if t_new == 1 {
+            delta_rule::recurrent(&run, s, &mut o);
+        } else {
+            delta_rule::chunked(&run, s, &mut o);
+        }
+        o
+    };
+    let per_head: Vec<Vec<f32>> = if crate::threads::current() > 1 {
+        st.delta.par_chunks_mut(dk * dv).enumerate().map(one_head).collect()
+    } else {
+        st.delta.chunks_mut(dk * dv).enumerate().map(one_head).collect()
+    };
+    for (h, o) in per_head.iter().enumerate() {
+        for (t, ot) in o.chunks_exact(dv).enumerate() {
+            core[t * nv * dv + h * dv..t * nv * dv + (h + 1) * dv].copy_from_slice(ot);
+        }
+    }
+}
+
+/// x / sqrt(Σx² + 1e-6) (transformers' `l2norm`, FLA's convention).
+fn l2norm(x: &[f32]) -> impl Iterator<Item = f32> + '_ {
+    let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() + 1e-6).sqrt();
+    x.iter().map(move |v| v * inv)
+}
+
+/// torch's softplus (β = 1, linear above 20).
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// o ← w ⊙ (o / sqrt(mean(o²) + eps)) ⊙ silu(z) (`Qwen3NextRMSNormGated`, norm before gate).
+fn gated_norm(o: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
+    let inv = 1.0 / (o.iter().map(|v| v * v).sum::<f32>() / o.len() as f32 + eps).sqrt();
+    for ((x, &zi), &wi) in o.iter_mut().zip(z).zip(w) {
+        *x = wi * (*x * inv) * silu(zi);
+    }
+}
