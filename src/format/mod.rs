@@ -91,6 +91,7 @@
 pub mod blocks;
 mod dtype;
 mod finite;
+pub mod ggml;
 mod header;
 mod le;
 mod metadata;

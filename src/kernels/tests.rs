@@ -8,7 +8,6 @@ use super::gemm::GEMM_MIN_ROWS;
 use super::par::MC;
 use super::table::{CpuPath, Table, NR};
 use super::Mat;
-use crate::format::blocks::QK;
 use crate::format::DType;
 
 /// Largest error allowed for a float-weight product, relative to Σ|w·x| of the output: f32
@@ -50,9 +49,9 @@ struct Stored {
 impl Stored {
     fn new(rows: usize, cols: usize, seed: u64) -> Stored {
         let f = sample(rows * cols, seed);
-        let quantisable = cols.is_multiple_of(QK) && cols > 0;
-        // Every block dtype of the table that fits the shape.
-        let fits = |d: DType| quantisable && rows.is_multiple_of(d.row_group());
+        // Every block dtype of the table that fits the shape (whole blocks: 32 elements, 256
+        // for the K-quants; whole row groups).
+        let fits = |d: DType| cols > 0 && cols.is_multiple_of(d.block()) && rows.is_multiple_of(d.row_group());
         let block_dtypes: Vec<(DType, bool)> =
             DType::ALL.iter().copied().filter(|d| d.is_quantized()).map(|d| (d, fits(d))).collect();
         Stored {
@@ -120,7 +119,8 @@ fn check(path: CpuPath, rows: usize, cols: usize, n: usize) {
 #[test]
 fn matmul_matches_exact_sums_on_every_path() {
     for path in available_paths() {
-        let shapes = [(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)];
+        let shapes =
+            [(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288), (5, 256), (MC + 7, 512)];
         // Whole row groups of 8, for the interleaved block matrices.
         let grouped = [(8, 32), (24, 96), (MC + 8, 160)];
         for &(rows, cols) in shapes.iter().chain(&grouped) {
@@ -162,11 +162,16 @@ fn long_rows_stay_within_tolerance() {
 
 #[test]
 fn widen_is_exact_on_every_path() {
-    let s = Stored::new(16, 320, 5);
+    let s = Stored::new(16, 512, 5);
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for (name, w, _) in s.mats() {
-            for (k0, len) in [(0, 320), (32, 256), (288, 32)] {
+            // Ranges on the dtype's blocks (the K-quants' are 256 long).
+            let ranges = [(0, 512), (32, 256), (480, 32), (256, 256)];
+            for (k0, len) in ranges
+                .into_iter()
+                .filter(|&(k0, len)| (k0 + len) % w.dtype().block() == 0 && k0 % w.dtype().block() == 0)
+            {
                 // Single rows, whole row groups, and ranges starting or ending inside a group.
                 for rows in [3..4, 8..9, 15..16, 0..16, 8..16, 3..13, 5..16] {
                     let (mut a, mut b) = (vec![0f32; len * rows.len()], vec![0f32; len * rows.len()]);
@@ -240,7 +245,7 @@ fn int8_activation_products_match_the_integer_reference() {
             for n in [1, 3, 4, 7, 70] {
                 let s = Stored::new(rows, cols, (rows + cols) as u64);
                 let x = sample(n * cols, 7);
-                for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+                for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
                     let (_, mag) = exact(w, &x, n);
                     let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
                     generic.matmul(w, &x, n, &mut want);
@@ -268,7 +273,7 @@ fn int8_activation_error_is_within_half_an_activation_step_per_weight() {
     let x = sample(cols, 18);
     let mut xa = QuantizedActs::default();
     xa.quantize_with(generic.table().quantize, &x, 1, cols);
-    for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+    for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
         let (want, _) = exact(w, &x, 1);
         let mut got = vec![0f32; rows];
         generic.matmul(w, &x, 1, &mut got);
@@ -316,7 +321,7 @@ fn axpy_matches_the_reference_on_every_path() {
         for len in [1, 8, 13, 128] {
             let s = Stored::new(1, len, len as u64);
             let y0 = sample(len, 3);
-            for (name, x, tol) in s.mats().into_iter().filter(|m| !m.0.starts_with('q')) {
+            for (name, x, tol) in s.mats().into_iter().filter(|m| !m.1.dtype().is_quantized()) {
                 let (mut a, mut b) = (y0.clone(), y0.clone());
                 axpy(t, 0.37, x, &mut a);
                 axpy(&super::generic::GENERIC, 0.37, x, &mut b);
@@ -395,7 +400,7 @@ fn an_int8_row_result_does_not_depend_on_the_row_count() {
     let x = sample(GEMM_MIN_ROWS * 2 * cols, 4);
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
             let n = GEMM_MIN_ROWS * 2;
             let (mut y1, mut yn) = (vec![0f32; rows], vec![0f32; n * rows]);
             k.matmul(w, &x, 1, &mut y1);
@@ -498,7 +503,7 @@ fn nan_activations_propagate_in_int8_mode() {
     x[40] = f32::NAN;
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+        for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
             let mut y = vec![0f32; 8];
             k.matmul(w, &x, 1, &mut y);
             assert!(y.iter().all(|v| v.is_nan()), "{path:?} {name}: NaN input gave {y:?}");
@@ -559,7 +564,7 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
         let s = Stored::new(rows, cols, (rows * cols) as u64);
         for n in [1, 3, 4, 7, 8, 9, 17, 70] {
             let x = sample(n * cols, n as u64 + 40);
-            for (name, w, _) in s.mats().into_iter().filter(|m| m.0.starts_with('q')) {
+            for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
                 let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
                 avx2.matmul(w, &x, n, &mut a);
                 vnni.matmul(w, &x, n, &mut b);
