@@ -237,8 +237,17 @@ fn int8_activation_products_match_the_integer_reference() {
     let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        let shapes =
-            [(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32), (16, 256), (72, 32 * 9), (8, 4096 + 32)];
+        let shapes = [
+            (1, 32),
+            (5, 64),
+            (13, 256),
+            (70, 32 * 9),
+            (9, 4096 + 32),
+            (16, 256),
+            (72, 32 * 9),
+            (8, 4096 + 32),
+            (7, 2048),
+        ];
         for &(rows, cols) in &shapes {
             // 4 and 7: the interleaved kernels' four- and two-row passes; 70: past a block of 64
             // activation rows, and through the GEMM for the row-major layouts.

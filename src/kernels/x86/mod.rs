@@ -3,7 +3,7 @@
 //! every feature it needs: the library itself is built for the baseline x86-64 target.
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
-//!   kernels of gemv / qdot / qgroup / tile / actq.
+//!   kernels of gemv / qdot / qgroup / tile / actq, and kquant's for GGUF's q4_k / q6_k.
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
@@ -11,6 +11,7 @@
 mod actq;
 mod bf16;
 mod gemv;
+mod kquant;
 mod qdot;
 mod qgroup;
 mod tile;
@@ -43,6 +44,9 @@ const MATS: [MatKernels; DType::COUNT] = {
         MatKernels { gemv: qgroup::gemv, gemv_i8: Some(qgroup::gemv_i8), widen: qgroup::widen, int8_at_any_n: true };
     m[DType::Q8R8.index()] = grouped;
     m[DType::Q4R8.index()] = grouped;
+    // GGUF's K-quants of Q4_K_M files: int8-activation kernels (float ones stay portable).
+    m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
+    m[DType::Q6K.index()].gemv_i8 = Some(kquant::gemv_i8_q6k);
     m
 };
 
