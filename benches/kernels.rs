@@ -76,6 +76,19 @@ fn gemv_14336x4096(b: Bencher, dtype: &'static str) {
     });
 }
 
+/// GGUF's block types at the same decode shape, q4_k and q6_k (what Q4_K_M files are made of)
+/// next to q4 and q8_0: int8 activations unless COLIBRI_QUANT_ACT=float.
+#[divan::bench(args = ["q4", "q4_k", "q6_k", "q8_0"], sample_count = 20)]
+fn gemv_14336x4096_gguf(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 14336, 4096);
+    let x = values(4096);
+    let mut y = vec![0f32; 14336];
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
 /// The same weights against 4 activation rows (batched decode of 4 sequences).
 #[divan::bench(args = ["bf16", "q8", "q4", "q8r8", "q4r8"], sample_count = 20)]
 fn gemv_14336x4096_n4(b: Bencher, dtype: &'static str) {
