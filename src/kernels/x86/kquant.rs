@@ -1,11 +1,11 @@
 //! AVX2 int8-activation matrix-vector kernels of the K-quants GGUF's Q4_K_M files are made of,
-//! q4_k and q6_k (reference: `actq::dot_ggml_i8`). Per 32-element sub-block, against the
+//! q4_k and q6_k, and of q5_k (reference: `actq::dot_ggml_i8`). Per 32-element sub-block, against the
 //! activation block of the same 32 columns: one `vpmaddubsw` (the unsigned quants — q4_k's
 //! nibble, q6_k's 6 bits before its −32 — × the signed activations), then `vpmaddwd` with the
 //! sub-block's integer scales (q6_k: one per 16, so the two lanes of the register take their
 //! own), so the integer sums are exactly the reference's; q6_k's offset of 32 is subtracted in
 //! i16 (32 · pairs of x, no overflow: |(q − 32)·x| pairs ≤ 8128). Each sub-block's i32 lanes
-//! are converted once and scaled by d·dx; q4_k's min term is dmin · Σ_j m_j · dx_j · Σ x_j from
+//! are converted once and scaled by d·dx; q4_k / q5_k's min term is dmin · Σ_j m_j · dx_j · Σ x_j from
 //! the activation block sums, eight sub-blocks at a time. Only the float additions are ordered
 //! differently from the reference. One weight row meets every activation row while in L1.
 
@@ -13,39 +13,38 @@ use super::super::actq::QuantizedActs;
 use super::super::mat::Mat;
 use super::gemv::hsum;
 use crate::format::blocks::QK;
-use crate::format::ggml::{blocks, h, scale_min_k4, Block, BlockQ4K, BlockQ6K, QK_K};
+use crate::format::ggml::{blocks, h, scale_min_k4, Block, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
 /// The activation blocks of one row: quants [cols], scales and block sums [cols / 32].
-struct Acts<'a> {
-    q: &'a [i8],
-    d: &'a [f32],
-    sums: &'a [i32],
+pub(super) struct Acts<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub sums: &'a [i32],
 }
 
-/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, for w of blocks `B`, one row
-/// at a time by `row` (row blocks, activations of those columns).
-fn drive<B: Block>(
+/// out[t·rows.len() + i] = w[rows.start + i] · activation row t, one weight row at a time by
+/// `row` (the row's stored bytes, activations of those columns), for a dtype of whole blocks.
+pub(super) fn drive(
     w: Mat<'_>,
     rows: Range<usize>,
     xa: &QuantizedActs,
     n: usize,
     out: &mut [f32],
-    row: unsafe fn(&[B], &Acts<'_>) -> f32,
+    row: unsafe fn(&[u8], &Acts<'_>) -> f32,
 ) {
-    let cols = w.cols();
-    let nb = cols / B::QK;
+    let (cols, info) = (w.cols(), w.dtype().info());
+    let row_bytes = cols / info.block as usize * info.block_bytes as usize;
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && out.len() >= n * rows.len() && rows.end <= w.rows());
-    let all = blocks::<B>(w.bytes());
     let len = rows.len();
     for (i, r) in rows.enumerate() {
-        let wr = &all[r * nb..(r + 1) * nb];
+        let wr = &w.bytes()[r * row_bytes..(r + 1) * row_bytes];
         for t in 0..n {
             let (q, d) = xa.row(t);
             let acts = Acts { q, d, sums: xa.row_sums(t) };
             // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; `wr` holds the
-            // row's nb blocks and `acts` its cols quants and cols / 32 scales and sums.
+            // row's whole blocks and `acts` its cols quants and cols / 32 scales and sums.
             out[t * len + i] = unsafe { row(wr, &acts) };
         }
     }
@@ -53,46 +52,84 @@ fn drive<B: Block>(
 
 /// See `drive`: row-major q4_k.
 pub fn gemv_i8_q4k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    drive::<BlockQ4K>(w, rows, xa, n, out, row_q4k)
+    drive(w, rows, xa, n, out, row_qk::<BlockQ4K>)
 }
 
 /// See `drive`: row-major q6_k.
 pub fn gemv_i8_q6k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    drive::<BlockQ6K>(w, rows, xa, n, out, row_q6k)
+    drive(w, rows, xa, n, out, row_q6k)
 }
 
-/// Σ over the row of (d·sc_j)·Σ q·qx·dx − dmin·m_j·Σ qx·dx, q4_k.
+/// See `drive`: row-major q5_k.
+pub fn gemv_i8_q5k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, row_qk::<BlockQ5K>)
+}
+
+/// The fields q4_k and q5_k share (q5_k adds the fifth bits).
+trait KBlock {
+    fn head(&self) -> ([u8; 2], [u8; 2], &[u8; 12]);
+    fn qs(&self) -> &[u8; 128];
+    /// Bit j of byte l: the fifth bit of sub-block j's element l.
+    fn qh(&self) -> Option<&[u8; 32]>;
+}
+
+impl KBlock for BlockQ4K {
+    fn head(&self) -> ([u8; 2], [u8; 2], &[u8; 12]) {
+        (self.d, self.dmin, &self.scales)
+    }
+    fn qs(&self) -> &[u8; 128] {
+        &self.qs
+    }
+    fn qh(&self) -> Option<&[u8; 32]> {
+        None
+    }
+}
+
+impl KBlock for BlockQ5K {
+    fn head(&self) -> ([u8; 2], [u8; 2], &[u8; 12]) {
+        (self.d, self.dmin, &self.scales)
+    }
+    fn qs(&self) -> &[u8; 128] {
+        &self.qs
+    }
+    fn qh(&self) -> Option<&[u8; 32]> {
+        Some(&self.qh)
+    }
+}
+
+/// Σ over the row of (d·sc_j)·Σ q·qx·dx − dmin·m_j·Σ qx·dx, q4_k / q5_k.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn row_q4k(wr: &[BlockQ4K], x: &Acts<'_>) -> f32 {
+unsafe fn row_qk<B: KBlock + Block>(wr: &[u8], x: &Acts<'_>) -> f32 {
     // SAFETY: reached only through the AVX2 table; every load below is inside `wr` (whole
-    // 144-byte blocks) or `x` (256 quants, 8 scales and sums per block), as `drive` asserts.
+    // blocks) or `x` (256 quants, 8 scales and sums per block), as `drive` asserts.
     unsafe {
-        let mask = _mm256_set1_epi8(0x0F);
+        let (mask, bit) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x01));
         let ones = _mm256_set1_epi16(1);
         let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for (i, b) in wr.iter().enumerate() {
-            let (d, dmin) = (h(b.d), h(b.dmin));
+        for (i, b) in blocks::<B>(wr).iter().enumerate() {
+            let (d, dmin, scales) = b.head();
+            let (d, dmin) = (h(d), h(dmin));
             let (mut sc, mut m) = ([0f32; 8], [0f32; 8]);
             for j in 0..8 {
-                let (s, mj) = scale_min_k4(j, &b.scales);
+                let (s, mj) = scale_min_k4(j, scales);
                 (sc[j], m[j]) = (d * f32::from(s), f32::from(mj));
             }
             let xd = _mm256_loadu_ps(x.d.as_ptr().add(8 * i));
             let sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(x.sums.as_ptr().add(8 * i).cast()));
             let mv = _mm256_mul_ps(_mm256_loadu_ps(m.as_ptr()), _mm256_set1_ps(dmin));
             mins = _mm256_fmadd_ps(_mm256_mul_ps(xd, sums), mv, mins);
-            for k in 0..4 {
-                let raw = _mm256_loadu_si256(b.qs.as_ptr().add(32 * k).cast());
-                for (half, q) in [_mm256_and_si256(raw, mask), _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let j = 2 * k + half;
-                    let xv = _mm256_loadu_si256(x.q.as_ptr().add(QK_K * i + QK * j).cast());
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-                    let s = _mm256_set1_ps(sc[j] * *x.d.get_unchecked(8 * i + j));
-                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
+            let qh = b.qh().map(|q| _mm256_loadu_si256(q.as_ptr().cast()));
+            for j in 0..8 {
+                let raw = _mm256_loadu_si256(b.qs().as_ptr().add(32 * (j / 2)).cast());
+                let mut q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(4 * (j as i32 % 2))), mask);
+                if let Some(qh) = qh {
+                    let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32)), bit);
+                    q = _mm256_or_si256(q, _mm256_slli_epi16(hi, 4));
                 }
+                let xv = _mm256_loadu_si256(x.q.as_ptr().add(QK_K * i + QK * j).cast());
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
+                let s = _mm256_set1_ps(sc[j] * *x.d.get_unchecked(8 * i + j));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
             }
         }
         hsum(acc) - hsum(mins)
@@ -101,13 +138,13 @@ unsafe fn row_q4k(wr: &[BlockQ4K], x: &Acts<'_>) -> f32 {
 
 /// Σ over the row of d·dx · Σ_h sc_h · Σ (q − 32)·qx, q6_k.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn row_q6k(wr: &[BlockQ6K], x: &Acts<'_>) -> f32 {
-    // SAFETY: as in `row_q4k` (whole 210-byte blocks; 256 quants and 8 scales per block).
+unsafe fn row_q6k(wr: &[u8], x: &Acts<'_>) -> f32 {
+    // SAFETY: as in `row_qk` (whole 210-byte blocks; 256 quants and 8 scales per block).
     unsafe {
         let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
         let m32 = _mm256_set1_epi8(32);
         let mut acc = _mm256_setzero_ps();
-        for (blk, b) in wr.iter().enumerate() {
+        for (blk, b) in blocks::<BlockQ6K>(wr).iter().enumerate() {
             let d = h(b.d);
             for n in 0..2 {
                 let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * n).cast());

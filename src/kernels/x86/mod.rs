@@ -3,7 +3,8 @@
 //! every feature it needs: the library itself is built for the baseline x86-64 target.
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
-//!   kernels of gemv / qdot / qgroup / tile / actq, and kquant's for GGUF's q4_k / q6_k.
+//!   kernels of gemv / qdot / qgroup / tile / actq, and int8-activation ones for GGUF's
+//!   q4_k / q5_k / q6_k (kquant) and q8_0 / q4_0 / q5_0 (legacy).
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
@@ -12,6 +13,7 @@ mod actq;
 mod bf16;
 mod gemv;
 mod kquant;
+mod legacy;
 mod qdot;
 mod qgroup;
 mod tile;
@@ -44,9 +46,14 @@ const MATS: [MatKernels; DType::COUNT] = {
         MatKernels { gemv: qgroup::gemv, gemv_i8: Some(qgroup::gemv_i8), widen: qgroup::widen, int8_at_any_n: true };
     m[DType::Q8R8.index()] = grouped;
     m[DType::Q4R8.index()] = grouped;
-    // GGUF's K-quants of Q4_K_M files: int8-activation kernels (float ones stay portable).
+    // GGUF's block types: int8-activation kernels for the K-quants of Q4_K_M files and the
+    // common 32-element ones (float activations stay on the portable kernels).
     m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
+    m[DType::Q5K.index()].gemv_i8 = Some(kquant::gemv_i8_q5k);
     m[DType::Q6K.index()].gemv_i8 = Some(kquant::gemv_i8_q6k);
+    m[DType::Q8_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q8_0 }>);
+    m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
+    m[DType::Q5_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_0 }>);
     m
 };
 
