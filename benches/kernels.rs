@@ -77,8 +77,8 @@ fn gemv_14336x4096(b: Bencher, dtype: &'static str) {
 }
 
 /// GGUF's block types at the same decode shape, q4_k and q6_k (what Q4_K_M files are made of)
-/// next to q4 and q8_0: int8 activations unless COLIBRI_QUANT_ACT=float.
-#[divan::bench(args = ["q4", "q4_k", "q6_k", "q8_0"], sample_count = 20)]
+/// next to q4, and q5_k, q4_0, q5_0, q8_0: int8 activations unless COLIBRI_QUANT_ACT=float.
+#[divan::bench(args = ["q4", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0"], sample_count = 20)]
 fn gemv_14336x4096_gguf(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 14336, 4096);
     let x = values(4096);
