@@ -62,24 +62,14 @@ impl Weights {
     }
 }
 
-const DTYPES: [&str; 7] = ["f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8"];
+/// The format's own dtypes, then GGUF's block types with int8-activation kernels (q4_k and
+/// q6_k: what Q4_K_M files are made of).
+const DTYPES: [&str; 13] =
+    ["f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0"];
 
 /// One Mixtral expert projection (14336 × 4096) times one activation row: decode.
 #[divan::bench(args = DTYPES, sample_count = 20)]
 fn gemv_14336x4096(b: Bencher, dtype: &'static str) {
-    let w = Weights::new(dtype, 14336, 4096);
-    let x = values(4096);
-    let mut y = vec![0f32; 14336];
-    b.counter(BytesCount::new(w.len)).bench_local(|| {
-        Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
-        black_box(&y);
-    });
-}
-
-/// GGUF's block types at the same decode shape, q4_k and q6_k (what Q4_K_M files are made of)
-/// next to q4, and q5_k, q4_0, q5_0, q8_0: int8 activations unless COLIBRI_QUANT_ACT=float.
-#[divan::bench(args = ["q4", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0"], sample_count = 20)]
-fn gemv_14336x4096_gguf(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 14336, 4096);
     let x = values(4096);
     let mut y = vec![0f32; 14336];

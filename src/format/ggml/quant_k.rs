@@ -238,17 +238,24 @@ pub fn q2_k(x: &[f32]) -> BlockQ2K {
     b
 }
 
-pub fn q3_k(x: &[f32]) -> BlockQ3K {
-    let mut b = BlockQ3K::ZERO;
-    let mut l = [0i8; QK_K];
+/// The scales `make` finds for the 16 groups of 16 (levels into `l`), the one of largest
+/// magnitude (the first, on ties) and that magnitude.
+fn group_scales(x: &[f32], l: &mut [i8; QK_K], make: impl Fn(&[f32], &mut [i8]) -> f32) -> ([f32; 16], f32, f32) {
     let mut scales = [0f32; 16];
     let (mut max_scale, mut amax) = (0f32, 0f32);
     for j in 0..16 {
-        scales[j] = make_q3_quants(&x[16 * j..16 * j + 16], 4, &mut l[16 * j..16 * j + 16]);
+        scales[j] = make(&x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
         if scales[j].abs() > amax {
             (amax, max_scale) = (scales[j].abs(), scales[j]);
         }
     }
+    (scales, max_scale, amax)
+}
+
+pub fn q3_k(x: &[f32]) -> BlockQ3K {
+    let mut b = BlockQ3K::ZERO;
+    let mut l = [0i8; QK_K];
+    let (scales, max_scale, _) = group_scales(x, &mut l, |xs, ls| make_q3_quants(xs, 4, ls));
     if max_scale != 0.0 {
         let iscale = -32.0 / max_scale;
         for j in 0..16 {
@@ -362,14 +369,7 @@ pub fn q5_k(x: &[f32]) -> BlockQ5K {
 pub fn q6_k(x: &[f32]) -> BlockQ6K {
     let mut b = BlockQ6K::ZERO;
     let mut l = [0i8; QK_K];
-    let mut scales = [0f32; 16];
-    let (mut max_scale, mut max_abs) = (0f32, 0f32);
-    for ib in 0..16 {
-        scales[ib] = make_qx_quants(&x[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16]);
-        if scales[ib].abs() > max_abs {
-            (max_abs, max_scale) = (scales[ib].abs(), scales[ib]);
-        }
-    }
+    let (scales, max_scale, max_abs) = group_scales(x, &mut l, |xs, ls| make_qx_quants(xs, 32, ls));
     if max_abs < EPS {
         return b;
     }

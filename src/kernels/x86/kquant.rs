@@ -110,16 +110,16 @@ unsafe fn row_qk<B: KBlock + Block>(wr: &[u8], x: &Acts<'_>) -> f32 {
             let (d, dmin, scales) = b.head();
             let (d, dmin) = (h(d), h(dmin));
             let (mut sc, mut m) = ([0f32; 8], [0f32; 8]);
-            for j in 0..8 {
-                let (s, mj) = scale_min_k4(j, scales);
-                (sc[j], m[j]) = (d * f32::from(s), f32::from(mj));
+            for (j, (scj, mj)) in sc.iter_mut().zip(m.iter_mut()).enumerate() {
+                let (s, mn) = scale_min_k4(j, scales);
+                (*scj, *mj) = (d * f32::from(s), f32::from(mn));
             }
             let xd = _mm256_loadu_ps(x.d.as_ptr().add(8 * i));
             let sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(x.sums.as_ptr().add(8 * i).cast()));
             let mv = _mm256_mul_ps(_mm256_loadu_ps(m.as_ptr()), _mm256_set1_ps(dmin));
             mins = _mm256_fmadd_ps(_mm256_mul_ps(xd, sums), mv, mins);
             let qh = b.qh().map(|q| _mm256_loadu_si256(q.as_ptr().cast()));
-            for j in 0..8 {
+            for (j, &scj) in sc.iter().enumerate() {
                 let raw = _mm256_loadu_si256(b.qs().as_ptr().add(32 * (j / 2)).cast());
                 let mut q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(4 * (j as i32 % 2))), mask);
                 if let Some(qh) = qh {
@@ -128,7 +128,7 @@ unsafe fn row_qk<B: KBlock + Block>(wr: &[u8], x: &Acts<'_>) -> f32 {
                 }
                 let xv = _mm256_loadu_si256(x.q.as_ptr().add(QK_K * i + QK * j).cast());
                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-                let s = _mm256_set1_ps(sc[j] * *x.d.get_unchecked(8 * i + j));
+                let s = _mm256_set1_ps(scj * *x.d.get_unchecked(8 * i + j));
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
             }
         }
