@@ -191,3 +191,8 @@ fn matmul_16384x2048_q4r8(b: Bencher, n: usize) {
 fn matmul_16384x2048_q8r8(b: Bencher, n: usize) {
     matmul_n(b, "q8r8", n);
 }
+
+#[divan::bench(args = [16, 32, 64], sample_count = 10)]
+fn matmul_16384x2048_q4_k(b: Bencher, n: usize) {
+    matmul_n(b, "q4_k", n);
+}
