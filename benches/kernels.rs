@@ -64,8 +64,10 @@ impl Weights {
 
 /// The format's own dtypes, then GGUF's block types with int8-activation kernels (q4_k and
 /// q6_k: what Q4_K_M files are made of).
-const DTYPES: [&str; 13] =
-    ["f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0"];
+const DTYPES: [&str; 15] = [
+    "f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0", "iq4_nl",
+    "iq4_xs",
+];
 
 /// One Mixtral expert projection (14336 × 4096) times one activation row: decode.
 #[divan::bench(args = DTYPES, sample_count = 20)]
