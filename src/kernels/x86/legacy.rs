@@ -1,10 +1,11 @@
 //! AVX2 int8-activation matrix-vector kernels of GGUF's 32-element block types q8_0, q4_0,
-//! q5_0 and iq4_nl, and of iq4_xs (iq4_nl's levels in super-blocks of 8 with 6-bit scales)
-//! (references: `actq::dot_q8_0_i8`, `actq::dot_ggml_i8`). Per block, against the activation
-//! block of the same columns: signed quants (q8_0's, and the iq4 levels looked up by `vpshufb`)
-//! take their sign into the activations (`vpsignb`) for one `vpmaddubsw`; q4_0 / q5_0's unsigned quants (nibble, and
-//! q5_0's fifth bit spread from its 32-bit mask) meet the activations directly and their offset
-//! (8, 16) is subtracted in i16. One `vpmaddwd` to i32 lanes, converted once and scaled by
+//! q4_1, q5_0, q5_1 and iq4_nl, and of iq4_xs (iq4_nl's levels in super-blocks of 8 with 6-bit
+//! scales) (references: `actq::dot_q8_0_i8`, `actq::dot_ggml_i8`). Per block, against the
+//! activation block of the same columns: signed quants (q8_0's, and the iq4 levels looked up by
+//! `vpshufb`) take their sign into the activations (`vpsignb`) for one `vpmaddubsw`; unsigned
+//! quants (nibbles, with q5_0 / q5_1's fifth bit spread from its 32-bit mask) meet the
+//! activations directly, q4_0 / q5_0's offset (8, 16) subtracted in i16, q4_1 / q5_1's min added
+//! from the activation block sums. One `vpmaddwd` to i32 lanes, converted once and scaled by
 //! d·dx: the integer block sums are the reference's, only the float additions are reordered.
 
 use super::super::actq::QuantizedActs;
@@ -21,8 +22,10 @@ pub const Q8_0: u8 = 0;
 pub const Q4_0: u8 = 1;
 pub const Q5_0: u8 = 2;
 pub const IQ4_NL: u8 = 3;
+pub const Q4_1: u8 = 4;
+pub const Q5_1: u8 = 5;
 
-/// See `kquant::drive`: row-major q8_0, q4_0, q5_0 or iq4_nl (`KIND`).
+/// See `kquant::drive`: row-major q8_0, q4_0, q5_0, iq4_nl, q4_1 or q5_1 (`KIND`).
 pub fn gemv_i8<const KIND: u8>(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     drive(w, rows, xa, n, out, row::<KIND>)
 }
@@ -110,6 +113,8 @@ unsafe fn row<const KIND: u8>(wr: &[u8], x: &Acts<'_>) -> f32 {
     let bb = match KIND {
         Q8_0 => 2 + QK,
         Q4_0 | IQ4_NL => 2 + QK / 2,
+        Q4_1 => 4 + QK / 2,
+        Q5_1 => 8 + QK / 2,
         _ => 6 + QK / 2,
     };
     // SAFETY: reached only through the AVX2 table; block b's bb bytes are inside `wr` (whole
@@ -117,6 +122,8 @@ unsafe fn row<const KIND: u8>(wr: &[u8], x: &Acts<'_>) -> f32 {
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_ps();
+        // q4_1 / q5_1: Σ_b m·dx·Σ qx, from the activation block sums.
+        let mut mins = 0f32;
         for b in 0..wr.len() / bb {
             let p = wr.as_ptr().add(b * bb);
             let d = f32::from(half::f16::from_bits(u16::from_le_bytes([*p, *p.add(1)])));
@@ -124,6 +131,16 @@ unsafe fn row<const KIND: u8>(wr: &[u8], x: &Acts<'_>) -> f32 {
             let pairs = match KIND {
                 Q8_0 => signed_pairs(_mm256_loadu_si256(p.add(2).cast()), xv),
                 IQ4_NL => signed_pairs(iq4_levels(p.add(2)), xv),
+                Q4_1 | Q5_1 => {
+                    let m = f32::from(half::f16::from_bits(u16::from_le_bytes([*p.add(2), *p.add(3)])));
+                    mins += m * *x.d.get_unchecked(b) * *x.sums.get_unchecked(b) as f32;
+                    let q = if KIND == Q4_1 {
+                        nibbles(p.add(4))
+                    } else {
+                        _mm256_or_si256(nibbles(p.add(8)), fifth_bits(p.add(4)))
+                    };
+                    _mm256_maddubs_epi16(q, xv)
+                }
                 Q4_0 => {
                     let off = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv);
                     _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles(p.add(2)), xv), off)
@@ -137,6 +154,6 @@ unsafe fn row<const KIND: u8>(wr: &[u8], x: &Acts<'_>) -> f32 {
             let s = _mm256_madd_epi16(pairs, ones);
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * *x.d.get_unchecked(b)), acc);
         }
-        hsum(acc)
+        hsum(acc) + mins
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
 //!   kernels of gemv / qdot / qgroup / tile / actq, and int8-activation ones for GGUF's
-//!   q4_k / q5_k / q6_k (kquant) and q8_0 / q4_0 / q5_0 / iq4_nl / iq4_xs (legacy).
+//!   q4_k / q5_k / q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy).
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
@@ -55,6 +55,8 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
     m[DType::Q5_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_0 }>);
     m[DType::Iq4Nl.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::IQ4_NL }>);
+    m[DType::Q4_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_1 }>);
+    m[DType::Q5_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_1 }>);
     m[DType::Iq4Xs.index()].gemv_i8 = Some(legacy::gemv_i8_iq4xs);
     m
 };
