@@ -1,19 +1,23 @@
-//! AVX2 int8-activation matrix-vector kernels of the K-quants GGUF's Q4_K_M files are made of,
-//! q4_k and q6_k, and of q5_k (reference: `actq::dot_ggml_i8`). Per 32-element sub-block, against the
-//! activation block of the same 32 columns: one `vpmaddubsw` (the unsigned quants — q4_k's
-//! nibble, q6_k's 6 bits before its −32 — × the signed activations), then `vpmaddwd` with the
-//! sub-block's integer scales (q6_k: one per 16, so the two lanes of the register take their
-//! own), so the integer sums are exactly the reference's; q6_k's offset of 32 is subtracted in
-//! i16 (32 · pairs of x, no overflow: |(q − 32)·x| pairs ≤ 8128). Each sub-block's i32 lanes
-//! are converted once and scaled by d·dx; q4_k / q5_k's min term is dmin · Σ_j m_j · dx_j · Σ x_j from
-//! the activation block sums, eight sub-blocks at a time. Only the float additions are ordered
-//! differently from the reference. One weight row meets every activation row while in L1.
+//! AVX2 int8-activation matrix-vector kernels of the K-quants (reference: `actq::dot_ggml_i8`):
+//! q4_k and q6_k, what GGUF's Q4_K_M files are made of, and q5_k, q3_k, q2_k. Per 32-element
+//! sub-block, against the activation block of the same 32 columns: one `vpmaddubsw` (the
+//! unsigned quants — q4_k's nibble, q5_k's 5 bits, q6_k's 6 bits and q3_k's 3 before their
+//! offset, q2_k's 2 — × the signed activations), then `vpmaddwd` with the sub-block's integer
+//! scales (one per 16 for q2_k / q3_k / q6_k: the two lanes of the register take their own), so
+//! the integer sums are exactly the reference's; offsets (q3_k's 4, q6_k's 32) are subtracted
+//! in i16 (no overflow: |(q − 32)·x| pairs ≤ 8128). Each sub-block's i32 lanes are converted
+//! once and scaled by d·dx; mins come from the activation sums (q4_k / q5_k: dmin · Σ_j m_j ·
+//! dx_j · Σ x_j, eight sub-blocks at a time; q2_k: its per-16 mins against half sums). Only
+//! the float additions are ordered differently from the reference. One weight row meets every
+//! activation row while in L1.
 
 use super::super::actq::QuantizedActs;
 use super::super::mat::Mat;
 use super::gemv::hsum;
 use crate::format::blocks::QK;
-use crate::format::ggml::{blocks, h, scale_min_k4, Block, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
+use crate::format::ggml::{
+    blocks, h, q3k_scales, scale_min_k4, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K,
+};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -166,5 +170,63 @@ unsafe fn row_q6k(wr: &[u8], x: &Acts<'_>) -> f32 {
             }
         }
         hsum(acc)
+    }
+}
+
+/// See `drive`: row-major q2_k.
+pub fn gemv_i8_q2k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, row_q23k::<false>)
+}
+
+/// See `drive`: row-major q3_k.
+pub fn gemv_i8_q3k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, row_q23k::<true>)
+}
+
+/// q2_k (`Q3` false) or q3_k: per sub-block s = 4n + i, the 2-bit quants at bits 2i of
+/// qs[32n ..] (q3_k: | hmask bit s << 2, value − 4), the scales of its two halves (q2_k's low
+/// nibbles, q3_k's 6-bit values − 32) in the two register lanes; q2_k's mins (high nibbles)
+/// meet the activations' half sums the same way.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_q23k<const Q3: bool>(wr: &[u8], x: &Acts<'_>) -> f32 {
+    // SAFETY: reached only through the AVX2 table; whole 84- / 110-byte blocks in `wr`, 256
+    // quants and 8 scales per block in `x`, as `drive` asserts.
+    unsafe {
+        let (low2, one, four) = (_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x01), _mm256_set1_epi8(4));
+        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let bb = if Q3 { 110 } else { 84 };
+        for blk in 0..wr.len() / bb {
+            let p = &wr[blk * bb..(blk + 1) * bb];
+            let (qs, d, k, m, dmin) = if Q3 {
+                let b = &blocks::<BlockQ3K>(p)[0];
+                let k = q3k_scales(&b.scales).map(|v| i16::from(v) - 32);
+                (&b.qs, h(b.d), k, [0i16; 16], 0.0)
+            } else {
+                let b = &blocks::<BlockQ2K>(p)[0];
+                (&b.qs, h(b.d), b.scales.map(|v| i16::from(v & 0xF)), b.scales.map(|v| i16::from(v >> 4)), h(b.dmin))
+            };
+            let hmask = if Q3 { Some(_mm256_loadu_si256(p.as_ptr().cast())) } else { None };
+            for s in 0..8 {
+                let (n, i) = (s / 4, s % 4);
+                let raw = _mm256_loadu_si256(qs.as_ptr().add(32 * n).cast());
+                let mut q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * i as i32)), low2);
+                let xv = _mm256_loadu_si256(x.q.as_ptr().add(QK_K * blk + QK * s).cast());
+                let xd = *x.d.get_unchecked(8 * blk + s);
+                let mut pairs = _mm256_maddubs_epi16(q, xv);
+                if let Some(hm) = hmask {
+                    let hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(s as i32)), one);
+                    q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
+                    pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(four, xv));
+                } else {
+                    let mv = _mm256_setr_m128i(_mm_set1_epi16(m[2 * s]), _mm_set1_epi16(m[2 * s + 1]));
+                    let pm = _mm256_madd_epi16(_mm256_maddubs_epi16(one, xv), mv);
+                    mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin * xd), mins);
+                }
+                let kv = _mm256_setr_m128i(_mm_set1_epi16(k[2 * s]), _mm_set1_epi16(k[2 * s + 1]));
+                let pk = _mm256_madd_epi16(pairs, kv);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pk), _mm256_set1_ps(d * xd), acc);
+            }
+        }
+        hsum(acc) - hsum(mins)
     }
 }

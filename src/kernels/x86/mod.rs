@@ -4,7 +4,7 @@
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
 //!   kernels of gemv / qdot / qgroup / tile / actq, and int8-activation ones for GGUF's
-//!   q4_k / q5_k / q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy).
+//!   q2_k … q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy).
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
@@ -48,6 +48,8 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Q4R8.index()] = grouped;
     // GGUF's block types: int8-activation kernels for the K-quants of Q4_K_M files and the
     // common 32-element ones (float activations stay on the portable kernels).
+    m[DType::Q2K.index()].gemv_i8 = Some(kquant::gemv_i8_q2k);
+    m[DType::Q3K.index()].gemv_i8 = Some(kquant::gemv_i8_q3k);
     m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
     m[DType::Q5K.index()].gemv_i8 = Some(kquant::gemv_i8_q5k);
     m[DType::Q6K.index()].gemv_i8 = Some(kquant::gemv_i8_q6k);
