@@ -62,7 +62,12 @@ impl Weights {
     }
 }
 
-const DTYPES: [&str; 7] = ["f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8"];
+/// The format's own dtypes, then GGUF's block types with int8-activation kernels (q4_k and
+/// q6_k: what Q4_K_M files are made of).
+const DTYPES: [&str; 15] = [
+    "f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0", "iq4_nl",
+    "iq4_xs",
+];
 
 /// One Mixtral expert projection (14336 × 4096) times one activation row: decode.
 #[divan::bench(args = DTYPES, sample_count = 20)]
@@ -187,4 +192,9 @@ fn matmul_16384x2048_q4r8(b: Bencher, n: usize) {
 #[divan::bench(args = [4, 8, 16, 32, 48, 64], sample_count = 10)]
 fn matmul_16384x2048_q8r8(b: Bencher, n: usize) {
     matmul_n(b, "q8r8", n);
+}
+
+#[divan::bench(args = [16, 32, 64], sample_count = 10)]
+fn matmul_16384x2048_q4_k(b: Bencher, n: usize) {
+    matmul_n(b, "q4_k", n);
 }

@@ -9,6 +9,7 @@
 
 use super::blocks::{self, Layout, Q4, Q8, QK};
 use super::finite::{self, NonFinite};
+use super::ggml::{self, Block};
 use super::mxfp4;
 
 /// Elements per quantisation block of the block-quantised dtypes (the table's `group_size`).
@@ -37,6 +38,18 @@ pub enum DType {
     /// MXFP4 as ggml stores it: blocks of 32, each an E8M0 exponent then 16 bytes of FP4 (e2m1)
     /// nibbles (`mxfp4`).
     Mxfp4,
+    /// GGUF's other block types, kept as GGUF stores them (`ggml`, which describes each).
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    Iq4Nl,
+    Iq4Xs,
 }
 
 /// How a dtype lays out the bytes of one matrix.
@@ -126,6 +139,17 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         find_nonfinite: mxfp4::find_nan_scale,
         encode: |x, _| mxfp4::quantize(x),
     },
+    ggml_row::<ggml::BlockQ4_0>(DType::Q4_0, 34, "q4_0"),
+    ggml_row::<ggml::BlockQ4_1>(DType::Q4_1, 35, "q4_1"),
+    ggml_row::<ggml::BlockQ5_0>(DType::Q5_0, 38, "q5_0"),
+    ggml_row::<ggml::BlockQ5_1>(DType::Q5_1, 39, "q5_1"),
+    ggml_row::<ggml::BlockQ2K>(DType::Q2K, 42, "q2_k"),
+    ggml_row::<ggml::BlockQ3K>(DType::Q3K, 43, "q3_k"),
+    ggml_row::<ggml::BlockQ4K>(DType::Q4K, 44, "q4_k"),
+    ggml_row::<ggml::BlockQ5K>(DType::Q5K, 45, "q5_k"),
+    ggml_row::<ggml::BlockQ6K>(DType::Q6K, 46, "q6_k"),
+    ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl, 52, "iq4_nl"),
+    ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs, 55, "iq4_xs"),
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -195,6 +219,39 @@ const fn block_row(
     }
 }
 
+/// A row of a GGUF block type `B` (ggml's layout, whole blocks; `ggml`), stored at id
+/// 32 + ggml's type number.
+const fn ggml_row<B: Block>(dtype: DType, id: u32, name: &'static str) -> DTypeInfo {
+    DTypeInfo {
+        dtype,
+        id,
+        name,
+        aliases: &[],
+        block: B::QK as u32,
+        block_bytes: ggml::block_bytes::<B>() as u32,
+        row_group: 1,
+        packing: Packing::Blocks,
+        align: 2,
+        row_major: dtype,
+        interleaved: dtype,
+        dequantize: deq_ggml::<B>,
+        find_nonfinite: scan_ggml::<B>,
+        encode: enc_ggml::<B>,
+    }
+}
+
+fn deq_ggml<B: Block>(bytes: &[u8], _cols: usize, start: usize, out: &mut [f32]) {
+    ggml::dequantize::<B>(bytes, start, out)
+}
+
+fn scan_ggml<B: Block>(bytes: &[u8], _cols: usize) -> Option<NonFinite> {
+    ggml::find_bad_scale::<B>(bytes).map(NonFinite::Scale)
+}
+
+fn enc_ggml<B: Block>(x: &[f32], _cols: usize) -> Vec<u8> {
+    ggml::quantize::<B>(x)
+}
+
 impl DType {
     /// Every dtype, in table order.
     pub const ALL: &'static [DType] = &[
@@ -207,6 +264,17 @@ impl DType {
         DType::Q4R8,
         DType::Q8_0,
         DType::Mxfp4,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+        DType::Iq4Nl,
+        DType::Iq4Xs,
     ];
     /// Number of dtypes (rows of the table).
     pub const COUNT: usize = DType::ALL.len();
@@ -446,17 +514,20 @@ mod tests {
 
     #[test]
     fn every_dtype_encodes_and_dequantises_back() {
-        let (rows, cols) = (16, 64);
+        let (rows, cols) = (16, 256);
         let x: Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
         for &d in DType::ALL {
             let bytes = d.encode(&x, cols);
             assert_eq!(bytes.len() as u64, d.bytes_for((rows * cols) as u64).unwrap(), "{d}");
             let mut y = vec![0f32; rows * cols];
             d.dequantize(&bytes, cols, 0, &mut y);
-            // Half the widest gap of each grid: q4's d/2 = max/16, FP4's 2 · 2^(e−128) ≤ max/4.
-            let step = match d {
-                DType::Mxfp4 => 50.0 / 64.0 / 4.0,
-                _ if d.is_quantized() => 50.0 / 64.0 / 7.0,
+            // About half a step of the grid the dtype's bits allow (q2_k: 2 bits, q3_k: 3; q4's
+            // d/2 = max/16; FP4's widest gap: 2 · 2^(e−128) ≤ max/4).
+            let step = match d.bits_per_weight() {
+                _ if d == DType::Mxfp4 => 50.0 / 64.0 / 4.0,
+                b if b < 3.0 => 0.3,
+                b if b < 4.0 => 0.25,
+                b if b < 16.0 => 50.0 / 64.0 / 7.0,
                 _ => 1e-2,
             };
             for (i, (a, b)) in x.iter().zip(&y).enumerate() {

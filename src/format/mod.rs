@@ -50,15 +50,19 @@
 //! tensor table (at table_offset): tensor_count records of 96 bytes, in data order:
 //!   0   u32      name_offset   into the string table      4  u32  name_len (1..=256)
 //!   8   u32      dtype         0 F32, 1 F16, 2 BF16 (3..=15 reserved for float types),
-//!                              16 Q8, 17 Q4, 18 Q4R8, 19 Q8R8, 40 Q8_0, 71 MXFP4 (block-quantised;
-//!                              other ids from 20 reserved; GGUF types at 32 + ggml type)
+//!                              16 Q8, 17 Q4, 18 Q4R8, 19 Q8R8 (block-quantised; other ids
+//!                              from 20 reserved), GGUF's block types at 32 + ggml type:
+//!                              34 Q4_0, 35 Q4_1, 38 Q5_0, 39 Q5_1, 40 Q8_0, 42 Q2_K,
+//!                              43 Q3_K, 44 Q4_K, 45 Q5_K, 46 Q6_K, 52 IQ4_NL, 55 IQ4_XS,
+//!                              71 MXFP4
 //!   12  u32      ndim          1..=4
 //!   16  u64[4]   dims          outermost first; unused dims are 0; used dims ≥ 1
 //!   48  u64      data_offset   absolute; multiple of 64 (4096 for expert stacks)
 //!   56  u64      byte_length
 //!   64  u64      expert_stride bytes between consecutive experts of an expert stack, else 0
 //!   72  u64      checksum      xxHash64 (seed 0) of the byte_length bytes at data_offset
-//!   80  u32      group_size    elements per quantisation block: 32 for block dtypes, 0 for floats
+//!   80  u32      group_size    elements per quantisation block: 32 for block dtypes (256 for
+//!                              the K-quants and IQ4_XS), 0 for floats
 //!   84  u32      kind          0 plain, 1 router, 2 expert stack
 //!   88  u64      reserved      0
 //!
@@ -72,11 +76,13 @@
 //!   byte_length = expert_stride × (E − 1) + (bytes of one expert); the gap after each expert is zero.
 //!   Router tensors ([E, hidden]) come first, contiguously in layer order, starting at routing_offset.
 //!
-//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8, Q8_0, MXFP4): a 2-D matrix [rows, cols] or an expert stack
-//!   [E, rows, cols], cols a multiple of the block (32), rows a multiple of the dtype's row group
-//!   (8 for Q8R8 / Q4R8). Each matrix (the tensor, or each expert of a stack at its 4096-aligned
-//!   stride) is self-contained; its bytes are laid out as format::blocks describes (the one
-//!   description of the block layouts, with the reference quantisers and dequantisers). Only
+//! block-quantised tensors (Q8, Q4, Q8R8, Q4R8 and GGUF's types, MXFP4 among them): a 2-D matrix
+//!   [rows, cols] or an expert stack [E, rows, cols], cols a multiple of the block (32; 256 for
+//!   the K-quants and IQ4_XS), rows a multiple of the dtype's row group (8 for Q8R8 / Q4R8). Each
+//!   matrix (the tensor, or each expert of a stack at its 4096-aligned stride) is self-contained;
+//!   its bytes are laid out as format::blocks describes (format::ggml for GGUF's types and
+//!   format::mxfp4 for MXFP4, kept as ggml stores them: the descriptions of the block layouts,
+//!   with the reference quantisers and dequantisers). Only
 //!   attention q/k/v/o, routed expert stacks, shared-expert gate/up/down, dense MLP gate/up/down
 //!   and lm_head may be quantised; routers, the shared expert gate, norms, biases and the
 //!   embedding table stay float. Every dtype's id, block geometry and meaning is one row of the
@@ -91,6 +97,7 @@
 pub mod blocks;
 mod dtype;
 mod finite;
+pub mod ggml;
 mod header;
 mod le;
 mod metadata;

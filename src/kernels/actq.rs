@@ -12,6 +12,7 @@
 
 use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, Q4, Q8, QK};
+use crate::format::ggml::{self, Block, Unpacked};
 use crate::format::mxfp4;
 use std::sync::OnceLock;
 
@@ -166,6 +167,46 @@ pub fn dot_mxfp4_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
         acc += dw * xd[b] * s as f32;
     }
     acc
+}
+
+/// Reference int8-activation dot of row r of a matrix of GGUF blocks `B` with activation row t
+/// of `xa`. Each 32-element sub-block in its integer form (`ggml::Unpacked`: w = d·k·q + dm·m
+/// per half of 16) meets activation block b in integers:
+///   y = Σ_b dx_b · (d · Σ_h k_h·Σ_{i∈h} q_i·qx_i  +  dm · Σ_h m_h·Σ_{i∈h} qx_i)
+/// (the dm term only for the types with a min); sub-blocks in order.
+pub fn dot_ggml_i8<B: Block>(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd) = xa.row(t);
+    let nb = xa.cols / B::QK;
+    let subs = B::QK / QK;
+    let mut u = Unpacked::default();
+    let mut acc = 0f32;
+    for (i, blk) in ggml::blocks::<B>(w.bytes())[r * nb..(r + 1) * nb].iter().enumerate() {
+        for s in 0..subs {
+            blk.unpack(s, &mut u);
+            let b = i * subs + s;
+            let (qsum, msum) = sub_block_sums(&u, &xq[b * QK..(b + 1) * QK]);
+            let mut v = u.d * qsum as f32;
+            if u.has_min {
+                v += u.dm * msum as f32;
+            }
+            acc += xd[b] * v;
+        }
+    }
+    acc
+}
+
+/// (Σ_h k_h·Σ q·qx, Σ_h m_h·Σ qx) over the two halves of one sub-block.
+#[inline]
+pub fn sub_block_sums(u: &Unpacked, xq: &[i8]) -> (i32, i32) {
+    let (mut qsum, mut msum) = (0i32, 0i32);
+    for half in 0..2 {
+        let (q, x) = (&u.q[16 * half..16 * half + 16], &xq[16 * half..16 * half + 16]);
+        let dot: i32 = q.iter().zip(x).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
+        let sx: i32 = x.iter().map(|&c| i32::from(c)).sum();
+        qsum += u.k[half] * dot;
+        msum += u.m[half] * sx;
+    }
+    (qsum, msum)
 }
 
 /// Reference W4A8 dot of row r of a q4 / q4r8 `w` with activation row t of `xa`.

@@ -4,6 +4,7 @@
 use super::actq::{self, QuantizedActs};
 use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, QK};
+use crate::format::ggml::{self, Block, QK_K};
 use crate::format::mxfp4;
 use crate::format::DType;
 
@@ -161,6 +162,20 @@ pub fn dot_mxfp4(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     acc
 }
 
+/// Reference dot of row `r` of a matrix of GGUF blocks `B` with f32 activations: each block
+/// dequantised (`ggml`), its products summed in f32 in element order, blocks accumulated in order.
+pub fn dot_ggml<B: Block>(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let nb = w.cols() / B::QK;
+    let mut deq = [0f32; QK_K];
+    let mut acc = 0f32;
+    for (blk, xb) in ggml::blocks::<B>(w.bytes())[r * nb..(r + 1) * nb].iter().zip(x.chunks_exact(B::QK)) {
+        blk.dequantize(&mut deq);
+        let s: f32 = deq.iter().zip(xb).map(|(&a, &v)| a * v).sum();
+        acc += s;
+    }
+    acc
+}
+
 /// Row `r` of a float matrix · x.
 fn dot_row_f32(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     let c = w.cols();
@@ -203,7 +218,23 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     RefKernels { dtype: DType::Q4R8, dot: dot_q4, dot_i8: Some(actq::dot_q4_i8) },
     RefKernels { dtype: DType::Q8_0, dot: dot_q8_0, dot_i8: Some(actq::dot_q8_0_i8) },
     RefKernels { dtype: DType::Mxfp4, dot: dot_mxfp4, dot_i8: Some(actq::dot_mxfp4_i8) },
+    ggml_row::<ggml::BlockQ4_0>(DType::Q4_0),
+    ggml_row::<ggml::BlockQ4_1>(DType::Q4_1),
+    ggml_row::<ggml::BlockQ5_0>(DType::Q5_0),
+    ggml_row::<ggml::BlockQ5_1>(DType::Q5_1),
+    ggml_row::<ggml::BlockQ2K>(DType::Q2K),
+    ggml_row::<ggml::BlockQ3K>(DType::Q3K),
+    ggml_row::<ggml::BlockQ4K>(DType::Q4K),
+    ggml_row::<ggml::BlockQ5K>(DType::Q5K),
+    ggml_row::<ggml::BlockQ6K>(DType::Q6K),
+    ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl),
+    ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs),
 ];
+
+/// The reference row of GGUF block type `B`.
+const fn ggml_row<B: Block>(dtype: DType) -> RefKernels {
+    RefKernels { dtype, dot: dot_ggml::<B>, dot_i8: Some(actq::dot_ggml_i8::<B>) }
+}
 
 /// The reference row of `dtype`.
 #[inline]

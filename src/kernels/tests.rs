@@ -8,7 +8,6 @@ use super::gemm::GEMM_MIN_ROWS;
 use super::par::MC;
 use super::table::{CpuPath, Table, NR};
 use super::Mat;
-use crate::format::blocks::QK;
 use crate::format::DType;
 
 /// Largest error allowed for a float-weight product, relative to Σ|w·x| of the output: f32
@@ -50,9 +49,9 @@ struct Stored {
 impl Stored {
     fn new(rows: usize, cols: usize, seed: u64) -> Stored {
         let f = sample(rows * cols, seed);
-        let quantisable = cols.is_multiple_of(QK) && cols > 0;
-        // Every block dtype of the table that fits the shape.
-        let fits = |d: DType| quantisable && rows.is_multiple_of(d.row_group());
+        // Every block dtype of the table that fits the shape (whole blocks: 32 elements, 256
+        // for the K-quants; whole row groups).
+        let fits = |d: DType| cols > 0 && cols.is_multiple_of(d.block()) && rows.is_multiple_of(d.row_group());
         let block_dtypes: Vec<(DType, bool)> =
             DType::ALL.iter().copied().filter(|d| d.is_quantized()).map(|d| (d, fits(d))).collect();
         Stored {
@@ -120,7 +119,8 @@ fn check(path: CpuPath, rows: usize, cols: usize, n: usize) {
 #[test]
 fn matmul_matches_exact_sums_on_every_path() {
     for path in available_paths() {
-        let shapes = [(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288)];
+        let shapes =
+            [(1, 1), (3, 7), (5, 32), (13, 64), (17, 96), (MC + 7, 160), (2 * MC + 1, 288), (5, 256), (MC + 7, 512)];
         // Whole row groups of 8, for the interleaved block matrices.
         let grouped = [(8, 32), (24, 96), (MC + 8, 160)];
         for &(rows, cols) in shapes.iter().chain(&grouped) {
@@ -162,11 +162,16 @@ fn long_rows_stay_within_tolerance() {
 
 #[test]
 fn widen_is_exact_on_every_path() {
-    let s = Stored::new(16, 320, 5);
+    let s = Stored::new(16, 512, 5);
     for path in available_paths() {
         let t = table_for(path).expect("available");
         for (name, w, _) in s.mats() {
-            for (k0, len) in [(0, 320), (32, 256), (288, 32)] {
+            // Ranges on the dtype's blocks (the K-quants' are 256 long).
+            let ranges = [(0, 512), (32, 256), (480, 32), (256, 256)];
+            for (k0, len) in ranges
+                .into_iter()
+                .filter(|&(k0, len)| (k0 + len) % w.dtype().block() == 0 && k0 % w.dtype().block() == 0)
+            {
                 // Single rows, whole row groups, and ranges starting or ending inside a group.
                 for rows in [3..4, 8..9, 15..16, 0..16, 8..16, 3..13, 5..16] {
                     let (mut a, mut b) = (vec![0f32; len * rows.len()], vec![0f32; len * rows.len()]);
@@ -232,8 +237,17 @@ fn int8_activation_products_match_the_integer_reference() {
     let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        let shapes =
-            [(1, 32), (5, 64), (13, 256), (70, 32 * 9), (9, 4096 + 32), (16, 256), (72, 32 * 9), (8, 4096 + 32)];
+        let shapes = [
+            (1, 32),
+            (5, 64),
+            (13, 256),
+            (70, 32 * 9),
+            (9, 4096 + 32),
+            (16, 256),
+            (72, 32 * 9),
+            (8, 4096 + 32),
+            (7, 2048),
+        ];
         for &(rows, cols) in &shapes {
             // 4 and 7: the interleaved kernels' four- and two-row passes; 70: past a block of 64
             // activation rows, and through the GEMM for the row-major layouts.

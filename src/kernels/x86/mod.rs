@@ -3,7 +3,8 @@
 //! every feature it needs: the library itself is built for the baseline x86-64 target.
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
-//!   kernels of gemv / qdot / qgroup / tile / actq / mxfp4.
+//!   kernels of gemv / qdot / qgroup / tile / actq / mxfp4, and int8-activation ones for GGUF's
+//!   q2_k … q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy).
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
@@ -11,6 +12,8 @@
 mod actq;
 mod bf16;
 mod gemv;
+mod kquant;
+mod legacy;
 mod mxfp4;
 mod qdot;
 mod qgroup;
@@ -46,6 +49,20 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Q4R8.index()] = grouped;
     m[DType::Mxfp4.index()] =
         MatKernels { gemv: mxfp4::gemv, gemv_i8: Some(mxfp4::gemv_i8), widen: mxfp4::widen, int8_at_any_n: false };
+    // GGUF's block types: int8-activation kernels for the K-quants of Q4_K_M files and the
+    // common 32-element ones (float activations stay on the portable kernels).
+    m[DType::Q2K.index()].gemv_i8 = Some(kquant::gemv_i8_q2k);
+    m[DType::Q3K.index()].gemv_i8 = Some(kquant::gemv_i8_q3k);
+    m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
+    m[DType::Q5K.index()].gemv_i8 = Some(kquant::gemv_i8_q5k);
+    m[DType::Q6K.index()].gemv_i8 = Some(kquant::gemv_i8_q6k);
+    m[DType::Q8_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q8_0 }>);
+    m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
+    m[DType::Q5_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_0 }>);
+    m[DType::Iq4Nl.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::IQ4_NL }>);
+    m[DType::Q4_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_1 }>);
+    m[DType::Q5_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_1 }>);
+    m[DType::Iq4Xs.index()].gemv_i8 = Some(legacy::gemv_i8_iq4xs);
     m
 };
 
