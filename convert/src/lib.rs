@@ -83,6 +83,26 @@ pub struct ConvertReport {
     pub warnings: Vec<String>,
 }
 
+/// Warnings for the checkpoint tensors no colibri tensor reads, and for the layers past
+/// num_hidden_layers (multi-token prediction) that are skipped.
+fn warn_unused_sources(
+    ck: &safetensors::Checkpoint,
+    resolved: &[sources::Resolved],
+    config: &colibri::Config,
+    warnings: &mut Vec<String>,
+) {
+    let unused = sources::unused(ck, resolved, config);
+    if !unused.is_empty() {
+        warnings.push(format!("{} source tensors are not used: {}", unused.len(), unused.join(", ")));
+    }
+    let extra = ck.tensors.keys().filter(|k| sources::beyond_layers(k, config)).count();
+    if extra > 0 {
+        warnings.push(format!(
+            "{extra} tensors of layers past num_hidden_layers (multi-token prediction) skipped, as transformers does"
+        ));
+    }
+}
+
 /// Run a conversion, reporting the bytes written to `progress` if given.
 pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<ConvertReport> {
     if args.input.is_file() && gguf::is_gguf(&args.input) {
@@ -112,16 +132,7 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     ck.fp8_block = fp8::block_size(&hf)?;
     let specs = tensor_specs(&config);
     let resolved = sources::resolve(&ck, &config, &specs)?;
-    let unused = sources::unused(&ck, &resolved, &config);
-    if !unused.is_empty() {
-        warnings.push(format!("{} source tensors are not used: {}", unused.len(), unused.join(", ")));
-    }
-    let extra = ck.tensors.keys().filter(|k| sources::beyond_layers(k, &config)).count();
-    if extra > 0 {
-        warnings.push(format!(
-            "{extra} tensors of layers past num_hidden_layers (multi-token prediction) skipped, as transformers does"
-        ));
-    }
+    warn_unused_sources(&ck, &resolved, &config, &mut warnings);
     // Routers transformers keeps f32 whatever the dtype (`_keep_in_fp32_modules_strict`):
     // sigmoid routers and DeepSeek-V2's.
     let routers_f32 =

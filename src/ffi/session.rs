@@ -9,7 +9,6 @@ use super::handle::*;
 use super::model::{colibri_model, colibri_model_params};
 use super::panic::{guard, guard_or, set_last_error, Failure};
 use super::status::*;
-use super::COLIBRI_SEED_RANDOM;
 use crate::forward::{forward, ForwardOptions, Input, LogitsMode, RoutingMode, RoutingOptions};
 use crate::kernels::QuantActivations;
 use crate::model::Model;
@@ -113,7 +112,7 @@ impl Default for colibri_session_params {
             all_logits: 0,
             routing_mode: COLIBRI_ROUTING_TOPK,
             moe_top_k: 0,
-            routing_seed: COLIBRI_SEED_RANDOM,
+            routing_seed: super::COLIBRI_SEED_RANDOM,
             quant_act: COLIBRI_QUANT_ACT_DEFAULT,
             reserved: 0,
         }

@@ -4,6 +4,7 @@
 
 mod config;
 mod names;
+mod validate;
 mod weights;
 
 pub use config::{

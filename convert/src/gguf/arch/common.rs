@@ -98,6 +98,7 @@ fn rope(h: &Hparams, head_dim: usize, ctx: usize) -> Result<Rope> {
 
 /// The config every family shares; families adjust what differs.
 pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
+    use LayerKind::Attention as Attn;
     let n_layers = h.need("block_count")?.saturating_sub(h.u("nextn_predict_layers")?.unwrap_or(0));
     // Sized from before `Config::validate` runs: bound it here (validate's own cap is lower).
     if n_layers > MAX_LAYERS {
@@ -121,13 +122,8 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         (None, true) => ffn.ok_or_else(|| fail(format!("GGUF file lacks {}.feed_forward_length", h.arch)))?,
         (None, false) => h.need("expert_feed_forward_length")?,
     };
-    let layers: Vec<LayerSpec> = (0..n_layers)
-        .map(|l| LayerSpec {
-            moe: h.has(&format!("blk.{l}.ffn_gate_inp.weight")),
-            sliding_window: None,
-            kind: LayerKind::Attention,
-        })
-        .collect();
+    let layer = |l| LayerSpec { moe: h.has(&format!("blk.{l}.ffn_gate_inp.weight")), sliding_window: None, kind: Attn };
+    let layers: Vec<LayerSpec> = (0..n_layers).map(layer).collect();
     let any_dense = layers.iter().any(|l| !l.moe);
     let moe = MoeConfig {
         n_experts: h.need("expert_count")?,
