@@ -21,10 +21,14 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
 }
 
 /// The tile shape of `quantization_config` when it describes FP8 block scaling (quant_method
-/// "fp8"); None without a quantization_config; an error naming the key for any other scheme.
+/// "fp8"); None without a quantization_config (or with GPT-OSS's own MXFP4 one); an error naming
+/// the key for any other scheme.
 pub fn block_size(hf: &Value) -> Result<Option<[u64; 2]>> {
     let Some(q) = get(hf, "quantization_config") else { return Ok(None) };
     let method = get(q, "quant_method").and_then(Value::as_str).unwrap_or("?");
+    if method == "mxfp4" && get(hf, "model_type").and_then(Value::as_str) == Some("gpt_oss") {
+        return Ok(None); // GPT-OSS's MXFP4 experts: read as they are (`gpt_oss`), no fp8 here
+    }
     let fmt = get(q, "fmt").and_then(Value::as_str).unwrap_or("e4m3");
     if method != "fp8" || fmt != "e4m3" {
         return Err(fail(format!(

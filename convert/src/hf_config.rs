@@ -41,7 +41,7 @@ pub fn family(hf: &Value) -> Result<Family> {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
-                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM,
+                 GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, \
                  PhimoeForCausalLM, Qwen3NextForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")

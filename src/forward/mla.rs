@@ -176,7 +176,7 @@ mod tests {
 
     use super::*;
     use crate::forward::router::RoutingMode;
-    use crate::model::{FfnWeights, MlpWeights};
+    use crate::model::{ExpertAct, FfnWeights, MlpWeights, NormWeights};
     use crate::session::{Session, SessionOptions};
 
     const CONFIG: &str = r#"{"family":"deepseek_v2","vocab_size":4,"hidden_size":8,"n_layers":1,"n_heads":2,
@@ -276,7 +276,7 @@ mod tests {
         let (ones, dummy) = (vec![1.0f32; h], vec![0.0f32; 4 * h]);
         let per = |x, rows, cols| heads_of(x, rows, cols);
         let lw = LayerWeights {
-            attn_norm: Mat::f32s(&ones, 1, h),
+            attn_norm: NormWeights { weight: Mat::f32s(&ones, 1, h), bias: None },
             attn: AttnWeights::Mla(MlaWeights {
                 q: Mat::f32s(&wq, heads * 6, h),
                 q_a: None,
@@ -286,11 +286,15 @@ mod tests {
                 v_b: per(&v_b, v, rank),
             }),
             wo: Mat::f32s(&wo, h, heads * v),
-            ffn_norm: Mat::f32s(&ones, 1, h),
+            bo: None,
+            sinks: None,
+            ffn_norm: NormWeights { weight: Mat::f32s(&ones, 1, h), bias: None },
             ffn: FfnWeights::Dense(MlpWeights {
                 gate: Mat::f32s(&dummy, 4, h),
                 up: Mat::f32s(&dummy, 4, h),
                 down: Mat::f32s(&dummy, h, 4),
+                act: ExpertAct::Silu,
+                bias: None,
             }),
         };
         let kern = Kernels::new(QuantActivations::Float);
@@ -299,10 +303,11 @@ mod tests {
         s.kv.reserve(n).unwrap();
         let mut b = Scratch::new(&c, n).unwrap();
         b.xn.copy_from_slice(&xn);
-        rope.extend_table(0, n, &mut b.cos, &mut b.sin);
+        rope.extend_table(0, n, n, &mut b.cos, &mut b.sin);
         let (cos, sin) = (b.cos.clone(), b.sin.clone());
         let lane = Lane {
             kv: &mut s.kv,
+            rec: &mut s.rec,
             pos0: 0,
             rows: 0..n,
             top_k: 1,

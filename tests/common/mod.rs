@@ -129,7 +129,6 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         pad_token_id: None,
         scales: Default::default(),
         mla: None,
-        attention_out_bias: false,
         attention_sinks: false,
         delta_net: None,
         attn_output_gate: false,
