@@ -274,3 +274,15 @@ fn llama_cpp_test_vocabularies_match_huggingface() {
     }
     assert!(checked > 0, "no vocabulary under {}", root.display());
 }
+
+/// The GGUF reader extracts from each committed vocab-only .gguf exactly the vocabulary its JSON
+/// sidecar (gguf-py's reading of the same file) holds: the two halves of the GGUF tokenizer path
+/// meet on real files.
+#[test]
+fn the_gguf_reader_reads_each_vocab_as_its_sidecar() {
+    for kind in KINDS {
+        let path = fixture_dir(kind).join("vocab.gguf");
+        let file = colibri_convert::gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(file.vocab().unwrap_or_else(|e| panic!("{kind}: {e}")), vocab(kind), "{kind}");
+    }
+}
