@@ -2,7 +2,8 @@
 //! * LongRoPE chooses its factor set per forward call, from the call's highest position: a call
 //!   that stays within `original_max_position_embeddings` uses the short set (its rows equal
 //!   transformers' token-by-token rows there), one that reaches past it uses the long set for
-//!   every row, and cached keys keep the set they were computed with.
+//!   every row (also when it runs as several steps of `MAX_STEP_ROWS`), and cached keys keep the
+//!   set they were computed with.
 //!   `generate` re-encodes the whole sequence at the step that first crosses it, as
 //!   transformers' `generate()` does.
 //! * Sparsemixer routing under the per-call options: top-k = k runs k sparsemixer steps (top-1 is
@@ -207,4 +208,43 @@ fn the_c_abi_names_the_family() {
         assert_eq!((info.family, COLIBRI_FAMILY_PHIMOE, info.n_experts, info.top_k), (9, 9, 6, 2));
         colibri_model_free(m);
     }
+}
+
+/// phimoe_long converted with `original_max_position_embeddings` set to `original`.
+fn with_original(original: u64, tmp: &Path) -> Model {
+    let src = fixture("phimoe_long");
+    let dir = tmp.join(format!("src-{original}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    c["original_max_position_embeddings"] = original.into();
+    c["rope_parameters"]["original_max_position_embeddings"] = original.into();
+    std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
+    let file = tmp.join(format!("m-{original}.colibri"));
+    convert(&dir, &file, "f32");
+    Model::open(&file, &LoadOptions::default()).unwrap()
+}
+
+#[test]
+fn a_call_longer_than_one_step_keeps_the_whole_calls_factor_set() {
+    use colibri::forward::MAX_STEP_ROWS;
+    let tmp = tempfile::tempdir().unwrap();
+    let n = MAX_STEP_ROWS + 16;
+    // Past 1030 only at its end: its first step (1024 rows) must still take the long set, as
+    // a model that takes it from position 1 on does.
+    let (late, always) = (with_original(1030, tmp.path()), with_original(1, tmp.path()));
+    let input: Vec<u32> = (0..n as u32).map(|i| 3 + (i * 37) % 390).collect();
+    let logits = |model: &Model| {
+        let mut s = Session::new(model.config(), &SessionOptions { n_ctx: n, ..Default::default() }).unwrap();
+        forward(model, &mut s, Input::Tokens(&input), &all()).unwrap();
+        s.logits().to_vec()
+    };
+    let (a, b) = (logits(&late), logits(&always));
+    let scale = b.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+    assert!(max_diff(&a, &b) <= 1e-5 * scale, "{}", max_diff(&a, &b) / scale);
+    // The same call with the original context beyond it takes the short set: other logits.
+    let short = logits(&with_original(n as u64, tmp.path()));
+    assert!(max_diff(&short, &b) > 1e-2 * scale);
 }
