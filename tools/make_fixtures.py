@@ -1392,10 +1392,10 @@ def _np_rope(c, hd, T):
     return np.cos(ang) * att, np.sin(ang) * att
 
 
-def _np_norm(W, name, x, eps):
-    """RMSNorm, or LayerNorm when the checkpoint has the norm's bias (Phi-MoE)."""
+def _np_norm(W, name, x, eps, off=0.0):
+    """RMSNorm with gain off + weight, or LayerNorm when the checkpoint has the norm's bias (Phi-MoE)."""
     if name + ".bias" not in W:
-        return _np_rms(x, W[name + ".weight"], eps)
+        return _np_rms(x, off + W[name + ".weight"], eps)
     xc = x - x.mean(-1, keepdims=True)
     return W[name + ".weight"] * xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps) + W[name + ".bias"]
 
@@ -1473,131 +1473,6 @@ def independent_forward(d: Path, ids):
     fam = c["model_type"]
     if fam == "gpt_oss":
         return gpt_oss_fixtures.np_forward(d, ids, _np_rms, _np_rope, _np_rot)
-    if fam == "qwen3_next":
-        return _np_qwen3_next_forward(c, W, ids)
-    H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    hd = c.get("head_dim") or H // nh
-    eps, T = c["rms_norm_eps"], len(ids)
-    k = c["num_experts_per_tok"]
-    cos, sin = _np_rope(c, hd, T)
-    sw = c.get("sliding_window") if (fam == "mixtral" or c.get("use_sliding_window")) else None
-    granite = fam == "granitemoe"
-    res_mult = c.get("residual_multiplier", 1.0) if granite else 1.0
-    att_scale = c.get("attention_multiplier", 1.0) if granite else 1 / math.sqrt(hd)
-    x = W["model.embed_tokens.weight"][ids] * (c.get("embedding_multiplier", 1.0) if granite else 1.0)
-    routing = []
-    for L in range(c["num_hidden_layers"]):
-        p = f"model.layers.{L}."
-
-        def lin(name, inp):
-            y = inp @ W[p + name + ".weight"].T
-            return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
-
-        h = _np_norm(W, p + "input_layernorm", x, eps)
-        if p + "self_attn.kv_b_proj.weight" in W:  # DeepSeek MLA (expanded, as transformers computes it)
-            q, kk, v, att_scale = _np_mla(c, W, p, h, T)
-            nkv, cos, sin = nh, np.zeros((T, 0)), np.zeros((T, 0))  # RoPE already applied
-        else:
-            q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
-        if fam == "olmoe":  # RMSNorm over the whole projection, before the head split
-            q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
-            kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
-        q, kk, v = q.reshape(T, nh, -1), kk.reshape(T, nkv, -1), v.reshape(T, nkv, -1)
-        if fam in ("qwen3_moe", "glm4_moe") and p + "self_attn.q_norm.weight" in W:  # RMSNorm per head over head_dim
-            q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
-            kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
-        r = cos.shape[-1]  # rotate the leading r dims of each head, pass the rest
-        q = np.concatenate([q[..., :r] * cos[:, None] + _np_rot(q[..., :r]) * sin[:, None], q[..., r:]], -1)
-        kk = np.concatenate([kk[..., :r] * cos[:, None] + _np_rot(kk[..., :r]) * sin[:, None], kk[..., r:]], -1)
-        kk, v = np.repeat(kk, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
-        sc = np.einsum("qhd,khd->hqk", q, kk) * att_scale
-        qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
-        mask = kj <= qi
-        if sw:
-            mask &= kj > qi - sw
-        sc = np.where(mask[None], sc, -np.inf)
-        sc = np.exp(sc - sc.max(-1, keepdims=True))
-        sc /= sc.sum(-1, keepdims=True)
-        x = x + res_mult * lin("self_attn.o_proj", np.einsum("hqk,khd->qhd", sc, v).reshape(T, -1))
-        h = _np_norm(W, p + "post_attention_layernorm", x, eps)
-        hub_moe = fam in ("mixtral", "granitemoe") or (fam == "phimoe" and p + "block_sparse_moe.gate.weight" in W)
-        pre = p + ("block_sparse_moe." if hub_moe else "mlp.")
-        router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
-        if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
-            W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
-            W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
-        if router is None:  # dense layer
-            routing.append(None)
-            x = x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
-            continue
-        lg = h @ W[router].T
-        if fam == "phimoe":
-            top, tw = _np_sparsemixer(lg, c.get("router_jitter_noise", 0.01))
-        elif fam in SIGMOID_FAMILIES:  # sigmoid scores; choose by score + bias within the best groups
-            pr = 1 / (1 + np.exp(-lg))
-            keys = pr + W[pre + "gate.e_score_correction_bias"]
-            g = c.get("n_group", 1)
-            if g > 1:
-                per = keys.shape[-1] // g
-                gs = np.sort(keys.reshape(T, g, per), -1)[..., -2:].sum(-1)
-                lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
-                for t in range(T):
-                    for gi in lose[t]:
-                        keys[t, gi * per:(gi + 1) * per] = -np.inf
-            top = np.argsort(-keys, -1, kind="stable")[:, :k]
-            tw = np.take_along_axis(pr, top, -1)
-            order = np.argsort(-tw, -1, kind="stable")
-            top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
-            if c.get("norm_topk_prob"):
-                tw = tw / (tw.sum(-1, keepdims=True) + 1e-20)
-            tw = tw * c.get("routed_scaling_factor", 1.0)
-        else:
-            pr = np.exp(lg - lg.max(-1, keepdims=True))
-            pr /= pr.sum(-1, keepdims=True)
-            keys = pr.copy()
-            if c.get("topk_method") == "group_limited_greedy":  # DeepSeek-V2: groups scored by their best
-                g = c["n_group"]
-                gs = keys.reshape(T, g, -1).max(-1)
-                lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
-                for t in range(T):
-                    for gi in lose[t]:
-                        keys[t, gi * (keys.shape[-1] // g):(gi + 1) * (keys.shape[-1] // g)] = -np.inf
-            top = np.argsort(-keys, -1, kind="stable")[:, :k]
-            tw = np.take_along_axis(pr, top, -1)
-            if fam == "deepseek_v2":  # never renormalised; x routed_scaling_factor
-                tw = tw * c.get("routed_scaling_factor", 1.0)
-        if fam in ("mixtral", "granitemoe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
-            tw = tw / tw.sum(-1, keepdims=True)
-        routing.append(top.tolist())
-        y = np.zeros_like(x)
-        for t in range(T):
-            for j in range(k):
-                e = top[t, j]
-                if pre + "experts.gate_up_proj" in W:  # fused: [E, 2F, H] = cat(gate, up) ; down [E, H, F]
-                    gu = W[pre + "experts.gate_up_proj"][e]
-                    F = gu.shape[0] // 2
-                    gw, uw, dw = gu[:F], gu[F:], W[pre + "experts.down_proj"][e]
-                elif fam in ("mixtral", "phimoe"):  # w1 = gate, w3 = up, w2 = down
-                    gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2"))
-                else:
-                    gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
-                y[t] += tw[t, j] * ((_np_silu(h[t] @ gw.T) * (h[t] @ uw.T)) @ dw.T)
-        if pre + "shared_expert_gate.weight" in W:
-            se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
-            y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
-        if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
-            y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
-        x = x + res_mult * y
-    x = _np_norm(W, "model.norm", x, eps)
-    lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    logits = x @ lm.T + W.get("lm_head.bias", 0.0)
-    return logits / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
-
-
-
-def _np_qwen3_next_forward(c, W, ids):
-    """independent_forward for Qwen3-Next: Gated DeltaNet / gated attention layers, zero-centred norms."""
-    fam = c["model_type"]
     nxt = fam == "qwen3_next"
     off = 1.0 if nxt else 0.0  # Qwen3-Next's zero-centred norms: gain 1 + w
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
@@ -1618,20 +1493,24 @@ def _np_qwen3_next_forward(c, W, ids):
             y = inp @ W[p + name + ".weight"].T
             return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
 
-        h = _np_rms(x, off + W[p + "input_layernorm.weight"], eps)
-        if nxt and c["layer_types"][L] == "linear_attention":
+        h = _np_norm(W, p + "input_layernorm", x, eps, off)
+        if nxt and c["layer_types"][L] == "linear_attention":  # Qwen3-Next's Gated DeltaNet
             x = x + _np_deltanet(c, W, p, h, eps)
-            h = _np_rms(x, off + W[p + "post_attention_layernorm.weight"], eps)
+            h = _np_norm(W, p + "post_attention_layernorm", x, eps, off)
             x, rt = _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult)
             routing.append(rt)
             continue
-        q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
+        if p + "self_attn.kv_b_proj.weight" in W:  # DeepSeek MLA (expanded, as transformers computes it)
+            q, kk, v, att_scale = _np_mla(c, W, p, h, T)
+            nkv, cos, sin = nh, np.zeros((T, 0)), np.zeros((T, 0))  # RoPE already applied
+        else:
+            q, kk, v = lin("self_attn.q_proj", h), lin("self_attn.k_proj", h), lin("self_attn.v_proj", h)
         if nxt:  # q_proj holds [query, gate] per head
             q, gate = q.reshape(T, nh, 2 * hd)[..., :hd], q.reshape(T, nh, 2 * hd)[..., hd:].reshape(T, nh * hd)
         if fam == "olmoe":  # RMSNorm over the whole projection, before the head split
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
-        q, kk, v = q.reshape(T, nh, hd), kk.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
+        q, kk, v = q.reshape(T, nh, -1), kk.reshape(T, nkv, -1), v.reshape(T, nkv, -1)
         if fam in ("qwen3_moe", "glm4_moe", "qwen3_next") and p + "self_attn.q_norm.weight" in W:  # per head
             q = _np_rms(q, off + W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, off + W[p + "self_attn.k_norm.weight"], eps)
@@ -1647,16 +1526,19 @@ def _np_qwen3_next_forward(c, W, ids):
         sc = np.where(mask[None], sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         sc /= sc.sum(-1, keepdims=True)
-        att = np.einsum("hqk,khd->qhd", sc, v).reshape(T, nh * hd)
+        att = np.einsum("hqk,khd->qhd", sc, v).reshape(T, -1)
         if nxt:  # output gate
             att = att / (1 + np.exp(-gate))
         x = x + res_mult * lin("self_attn.o_proj", att)
-        h = _np_rms(x, off + W[p + "post_attention_layernorm.weight"], eps)
+        h = _np_norm(W, p + "post_attention_layernorm", x, eps, off)
         x, rt = _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult)
         routing.append(rt)
-    x = _np_rms(x, off + W["model.norm.weight"], eps)
+    x = _np_norm(W, "model.norm", x, eps, off)
     lm = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    return x @ lm.T / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
+    logits = x @ lm.T + W.get("lm_head.bias", 0.0)
+    return logits / (c.get("logits_scaling", 1.0) if granite else 1.0), routing
+
+
 
 def _np_deltanet(c, W, p, h, eps):
     """Qwen3-Next's Gated DeltaNet in its recurrent form, float64, from the grouped projections."""
@@ -1694,7 +1576,8 @@ def _np_deltanet(c, W, p, h, eps):
 
 def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     """The dense MLP or MoE block of one layer on normed h: (x + its output, the layer's routing)."""
-    pre = p + ("block_sparse_moe." if fam in ("mixtral", "granitemoe") else "mlp.")
+    hub_moe = fam in ("mixtral", "granitemoe") or (fam == "phimoe" and p + "block_sparse_moe.gate.weight" in W)
+    pre = p + ("block_sparse_moe." if hub_moe else "mlp.")
     router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
     if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
         W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
@@ -1702,7 +1585,9 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     if router is None:  # dense layer
         return x + (_np_silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T, None
     lg = h @ W[router].T
-    if fam == "glm4_moe":  # sigmoid scores; choose by score + bias within the best groups
+    if fam == "phimoe":
+        top, tw = _np_sparsemixer(lg, c.get("router_jitter_noise", 0.01))
+    elif fam in SIGMOID_FAMILIES:  # sigmoid scores; choose by score + bias within the best groups
         pr = 1 / (1 + np.exp(-lg))
         keys = pr + W[pre + "gate.e_score_correction_bias"]
         g = c.get("n_group", 1)
@@ -1723,9 +1608,19 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     else:
         pr = np.exp(lg - lg.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
-        top = np.argsort(-pr, -1, kind="stable")[:, :k]
+        keys = pr.copy()
+        if c.get("topk_method") == "group_limited_greedy":  # DeepSeek-V2: groups scored by their best
+            g = c["n_group"]
+            gs = keys.reshape(T, g, -1).max(-1)
+            lose = np.argsort(-gs, -1, kind="stable")[:, c["topk_group"]:]
+            for t in range(T):
+                for gi in lose[t]:
+                    keys[t, gi * (keys.shape[-1] // g):(gi + 1) * (keys.shape[-1] // g)] = -np.inf
+        top = np.argsort(-keys, -1, kind="stable")[:, :k]
         tw = np.take_along_axis(pr, top, -1)
-    if fam in ("mixtral", "granitemoe") or (fam != "glm4_moe" and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
+        if fam == "deepseek_v2":  # never renormalised; x routed_scaling_factor
+            tw = tw * c.get("routed_scaling_factor", 1.0)
+    if fam in ("mixtral", "granitemoe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
         tw = tw / tw.sum(-1, keepdims=True)
     rt = top.tolist()
     y = np.zeros_like(x)
@@ -1736,7 +1631,7 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
                 gu = W[pre + "experts.gate_up_proj"][e]
                 F = gu.shape[0] // 2
                 gw, uw, dw = gu[:F], gu[F:], W[pre + "experts.down_proj"][e]
-            elif fam == "mixtral":  # w1 = gate, w3 = up, w2 = down
+            elif fam in ("mixtral", "phimoe"):  # w1 = gate, w3 = up, w2 = down
                 gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2"))
             else:
                 gw, uw, dw = (W[pre + f"experts.{e}.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
