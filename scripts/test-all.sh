@@ -47,8 +47,8 @@ if [ -x scripts/test-c.sh ]; then
     scripts/test-c.sh
 fi
 
-echo "== Python binding"
-(cd python && COLIBRI_LIB_PATH="$PWD/../target/release" python3 -m pytest -q)
+echo "== Python binding (the source tree, then the wheel in a fresh virtual environment)"
+scripts/test-python.sh
 
 echo "== colibri serve against its OpenAPI description (docs/openapi.yaml, scripts/openapi)"
 (cd scripts/openapi && python3 -m pytest -q -p no:cacheprovider) # $COLIBRI_BIN, else target/release

@@ -6,8 +6,15 @@
             print(piece, end="", flush=True)
         print(s.last_result.finish_reason)  # "length", "stop", "eos", "context_full" or "callback"
 
+    # llama-cpp-python's shape: OpenAI-style dicts, whole or streamed
+    llm = colibri.Colibri("model.colibri", n_threads=4)
+    print(llm.create_completion("Once upon a time", max_tokens=32, stop=["\n"])["choices"][0]["text"])
+    for chunk in llm.create_chat_completion([{"role": "user", "content": "Hi"}], stream=True):
+        print(chunk["choices"][0]["delta"].get("content", ""), end="")
+
 The library (``libcolibri.so.1``: C ABI version 1) is found through ``$COLIBRI_LIB_PATH`` (a file
-or a directory), then the package directory, then the system (see :func:`load_library`).
+or a directory), then the package directory (where ``pip install ./python`` puts the one it
+builds), then the system (see :func:`load_library`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ._lib import (
     load_library,
     status_name,
 )
+from .completions import Colibri
 from .model import FAMILIES, Model, ModelInfo
 from .moe import MoeLayer
 from .session import GenerationResult, Session
@@ -37,6 +45,7 @@ __all__ = [
     "QUANT_ACTS",
     "ROUTING_MODES",
     "SEED_RANDOM",
+    "Colibri",
     "ColibriError",
     "GenerationResult",
     "Library",

@@ -1,5 +1,5 @@
-"""Shared fixtures: the repository paths, libcolibri from target/release, and the Qwen2-MoE
-fixture converted once per test session with target/release/colibri."""
+"""Shared fixtures: the repository paths, libcolibri from target/release (or the installed
+package's), and the Qwen2-MoE fixture converted once per test session with target/release/colibri."""
 
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ RELEASE = REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "release"
 CLI = RELEASE / ("colibri.exe" if sys.platform == "win32" else "colibri")
 FIXTURE = REPO / "tests" / "fixtures" / "models" / "qwen2_moe_shared"
 
-# The library under test: target/release unless the caller chose one. Set before colibri is
-# imported anywhere, and make the package importable without installing it.
-os.environ.setdefault("COLIBRI_LIB_PATH", str(RELEASE))
-sys.path.insert(0, str(PYTHON_DIR))
+# COLIBRI_TEST_INSTALLED=1 tests the installed package (the wheel, scripts/test-python.sh) and
+# the library inside it. Otherwise the package of this source tree with the library in
+# target/release unless the caller chose one: set before colibri is imported anywhere.
+INSTALLED = os.environ.get("COLIBRI_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    os.environ.setdefault("COLIBRI_LIB_PATH", str(RELEASE))
+    sys.path.insert(0, str(PYTHON_DIR))
 
 import colibri  # noqa: E402
 

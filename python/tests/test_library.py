@@ -14,7 +14,7 @@ import colibri
 from colibri import _lib
 from colibri._constants import COLIBRI_SEED_RANDOM
 
-from conftest import PYTHON_DIR, RELEASE, REPO
+from conftest import INSTALLED, PYTHON_DIR, RELEASE, REPO
 
 
 def _lib_file() -> Path:
@@ -83,6 +83,19 @@ def test_package_dir_is_used_without_env(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, check=True, cwd=str(tmp_path),
     )
     assert out.stdout.strip() == str(pkg / "libcolibri.so.1")
+
+
+@pytest.mark.skipif(not INSTALLED, reason="tests the installed wheel (scripts/test-python.sh)")
+def test_the_installed_package_carries_its_library() -> None:
+    """`pip install ./python` put the library built by cargo inside the package, and that is
+    the one loaded: no COLIBRI_LIB_PATH, not the source tree's package."""
+    assert "COLIBRI_LIB_PATH" not in os.environ
+    pkg = Path(colibri.__file__).resolve().parent
+    assert pkg != (PYTHON_DIR / "colibri").resolve()
+    assert Path(colibri.library_path()) == pkg / "libcolibri.so.1"
+    assert colibri.abi_version() == colibri.ABI_VERSION
+    with colibri.Model(REPO / "models" / "default.colibri") as m, m.session() as s:
+        assert s.complete("In the beginning", max_tokens=4, temperature=0).completion_tokens >= 1
 
 
 def test_every_header_function_is_declared() -> None:
