@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tests the Go binding (go/colibri) against the build tree: builds libcolibri, writes temporary
 # colibri.pc / colibri-static.pc files pointing at include/ and target/release (under
-# $CARGO_TARGET_DIR when set), converts the test fixture, and runs gofmt, go vet and
-# go test -race.
+# $CARGO_TARGET_DIR when set), converts the test fixture, runs gofmt, go vet and
+# go test -race, then builds a program in a module of its own the way go/README.md says (a
+# replace directive to this checkout) and runs it without LD_LIBRARY_PATH.
 #
 #   go/test.sh                              # links libcolibri.so (the usual case)
 #   COLIBRI_GO_LINK=static go/test.sh       # -tags colibri_static: links libcolibri.a
@@ -66,7 +67,9 @@ Version: $version
 Libs: -L$rel -l:libcolibri.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 Cflags: -I$repo/include
 PC
-export LD_LIBRARY_PATH="$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# No LD_LIBRARY_PATH: test binaries find libcolibri.so.<ABI> through the rpath the .pc file's
+# Libs give (as the installed colibri.pc does), and LD_LIBRARY_PATH would take precedence.
+unset LD_LIBRARY_PATH
 export PKG_CONFIG_PATH="$tmp/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 # Go 1.19's build cache does not hash pkg-config's output: a package built against an earlier
 # .pc file (another temporary directory, the other link mode) would be reused and fail to
@@ -107,3 +110,52 @@ echo "== go vet (both link modes)"
 echo "== go test -race ${tags[*]:-}"
 # -count=1: Go's test cache cannot see a rebuilt libcolibri.
 "$GO" test -race -count=1 ${tags[@]+"${tags[@]}"} "$@" ./...
+
+echo "== a module of its own using the binding (go/README.md's replace directive), run without LD_LIBRARY_PATH"
+app="$tmp/app"
+mkdir -p "$app"
+cat >"$app/main.go" <<'GO'
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/colibri-llm/colibri/go/colibri"
+)
+
+func main() {
+	m, err := colibri.Open(os.Args[1], colibri.WithThreads(1))
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	s, err := m.NewSession()
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	p := colibri.DefaultGenerateParams()
+	p.Temperature, p.MaxTokens, p.IgnoreEOS = 0, 4, true
+	res, err := s.Generate(context.Background(), []int32{1, 2, 3}, p, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(colibri.Version(), len(res.Tokens), res.Finish)
+}
+GO
+(
+	cd "$app"
+	"$GO" mod init example.com/app >/dev/null 2>&1
+	"$GO" mod edit -require=github.com/colibri-llm/colibri/go/colibri@v0.0.0 \
+		-replace=github.com/colibri-llm/colibri/go/colibri="$repo/go/colibri"
+	"$GO" build ${tags[@]+"${tags[@]}"} -o app .
+	if [ "$pc" = colibri ] && ! readelf -d app | grep -Eq '(RUNPATH|RPATH).*'"$tmp/lib"; then
+		echo "the program has no rpath to $tmp/lib" >&2
+		exit 1
+	fi
+	out="$(env -u LD_LIBRARY_PATH ./app "$COLIBRI_TEST_MODEL")"
+	[ "$out" = "$version 4 length" ] || { echo "the program printed: $out" >&2; exit 1; }
+	echo "   $out"
+)

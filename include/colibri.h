@@ -2,6 +2,27 @@
  * colibri: Mixture-of-Experts LLM inference on CPU — C API.
  * Licensed MIT OR Apache-2.0.
  *
+ * Two ways in. (1) colibri_init / colibri_infer (or colibri_generate) / colibri_free: one call
+ * opens the model and one session on it; for a program that brings its own token ids and
+ * runs one sequence (firmware, a benchmark). (2) colibri_model_open + colibri_session_new:
+ * needed for the tokenizer and chat template (colibri_tokenize, colibri_chat_tokenize, …),
+ * colibri_model_get_info, several sessions sharing one model's weights and threads (one per
+ * conversation or thread; colibri_infer_batch). A colibri_ctx is a colibri_session: every
+ * session function takes either.
+ *
+ * The KV cache. A session's cache only grows by what calls feed it: colibri_infer appends its
+ * tokens; colibri_generate appends its prompt and the tokens it delivers except the last one
+ * (not fed yet: pass it as the next prompt to continue; colibri_generate_result.n_cached
+ * counts what is cached). colibri_session_reset empties it, colibri_session_truncate cuts it.
+ *
+ * Out-buffers. Functions that return ids or text write the size they need even when it does
+ * not fit (COLIBRI_STATUS_BUFFER_TOO_SMALL): pass NULL and 0 to ask for the size first.
+ * Parameter structs start with struct_size: fill them with their *_init function, then change
+ * fields; NULL params mean the defaults.
+ *
+ * Callbacks return 0 to go on and non-zero to stop (the token callback) or skip (the route
+ * callback); the Python binding (truthy stops) and the Go binding (true stops) follow suit.
+ *
  * Threads. A model is immutable: any number of threads and sessions may use one at once. It
  * owns the worker threads its forward passes run on (colibri_model_params.n_threads; 0 = one
  * per physical core), shared by all its sessions, started by the first call that needs them;
@@ -96,19 +117,27 @@ typedef struct {
    */
   float min_p;
   /**
-   * Divides positive / multiplies negative logits of recent tokens, > 0; 1 = off (default).
+   * Repetition penalty (llama.cpp's repeat_penalty): the logit of every distinct recent id
+   * is divided by it when positive, multiplied by it otherwise. Finite and > 0; 1 = off
+   * (default 1); 1.1–1.3 are usual values, < 1 favours repeats.
    */
   float repetition_penalty;
   /**
-   * Subtracted once from the logit of every recent token; 0 = off (default).
+   * Subtracted once from the logit of every id that occurs among the recent ids (OpenAI's
+   * presence_penalty). Any finite value, negative favours repeats; 0 = off (default 0);
+   * OpenAI accepts -2..2.
    */
   float presence_penalty;
   /**
-   * Subtracted per occurrence of a recent token; 0 = off (default).
+   * Subtracted from the logit of an id once per occurrence among the recent ids (OpenAI's
+   * frequency_penalty). Any finite value; 0 = off (default 0); OpenAI accepts -2..2.
    */
   float frequency_penalty;
   /**
-   * How many of the last ids (prompt included) the penalties look at (default 64).
+   * The recent ids the three penalties look at: the last penalty_last_n ids of this call's
+   * prompt followed by the ids generated so far (ids cached by earlier calls are not seen).
+   * At least 0; 0 turns every penalty off (default 64; llama.cpp's -1 = the whole context
+   * is not accepted: give the context size).
    */
   int32_t penalty_last_n;
   /**
@@ -170,8 +199,10 @@ typedef struct {
 
 /**
  * Per-token callback: the sampled id and the text it completes (`text_len` bytes, not
- * NUL-terminated; may be 0). A last call with token -1 may flush held-back text at the end.
- * Return 0 to continue, non-zero to stop generating (finish reason COLIBRI_FINISH_CALLBACK).
+ * NUL-terminated, valid during the call only; may be 0). A last call with token -1 may flush
+ * held-back text at the end (its return value is ignored). Return 0 to continue, non-zero to
+ * stop generating (finish reason COLIBRI_FINISH_CALLBACK): the same convention as the Python
+ * binding (a truthy return stops) and the Go binding (`true` stops).
  */
 typedef int32_t (*colibri_token_callback)(void *userdata,
                                           int32_t token,
@@ -676,15 +707,26 @@ void colibri_generate_params_init(colibri_generate_params *params);
 void colibri_generate_result_init(colibri_generate_result *result);
 
 /**
- * Feed `n_prompt` ids (as given: no BOS or template is added), appending them to the
+ * Feed `n_prompt` (>= 1) ids (as given: no BOS or template is added), appending them to the
  * session's KV cache after what it already holds, and generate. Each token goes to `callback`
  * (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation then also
  * ends (COLIBRI_FINISH_LENGTH) when `tokens_cap` tokens are stored. `result` (may be NULL;
  * its struct_size set by the caller) says why generation ended and how many tokens were
- * delivered. A registered routing-trace callback is called after the generation; if it
- * returns COLIBRI_ROUTE_ABORT the call returns COLIBRI_STATUS_ABORTED and the session is as
- * before the call (the tokens already delivered to `callback` and `tokens_out` stand). `params` may
- * be NULL for the defaults. The session is busy until the call returns: a call on it from a
+ * delivered.
+ *
+ * The cache. Generation appends too: every delivered token but the last is fed (a token is
+ * fed when the next one is sampled), so after the call the cache holds what it held, the
+ * prompt, and the delivered tokens except the last one — which is not in the cache yet
+ * (`result.n_cached` counts what is; after COLIBRI_FINISH_EOS every delivered token is in it
+ * and the end-of-sequence token is not). To continue the same sequence, call again with that
+ * last token as the prompt (plus any new ids after it); to start a new one, call
+ * colibri_session_reset first (or colibri_session_truncate to keep a shared prefix). The
+ * sampler, its seed and the penalty window start afresh in every call.
+ *
+ * A registered routing-trace callback is called after the generation; if it returns
+ * COLIBRI_ROUTE_ABORT the call returns COLIBRI_STATUS_ABORTED and the session is as before the
+ * call (the tokens already delivered to `callback` and `tokens_out` stand). `params` may be
+ * NULL for the defaults. The session is busy until the call returns: a call on it from a
  * callback or another thread meanwhile gets COLIBRI_STATUS_BUSY.
  *
  * # Safety
@@ -896,7 +938,7 @@ colibri_status colibri_session_new(const colibri_model *model,
 void colibri_session_free(colibri_session *session);
 
 /**
- * Open the model at `model_path` and make one session on it (`params` may be NULL).
+ * Open the model at `model_path` and one session on it (`params` may be NULL): the one-call path (see the top).
  *
  * # Safety
  * `model_path` NUL-terminated; `ctx_out` writable.
@@ -906,11 +948,11 @@ colibri_status colibri_init(const char *model_path,
                             colibri_ctx **ctx_out);
 
 /**
- * Run the forward pass over `n_tokens` new tokens, appending them to the KV cache, and write
- * the last position's vocab_size logits (all positions' with all_logits) to `logits_out`
- * (`logits_len` floats). Nothing is added to the tokens. A failed call leaves the KV cache as
- * it was. The session is busy until the call returns (COLIBRI_STATUS_BUSY for any other call
- * on it meanwhile, from a route callback or another thread).
+ * Run the forward pass over `n_tokens` (>= 1) new tokens, appending them to the KV cache, and
+ * write the last position's logits (every new position's with all_logits) to `logits_out`:
+ * `logits_len` floats, at least vocab_size (n_tokens · vocab_size), else BUFFER_TOO_SMALL.
+ * Nothing is added to the tokens (no BOS). A failed call leaves the KV cache as it was. The
+ * session is busy until the call returns (COLIBRI_STATUS_BUSY for any other call meanwhile).
  *
  * # Safety
  * `tokens` readable for n_tokens ints; `logits_out` writable for logits_len floats.
@@ -1005,7 +1047,9 @@ const char *colibri_status_str(colibri_status status);
  * Tokenize `text_len` bytes of UTF-8 `text` (add_special: add BOS etc. as the tokenizer's
  * post-processor says). Writes up to `tokens_cap` ids and the count needed to `*n_tokens_out`;
  * COLIBRI_STATUS_BUFFER_TOO_SMALL when they do not fit (call again with a larger buffer).
- * Safe to call concurrently.
+ * Size query: `tokens_out` NULL and `tokens_cap` 0 write only the count (BUFFER_TOO_SMALL,
+ * or OK when there are no ids), then allocate that many and call again. Safe to call
+ * concurrently.
  *
  * # Safety
  * `text` readable for text_len bytes; `tokens_out` writable for tokens_cap ints.
@@ -1020,8 +1064,9 @@ colibri_status colibri_tokenize(const colibri_model *model,
 
 /**
  * Decode `n_tokens` ids to UTF-8 text in `buf` (capacity `buf_cap` bytes, NUL-terminated);
- * `*len_out` gets the text length without the NUL (also on BUFFER_TOO_SMALL).
- * Safe to call concurrently.
+ * `*len_out` gets the text length without the NUL (also on BUFFER_TOO_SMALL). Size query:
+ * `buf` NULL and `buf_cap` 0 write only `*len_out` and return BUFFER_TOO_SMALL; allocate
+ * `*len_out + 1` bytes and call again. Safe to call concurrently.
  *
  * # Safety
  * `tokens` readable for n_tokens ints; `buf` writable for buf_cap bytes.
@@ -1036,8 +1081,9 @@ colibri_status colibri_detokenize(const colibri_model *model,
 
 /**
  * Render `n_messages` messages with the model's chat template (add_generation_prompt: end with
- * the assistant header) into `buf` like colibri_detokenize. UNSUPPORTED when the model has no
- * template or the build has no chat-template support. Safe to call concurrently.
+ * the assistant header) into `buf` like colibri_detokenize (the same size query: NULL, 0).
+ * UNSUPPORTED when the model has no template or the build has no chat-template support. Safe to
+ * call concurrently. To feed a conversation, colibri_chat_tokenize is the safe way.
  *
  * # Safety
  * `messages` readable for n_messages entries with valid strings; `buf` writable for buf_cap.
@@ -1055,8 +1101,9 @@ colibri_status colibri_chat_render(const colibri_model *model,
  * to feed a conversation: text that comes from a message (content and role) is tokenised as
  * text, so special-token strings typed by a user (`<|im_end|>`...) cannot forge turns; special
  * tokens are read only where the template writes them (colibri_chat_render followed by
- * colibri_tokenize would read them everywhere). Output like colibri_tokenize. UNSUPPORTED when
- * the model has no template or tokenizer. Safe to call concurrently.
+ * colibri_tokenize would read them everywhere). Output like colibri_tokenize (the same size
+ * query: NULL, 0). UNSUPPORTED when the model has no template or tokenizer. Safe to call
+ * concurrently.
  *
  * # Safety
  * `messages` readable for n_messages entries with valid strings; `tokens_out` writable for

@@ -66,7 +66,7 @@ func TestInferBatchShapesAndCallbacks(t *testing.T) {
 		t.Fatalf("shapes: %v", err)
 	}
 	var positions []int
-	if err := b.SetRouteCallback(func(r Route) bool { positions = append(positions, r.Position); return false }); err != nil {
+	if err := b.SetRouteCallback(func(r Route) bool { positions = append(positions, r.Position); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.InferBatch([]*Session{a, b}, [][]int32{{1}, {2, 3}}); err != nil {
@@ -155,7 +155,7 @@ func TestInferBatchErrorsChangeNothing(t *testing.T) {
 		if !errors.Is(err, ErrBusy) {
 			t.Errorf("a batch with a busy session: %v", err)
 		}
-		return true
+		return false
 	}); err != nil {
 		t.Fatal(err)
 	}

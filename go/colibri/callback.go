@@ -19,7 +19,7 @@ import (
 
 // colibriGoToken is Generate's token callback: it records the piece's text for the result,
 // hands the piece to the caller's fn (when there is one), and asks the library to stop once fn
-// has returned false or panicked or the Session is being closed.
+// has returned true (stop) or panicked, the context is done, or the Session is being closed.
 //
 //export colibriGoToken
 func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (stop C.int32_t) {
@@ -27,7 +27,7 @@ func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (s
 	if st.panicked {
 		return 1
 	}
-	if st.stopped && token >= 0 {
+	if (st.stopped || st.cancelled) && token >= 0 {
 		return 1
 	}
 	defer func() {
@@ -42,8 +42,12 @@ func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (s
 		s = string(unsafe.Slice((*byte)(unsafe.Pointer(text)), int(n)))
 	}
 	st.text.WriteString(s)
-	if st.fn != nil && !st.fn(int32(token), s) {
+	if st.fn != nil && st.fn(int32(token), s) {
 		st.stopped = true
+		return 1
+	}
+	if st.ctx.Err() != nil { // checked after each delivered piece: Generate returns ctx.Err()
+		st.cancelled = true
 		return 1
 	}
 	if st.s.closing() {
@@ -54,7 +58,7 @@ func colibriGoToken(h C.uintptr_t, token C.int32_t, text *C.char, n C.size_t) (s
 
 // colibriGoRoute is the route callback: it copies one routing record out of C memory for the
 // caller's fn and asks the library to skip the call's remaining records once fn has returned
-// false, or to abort (and undo) the call once fn has panicked.
+// true, or to abort (and undo) the call once fn has panicked.
 //
 //export colibriGoRoute
 func colibriGoRoute(h C.uintptr_t, layer, position C.int32_t, experts *C.int32_t, weights *C.float, k C.size_t) (stop C.int32_t) {
@@ -73,7 +77,7 @@ func colibriGoRoute(h C.uintptr_t, layer, position C.int32_t, experts *C.int32_t
 		copy(r.Experts, unsafe.Slice((*int32)(unsafe.Pointer(experts)), int(k)))
 		copy(r.Weights, unsafe.Slice((*float32)(unsafe.Pointer(weights)), int(k)))
 	}
-	if !st.fn(r) {
+	if st.fn(r) {
 		return 1
 	}
 	return 0

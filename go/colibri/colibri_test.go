@@ -363,7 +363,7 @@ func TestRoutingTraceOracle(t *testing.T) {
 	m := openModel(t)
 	s := newSession(t, m)
 	var routes []Route
-	if err := s.SetRouteCallback(func(r Route) bool { routes = append(routes, r); return true }); err != nil {
+	if err := s.SetRouteCallback(func(r Route) bool { routes = append(routes, r); return false }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Infer(oracle.InputIDs); err != nil {
@@ -388,9 +388,9 @@ func TestRoutingTraceOracle(t *testing.T) {
 			}
 		}
 	}
-	// Returning false skips the rest of the call's records; nil removes the callback.
+	// Returning true skips the rest of the call's records; nil removes the callback.
 	n := 0
-	if err := s.SetRouteCallback(func(Route) bool { n++; return false }); err != nil {
+	if err := s.SetRouteCallback(func(Route) bool { n++; return true }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Infer([]int32{1, 2, 3}); err != nil || n != 1 {
@@ -405,7 +405,7 @@ func TestRoutingTraceOracle(t *testing.T) {
 	// Generate reports the positions it computed (the prompt and every fed-back token); the
 	// next Infer reports its own positions only.
 	var positions []int
-	if err := s.SetRouteCallback(func(r Route) bool { positions = append(positions, r.Position); return true }); err != nil {
+	if err := s.SetRouteCallback(func(r Route) bool { positions = append(positions, r.Position); return false }); err != nil {
 		t.Fatal(err)
 	}
 	expect := func(what string, from, to int) {
@@ -426,7 +426,7 @@ func TestRoutingTraceOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("Infer", p0, p0+1)
-	res, err := s.Generate([]int32{6, 7}, greedy(5), nil)
+	res, err := s.Generate(context.Background(), []int32{6, 7}, greedy(5), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,12 +499,12 @@ func TestGenerateGreedyOracle(t *testing.T) {
 	s := newSession(t, m)
 	var text strings.Builder
 	var seen []int32
-	res, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), func(tok int32, piece string) bool {
+	res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), func(tok int32, piece string) bool {
 		if tok >= 0 {
 			seen = append(seen, tok)
 		}
 		text.WriteString(piece)
-		return true
+		return false
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -528,7 +528,7 @@ func TestGenerateGreedyOracle(t *testing.T) {
 	if err := s.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	res2, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
+	res2, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
 	if ids2 := res2.Tokens; err != nil || !reflect.DeepEqual(ids2, oracle.GreedyF32) {
 		t.Errorf("Generate without callback: %v, %v", ids2, err)
 	}
@@ -536,7 +536,7 @@ func TestGenerateGreedyOracle(t *testing.T) {
 		t.Errorf("Generate without callback: text %q finish %v; want %q, length", res2.Text, res2.Finish, text.String())
 	}
 	// MaxTokens 0 generates nothing.
-	if res, err := s.Generate(oracle.GreedyPrompt, greedy(0), nil); err != nil || len(res.Tokens) != 0 || res.Text != "" || res.Finish != FinishLength {
+	if res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(0), nil); err != nil || len(res.Tokens) != 0 || res.Text != "" || res.Finish != FinishLength {
 		t.Errorf("MaxTokens 0: %+v, %v", res, err)
 	}
 }
@@ -574,9 +574,9 @@ func TestGenerateMatchesCLI(t *testing.T) {
 		}
 		s := newSession(t, m)
 		var text strings.Builder
-		res, err := s.Generate(prompt, greedy(c.n), func(_ int32, piece string) bool {
+		res, err := s.Generate(context.Background(), prompt, greedy(c.n), func(_ int32, piece string) bool {
 			text.WriteString(piece)
-			return true
+			return false
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -596,12 +596,12 @@ func TestGenerateCallbackStop(t *testing.T) {
 	s := newSession(t, m)
 	calls := 0
 	var afterStop []int32
-	res, err := s.Generate(oracle.GreedyPrompt, greedy(32), func(tok int32, _ string) bool {
+	res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(32), func(tok int32, _ string) bool {
 		calls++
 		if calls > 3 {
 			afterStop = append(afterStop, tok)
 		}
-		return calls < 3
+		return calls >= 3
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -622,10 +622,10 @@ func TestGenerateCallbackStop(t *testing.T) {
 		}
 	}
 	// An empty prompt is an error; feeding the last token continues the greedy sequence.
-	if _, err := s.Generate(nil, greedy(2), nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.Generate(context.Background(), nil, greedy(2), nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("empty prompt: %v", err)
 	}
-	cont, err := s.Generate(ids[len(ids)-1:], greedy(5), nil)
+	cont, err := s.Generate(context.Background(), ids[len(ids)-1:], greedy(5), nil)
 	if more := cont.Tokens; err != nil || !reflect.DeepEqual(more, oracle.GreedyF32[3:8]) {
 		t.Errorf("continuing: %v, %v; want %v", more, err, oracle.GreedyF32[3:8])
 	}
@@ -690,7 +690,7 @@ func TestSampledGenerateIsSeeded(t *testing.T) {
 		if err := s.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.Generate(oracle.GreedyPrompt, p, nil)
+		res, err := s.Generate(context.Background(), oracle.GreedyPrompt, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -701,7 +701,7 @@ func TestSampledGenerateIsSeeded(t *testing.T) {
 		t.Errorf("same seed, different samples: %v vs %v", a, b)
 	}
 	p.TopK = -1
-	if _, err := s.Generate(oracle.GreedyPrompt, p, nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.Generate(context.Background(), oracle.GreedyPrompt, p, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("TopK -1: %v", err)
 	}
 }
@@ -737,7 +737,7 @@ func TestConcurrentSessions(t *testing.T) {
 						return
 					}
 				} else {
-					res, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
+					res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
 					if err != nil {
 						errs <- err
 						return
@@ -810,7 +810,7 @@ func TestErrors(t *testing.T) {
 	if pos, _, _ := s.Position(); pos != 0 {
 		t.Errorf("failed Infer calls changed the position to %d", pos)
 	}
-	if _, err := s.Generate([]int32{V + 5}, greedy(4), nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.Generate(context.Background(), []int32{V + 5}, greedy(4), nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("Generate with a bad token: %v", err)
 	}
 	if _, err := m.Detokenize([]int32{-3}); !errors.Is(err, ErrInvalidArgument) {
@@ -833,7 +833,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("9 tokens in a context of 8: %v", err)
 	}
 	// Generation stops (without error) when the context fills up.
-	res, err := small.Generate([]int32{1, 2, 3}, greedy(100), nil)
+	res, err := small.Generate(context.Background(), []int32{1, 2, 3}, greedy(100), nil)
 	if ids := res.Tokens; err != nil || len(ids) == 0 || len(ids) > 8 {
 		t.Errorf("generation into a full context: %d ids, %v", len(ids), err)
 	}
@@ -895,7 +895,7 @@ func TestUseAfterClose(t *testing.T) {
 		t.Error("Info lost after Close")
 	}
 	// The session keeps the model alive.
-	res, err := s.Generate(oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
+	res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), nil)
 	if ids := res.Tokens; err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32) {
 		t.Errorf("session after Model.Close: %v, %v", ids, err)
 	}
@@ -908,7 +908,7 @@ func TestUseAfterClose(t *testing.T) {
 	if _, err := s.Infer([]int32{1}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Infer after Close: %v", err)
 	}
-	if _, err := s.Generate([]int32{1}, greedy(2), nil); !errors.Is(err, ErrClosed) {
+	if _, err := s.Generate(context.Background(), []int32{1}, greedy(2), nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Generate after Close: %v", err)
 	}
 	if err := s.Reset(); !errors.Is(err, ErrClosed) {
@@ -932,21 +932,21 @@ func TestCallbackReentryAndClose(t *testing.T) {
 	m := openModel(t)
 	s := newSession(t, m)
 	var inner error
-	_, err := s.Generate(oracle.GreedyPrompt, greedy(4), func(int32, string) bool {
+	_, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(4), func(int32, string) bool {
 		_, inner = s.Infer([]int32{1})
-		return false
+		return true
 	})
 	if err != nil || !errors.Is(inner, ErrBusy) {
 		t.Errorf("Infer inside the callback: %v (outer %v), want ErrBusy", inner, err)
 	}
 	// Close inside the callback stops generation; the handle is freed when Generate returns.
 	n := 0
-	res, err := s.Generate([]int32{1}, greedy(50), func(tok int32, _ string) bool {
+	res, err := s.Generate(context.Background(), []int32{1}, greedy(50), func(tok int32, _ string) bool {
 		if tok >= 0 {
 			n++
 		}
 		s.Close()
-		return true
+		return false
 	})
 	if ids := res.Tokens; err != nil || n != 1 || len(ids) != 1 {
 		t.Errorf("Close in the callback: %d calls, ids %v, err %v", n, ids, err)
@@ -968,14 +968,14 @@ func TestCallbackPanicPropagates(t *testing.T) {
 				t.Errorf("recovered %v, want boom", r)
 			}
 		}()
-		s.Generate(oracle.GreedyPrompt, greedy(8), func(int32, string) bool { panic("boom") })
+		s.Generate(context.Background(), oracle.GreedyPrompt, greedy(8), func(int32, string) bool { panic("boom") })
 		t.Error("Generate returned after the callback panicked")
 	}()
 	// The session is not left busy.
 	if err := s.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Generate(oracle.GreedyPrompt, greedy(3), nil)
+	res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(3), nil)
 	if ids := res.Tokens; err != nil || !reflect.DeepEqual(ids, oracle.GreedyF32[:3]) {
 		t.Errorf("after a callback panic: %v, %v", ids, err)
 	}
@@ -1171,7 +1171,7 @@ func TestDefaultSeedIsFreshAndZeroRepeats(t *testing.T) {
 		if err := s.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.Generate(oracle.GreedyPrompt, p, nil)
+		res, err := s.Generate(context.Background(), oracle.GreedyPrompt, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

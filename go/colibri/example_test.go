@@ -32,9 +32,9 @@ func Example() {
 	p.Temperature = 0 // greedy
 	p.MaxTokens = 64
 	p.Stop = []string{"\n\n"} // end at a blank line (never printed)
-	res, err := s.Generate(prompt, p, func(token int32, text string) bool {
+	res, err := s.Generate(context.Background(), prompt, p, func(token int32, text string) bool {
 		fmt.Print(text)
-		return true // false stops
+		return false // true stops (as in C: non-zero stops)
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -120,8 +120,8 @@ const (
 	FinishEOS FinishReason = C.COLIBRI_FINISH_EOS
 	// FinishContextFull: the session's context is full.
 	FinishContextFull FinishReason = C.COLIBRI_FINISH_CONTEXT_FULL
-	// FinishCallback: the callback returned false (or the context of GenerateChan was
-	// cancelled), or the Session was closed during the call.
+	// FinishCallback: the callback returned true (stop), the context was cancelled, or the
+	// Session was closed during the call.
 	FinishCallback FinishReason = C.COLIBRI_FINISH_CALLBACK
 )
 
@@ -161,34 +161,48 @@ type GenerateResult struct {
 	Cached int
 }
 
+// TokenFunc is Generate's per-token callback: the sampled id and the text it completes.
+// Return true to stop generating, false to go on — the convention of the C callback (non-zero
+// stops) and of the Python binding (a truthy return stops).
+type TokenFunc func(token int32, text string) (stop bool)
+
 // genState is what the C callback reaches through its cgo.Handle during one Generate.
 type genState struct {
-	fn       func(token int32, text string) bool // nil: only collect the text
-	s        *Session
-	text     strings.Builder // every piece of text delivered
-	stopped  bool            // fn returned false
-	panicked bool
-	panicVal interface{}
+	ctx       context.Context
+	fn        TokenFunc // nil: only collect the text
+	s         *Session
+	text      strings.Builder // every piece of text delivered
+	stopped   bool            // fn returned true
+	cancelled bool            // ctx was done after a delivered piece
+	panicked  bool
+	panicVal  interface{}
 }
 
-// Generate feeds prompt (ids as given: no BOS or chat template is added) into the session and
-// samples up to p.MaxTokens tokens, stopping early at an end-of-sequence token (unless
-// p.IgnoreEOS), when the text contains one of p.Stop, when the context is full, or when fn
-// returns false. The result holds the delivered ids and text and says which of these ended
-// the generation; ending early is not an error.
+// Generate feeds prompt (ids as given: no BOS or chat template is added) into the session,
+// appended to what its KV cache holds, and samples up to p.MaxTokens tokens, stopping early at
+// an end-of-sequence token (unless p.IgnoreEOS), when the text contains one of p.Stop, when the
+// context is full, when fn returns true, or when ctx is done. The result holds the delivered
+// ids and text and says which of these ended the generation; ending early is not an error,
+// except for ctx: then Generate returns what was delivered (Finish FinishCallback) together
+// with ctx.Err(). ctx is checked before the call and after each delivered token (the prompt's
+// forward pass itself is not interrupted).
 //
 // fn (may be nil) runs on the calling goroutine for each sampled token with the text it
 // completes (may be empty: text is only ever cut at UTF-8 character boundaries, and text that
 // could become a stop string is held back); an end-of-sequence token that stops generation is
-// not passed to fn. At the end fn may be called once more with token -1 and held-back text
-// (also after it returned false: that text belongs to tokens it has already seen). The
-// concatenated texts are the result's Text. fn must not call methods of this Session (they
-// return ErrBusy); a panic in fn stops generation and is re-raised by Generate once the
-// library has returned.
+// not passed to fn. fn returns true to stop (the C convention: non-zero stops). At the end fn
+// may be called once more with token -1 and held-back text (also after it asked to stop: that
+// text belongs to tokens it has already seen). The concatenated texts are the result's Text.
+// fn must not call methods of this Session (they return ErrBusy); a panic in fn stops
+// generation and is re-raised by Generate once the library has returned.
 //
-// The prompt must not be empty. The last returned token is not in the KV cache yet: to
-// continue a generation, pass it as the next prompt.
-func (s *Session) Generate(prompt []int32, p GenerateParams, fn func(token int32, text string) bool) (GenerateResult, error) {
+// The prompt must not be empty. Unless generation ended with FinishEOS, the last returned
+// token is not in the KV cache yet (Cached counts what is): to continue a generation, pass it
+// as the next prompt.
+func (s *Session) Generate(ctx context.Context, prompt []int32, p GenerateParams, fn TokenFunc) (GenerateResult, error) {
+	if err := ctx.Err(); err != nil {
+		return GenerateResult{}, err
+	}
 	cp, err := p.toC("Generate")
 	if err != nil {
 		return GenerateResult{}, err
@@ -226,7 +240,7 @@ func (s *Session) Generate(prompt []int32, p GenerateParams, fn func(token int32
 	out := make([]int32, capTokens)
 
 	// The callback always runs, to collect the text (and to stop when the Session is closed).
-	st := &genState{fn: fn, s: s}
+	st := &genState{ctx: ctx, fn: fn, s: s}
 	h := cgo.NewHandle(st)
 	defer h.Delete()
 	var res C.colibri_generate_result
@@ -246,12 +260,16 @@ func (s *Session) Generate(prompt []int32, p GenerateParams, fn func(token int32
 	if n > len(out) {
 		n = len(out)
 	}
-	return GenerateResult{
+	result := GenerateResult{
 		Tokens: out[:n:n],
 		Text:   st.text.String(),
 		Finish: FinishReason(res.finish_reason),
 		Cached: int(res.n_cached),
-	}, nil
+	}
+	if st.cancelled {
+		return result, ctx.Err()
+	}
+	return result, nil
 }
 
 // Piece is one step of GenerateChan: a sampled token and the text it completes (Token -1:
@@ -273,25 +291,21 @@ func (s *Session) GenerateChan(ctx context.Context, prompt []int32, p GeneratePa
 	go func() {
 		defer close(errc)
 		defer close(pieces)
-		if err := ctx.Err(); err != nil {
-			errc <- err
-			return
-		}
 		cancelled := false
-		_, err := s.Generate(prompt, p, func(token int32, text string) bool {
+		_, err := s.Generate(ctx, prompt, p, func(token int32, text string) bool {
 			if cancelled || ctx.Err() != nil { // cancellation wins over a ready receiver
 				cancelled = true
-				return false
+				return true
 			}
 			select {
 			case pieces <- Piece{Token: token, Text: text}:
-				return true
+				return false
 			case <-ctx.Done():
 				cancelled = true
-				return false
+				return true
 			}
 		})
-		if err == nil && cancelled {
+		if err == nil && cancelled { // cancelled during the final flush
 			err = ctx.Err()
 		}
 		errc <- err

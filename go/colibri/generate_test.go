@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -28,7 +29,7 @@ func (l *pieceLog) fn(tok int32, text string) bool {
 		l.flush = true
 	}
 	l.texts = append(l.texts, text)
-	return true
+	return false
 }
 
 func (l *pieceLog) text() string { return strings.Join(l.texts, "") }
@@ -62,7 +63,7 @@ func TestGenerateStopStrings(t *testing.T) {
 		t.Helper()
 		s := newSession(t, m)
 		var log pieceLog
-		res, err := s.Generate(prompt, p, log.fn)
+		res, err := s.Generate(context.Background(), prompt, p, log.fn)
 		if err != nil {
 			t.Fatalf("Generate(stop %q): %v", p.Stop, err)
 		}
@@ -152,7 +153,7 @@ func TestGenerateStopStrings(t *testing.T) {
 
 	// A NUL byte cannot be passed to C.
 	p.Stop = []string{"a\x00b"}
-	if _, err := s.Generate(prompt, p, nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.Generate(context.Background(), prompt, p, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("NUL in a stop string: %v", err)
 	}
 }
@@ -164,16 +165,16 @@ func TestGenerateFinishReasons(t *testing.T) {
 	P := len(oracle.GreedyPrompt)
 
 	s := newSession(t, m)
-	res, err := s.Generate(oracle.GreedyPrompt, greedy(5), nil)
+	res, err := s.Generate(context.Background(), oracle.GreedyPrompt, greedy(5), nil)
 	if err != nil || res.Finish != FinishLength || len(res.Tokens) != 5 || res.Cached != P+4 {
 		t.Errorf("length: %+v, %v; want 5 tokens, %d cached", res, err, P+4)
 	}
 
 	s = newSession(t, m)
 	calls := 0
-	res, err = s.Generate(oracle.GreedyPrompt, greedy(20), func(tok int32, _ string) bool {
+	res, err = s.Generate(context.Background(), oracle.GreedyPrompt, greedy(20), func(tok int32, _ string) bool {
 		calls++
-		return calls < 2
+		return calls >= 2
 	})
 	if err != nil || res.Finish != FinishCallback || !reflect.DeepEqual(res.Tokens, oracle.GreedyF32[:2]) || res.Cached != P+1 {
 		t.Errorf("callback: %+v, %v; want %v, %d cached", res, err, oracle.GreedyF32[:2], P+1)
@@ -182,12 +183,12 @@ func TestGenerateFinishReasons(t *testing.T) {
 	// A context of 8 after a prompt of 3: five tokens are fed back, the sixth is sampled from
 	// the full cache and generation ends there (MaxTokens would allow 100).
 	small := newSession(t, m, WithContextSize(8))
-	res, err = small.Generate([]int32{1, 2, 3}, greedy(100), nil)
+	res, err = small.Generate(context.Background(), []int32{1, 2, 3}, greedy(100), nil)
 	if err != nil || res.Finish != FinishContextFull || len(res.Tokens) != 6 || res.Cached != 8 {
 		t.Errorf("context full: %+v, %v; want 6 tokens, 8 cached", res, err)
 	}
 	// Feeding one more token into the full context is an error.
-	res, err = small.Generate(res.Tokens[5:], greedy(100), nil)
+	res, err = small.Generate(context.Background(), res.Tokens[5:], greedy(100), nil)
 	if !errors.Is(err, ErrContextFull) {
 		t.Errorf("generating on a full context: %+v, %v; want ErrContextFull", res, err)
 	}
@@ -213,7 +214,7 @@ func TestGenerateFinishReasons(t *testing.T) {
 	for seed := uint64(1); seed <= 20 && !found; seed++ {
 		p.Seed, p.IgnoreEOS = seed, false
 		s := newSession(t, m)
-		res, err := s.Generate(oracle.GreedyPrompt, p, nil)
+		res, err := s.Generate(context.Background(), oracle.GreedyPrompt, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +235,7 @@ func TestGenerateFinishReasons(t *testing.T) {
 		if err := s.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		all, err := s.Generate(oracle.GreedyPrompt, p, nil)
+		all, err := s.Generate(context.Background(), oracle.GreedyPrompt, p, nil)
 		if err != nil || all.Finish != FinishLength || len(all.Tokens) != p.MaxTokens ||
 			!reflect.DeepEqual(all.Tokens[:n], res.Tokens) || !isEOS(all.Tokens[n]) {
 			t.Errorf("seed %d with IgnoreEOS: finish %v, %d tokens, %v; want length, %d tokens, %v then an EOS id %v",
@@ -332,4 +333,51 @@ func fixtureEOS(t *testing.T) []int32 {
 		ids = []int32{id}
 	}
 	return ids
+}
+
+// Generate stops when its context is done — checked after each delivered token — and returns
+// what was delivered with ctx.Err(); the session stays usable. A context done before the call
+// generates nothing and feeds nothing.
+func TestGenerateContextCancel(t *testing.T) {
+	m := openModel(t)
+	s := newSession(t, m)
+	P := len(oracle.GreedyPrompt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	res, err := s.Generate(ctx, oracle.GreedyPrompt, greedy(len(oracle.GreedyF32)), func(tok int32, _ string) bool {
+		if tok >= 0 {
+			n++
+		}
+		if n == 2 {
+			cancel() // as another goroutine would; fn itself asks to go on
+		}
+		return false
+	})
+	if !errors.Is(err, context.Canceled) || res.Finish != FinishCallback ||
+		!reflect.DeepEqual(res.Tokens, oracle.GreedyF32[:2]) || res.Cached != P+1 {
+		t.Fatalf("cancelled after 2 tokens: %+v, %v; want %v, %d cached, context.Canceled",
+			res, err, oracle.GreedyF32[:2], P+1)
+	}
+	// The session goes on from there: feeding the last token continues the greedy sequence.
+	rest, err := s.Generate(context.Background(), res.Tokens[1:], greedy(2), nil)
+	if err != nil || !reflect.DeepEqual(rest.Tokens, oracle.GreedyF32[2:4]) {
+		t.Errorf("continuing after a cancel: %v, %v; want %v", rest.Tokens, err, oracle.GreedyF32[2:4])
+	}
+	pos, _, err := s.Position()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Generate(ctx, []int32{1}, greedy(4), nil)
+	if !errors.Is(err, context.Canceled) || len(res.Tokens) != 0 {
+		t.Errorf("an already cancelled context: %+v, %v", res, err)
+	}
+	if after, _, _ := s.Position(); after != pos {
+		t.Errorf("an already cancelled context fed tokens: position %d -> %d", pos, after)
+	}
+	expired, stop := context.WithTimeout(context.Background(), -time.Second)
+	defer stop()
+	if _, err := s.Generate(expired, []int32{1}, greedy(4), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("an expired deadline: %v", err)
+	}
 }

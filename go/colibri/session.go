@@ -344,18 +344,19 @@ type Route struct {
 }
 
 type routeState struct {
-	fn       func(Route) bool
+	fn       func(Route) (skip bool)
 	panicked bool
 	panicVal interface{}
 }
 
 // SetRouteCallback registers fn to receive, at the end of every Infer, InferEmbeddings and
 // Generate, the routing of each (position, MoE layer) that call computed, ordered by position
-// then layer; fn returns false to skip the rest of that call's records. nil removes the
+// then layer; fn returns true to skip the rest of that call's records, false to go on (the
+// C convention: non-zero stops, as for Generate's callback). nil removes the
 // callback. fn runs on the calling goroutine inside the call and must not call methods of this
 // Session (they return ErrBusy); a panic in fn is re-raised by the call, which the library has
 // undone: the Session is as it was before it (cached tokens, routing RNG).
-func (s *Session) SetRouteCallback(fn func(Route) bool) error {
+func (s *Session) SetRouteCallback(fn func(Route) (skip bool)) error {
 	ptr, err := s.acquire()
 	if err != nil {
 		return err

@@ -13,8 +13,10 @@ use crate::sampler::SamplerParams;
 use std::ffi::{c_char, c_void};
 
 /// Per-token callback: the sampled id and the text it completes (`text_len` bytes, not
-/// NUL-terminated; may be 0). A last call with token -1 may flush held-back text at the end.
-/// Return 0 to continue, non-zero to stop generating (finish reason COLIBRI_FINISH_CALLBACK).
+/// NUL-terminated, valid during the call only; may be 0). A last call with token -1 may flush
+/// held-back text at the end (its return value is ignored). Return 0 to continue, non-zero to
+/// stop generating (finish reason COLIBRI_FINISH_CALLBACK): the same convention as the Python
+/// binding (a truthy return stops) and the Go binding (`true` stops).
 #[allow(non_camel_case_types)]
 pub type colibri_token_callback =
     Option<unsafe extern "C" fn(userdata: *mut c_void, token: i32, text: *const c_char, text_len: usize) -> i32>;
@@ -47,13 +49,21 @@ pub struct colibri_generate_params {
     pub top_p: f32,
     /// Drop tokens below min_p · p_max, in [0, 1]; 0 = off (default 0.05).
     pub min_p: f32,
-    /// Divides positive / multiplies negative logits of recent tokens, > 0; 1 = off (default).
+    /// Repetition penalty (llama.cpp's repeat_penalty): the logit of every distinct recent id
+    /// is divided by it when positive, multiplied by it otherwise. Finite and > 0; 1 = off
+    /// (default 1); 1.1–1.3 are usual values, < 1 favours repeats.
     pub repetition_penalty: f32,
-    /// Subtracted once from the logit of every recent token; 0 = off (default).
+    /// Subtracted once from the logit of every id that occurs among the recent ids (OpenAI's
+    /// presence_penalty). Any finite value, negative favours repeats; 0 = off (default 0);
+    /// OpenAI accepts -2..2.
     pub presence_penalty: f32,
-    /// Subtracted per occurrence of a recent token; 0 = off (default).
+    /// Subtracted from the logit of an id once per occurrence among the recent ids (OpenAI's
+    /// frequency_penalty). Any finite value; 0 = off (default 0); OpenAI accepts -2..2.
     pub frequency_penalty: f32,
-    /// How many of the last ids (prompt included) the penalties look at (default 64).
+    /// The recent ids the three penalties look at: the last penalty_last_n ids of this call's
+    /// prompt followed by the ids generated so far (ids cached by earlier calls are not seen).
+    /// At least 0; 0 turns every penalty off (default 64; llama.cpp's -1 = the whole context
+    /// is not accepted: give the context size).
     pub penalty_last_n: i32,
     /// Most tokens to generate (default 128).
     pub max_tokens: i32,
@@ -199,15 +209,26 @@ pub unsafe extern "C" fn colibri_generate_result_init(result: *mut colibri_gener
     })
 }
 
-/// Feed `n_prompt` ids (as given: no BOS or template is added), appending them to the
+/// Feed `n_prompt` (>= 1) ids (as given: no BOS or template is added), appending them to the
 /// session's KV cache after what it already holds, and generate. Each token goes to `callback`
 /// (may be NULL) and, when `tokens_out` is not NULL, into `tokens_out` — generation then also
 /// ends (COLIBRI_FINISH_LENGTH) when `tokens_cap` tokens are stored. `result` (may be NULL;
 /// its struct_size set by the caller) says why generation ended and how many tokens were
-/// delivered. A registered routing-trace callback is called after the generation; if it
-/// returns COLIBRI_ROUTE_ABORT the call returns COLIBRI_STATUS_ABORTED and the session is as
-/// before the call (the tokens already delivered to `callback` and `tokens_out` stand). `params` may
-/// be NULL for the defaults. The session is busy until the call returns: a call on it from a
+/// delivered.
+///
+/// The cache. Generation appends too: every delivered token but the last is fed (a token is
+/// fed when the next one is sampled), so after the call the cache holds what it held, the
+/// prompt, and the delivered tokens except the last one — which is not in the cache yet
+/// (`result.n_cached` counts what is; after COLIBRI_FINISH_EOS every delivered token is in it
+/// and the end-of-sequence token is not). To continue the same sequence, call again with that
+/// last token as the prompt (plus any new ids after it); to start a new one, call
+/// colibri_session_reset first (or colibri_session_truncate to keep a shared prefix). The
+/// sampler, its seed and the penalty window start afresh in every call.
+///
+/// A registered routing-trace callback is called after the generation; if it returns
+/// COLIBRI_ROUTE_ABORT the call returns COLIBRI_STATUS_ABORTED and the session is as before the
+/// call (the tokens already delivered to `callback` and `tokens_out` stand). `params` may be
+/// NULL for the defaults. The session is busy until the call returns: a call on it from a
 /// callback or another thread meanwhile gets COLIBRI_STATUS_BUSY.
 ///
 /// # Safety

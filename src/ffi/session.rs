@@ -399,7 +399,7 @@ pub unsafe extern "C" fn colibri_session_free(session: *mut colibri_session) {
     })
 }
 
-/// Open the model at `model_path` and make one session on it (`params` may be NULL).
+/// Open the model at `model_path` and one session on it (`params` may be NULL): the one-call path (see the top).
 ///
 /// # Safety
 /// `model_path` NUL-terminated; `ctx_out` writable.
@@ -438,11 +438,11 @@ pub unsafe extern "C" fn colibri_init(
     })
 }
 
-/// Run the forward pass over `n_tokens` new tokens, appending them to the KV cache, and write
-/// the last position's vocab_size logits (all positions' with all_logits) to `logits_out`
-/// (`logits_len` floats). Nothing is added to the tokens. A failed call leaves the KV cache as
-/// it was. The session is busy until the call returns (COLIBRI_STATUS_BUSY for any other call
-/// on it meanwhile, from a route callback or another thread).
+/// Run the forward pass over `n_tokens` (>= 1) new tokens, appending them to the KV cache, and
+/// write the last position's logits (every new position's with all_logits) to `logits_out`:
+/// `logits_len` floats, at least vocab_size (n_tokens · vocab_size), else BUFFER_TOO_SMALL.
+/// Nothing is added to the tokens (no BOS). A failed call leaves the KV cache as it was. The
+/// session is busy until the call returns (COLIBRI_STATUS_BUSY for any other call meanwhile).
 ///
 /// # Safety
 /// `tokens` readable for n_tokens ints; `logits_out` writable for logits_len floats.

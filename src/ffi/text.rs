@@ -21,7 +21,9 @@ pub struct colibri_chat_message {
 /// Tokenize `text_len` bytes of UTF-8 `text` (add_special: add BOS etc. as the tokenizer's
 /// post-processor says). Writes up to `tokens_cap` ids and the count needed to `*n_tokens_out`;
 /// COLIBRI_STATUS_BUFFER_TOO_SMALL when they do not fit (call again with a larger buffer).
-/// Safe to call concurrently.
+/// Size query: `tokens_out` NULL and `tokens_cap` 0 write only the count (BUFFER_TOO_SMALL,
+/// or OK when there are no ids), then allocate that many and call again. Safe to call
+/// concurrently.
 ///
 /// # Safety
 /// `text` readable for text_len bytes; `tokens_out` writable for tokens_cap ints.
@@ -47,8 +49,9 @@ pub unsafe extern "C" fn colibri_tokenize(
 }
 
 /// Decode `n_tokens` ids to UTF-8 text in `buf` (capacity `buf_cap` bytes, NUL-terminated);
-/// `*len_out` gets the text length without the NUL (also on BUFFER_TOO_SMALL).
-/// Safe to call concurrently.
+/// `*len_out` gets the text length without the NUL (also on BUFFER_TOO_SMALL). Size query:
+/// `buf` NULL and `buf_cap` 0 write only `*len_out` and return BUFFER_TOO_SMALL; allocate
+/// `*len_out + 1` bytes and call again. Safe to call concurrently.
 ///
 /// # Safety
 /// `tokens` readable for n_tokens ints; `buf` writable for buf_cap bytes.
@@ -74,8 +77,9 @@ pub unsafe extern "C" fn colibri_detokenize(
 }
 
 /// Render `n_messages` messages with the model's chat template (add_generation_prompt: end with
-/// the assistant header) into `buf` like colibri_detokenize. UNSUPPORTED when the model has no
-/// template or the build has no chat-template support. Safe to call concurrently.
+/// the assistant header) into `buf` like colibri_detokenize (the same size query: NULL, 0).
+/// UNSUPPORTED when the model has no template or the build has no chat-template support. Safe to
+/// call concurrently. To feed a conversation, colibri_chat_tokenize is the safe way.
 ///
 /// # Safety
 /// `messages` readable for n_messages entries with valid strings; `buf` writable for buf_cap.
@@ -153,8 +157,9 @@ fn write_ids(ids: &[u32], tokens_out: *mut i32, tokens_cap: usize, n_tokens_out:
 /// to feed a conversation: text that comes from a message (content and role) is tokenised as
 /// text, so special-token strings typed by a user (`<|im_end|>`...) cannot forge turns; special
 /// tokens are read only where the template writes them (colibri_chat_render followed by
-/// colibri_tokenize would read them everywhere). Output like colibri_tokenize. UNSUPPORTED when
-/// the model has no template or tokenizer. Safe to call concurrently.
+/// colibri_tokenize would read them everywhere). Output like colibri_tokenize (the same size
+/// query: NULL, 0). UNSUPPORTED when the model has no template or tokenizer. Safe to call
+/// concurrently.
 ///
 /// # Safety
 /// `messages` readable for n_messages entries with valid strings; `tokens_out` writable for
