@@ -192,9 +192,8 @@ class Colibri:
         if logprobs is not None:
             raise ValueError("logprobs is not supported")
         ids = self._prompt_ids(prompt)
-        options = dict(temperature=temperature, top_p=top_p, min_p=min_p, top_k=top_k, stop=stop, seed=seed,
-                       frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                       repetition_penalty=repeat_penalty)
+        options = _options(temperature, top_p, min_p, top_k, stop, seed, frequency_penalty, presence_penalty,
+                           repeat_penalty)
         head = self._head("cmpl", "text_completion")
         out = self._run(ids, max_tokens, stream, options)
         if stream:
@@ -233,9 +232,8 @@ class Colibri:
         if logprobs:
             raise ValueError("logprobs is not supported")
         ids = self._prompt_ids(self.model.chat_tokens(_chat_messages(messages)))
-        options = dict(temperature=temperature, top_p=top_p, min_p=min_p, top_k=top_k, stop=stop, seed=seed,
-                       frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                       repetition_penalty=repeat_penalty)
+        options = _options(temperature, top_p, min_p, top_k, stop, seed, frequency_penalty, presence_penalty,
+                           repeat_penalty)
         head = self._head("chatcmpl", "chat.completion")
         out = self._run(ids, max_tokens, stream, options)
         if stream:
@@ -289,6 +287,18 @@ class Colibri:
 
     def __repr__(self) -> str:
         return f"<colibri.Colibri {self.model_name!r} n_ctx={self.n_ctx}>"
+
+
+def _options(
+    temperature: Optional[float], top_p: Optional[float], min_p: Optional[float], top_k: Optional[int],
+    stop: Stop, seed: Optional[int], frequency_penalty: Optional[float], presence_penalty: Optional[float],
+    repeat_penalty: Optional[float],
+) -> Dict[str, Any]:
+    """The keyword options of :meth:`colibri.Session.complete` (llama-cpp-python's
+    ``repeat_penalty`` is the library's ``repetition_penalty``)."""
+    return dict(temperature=temperature, top_p=top_p, min_p=min_p, top_k=top_k, stop=stop, seed=seed,
+                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                repetition_penalty=repeat_penalty)
 
 
 def _usage(r: GenerationResult) -> Dict[str, int]:
