@@ -97,7 +97,11 @@ class Colibri:
         self._seeds = None if seed is None else random.Random(check_int("seed", seed, 0, UINT64_MAX))
         self._lock = threading.Lock()
         self._idle: List[Session] = []
-        first = self._take_session()  # checks the session options now
+        try:
+            first = self._take_session()  # checks the session options now
+        except BaseException:
+            self.model.close()
+            raise
         self.n_ctx = first.n_ctx
         self._give_back(first)
 

@@ -157,6 +157,17 @@ def test_a_stream_left_early_frees_its_session(llm: colibri.Colibri) -> None:
     assert r["usage"]["prompt_tokens"] == len(llm.model.tokenize(PROMPT))
 
 
+def test_bad_options_raise_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match="kv_type"):
+        colibri.Colibri(MODEL, kv_type="f8")
+    with colibri.Colibri(MODEL, n_ctx=64, n_threads=1) as small:
+        assert small.n_ctx == 64
+        with pytest.raises(ValueError, match="context"):
+            small.create_completion(list(range(1, 65)))
+        with pytest.raises(TypeError):
+            small.create_completion(PROMPT, temperature="hot")
+
+
 def test_threads_run_calls_at_once(llm: colibri.Colibri) -> None:
     want = llm.create_completion(PROMPT, max_tokens=8, temperature=0.7, seed=5)["choices"][0]["text"]
     got: List[str] = []
