@@ -25,7 +25,7 @@ fn session(m: &Model, kv: KvDtype, n_ctx: usize) -> Session {
 /// Gumbel routing, so the routing RNG's state matters for the continuation.
 fn gumbel() -> ForwardOptions {
     let routing = RoutingOptions { mode: RoutingMode::Gumbel, ..Default::default() };
-    ForwardOptions { logits: LogitsMode::All, routing, ..Default::default() }
+    ForwardOptions { logits: LogitsMode::All, routing }
 }
 
 fn prompt(m: &Model, n: u32) -> Vec<u32> {
