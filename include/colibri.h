@@ -1038,6 +1038,42 @@ colibri_status colibri_session_set_route_callback(colibri_session *session,
                                                   void *userdata);
 
 /**
+ * Write the session's state and the ids of its cached tokens (`n_tokens` of them: all cached
+ * tokens, or 0 to store none) to the file `path`: a temporary file beside it is written, synced
+ * and renamed into place, so a failure leaves any earlier file at `path` as it was. The file is
+ * tied to the model file (its header, metadata and tensor table); the routing trace is not
+ * saved. Works for sessions made by colibri_init too.
+ *
+ * # Safety
+ * `session` must be a live session; `path` a NUL-terminated string; `tokens` readable for
+ * `n_tokens` ids (NULL allowed when 0).
+ */
+colibri_status colibri_session_save_state(colibri_session *session,
+                                          const char *path,
+                                          const int32_t *tokens,
+                                          size_t n_tokens);
+
+/**
+ * Replace the session's state by the one saved in `path` (by colibri_session_save_state, for
+ * this model file) and write its stored token ids to `tokens_out` (capacity `tokens_cap`;
+ * `*n_tokens_out` gets their count). The whole file is checked first — magic, version, model,
+ * shapes, length, checksum, that it fits the session's context (else CONTEXT_FULL) and that the
+ * ids fit `tokens_cap` (else BUFFER_TOO_SMALL, `*n_tokens_out` set): on any failure the session
+ * is unchanged. A file that is not a state of this model is INVALID_ARGUMENT. KV values are
+ * converted to the session's kv_type. The restored length is the point colibri_session_truncate
+ * can go back to on recurrent models.
+ *
+ * # Safety
+ * `session` must be a live session; `path` a NUL-terminated string; `tokens_out` writable for
+ * `tokens_cap` ids (NULL allowed when 0); `n_tokens_out` writable.
+ */
+colibri_status colibri_session_load_state(colibri_session *session,
+                                          const char *path,
+                                          int32_t *tokens_out,
+                                          size_t tokens_cap,
+                                          size_t *n_tokens_out);
+
+/**
  * A static, NUL-terminated description of any status value, known or not. Never NULL.
  * Thread-safe.
  */

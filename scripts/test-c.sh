@@ -69,7 +69,7 @@ SO=libcolibri.so.$ABI
 NATIVE_LIBS=$(sed -n 's/^set(COLIBRI_NATIVE_STATIC_LIBS \(.*\))$/\1/p' CMakeLists.txt | sed 's/\([^ ]*\)/-l\1/g')
 [ -n "$NATIVE_LIBS" ] || fail "COLIBRI_NATIVE_STATIC_LIBS not found in CMakeLists.txt"
 STRICT=(-std=c99 -Wall -Wextra -Werror -pedantic)
-EXAMPLES=(version generate stream threads fork batch routing_trace moe_layer http_server)
+EXAMPLES=(version generate stream threads fork batch routing_trace moe_layer http_server state)
 
 # ----------------------------------------------------------------------------------------------
 say "setup in $WORK"
@@ -522,6 +522,15 @@ suite() { # MODE
     [ "$(sed -n 's/^reference\[0\] ids: //p' "$WORK/out")" = "$HELLO_IDS" ] || fail "[$MODE] threads: reference differs from generate"
     run_prog threads "$M" 8 2
     ok "threads: 2 threads x 3 rounds == single thread (== generate)"
+
+    # state.c: a session saved to a file and loaded into a fresh one continues with the same
+    # logits; a damaged file is refused and changes nothing.
+    for model in Q M; do
+        run_prog state "${!model}" "$WORK/$model.state"
+        grep -q '^state: restored session continues identically ([0-9]* tokens)$' "$WORK/out" ||
+            fail "[$MODE] state $model: $(cat "$WORK/out" "$WORK/err")"
+    done
+    ok "state: save, load into a fresh session, identical continuation; a damaged file refused, nothing changed"
 
     # fork.c: a forward pass, fork(), then one in the child (which must finish) and the parent.
     # The child inherits the memory of the parent's worker threads but not the threads (about

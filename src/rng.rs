@@ -56,6 +56,21 @@ impl Rng {
         Rng { s: [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)] }
     }
 
+    /// The generator's whole state (to save it; `from_state` restores it).
+    pub fn state(&self) -> [u64; 4] {
+        self.s
+    }
+
+    /// A generator continuing exactly where the one whose `state` this was stood. An all-zero
+    /// state (which xoshiro never leaves) is replaced by the state of seed 0.
+    pub fn from_state(s: [u64; 4]) -> Rng {
+        if s == [0; 4] {
+            Rng::new(0)
+        } else {
+            Rng { s }
+        }
+    }
+
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);

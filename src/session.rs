@@ -9,7 +9,9 @@ use crate::model::{Config, LayerKind};
 use crate::rng::Rng;
 
 mod recurrent;
+mod state_file;
 pub use recurrent::{LayerState, RecurrentState};
+pub use state_file::{model_fingerprint, stored_tokens};
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +113,15 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Set element `i` (allocated) to `x`, rounded to the store's type.
+    fn set(&mut self, i: usize, x: f32) {
+        match self {
+            Store::F32(d) => d[i] = x,
+            Store::Half { bits, bf16: true } => bits[i] = half::bf16::from_f32(x).to_bits(),
+            Store::Half { bits, bf16: false } => bits[i] = half::f16::from_f32(x).to_bits(),
+        }
     }
 
     fn bytes_per_element(&self) -> usize {
@@ -396,6 +407,30 @@ impl Session {
             self.rec.copy_from(&self.call_start);
         }
         self.pos = n;
+        Ok(())
+    }
+
+    /// After the state was replaced wholesale (a state file): the restored state is the one a
+    /// truncation to the current position or an undo goes back to.
+    fn after_restore(&mut self) {
+        self.calls += 1;
+        self.call_start.copy_from(&self.rec);
+        self.call_start_pos = self.pos;
+        self.state_lost = false;
+        if let Some(t) = self.trace.as_mut() {
+            t.clear();
+        }
+    }
+
+    /// Raise (or lower, not below the cached tokens) the context limit. The KV cache grows as
+    /// tokens arrive, so this allocates nothing.
+    pub fn set_n_ctx(&mut self, n_ctx: usize) -> Result<()> {
+        if n_ctx < self.pos.max(1) || n_ctx > (1 << 24) {
+            return Err(Error::InvalidArgument {
+                reason: format!("context length {n_ctx} outside {}..=16777216", self.pos.max(1)),
+            });
+        }
+        self.kv.n_ctx = n_ctx;
         Ok(())
     }
 

@@ -2,6 +2,7 @@ package colibri
 
 /*
 #include <stdint.h>
+#include <stdlib.h>
 #include <colibri.h>
 
 extern int32_t colibriGoRoute(uintptr_t h, int32_t layer, int32_t position, int32_t *experts, float *weights, size_t k);
@@ -24,6 +25,7 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sync"
+	"unsafe"
 )
 
 // KVType is the element type of the KV cache (colibri_kv_type).
@@ -304,6 +306,40 @@ func (s *Session) Truncate(n int) error {
 	}
 	defer s.release()
 	return ccall("Truncate", func() C.colibri_status { return C.colibri_session_truncate(ptr, C.size_t(n)) })
+}
+
+// SaveState writes the session's state (KV cache, recurrent state, routing RNG, last logits)
+// to the file path, with tokens — the ids of all cached tokens, or nil — stored beside it. It is
+// written to a temporary file and renamed into place: on failure an earlier file at path is as
+// it was. The file belongs to the session's model file.
+func (s *Session) SaveState(path string, tokens []int32) error {
+	ptr, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.release()
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	return ccall("SaveState", func() C.colibri_status {
+		return C.colibri_session_save_state(ptr, cpath, cInt32s(tokens), C.size_t(len(tokens)))
+	})
+}
+
+// LoadState replaces the session's state by the one saved in path (by SaveState, for the same
+// model file) and returns the token ids stored with it. The whole file is checked first: a
+// damaged or foreign file is an error (StatusInvalidArgument; StatusContextFull when it holds
+// more tokens than the session's context) and changes nothing.
+func (s *Session) LoadState(path string) ([]int32, error) {
+	ptr, err := s.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer s.release()
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	return readIDs("LoadState", 256, func(toks []int32, n *C.size_t) C.colibri_status {
+		return C.colibri_session_load_state(ptr, cpath, cInt32s(toks), C.size_t(len(toks)), n)
+	})
 }
 
 // Position returns the number of tokens in the KV cache and the context length.

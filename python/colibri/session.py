@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from ctypes import byref, c_size_t, c_void_p
+from ctypes import byref, c_int32, c_size_t, c_void_p
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 from . import _buffers
@@ -25,6 +25,7 @@ from ._args import (
     check_bool,
     check_int,
     choice,
+    encode_path,
     float_rows,
     int32_array,
 )
@@ -166,6 +167,35 @@ class Session(Generating):
         n = check_int("n_tokens", n_tokens, 0, 2**63 - 1)
         with self._exclusive() as h:
             self._lib.check(self._lib.colibri_session_truncate(h, n))
+
+    def save_state(self, path: Any, tokens: Optional[Sequence[int]] = None) -> None:
+        """Write this session's state (KV cache, recurrent state, routing RNG, last logits) to
+        the file `path`, with `tokens` — the ids of all cached tokens, or None — stored beside
+        it. Written to a temporary file and renamed into place: on failure an earlier file at
+        `path` is as it was. The file belongs to this model file."""
+        raw = encode_path(path)
+        arr, n = int32_array("tokens", tokens if tokens is not None else [])
+        with self._exclusive() as h:
+            self._lib.check(self._lib.colibri_session_save_state(h, raw, as_int32_ptr(arr) if n else None, n))
+
+    def load_state(self, path: Any) -> List[int]:
+        """Replace this session's state by the one saved in `path` (by :meth:`save_state`, for
+        the same model file) and return the token ids stored with it. The whole file is checked
+        first: a damaged or foreign file raises ColibriError (INVALID_ARGUMENT; CONTEXT_FULL if
+        it holds more tokens than this session's context) and changes nothing."""
+        raw = encode_path(path)
+        n = c_size_t()
+        cap = 256
+        with self._exclusive() as h:
+            for _ in range(3):
+                buf = (c_int32 * cap)()
+                st = self._lib.colibri_session_load_state(h, raw, buf, cap, byref(n))
+                if st == Status.BUFFER_TOO_SMALL and n.value > cap:
+                    cap = n.value
+                    continue
+                self._lib.check(st)
+                return list(buf[: n.value])
+        raise AssertionError("the library kept asking for a larger buffer")  # pragma: no cover
 
     def set_routing(
         self, mode: str = "topk", routing_seed: Optional[int] = None, moe_top_k: int = 0, *,

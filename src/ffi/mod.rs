@@ -17,6 +17,7 @@ mod model;
 mod moe;
 mod panic;
 mod session;
+mod state;
 mod status;
 mod text;
 
@@ -26,6 +27,7 @@ pub use model::*;
 pub use moe::*;
 pub use panic::*;
 pub use session::*;
+pub use state::*;
 pub use status::*;
 pub use text::*;
 

@@ -65,6 +65,15 @@ impl RecurrentState {
         self.layers.get_mut(i)
     }
 
+    /// The DeltaNet layers' states in layer order.
+    pub(crate) fn all(&self) -> &[LayerState] {
+        &self.layers
+    }
+
+    pub(crate) fn all_mut(&mut self) -> &mut [LayerState] {
+        &mut self.layers
+    }
+
     /// Back to the state before any token.
     pub fn zero(&mut self) {
         for l in &mut self.layers {

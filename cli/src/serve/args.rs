@@ -71,6 +71,12 @@ pub struct ServeArgs {
     /// Retry-After. Bytes or K/M/G/T, e.g. 8G, 512M (default: half of MemAvailable at start).
     #[arg(long, value_parser = budget::parse_size)]
     pub kv_budget: Option<u64>,
+    /// Memory for the prompt cache: sessions of finished requests kept so that a request whose
+    /// prompt starts with the same tokens (chat history, a long system prompt) reuses their KV
+    /// cache; least recently used evicted first; outside --kv-budget. Bytes or K/M/G/T; 0 turns
+    /// it off (default: a quarter of the KV budget).
+    #[arg(long, value_parser = budget::parse_size)]
+    pub prompt_cache: Option<u64>,
     /// Web origins whose pages may call the API (CORS), comma-separated, e.g.
     /// http://localhost:3000; `*` allows every origin. Default: none (requests without an Origin
     /// header and same-origin ones only; others get 403).
@@ -104,6 +110,8 @@ pub struct ServeConfig {
     pub max_request_tokens: Option<usize>,
     pub default_max_tokens: usize,
     pub kv_budget: u64,
+    /// Bytes the prompt cache may hold (0: off).
+    pub prompt_cache: u64,
     pub allowed_origins: Origins,
 }
 
@@ -145,6 +153,7 @@ impl ServeConfig {
         if api_key.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("the API key is empty".into()));
         }
+        let kv_budget = a.kv_budget.unwrap_or_else(budget::default_budget);
         Ok(ServeConfig {
             model_path: model_path::resolve(a.model.as_deref())?,
             host: a.host,
@@ -165,7 +174,8 @@ impl ServeConfig {
             },
             max_request_tokens: a.max_request_tokens,
             default_max_tokens: a.default_max_tokens,
-            kv_budget: a.kv_budget.unwrap_or_else(budget::default_budget),
+            kv_budget,
+            prompt_cache: a.prompt_cache.unwrap_or(kv_budget / 4),
             allowed_origins: Origins::parse(&a.allowed_origins)?,
         })
     }

@@ -100,6 +100,8 @@ pub struct Done {
     pub finish: Ending,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens reused from the prompt cache (counted in prompt_tokens too).
+    pub cached_tokens: usize,
 }
 
 #[derive(Clone, Debug)]

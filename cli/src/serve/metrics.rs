@@ -47,6 +47,11 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
+    /// Prompt tokens taken from the prompt cache instead of computed.
+    pub cached_prompt_tokens: AtomicU64,
+    /// Bytes and sessions the prompt cache holds.
+    pub prompt_cache_bytes: AtomicU64,
+    pub prompt_cache_sessions: AtomicU64,
     pub queue_depth: AtomicU64,
     pub active: AtomicU64,
     pub reloads: AtomicU64,
@@ -109,6 +114,11 @@ impl Metrics {
         let counters = [
             ("colibri_prompt_tokens_total", "Prompt tokens processed.", &self.prompt_tokens),
             ("colibri_generated_tokens_total", "Tokens generated.", &self.generated_tokens),
+            (
+                "colibri_cached_prompt_tokens_total",
+                "Prompt tokens reused from the prompt cache.",
+                &self.cached_prompt_tokens,
+            ),
             ("colibri_reloads_total", "Successful model reloads.", &self.reloads),
             ("colibri_reload_failures_total", "Rejected model reloads.", &self.reload_failures),
         ];
@@ -118,6 +128,8 @@ impl Metrics {
         let gauges = [
             ("colibri_queue_depth", "Requests waiting for a sequence slot.", &self.queue_depth),
             ("colibri_active_sequences", "Sequences being decoded.", &self.active),
+            ("colibri_prompt_cache_bytes", "Memory held by the prompt cache's sessions.", &self.prompt_cache_bytes),
+            ("colibri_prompt_cache_sessions", "Sessions kept by the prompt cache.", &self.prompt_cache_sessions),
             ("colibri_model_generation", "Generation of the serving model (1 + reloads).", &self.generation),
         ];
         for (name, help, v) in gauges {

@@ -17,6 +17,7 @@ mod logprobs;
 mod metrics;
 mod openai;
 mod params;
+mod prompt_cache;
 mod reload;
 mod scheduler;
 mod sse;
@@ -89,7 +90,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
 
 async fn serve(config: ServeConfig) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::default());
-    let (scheduler, thread) = Scheduler::start(config.parallel, metrics.clone());
+    let (scheduler, thread) = Scheduler::start(config.parallel, config.prompt_cache, metrics.clone());
     let signals = reload::Signals::install().map_err(|e| Error::io("install signal handlers", e))?;
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
@@ -97,6 +98,7 @@ async fn serve(config: ServeConfig) -> Result<(), Error> {
     let addr = listener.local_addr().map_err(|e| Error::io("read the bound address", e))?;
     let _pid = PidFile::write(config.pid_file.clone())?;
     eprintln!("KV budget: {} MiB (--kv-budget)", config.kv_budget >> 20);
+    eprintln!("prompt cache: {} MiB (--prompt-cache)", config.prompt_cache >> 20);
     let state: Shared = Arc::new(AppState {
         admission: Admission::new(config.parallel + config.queue),
         port: addr.port(),

@@ -23,6 +23,7 @@ pub fn usage(d: &Done) -> Value {
         "prompt_tokens": d.prompt_tokens,
         "completion_tokens": d.completion_tokens,
         "total_tokens": d.prompt_tokens + d.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": d.cached_tokens},
     })
 }
 

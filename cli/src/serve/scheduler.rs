@@ -10,6 +10,7 @@ use super::engine::Engine;
 use super::job::{Done, Ending, Event, Job, Token};
 use super::logprobs::token_logprob;
 use super::metrics::Metrics;
+use super::prompt_cache::PromptCache;
 use colibri::decoder::{Decoder, Finish};
 use colibri::forward::{forward_batch, ForwardOptions, Input, LogitsMode, Sequence};
 use colibri::session::{Session, SessionOptions};
@@ -38,11 +39,14 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Start the scheduler thread.
-    pub fn start(parallel: usize, metrics: Arc<Metrics>) -> (Scheduler, JoinHandle<()>) {
+    /// Start the scheduler thread, keeping finished sessions in a prompt cache of at most
+    /// `cache_bytes` bytes (0: none).
+    pub fn start(parallel: usize, cache_bytes: u64, metrics: Arc<Metrics>) -> (Scheduler, JoinHandle<()>) {
         let (tx, rx) = std::sync::mpsc::channel();
+        let cache = PromptCache::new(cache_bytes);
         let handle = std::thread::Builder::new()
             .name("colibri-scheduler".into())
-            .spawn(move || Loop { rx, parallel, metrics, waiting: VecDeque::new(), active: Vec::new() }.run())
+            .spawn(move || Loop { rx, parallel, metrics, waiting: VecDeque::new(), active: Vec::new(), cache }.run())
             .expect("spawn the scheduler thread");
         (Scheduler { tx }, handle)
     }
@@ -63,8 +67,10 @@ struct Active {
     session: Session,
     /// The generation's decisions (sampling, end of sequence, text, stop strings, limit).
     decoder: Decoder,
-    /// Prompt tokens already fed.
+    /// Prompt tokens already in the session (fed, or reused from the prompt cache).
     fed: usize,
+    /// Prompt tokens the session came with from the prompt cache.
+    cached: usize,
     last_token_at: Option<Instant>,
     /// Rows fed in the current step and whether they end with logits to sample from.
     step_rows: usize,
@@ -72,18 +78,33 @@ struct Active {
 }
 
 impl Active {
-    fn start(job: Box<Job>) -> Result<Active, Error> {
+    /// Start a job on a session from the prompt cache when one shares a prefix with its prompt,
+    /// else on a new one.
+    fn start(job: Box<Job>, cache: &mut PromptCache) -> Result<Active, Error> {
         let engine = &job.engine;
         let need = (job.prompt.len() + job.params.decode.max_tokens).min(engine.n_ctx).max(1);
-        let opts = SessionOptions { n_ctx: need, routing_seed: job.params.routing_seed, ..SessionOptions::default() };
-        let mut session = Session::new(engine.model.config(), &opts)?;
+        let (mut session, cached) = match cache.take(engine, &job.prompt) {
+            Some(hit) => {
+                let mut s = hit.session;
+                s.set_n_ctx(need)?;
+                s.set_routing_seed(job.params.routing_seed);
+                s.take_trace();
+                (s, hit.reused)
+            }
+            None => {
+                let opts =
+                    SessionOptions { n_ctx: need, routing_seed: job.params.routing_seed, ..SessionOptions::default() };
+                (Session::new(engine.model.config(), &opts)?, 0)
+            }
+        };
         session.set_trace(true);
         let eos = &engine.model.config().eos_token_ids;
         let mut decoder = Decoder::new(&job.params.decode, eos, &job.prompt, Some(&engine.tokenizer))?;
         if job.params.logprobs.is_some() {
             decoder.keep_last_logits();
         }
-        Ok(Active { job, session, decoder, fed: 0, last_token_at: None, step_rows: 0, step_samples: false })
+        let (fed, last_token_at, step_rows, step_samples) = (cached, None, 0, false);
+        Ok(Active { job, session, decoder, fed, cached, last_token_at, step_rows, step_samples })
     }
 
     /// Plan this step: the next prompt chunk, or the last generated token. Sets `step_rows` and
@@ -143,6 +164,7 @@ struct Loop {
     metrics: Arc<Metrics>,
     waiting: VecDeque<Box<Job>>,
     active: Vec<Active>,
+    cache: PromptCache,
 }
 
 enum After {
@@ -194,7 +216,9 @@ impl Loop {
         let now = Instant::now();
         self.waiting.retain(|j| !j.events.is_closed());
         for j in self.waiting.iter_mut().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
-            j.end(Event::Done(Done { finish: Ending::Timeout, prompt_tokens: j.prompt.len(), completion_tokens: 0 }));
+            let done =
+                Done { finish: Ending::Timeout, prompt_tokens: j.prompt.len(), completion_tokens: 0, cached_tokens: 0 };
+            j.end(Event::Done(done));
         }
         self.waiting.retain(|j| j.deadline.is_none_or(|d| now < d));
         let mut i = 0;
@@ -221,12 +245,15 @@ impl Loop {
             }
             if job.params.decode.max_tokens == 0 {
                 let finish = Ending::Finished(Finish::Length);
-                let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
+                let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0, cached_tokens: 0 };
                 job.end(Event::Done(done));
                 continue;
             }
-            match Active::start(job) {
-                Ok(a) => self.active.push(a),
+            match Active::start(job, &mut self.cache) {
+                Ok(a) => {
+                    self.metrics.cached_prompt_tokens.fetch_add(a.cached as u64, Ordering::Relaxed);
+                    self.active.push(a)
+                }
                 // The job (its place, its KV claim) was dropped inside `start`.
                 Err(e) => {
                     let _ = events.send(Event::Failed(e.to_string()));
@@ -371,7 +398,7 @@ impl Loop {
 
     /// Flush held-back text and send the final event (gauges first: a client that reads the
     /// metrics right after its response sees this sequence gone).
-    fn finish(&self, mut a: Active, end: Ending) {
+    fn finish(&mut self, mut a: Active, end: Ending) {
         self.gauges();
         let why = match end {
             Ending::Finished(f) => f,
@@ -383,7 +410,14 @@ impl Loop {
             a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
         }
         let completion_tokens = a.decoder.generated();
-        a.job.end(Event::Done(Done { finish: end, prompt_tokens: a.job.prompt.len(), completion_tokens }));
+        let prompt_tokens = a.job.prompt.len();
+        a.job.end(Event::Done(Done { finish: end, prompt_tokens, completion_tokens, cached_tokens: a.cached }));
+        let Active { job, session, decoder, .. } = a;
+        if let Some(tokens) = decoder.history().get(..session.position()) {
+            self.cache.put(&job.engine, tokens, session);
+        }
+        self.metrics.prompt_cache_bytes.store(self.cache.bytes(), Ordering::Relaxed);
+        self.metrics.prompt_cache_sessions.store(self.cache.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -414,7 +448,14 @@ mod tests {
             engine: Arc::new(Engine::load(&path, 64, Default::default(), 1).unwrap()),
             budget: KvBudget::new(10 * CLAIM),
             admission: Admission::new(8),
-            run: Loop { rx, parallel: 4, metrics, waiting: VecDeque::new(), active: Vec::new() },
+            run: Loop {
+                rx,
+                parallel: 4,
+                metrics,
+                waiting: VecDeque::new(),
+                active: Vec::new(),
+                cache: PromptCache::new(0),
+            },
         }
     }
 
@@ -461,7 +502,7 @@ mod tests {
         let (bad, mut bad_rx) = f.job(vec![1, vocab, 3]);
         let (other, mut other_rx) = f.job(vec![4, 5]);
         for j in [good, bad, other] {
-            f.run.active.push(Active::start(j).unwrap());
+            f.run.active.push(Active::start(j, &mut PromptCache::new(0)).unwrap());
         }
         f.run.step();
         assert!(failure(&mut bad_rx).contains(&format!("token id {vocab}")));

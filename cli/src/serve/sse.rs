@@ -98,8 +98,13 @@ mod tests {
         assert_eq!(next().await, ": keep-alive\n\n");
         assert_eq!(next().await, ": keep-alive\n\n");
         assert_eq!(t0.elapsed(), 2 * KEEP_ALIVE);
-        tx.send(Event::Done(Done { finish: Ending::Finished(Finish::Length), prompt_tokens: 1, completion_tokens: 3 }))
-            .unwrap();
+        tx.send(Event::Done(Done {
+            finish: Ending::Finished(Finish::Length),
+            prompt_tokens: 1,
+            completion_tokens: 3,
+            cached_tokens: 0,
+        }))
+        .unwrap();
         assert_eq!(next().await, "data: {\"n\":3}\n\ndata: [DONE]\n\n");
         assert!(body.next().await.is_none());
     }

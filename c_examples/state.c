@@ -1,0 +1,114 @@
+/*
+ * Session state files: feed a prompt, save the session (KV cache, routing RNG, last logits and
+ * the prompt's ids) to a file, load it into a fresh session and check that both continue with
+ * the same logits; then check that a damaged file is refused and leaves the session as it was.
+ *
+ *   state MODEL.colibri STATE_FILE [PROMPT]
+ *
+ * Prints one line "state: restored session continues identically (N tokens)" and exits 0 only
+ * when every check holds.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <colibri.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOKENS 512
+
+static int failed(const char *what, colibri_status st) {
+    fprintf(stderr, "state: %s: %s: %s\n", what, colibri_status_str(st), colibri_last_error_message());
+    return 1;
+}
+
+/* Feed `n` ids and copy the last position's logits to `out` (vocab floats). */
+static colibri_status feed(colibri_session *s, const int32_t *ids, size_t n, float *out, size_t vocab) {
+    return colibri_infer(s, ids, n, out, vocab);
+}
+
+int main(int argc, char **argv) {
+    const char *prompt = argc > 3 ? argv[3] : "And the LORD said unto Moses";
+    colibri_model *model = NULL;
+    colibri_session *a = NULL, *b = NULL;
+    colibri_model_info info;
+    int32_t ids[MAX_TOKENS], back[MAX_TOKENS], next = 7;
+    size_t n = 0, n_back = 0, vocab;
+    float *la = NULL, *lb = NULL;
+    colibri_status st;
+    int rc = 1;
+    FILE *f;
+
+    if (argc < 3) {
+        fprintf(stderr, "usage: state MODEL.colibri STATE_FILE [PROMPT]\n");
+        return 2;
+    }
+    if ((st = colibri_model_open(argv[1], NULL, &model)) != COLIBRI_STATUS_OK) return failed("open", st);
+    colibri_model_info_init(&info);
+    if ((st = colibri_model_get_info(model, &info)) != COLIBRI_STATUS_OK) return failed("info", st);
+    vocab = (size_t)info.vocab_size;
+    la = malloc(vocab * sizeof *la);
+    lb = malloc(vocab * sizeof *lb);
+    if (!la || !lb) goto done;
+    if ((st = colibri_tokenize(model, prompt, strlen(prompt), 1, ids, MAX_TOKENS, &n)) != COLIBRI_STATUS_OK) {
+        failed("tokenize", st);
+        goto done;
+    }
+    if ((st = colibri_session_new(model, NULL, &a)) || (st = colibri_session_new(model, NULL, &b))) {
+        failed("session_new", st);
+        goto done;
+    }
+    if ((st = feed(a, ids, n, la, vocab)) || (st = colibri_session_save_state(a, argv[2], ids, n))) {
+        failed("feed and save", st);
+        goto done;
+    }
+    /* A capacity too small: BUFFER_TOO_SMALL with the count, nothing loaded. */
+    st = colibri_session_load_state(b, argv[2], back, 1, &n_back);
+    if (n > 1 && (st != COLIBRI_STATUS_BUFFER_TOO_SMALL || n_back != n)) {
+        fprintf(stderr, "state: small buffer gave %s, count %zu\n", colibri_status_str(st), n_back);
+        goto done;
+    }
+    if ((st = colibri_session_load_state(b, argv[2], back, MAX_TOKENS, &n_back)) != COLIBRI_STATUS_OK) {
+        failed("load", st);
+        goto done;
+    }
+    if (n_back != n || memcmp(back, ids, n * sizeof ids[0]) != 0) {
+        fprintf(stderr, "state: the stored ids differ\n");
+        goto done;
+    }
+    if ((st = feed(a, &next, 1, la, vocab)) || (st = feed(b, &next, 1, lb, vocab))) {
+        failed("continue", st);
+        goto done;
+    }
+    if (memcmp(la, lb, vocab * sizeof *la) != 0) {
+        fprintf(stderr, "state: the restored session's logits differ\n");
+        goto done;
+    }
+    /* Damage the file: a byte in the middle flipped. The load fails; b keeps its n + 1 tokens. */
+    if (!(f = fopen(argv[2], "r+b")) || fseek(f, 200, SEEK_SET) != 0 || fputc(0x5a ^ 0xff, f) == EOF) {
+        fprintf(stderr, "state: cannot damage %s\n", argv[2]);
+        if (f) fclose(f);
+        goto done;
+    }
+    fclose(f);
+    if ((st = colibri_session_load_state(b, argv[2], back, MAX_TOKENS, &n_back)) == COLIBRI_STATUS_OK) {
+        fprintf(stderr, "state: a damaged file was loaded\n");
+        goto done;
+    }
+    if ((st = feed(a, &next, 1, la, vocab)) || (st = feed(b, &next, 1, lb, vocab))) {
+        failed("continue after the refused load", st);
+        goto done;
+    }
+    if (memcmp(la, lb, vocab * sizeof *la) != 0) {
+        fprintf(stderr, "state: the refused load changed the session\n");
+        goto done;
+    }
+    printf("state: restored session continues identically (%zu tokens)\n", n);
+    rc = 0;
+done:
+    free(la);
+    free(lb);
+    colibri_session_free(a);
+    colibri_session_free(b);
+    colibri_model_free(model);
+    return rc;
+}
