@@ -4,7 +4,9 @@ fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q
 
     /work/venv/bin/python tools/make_gguf_fixtures.py [--llama DIR] [--only NAME,...]
 
-Writes tests/fixtures/gguf/<model>.<outtype>.gguf. The converter refuses tokenizers whose
+Writes tests/fixtures/gguf/<model>.<outtype>.gguf. Checkpoints whose config.json lacks keys the hub's
+has are converted from a temporary copy with those keys added (HUB_CONFIG); Qwen3-Next with
+--no-mtp (ours have no MTP block, which the converter otherwise requires). The converter refuses tokenizers whose
 pre-tokenizer hash it does not know (ours are trained for the tests), so the pre-tokenizer
 detection is monkeypatched: byte-level BPE fixtures are declared "qwen2" (their Qwen regex), the
 GPT-NeoX one "olmo"; mixtral_gqa's q8_0 file is also rewritten with merged `attn_qkv` tensors
@@ -13,7 +15,9 @@ below). The output is deterministic (no timestamps in GGUF).
 """
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +33,20 @@ FIXTURES = [
     ("granitemoe_hub", ["f32"]),
     ("mixtral_mqa_swa_tied", ["f32"]),
     ("glm4_moe_groups", ["f32"]),
+    ("deepseek_v2_greedy", ["f32"]),
+    ("deepseek_v3_mtp", ["f32"]),
+    ("gpt_oss_mxfp4", ["f32"]),
+    ("phimoe_hub", ["f32"]),
+    ("qwen3_next_hybrid", ["f32"]),
 ]
+
+# What the fixture checkpoints' config.json lack against the hub's, which llama.cpp's converter
+# reads: DeepSeek-V3's scoring_func / topk_method (they give GGUF's expert_gating_func) and
+# Phi-3.5-MoE's class name (the converter registers "PhiMoEForCausalLM", as the hub spells it).
+HUB_CONFIG = {
+    "deepseek_v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    "phimoe": {"architectures": ["PhiMoEForCausalLM"]},
+}
 
 PRE = {"GPTNeoXTokenizer": "olmo"}
 
@@ -57,10 +74,14 @@ def main():
     # GLM's vocab writer looks up GLM's own special tokens ([gMASK], ...): ours are Qwen-style.
     from conversion import glm
     glm.Glm4MoeModel.set_vocab = lambda self: self._set_vocab_gpt2()
+    # Phi-3's vocab writer wants a SentencePiece tokenizer.model; ours is a tokenizer.json.
+    from conversion import phi
+    phi.PhiMoeModel.set_vocab = lambda self: self._set_vocab_gpt2()
     arch = gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN2MOE]
     for t in (gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP, gguf.MODEL_TENSOR.FFN_DOWN):
         if t not in arch:
             arch.append(t)
+    tmp = Path(tempfile.mkdtemp())
     only = set(filter(None, args.only.split(",")))
     out_dir = ROOT / "tests" / "fixtures" / "gguf"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,8 +91,11 @@ def main():
         for outtype in outtypes:
             out = out_dir / f"{name}.{outtype}.gguf"
             split = outtype.endswith("-split")
-            sys.argv = ["convert_hf_to_gguf.py", str(ROOT / "tests/fixtures/models" / name),
+            src = checkpoint(name, tmp)
+            sys.argv = ["convert_hf_to_gguf.py", str(src),
                         "--outtype", outtype.removesuffix("-split"), "--outfile", str(out)]
+            if name.startswith("qwen3_next"):
+                sys.argv.append("--no-mtp")
             if split:
                 sys.argv += ["--split-max-tensors", "12"]
             conv.main()
@@ -79,6 +103,21 @@ def main():
                 merge_qkv(out, out_dir / f"{name}.q8_0-qkv.gguf")
             for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
                 print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
+
+
+def checkpoint(name, tmp):
+    """The fixture checkpoint's directory, or a copy whose config.json has HUB_CONFIG's keys."""
+    import json
+    src = ROOT / "tests/fixtures/models" / name
+    cfg = json.loads((src / "config.json").read_text())
+    extra = HUB_CONFIG.get(cfg["model_type"])
+    if not extra:
+        return src
+    dst = tmp / name
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    cfg.update(extra)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst
 
 
 def merge_qkv(src, dst):

@@ -13,6 +13,7 @@ mod fixtures;
 
 use colibri::format::{DType, TensorKind};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::kernels::QuantActivations;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use colibri_convert::gguf::tokenizer::HfTokenizerFiles;
@@ -52,7 +53,11 @@ fn convert_gguf(gguf: &Path, hf_dir: &Path, out: &Path) {
 }
 
 fn logits(model: &Model, input: &[u32]) -> Vec<f32> {
-    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 256, ..Default::default() }).unwrap();
+    logits_with(model, input, QuantActivations::default())
+}
+
+fn logits_with(model: &Model, input: &[u32], quant_act: QuantActivations) -> Vec<f32> {
+    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap();
     forward(model, &mut s, Input::Tokens(input), &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
         .unwrap();
     s.logits().to_vec()
@@ -264,4 +269,161 @@ fn dtype_and_quantize_options_are_refused_for_gguf() {
     let e = colibri_convert::convert(&args, None).err().expect("--dtype accepted").to_string();
     assert!(e.contains("keep their GGUF types"), "{e}");
     assert!(!tmp.path().join("x.colibri").exists());
+}
+
+/// The tensor `name` of `m` as f32 values (f32 tensors only).
+fn f32s(m: &Model, name: &str) -> Vec<f32> {
+    let t = m.tensor(name).unwrap();
+    values(DType::F32, t.bytes, t.cols())
+}
+
+/// The teacher-forced logits of `m` against the fixture's transformers oracle: (max |Δlogit| /
+/// max |logit|, every position's argmax equal), and 32 greedy tokens from its prompt.
+fn against_oracle(m: &Model, dir: &Path) -> (f64, bool, Vec<u32>) {
+    let meta = meta(dir);
+    let input = ids(&meta["input_ids"]);
+    // Block-quantised weights (MXFP4) with float activations, as tests/oracle.rs checks them.
+    let blocks = m.parsed().tensors.iter().any(|t| t.dtype.is_quantized());
+    let quant_act = if blocks { QuantActivations::Float } else { QuantActivations::default() };
+    let got = logits_with(m, &input, quant_act);
+    let b = std::fs::read(dir.join("oracle/logits_f32.npy")).unwrap();
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let want: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(want.len(), got.len(), "{}: oracle shape", dir.display());
+    let max_abs = want.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs()));
+    let rel = fixtures::max_diff(&got, &want) / max_abs;
+    let v = m.config().vocab_size;
+    let same = got.chunks(v).zip(want.chunks(v)).all(|(a, b)| argmax(a) == argmax(b));
+    let mut s = Session::new(m.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap();
+    let last = ForwardOptions::default();
+    forward(m, &mut s, Input::Tokens(&ids(&meta["greedy_prompt"])), &last).unwrap();
+    let mut greedy = Vec::new();
+    for _ in 0..32 {
+        greedy.push(argmax(s.logits()));
+        forward(m, &mut s, Input::Tokens(&greedy[greedy.len() - 1..]), &last).unwrap();
+    }
+    (rel, same, greedy)
+}
+
+/// DeepSeek-V2 (softmax, no q LoRA, two shared experts, a leading dense layer) and V3
+/// (sigmoid + choice bias, top-2-sum groups, q LoRA, normalised ×2.5, its MTP block dropped),
+/// GPT-OSS (MXFP4 experts copied as they are, sinks, biases, alternating windows, YaRN):
+/// llama.cpp's f32 GGUFs give the checkpoint's config, its tensors bit for bit (W_UK / W_UV
+/// per head included) and bit-identical logits, which match transformers.
+#[test]
+fn mla_and_gpt_oss_ggufs_are_the_checkpoint_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["deepseek_v2_greedy", "deepseek_v3_mtp", "gpt_oss_mxfp4"] {
+        let (hf, gg, input) = both(name, "f32", tmp.path());
+        let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
+        (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+        assert_eq!(got, want, "{name}: config");
+        for r in &hf.parsed().tensors {
+            let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
+            assert_eq!((g.dtype, &g.shape), (r.dtype, &r.shape), "{name}: {}", r.name);
+            let same = hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes;
+            assert!(same, "{name}: {} bytes differ", r.name);
+        }
+        assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
+        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+        assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+        let dir = models_root().join(name);
+        let (rel, same, greedy) = against_oracle(&gg, &dir);
+        eprintln!("{name} GGUF vs transformers: max |Δlogit| = {rel:.3e} × max|logit|");
+        assert!(rel <= 1e-4 && same, "{name}: {rel:e} of max|logit| from transformers");
+        assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
+    }
+}
+
+/// Qwen3-Next: llama.cpp's converter adds 1 to the zero-centred norms and stores −exp(A_log).
+/// The GGUF's config is the checkpoint's with those gains taken as they are (norm_offset 0);
+/// those norms hold exactly the f32 sums 1 + w, A_log is recovered within 2 ulp, every other
+/// tensor bit for bit (de-grouped in_proj_qkvz / in_proj_ba, the gated q); logits match
+/// transformers as tightly as the checkpoint's, with the same greedy tokens.
+#[test]
+fn qwen3next_gguf_is_the_checkpoint_up_to_its_norm_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "qwen3_next_hybrid";
+    let (hf, gg, _) = both(name, "f32", tmp.path());
+    let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
+    (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+    assert_eq!((want.norm_offset, got.norm_offset), (1.0, 0.0));
+    // No layer is dense: the dense width is not part of the model (the GGUF has none).
+    assert!(want.layers.iter().all(|l| l.moe));
+    (want.norm_offset, want.dense_ffn) = (0.0, 0);
+    assert_eq!(got, want, "{name}: config");
+    let (mut offset, mut a_log) = (0, 0);
+    for r in &hf.parsed().tensors {
+        let (h, g) = (f32s(&hf, &r.name), f32s(&gg, &r.name));
+        let n = &r.name;
+        if n.ends_with("attn_norm")
+            || n.ends_with("ffn_norm")
+            || n.ends_with("_norm") && !n.contains("delta")
+            || n == "norm"
+        {
+            assert!(h.iter().zip(&g).all(|(x, y)| (1.0 + x).to_bits() == y.to_bits()), "{n}: not 1 + w");
+            offset += 1;
+        } else if n.ends_with("delta.a_log") {
+            assert!(
+                h.iter().zip(&g).all(|(x, y)| (x - y).abs() <= 2.0 * f32::EPSILON * x.abs()),
+                "{n}: {h:?} vs {g:?}"
+            );
+            a_log += 1;
+        } else {
+            assert!(h.iter().zip(&g).all(|(x, y)| x.to_bits() == y.to_bits()), "{n}: values differ");
+        }
+    }
+    assert_eq!((offset, a_log), (2 * 4 + 2 + 1, 3), "norms and A_log tensors seen");
+    let dir = models_root().join(name);
+    let (rel, same, greedy) = against_oracle(&gg, &dir);
+    let (rel_hf, _, _) = against_oracle(&hf, &dir);
+    eprintln!("{name} vs transformers: GGUF {rel:.3e}, checkpoint {rel_hf:.3e} × max|logit|");
+    assert!(rel <= 1e-4 && same, "{name}: {rel:e} of max|logit| from transformers");
+    assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
+}
+
+/// Phi-MoE: LayerNorms with biases, biased attention and lm_head, sparsemixer, LongRoPE factors
+/// read from the GGUF's rope_factors tensors. llama.cpp keeps one attention factor for both
+/// factor sets (its converter's formula, not the config's short/long mscale): the GGUF gives
+/// exactly the checkpoint with both mscales set to that factor (config, tensors and logits bit
+/// for bit against the converted copy), and differs from transformers by that factor alone.
+#[test]
+fn phimoe_gguf_is_the_checkpoint_with_llama_cpp_s_attention_factor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "phimoe_hub";
+    let dir = models_root().join(name);
+    let gguf_out = tmp.path().join("phimoe.gguf.colibri");
+    convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
+    let gg = Model::open(&gguf_out, &LoadOptions::default()).unwrap();
+    let colibri::model::RopeScaling::LongRope { short_mscale, long_mscale, .. } = gg.config().rope.scaling.clone()
+    else {
+        panic!("{name}: no LongRoPE from the GGUF")
+    };
+    // sqrt(1 + ln(8192 / 4096) / ln 4096), as llama.cpp's converter wrote it (an f32).
+    let formula = (1.0 + 2f64.ln() / 4096f64.ln()).sqrt();
+    assert!(short_mscale == long_mscale && (short_mscale - formula).abs() < 1e-7, "{short_mscale} {long_mscale}");
+    let copy = tmp.path().join(name);
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().is_file()) {
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    cfg["rope_scaling"]["short_mscale"] = short_mscale.into();
+    cfg["rope_scaling"]["long_mscale"] = long_mscale.into();
+    std::fs::write(copy.join("config.json"), cfg.to_string()).unwrap();
+    let hf_out = tmp.path().join("phimoe.hf.colibri");
+    convert_as(&copy, &hf_out, None);
+    let hf = Model::open(&hf_out, &LoadOptions::default()).unwrap();
+    let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
+    (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+    assert_eq!(got, want, "{name}: config");
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+    let input = ids(&meta(&dir)["input_ids"]);
+    let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+    let (rel, same, _) = against_oracle(&gg, &dir);
+    eprintln!("{name} GGUF vs transformers (short_mscale 1.2 there, {short_mscale:.4} here): {rel:.3e} × max|logit|, argmax equal: {same}");
 }
