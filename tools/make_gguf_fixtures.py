@@ -34,6 +34,7 @@ FIXTURES = [
     ("mixtral_mqa_swa_tied", ["f32"]),
     ("glm4_moe_groups", ["f32"]),
     ("deepseek_v2_greedy", ["f32"]),
+    ("deepseek_v2_groups_yarn", ["f32"]),
     ("deepseek_v3_mtp", ["f32"]),
     ("gpt_oss_mxfp4", ["f32"]),
     ("phimoe_hub", ["f32"]),
