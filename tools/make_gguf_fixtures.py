@@ -33,7 +33,7 @@ FIXTURES = [
     ("granitemoe_hub", ["f32"]),
     ("mixtral_mqa_swa_tied", ["f32"]),
     ("glm4_moe_groups", ["f32"]),
-    ("deepseek_v2_greedy", ["f32"]),
+    ("deepseek_v2_greedy", ["f32", "q8_0"]),
     ("deepseek_v2_groups_yarn", ["f32"]),
     ("deepseek_v3_mtp", ["f32"]),
     ("gpt_oss_mxfp4", ["f32"]),

@@ -5,6 +5,9 @@
 //! GGUFs: the tensors keep their GGUF types (q8_0, the f16 fallbacks, f32 norms) and hold the
 //! checkpoint's values within each type's rounding; logits close to the checkpoint's. Split files
 //! and merged qkv give the same model; unknown architectures and types are refused by name.
+//! deepseek2 (V2 and V3), gpt-oss (MXFP4 experts), qwen3next and phimoe: the same, up to what
+//! llama.cpp's file expresses otherwise (Qwen3-Next's 1 + w norms and −exp(A_log); Phi-MoE's one
+//! attention factor), each test saying exactly what; their logits match transformers.
 //! The tokenizer files come from the checkpoint here (the GGUF tokenizer builder is tested on its
 //! own), so these tests stay at the config / tensor / logits level.
 
@@ -115,7 +118,7 @@ fn values(dtype: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
 #[test]
 fn q8_0_gguf_keeps_its_types_and_values() {
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["mixtral_gqa", "qwen3_moe_yarn"] {
+    for name in ["mixtral_gqa", "qwen3_moe_yarn", "deepseek_v2_greedy"] {
         let (hf, gg, input) = both(name, "q8_0", tmp.path());
         let mut seen = Vec::new();
         for g in &gg.parsed().tensors {
@@ -139,6 +142,9 @@ fn q8_0_gguf_keeps_its_types_and_values() {
                         // llama.cpp stored the embedding as Q8_0; colibri keeps it as f32, ggml's
                         // exact dequantisation.
                         DType::F32 if g.name == "tok_embeddings" => q8,
+                        // MLA's W_UV stays float for its per-head binding: the exact
+                        // dequantisation of llama.cpp's Q8_0 attn_v_b.
+                        DType::F32 if g.name.ends_with("attn.v_b") => q8,
                         DType::F16 => amax * 1e-3,
                         _ => 0.0,
                     };
@@ -152,6 +158,11 @@ fn q8_0_gguf_keeps_its_types_and_values() {
             seen.contains(&DType::Q8_0) && seen.contains(&DType::F16) && seen.contains(&DType::F32),
             "{name}: {seen:?}"
         );
+        if name == "deepseek_v2_greedy" {
+            // llama.cpp's F16 attn_k_b (rows of 16: no Q8_0) is kept; its Q8_0 attn_v_b widened.
+            let dtype = |n: &str| gg.parsed().tensors.iter().find(|t| t.name == n).map(|t| t.dtype);
+            assert_eq!((dtype("layers.1.attn.k_b"), dtype("layers.1.attn.v_b")), (Some(DType::F16), Some(DType::F32)));
+        }
         let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
         let max_abs = lw.iter().fold(0f32, |m, x| m.max(x.abs()));
         let diff = lw.iter().zip(&lg).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
