@@ -406,6 +406,9 @@ fn phimoe_gguf_is_the_checkpoint_with_llama_cpp_s_attention_factor() {
     let gguf_out = tmp.path().join("phimoe.gguf.colibri");
     convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
     let gg = Model::open(&gguf_out, &LoadOptions::default()).unwrap();
+    // Every GGUF tensor is used (the rope factors by the config).
+    let mapped = colibri_convert::gguf::map(&gguf_root().join(format!("{name}.f32.gguf"))).unwrap();
+    assert!(mapped.warnings.is_empty(), "{:?}", mapped.warnings);
     let colibri::model::RopeScaling::LongRope { short_mscale, long_mscale, .. } = gg.config().rope.scaling.clone()
     else {
         panic!("{name}: no LongRoPE from the GGUF")
@@ -437,4 +440,16 @@ fn phimoe_gguf_is_the_checkpoint_with_llama_cpp_s_attention_factor() {
     assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
     let (rel, same, _) = against_oracle(&gg, &dir);
     eprintln!("{name} GGUF vs transformers (short_mscale 1.2 there, {short_mscale:.4} here): {rel:.3e} × max|logit|, argmax equal: {same}");
+}
+
+/// A deepseek2 gating function colibri does not run (llama.cpp's 3, sqrt-softplus, or any
+/// other number) is refused in one line naming the key.
+#[test]
+fn unknown_deepseek2_gating_functions_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = b"deepseek2.expert_gating_func\x04\0\0\0";
+    let name = "deepseek_v3_mtp.f32.gguf";
+    let bad = patched(name, &[&key[..], &[2, 0, 0, 0]].concat(), &[&key[..], &[3, 0, 0, 0]].concat(), tmp.path());
+    let e = map_error(&bad);
+    assert!(e.contains("deepseek2.expert_gating_func 3 is not supported") && !e.contains('\n'), "{e}");
 }

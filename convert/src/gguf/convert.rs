@@ -131,7 +131,7 @@ pub fn map(path: &std::path::Path) -> Result<Mapped> {
     special_ids(&mut config, &vocab, &mut warnings);
     config.validate()?;
     let resolved = sources::resolve(&file, &config, mapping.permuted_qk, &tensor_specs(&config))?;
-    let unused = sources::unused(&file, &resolved);
+    let unused = sources::unused(&file, &config, &resolved);
     if !unused.is_empty() {
         warnings.push(format!("{} GGUF tensors are not used: {}", unused.len(), unused.join(", ")));
     }

@@ -151,9 +151,15 @@ pub fn resolve(f: &GgufFile, c: &Config, permuted_qk: bool, specs: &[TensorSpec]
     Ok(out)
 }
 
-/// GGUF tensors no colibri tensor uses (reported as a warning).
-pub fn unused(f: &GgufFile, resolved: &[Resolved]) -> Vec<String> {
-    let used: std::collections::HashSet<&str> =
+/// The tensors a mapping reads into the config instead (LongRoPE's factors).
+const READ_INTO_CONFIG: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
+
+/// GGUF tensors neither a colibri tensor nor the config uses (reported as a warning).
+pub fn unused(f: &GgufFile, c: &Config, resolved: &[Resolved]) -> Vec<String> {
+    let mut used: std::collections::HashSet<&str> =
         resolved.iter().flat_map(|r| r.pieces.iter().map(|p| p.tensor.info.name.as_str())).collect();
+    if matches!(c.rope.scaling, colibri::model::RopeScaling::LongRope { .. }) {
+        used.extend(READ_INTO_CONFIG);
+    }
     f.tensors.iter().map(|t| t.info.name.as_str()).filter(|n| !used.contains(n)).map(String::from).collect()
 }
