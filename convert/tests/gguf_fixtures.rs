@@ -178,19 +178,16 @@ fn q8_0_gguf_keeps_its_types_and_values() {
     }
 }
 
-/// The same model in other layouts: split in two (opened from either part), and with merged
-/// `attn_qkv` tensors (tools/make_gguf_fixtures.py merge_qkv).
-#[test]
-fn split_and_merged_qkv_layouts_give_the_same_model() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = models_root().join("mixtral_gqa");
-    let whole = tmp.path().join("whole.colibri");
-    convert_gguf(&gguf_root().join("mixtral_gqa.q8_0.gguf"), &dir, &whole);
+/// Fixture `name`'s GGUF `base` and its other `layouts` convert to the same model (config and
+/// every tensor's bytes); the base model is returned.
+fn same_model(name: &str, base: &str, layouts: &[&str], tmp: &Path) -> Model {
+    let dir = models_root().join(name);
+    let whole = tmp.join(format!("{name}.{base}.colibri"));
+    convert_gguf(&gguf_root().join(format!("{name}.{base}.gguf")), &dir, &whole);
     let whole = Model::open(&whole, &LoadOptions::default()).unwrap();
-    let layouts = ["q8_0-split-00001-of-00002", "q8_0-split-00002-of-00002", "q8_0-qkv"];
     for layout in layouts {
-        let out = tmp.path().join(format!("{layout}.colibri"));
-        convert_gguf(&gguf_root().join(format!("mixtral_gqa.{layout}.gguf")), &dir, &out);
+        let out = tmp.join(format!("{name}.{layout}.colibri"));
+        convert_gguf(&gguf_root().join(format!("{name}.{layout}.gguf")), &dir, &out);
         let other = Model::open(&out, &LoadOptions::default()).unwrap();
         assert_eq!(other.config(), whole.config(), "{layout}");
         assert_eq!(other.parsed().tensors.len(), whole.parsed().tensors.len(), "{layout}");
@@ -199,6 +196,31 @@ fn split_and_merged_qkv_layouts_give_the_same_model() {
             assert!(same, "{layout}: {}", r.name);
         }
     }
+    whole
+}
+
+/// The same model in other layouts: split in two (opened from either part), and with merged
+/// `attn_qkv` tensors (tools/make_gguf_fixtures.py merge_qkv).
+#[test]
+fn split_and_merged_qkv_layouts_give_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layouts = ["q8_0-split-00001-of-00002", "q8_0-split-00002-of-00002", "q8_0-qkv"];
+    same_model("mixtral_gqa", "q8_0", &layouts, tmp.path());
+}
+
+/// Qwen3-Next Q8_0 GGUFs: with llama.cpp's fused `ffn_gate_up_exps` (`--fuse-gate-up-exps`) and
+/// in its earlier converter's layout (one grouped `ssm_in` per DeltaNet layer,
+/// make_gguf_fixtures.py legacy_ssm_in) they give the same model as the plain file, whose
+/// logits stay within the q8_0 tolerance of transformers' with the same argmax everywhere.
+#[test]
+fn qwen3next_fused_gate_up_and_legacy_ssm_in_layouts_give_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "qwen3_next_hybrid";
+    let m = same_model(name, "q8_0", &["q8_0-gate_up", "q8_0-ssm_in"], tmp.path());
+    assert!(m.parsed().tensors.iter().any(|t| t.dtype == DType::Q8_0), "{name}: Q8_0 kept");
+    let (rel, same, _) = against_oracle(&m, &models_root().join(name));
+    eprintln!("{name} q8_0 GGUF vs transformers: {rel:.3e} × max|logit|");
+    assert!(rel <= 2e-2 && same, "{name} q8_0: {rel:e} of max|logit|, argmax equal: {same}");
 }
 
 /// A copy of a fixture GGUF with `from` replaced by `to` (same length) at its first occurrence.

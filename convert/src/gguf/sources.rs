@@ -39,26 +39,31 @@ fn qkv_rows(f: &GgufFile, c: &Config, l: usize, leaf: &str, which: usize, want: 
     }))
 }
 
-/// One expert stack [E, rows, cols]: a stacked `{base}_exps` tensor split per expert, or the
-/// per-expert `{base}.{e}.weight` tensors.
+/// One expert stack [E, rows, cols]: a stacked `{base}_exps` tensor split per expert, gate or
+/// up as the first or second half of each expert of a fused `ffn_gate_up_exps` (ne [cols,
+/// 2·rows, E]: llama.cpp's `--fuse-gate-up-exps`), or the per-expert `{base}.{e}.weight` tensors.
 fn experts(f: &GgufFile, l: usize, base: &str, spec: &TensorSpec) -> Result<Vec<Piece>> {
     let (e, rows, cols) = (spec.shape[0], spec.shape[1], spec.shape[2]);
     let stacked = format!("blk.{l}.{base}_exps.weight");
-    if let Some(t) = f.tensor(&stacked) {
-        if t.info.ne != [cols, rows, e] {
-            return Err(fail(format!(
-                "GGUF tensor {stacked} has ne {:?}, the config implies {:?}",
-                t.info.ne,
-                [cols, rows, e]
-            )));
+    let fused = format!("blk.{l}.ffn_gate_up_exps.weight");
+    let (name, halves, half) = match base {
+        _ if f.tensor(&stacked).is_some() => (stacked, 1, 0),
+        "ffn_gate" | "ffn_up" if f.tensor(&fused).is_some() => (fused, 2, u64::from(base == "ffn_up")),
+        _ => (stacked, 1, 0),
+    };
+    if let Some(t) = f.tensor(&name) {
+        let want = [cols, halves * rows, e];
+        if t.info.ne != want {
+            return Err(fail(format!("GGUF tensor {name} has ne {:?}, the config implies {want:?}", t.info.ne)));
         }
         let per = t.info.bytes / e;
+        let bytes = per / halves;
         let rb = row_bytes(t);
         return Ok((0..e)
             .map(|x| Piece {
                 tensor: t.clone(),
-                byte_offset: x * per,
-                bytes: per,
+                byte_offset: x * per + half * bytes,
+                bytes,
                 row_bytes: rb,
                 permute: None,
                 map: None,

@@ -1,10 +1,11 @@
 //! The GGUF sources of the tensors only some architectures have, undoing what llama.cpp's
 //! converter did to each: MLA's projections (`attn_k_b` [heads, rank, nope] and `attn_v_b`
 //! [heads, v, rank] as colibri's W_UK / W_UV stacks, unchanged), Qwen3-Next's Gated DeltaNet
-//! (`attn_qkv` + `attn_gate` are in_proj_qkvz already de-grouped; `ssm_ba` keeps its per-key-head
-//! groups [b_g, a_g]; `ssm_a` is −exp(A_log); `ssm_conv1d` squeezed) and its gated attention
-//! (`attn_q` rows per head: [query, gate]), and the biases, sinks and LayerNorm biases of
-//! GPT-OSS and Phi-MoE. Every piece is shape-checked.
+//! (`attn_qkv` + `attn_gate` are in_proj_qkvz already de-grouped, older files' `ssm_in` is it
+//! still grouped per key head; `ssm_ba` keeps its per-key-head groups [b_g, a_g]; `ssm_a` is
+//! −exp(A_log); `ssm_conv1d` squeezed) and its gated attention (`attn_q` rows per head: [query,
+//! gate]), and the biases, sinks and LayerNorm biases of GPT-OSS and Phi-MoE. Every piece is
+//! shape-checked.
 
 use super::file::GgufFile;
 use super::piece::{required, row_bytes, Piece, ValueMap};
@@ -103,6 +104,17 @@ fn delta_net(f: &GgufFile, c: &Config, l: usize, sfx: &str, spec: &TensorSpec) -
     let h = c.hidden_size as u64;
     let b = |leaf: &str| format!("blk.{l}.{leaf}");
     match sfx {
+        DN_QKVZ if f.tensor(&b("ssm_in.weight")).is_some() => {
+            // Older converters: in_proj_qkvz as the checkpoint has it, [q_g, k_g, v_g, z_g] per
+            // key head g (r = n_v / n_k v heads each).
+            let (ng, dk, r) = (d.n_k_heads as u64, d.k_head_dim as u64, (d.n_v_heads / d.n_k_heads.max(1)) as u64);
+            let parts = [dk, dk, r * d.v_head_dim as u64, r * d.v_head_dim as u64];
+            let width: u64 = parts.iter().sum();
+            let runs: Vec<(u64, u64)> = (0..4)
+                .flat_map(|i| (0..ng).map(move |g| (g * width + parts[..i].iter().sum::<u64>(), parts[i])))
+                .collect();
+            row_runs(f, &b("ssm_in.weight"), [ng * width, h], &runs)
+        }
         DN_QKVZ => {
             let (conv, v) = (d.conv_dim() as u64, d.value_dim() as u64);
             let qkv = required(f, &[b("attn_qkv.weight")], &[conv, h], &spec.name)?;
