@@ -34,10 +34,10 @@ FIXTURES = [
     ("granitemoe_hub", ["f32"]),
     ("mixtral_mqa_swa_tied", ["f32"]),
     ("glm4_moe_groups", ["f32"]),
-    ("deepseek_v2_greedy", ["f32", "q8_0"]),
+    ("deepseek_v2_greedy", ["f32", "q8_0", "bf16"]),
     ("deepseek_v2_groups_yarn", ["f32"]),
     ("deepseek_v3_mtp", ["f32"]),
-    ("gpt_oss_mxfp4", ["f32"]),
+    ("gpt_oss_mxfp4", ["f32", "bf16"]),
     ("phimoe_hub", ["f32"]),
     ("qwen3_next_hybrid", ["f32", "q8_0", "q8_0-gate_up"]),
 ]

@@ -475,3 +475,51 @@ fn unknown_deepseek2_gating_functions_are_refused() {
     let e = map_error(&bad);
     assert!(e.contains("deepseek2.expert_gating_func 3 is not supported") && !e.contains('\n'), "{e}");
 }
+
+/// bf16 GGUFs (llama.cpp's `--outtype bf16`: matrices BF16, vectors and routers F32): every
+/// BF16 tensor is the HF path's `--dtype bf16` tensor byte for byte, every F32 one rounds to it;
+/// the GPT-OSS experts stay MXFP4. Logits within the bf16 tolerance of transformers' on
+/// bf16-rounded weights (which rounds the vectors too), the same argmax everywhere.
+#[test]
+fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["deepseek_v2_greedy", "gpt_oss_mxfp4"] {
+        let dir = models_root().join(name);
+        let (a, b) = (tmp.path().join(format!("{name}.hf.colibri")), tmp.path().join(format!("{name}.gg.colibri")));
+        convert_as(&dir, &a, Some(DType::BF16));
+        convert_gguf(&gguf_root().join(format!("{name}.bf16.gguf")), &dir, &b);
+        let (hf, gg) =
+            (Model::open(&a, &LoadOptions::default()).unwrap(), Model::open(&b, &LoadOptions::default()).unwrap());
+        let mut kinds = Vec::new();
+        for r in &hf.parsed().tensors {
+            let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap();
+            let (hb, gb) = (hf.tensor(&r.name).unwrap().bytes, gg.tensor(&r.name).unwrap().bytes);
+            kinds.push((g.dtype, r.dtype));
+            match (g.dtype, r.dtype) {
+                (x, y) if x == y => assert!(hb == gb, "{name}: {} bytes differ ({x})", r.name),
+                (DType::F32, DType::BF16) => {
+                    let rounded: Vec<u8> = gb
+                        .chunks_exact(4)
+                        .flat_map(|c| half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+                        .collect();
+                    assert!(rounded == hb, "{name}: {} is not the f32 of its bf16", r.name);
+                }
+                (x, y) => panic!("{name}: {} is {x} from the GGUF, {y} from the checkpoint", r.name),
+            }
+        }
+        assert!(kinds.contains(&(DType::BF16, DType::BF16)), "{name}: {kinds:?}");
+        let meta = meta(&dir);
+        let input = ids(&meta["input_ids"]);
+        let got = logits_with(&gg, &input, QuantActivations::Float);
+        let b = std::fs::read(dir.join("oracle/logits_bf16.npy")).unwrap();
+        let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+        let want: Vec<f32> =
+            b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+        let rel = fixtures::max_diff(&got, &want) / max_abs;
+        let v = gg.config().vocab_size;
+        let same = got.chunks(v).zip(want.chunks(v)).all(|(x, y)| argmax(x) == argmax(y));
+        eprintln!("{name} bf16 GGUF vs transformers (bf16 weights): {rel:.3e} × max|logit|, argmax equal: {same}");
+        assert!(rel <= 2e-2 && same, "{name} bf16: {rel:e}");
+    }
+}
