@@ -310,6 +310,26 @@ fn f32s(m: &Model, name: &str) -> Vec<f32> {
     values(DType::F32, t.bytes, t.cols())
 }
 
+/// The two models' configs without their special-token ids (from generation_config.json on one
+/// side, the GGUF vocabulary on the other).
+fn configs(hf: &Model, gg: &Model) -> (colibri::model::Config, colibri::model::Config) {
+    let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
+    (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+    (want, got)
+}
+
+/// `got` against the fixture's transformers logits (oracle/logits_{dtype}.npy, float32 after
+/// its header): max |Δlogit| / max |logit|, and whether every position's argmax is equal.
+fn oracle_distance(got: &[f32], dir: &Path, dtype: &str, vocab: usize) -> (f64, bool) {
+    let b = std::fs::read(dir.join(format!("oracle/logits_{dtype}.npy"))).unwrap();
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let want: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(want.len(), got.len(), "{}: oracle shape", dir.display());
+    let max_abs = want.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs()));
+    let same = got.chunks(vocab).zip(want.chunks(vocab)).all(|(a, b)| argmax(a) == argmax(b));
+    (fixtures::max_diff(got, &want) / max_abs, same)
+}
+
 /// The teacher-forced logits of `m` against the fixture's transformers oracle: (max |Δlogit| /
 /// max |logit|, every position's argmax equal), and 32 greedy tokens from its prompt.
 fn against_oracle(m: &Model, dir: &Path) -> (f64, bool, Vec<u32>) {
@@ -319,14 +339,7 @@ fn against_oracle(m: &Model, dir: &Path) -> (f64, bool, Vec<u32>) {
     let blocks = m.parsed().tensors.iter().any(|t| t.dtype.is_quantized());
     let quant_act = if blocks { QuantActivations::Float } else { QuantActivations::default() };
     let got = logits_with(m, &input, quant_act);
-    let b = std::fs::read(dir.join("oracle/logits_f32.npy")).unwrap();
-    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let want: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    assert_eq!(want.len(), got.len(), "{}: oracle shape", dir.display());
-    let max_abs = want.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs()));
-    let rel = fixtures::max_diff(&got, &want) / max_abs;
-    let v = m.config().vocab_size;
-    let same = got.chunks(v).zip(want.chunks(v)).all(|(a, b)| argmax(a) == argmax(b));
+    let (rel, same) = oracle_distance(&got, dir, "f32", m.config().vocab_size);
     let mut s = Session::new(m.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap();
     let last = ForwardOptions::default();
     forward(m, &mut s, Input::Tokens(&ids(&meta["greedy_prompt"])), &last).unwrap();
@@ -336,6 +349,16 @@ fn against_oracle(m: &Model, dir: &Path) -> (f64, bool, Vec<u32>) {
         forward(m, &mut s, Input::Tokens(&greedy[greedy.len() - 1..]), &last).unwrap();
     }
     (rel, same, greedy)
+}
+
+/// `m` matches fixture `name`'s transformers oracle as the HF path must (tests/oracle.rs): max
+/// |Δlogit| ≤ 1e-4 · max |logit|, the same argmax everywhere and the same 32 greedy tokens.
+fn matches_oracle(m: &Model, name: &str) {
+    let dir = models_root().join(name);
+    let (rel, same, greedy) = against_oracle(m, &dir);
+    eprintln!("{name} GGUF vs transformers: max |Δlogit| = {rel:.3e} × max|logit|");
+    assert!(rel <= 1e-4 && same, "{name}: {rel:e} of max|logit| from transformers");
+    assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
 }
 
 /// DeepSeek-V2 (softmax, no q LoRA, two shared experts, a leading dense layer) and V3
@@ -348,8 +371,7 @@ fn mla_and_gpt_oss_ggufs_are_the_checkpoint_bit_for_bit() {
     let tmp = tempfile::tempdir().unwrap();
     for name in ["deepseek_v2_greedy", "deepseek_v2_groups_yarn", "deepseek_v3_mtp", "gpt_oss_mxfp4"] {
         let (hf, gg, input) = both(name, "f32", tmp.path());
-        let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
-        (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+        let (want, got) = configs(&hf, &gg);
         assert_eq!(got, want, "{name}: config");
         for r in &hf.parsed().tensors {
             let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
@@ -360,11 +382,7 @@ fn mla_and_gpt_oss_ggufs_are_the_checkpoint_bit_for_bit() {
         assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
         let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
         assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
-        let dir = models_root().join(name);
-        let (rel, same, greedy) = against_oracle(&gg, &dir);
-        eprintln!("{name} GGUF vs transformers: max |Δlogit| = {rel:.3e} × max|logit|");
-        assert!(rel <= 1e-4 && same, "{name}: {rel:e} of max|logit| from transformers");
-        assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
+        matches_oracle(&gg, name);
     }
 }
 
@@ -378,8 +396,7 @@ fn qwen3next_gguf_is_the_checkpoint_up_to_its_norm_offset() {
     let tmp = tempfile::tempdir().unwrap();
     let name = "qwen3_next_hybrid";
     let (hf, gg, _) = both(name, "f32", tmp.path());
-    let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
-    (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+    let (mut want, got) = configs(&hf, &gg);
     assert_eq!((want.norm_offset, got.norm_offset), (1.0, 0.0));
     // No layer is dense: the dense width is not part of the model (the GGUF has none).
     assert!(want.layers.iter().all(|l| l.moe));
@@ -407,12 +424,9 @@ fn qwen3next_gguf_is_the_checkpoint_up_to_its_norm_offset() {
         }
     }
     assert_eq!((offset, a_log), (2 * 4 + 2 + 1, 3), "norms and A_log tensors seen");
-    let dir = models_root().join(name);
-    let (rel, same, greedy) = against_oracle(&gg, &dir);
-    let (rel_hf, _, _) = against_oracle(&hf, &dir);
-    eprintln!("{name} vs transformers: GGUF {rel:.3e}, checkpoint {rel_hf:.3e} × max|logit|");
-    assert!(rel <= 1e-4 && same, "{name}: {rel:e} of max|logit| from transformers");
-    assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
+    let (rel_hf, _, _) = against_oracle(&hf, &models_root().join(name));
+    eprintln!("{name} checkpoint vs transformers: {rel_hf:.3e} × max|logit|");
+    matches_oracle(&gg, name);
 }
 
 /// Phi-MoE: LayerNorms with biases, biased attention and lm_head, sparsemixer, LongRoPE factors
@@ -451,8 +465,7 @@ fn phimoe_gguf_is_the_checkpoint_with_llama_cpp_s_attention_factor() {
     let hf_out = tmp.path().join("phimoe.hf.colibri");
     convert_as(&copy, &hf_out, None);
     let hf = Model::open(&hf_out, &LoadOptions::default()).unwrap();
-    let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
-    (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+    let (want, got) = configs(&hf, &gg);
     assert_eq!(got, want, "{name}: config");
     for r in &hf.parsed().tensors {
         assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
@@ -511,14 +524,7 @@ fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
         let meta = meta(&dir);
         let input = ids(&meta["input_ids"]);
         let got = logits_with(&gg, &input, QuantActivations::Float);
-        let b = std::fs::read(dir.join("oracle/logits_bf16.npy")).unwrap();
-        let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-        let want: Vec<f32> =
-            b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let max_abs = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
-        let rel = fixtures::max_diff(&got, &want) / max_abs;
-        let v = gg.config().vocab_size;
-        let same = got.chunks(v).zip(want.chunks(v)).all(|(x, y)| argmax(x) == argmax(y));
+        let (rel, same) = oracle_distance(&got, &dir, "bf16", gg.config().vocab_size);
         eprintln!("{name} bf16 GGUF vs transformers (bf16 weights): {rel:.3e} × max|logit|, argmax equal: {same}");
         assert!(rel <= 2e-2 && same, "{name} bf16: {rel:e}");
     }

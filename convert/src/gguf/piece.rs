@@ -34,6 +34,20 @@ pub struct Piece {
     pub map: Option<ValueMap>,
 }
 
+impl Piece {
+    /// All of tensor `t`, unchanged.
+    pub fn whole(t: &Tensor) -> Piece {
+        Piece {
+            tensor: t.clone(),
+            byte_offset: 0,
+            bytes: t.info.bytes,
+            row_bytes: row_bytes(t),
+            permute: None,
+            map: None,
+        }
+    }
+}
+
 /// The value transforms llama.cpp's converter applies to some tensors, inverted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueMap {
@@ -62,14 +76,7 @@ pub(super) fn whole(f: &GgufFile, name: &str, want: &[u64]) -> Result<Option<Pie
     if squeezed(t.info.ne.iter().rev().copied()) != squeezed(want.iter().copied()) {
         return Err(fail(format!("GGUF tensor {name} has ne {:?}, the config implies shape {want:?}", t.info.ne)));
     }
-    Ok(Some(Piece {
-        tensor: t.clone(),
-        byte_offset: 0,
-        bytes: t.info.bytes,
-        row_bytes: row_bytes(t),
-        permute: None,
-        map: None,
-    }))
+    Ok(Some(Piece::whole(t)))
 }
 
 pub(super) fn required(f: &GgufFile, names: &[String], want: &[u64], what: &str) -> Result<Piece> {

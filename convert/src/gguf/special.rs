@@ -8,7 +8,7 @@
 //! shape-checked.
 
 use super::file::GgufFile;
-use super::piece::{required, row_bytes, Piece, ValueMap};
+use super::piece::{required, Piece, ValueMap};
 use crate::error::{fail, Result};
 use colibri::model::{suffix, Config, TensorSpec};
 
@@ -20,14 +20,7 @@ fn flat(f: &GgufFile, name: &str, want: &[u64]) -> Result<Option<Piece>> {
     if ne.first() != want.last() || ne.iter().product::<u64>() != n {
         return Err(fail(format!("GGUF tensor {name} has ne {ne:?}, the config implies shape {want:?}")));
     }
-    Ok(Some(Piece {
-        tensor: t.clone(),
-        byte_offset: 0,
-        bytes: t.info.bytes,
-        row_bytes: row_bytes(t),
-        permute: None,
-        map: None,
-    }))
+    Ok(Some(Piece::whole(t)))
 }
 
 /// Row runs (first row, rows) of the matrix `name`, whose shape must be [rows, cols].
