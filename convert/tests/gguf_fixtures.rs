@@ -142,9 +142,6 @@ fn q8_0_gguf_keeps_its_types_and_values() {
                         // llama.cpp stored the embedding as Q8_0; colibri keeps it as f32, ggml's
                         // exact dequantisation.
                         DType::F32 if g.name == "tok_embeddings" => q8,
-                        // MLA's W_UV stays float for its per-head binding: the exact
-                        // dequantisation of llama.cpp's Q8_0 attn_v_b.
-                        DType::F32 if g.name.ends_with("attn.v_b") => q8,
                         DType::F16 => amax * 1e-3,
                         _ => 0.0,
                     };
@@ -159,9 +156,10 @@ fn q8_0_gguf_keeps_its_types_and_values() {
             "{name}: {seen:?}"
         );
         if name == "deepseek_v2_greedy" {
-            // llama.cpp's F16 attn_k_b (rows of 16: no Q8_0) is kept; its Q8_0 attn_v_b widened.
+            // llama.cpp's F16 attn_k_b (rows of 16: no Q8_0) and Q8_0 attn_v_b, both kept: MLA's
+            // per-head binding slices whole rows of self-contained blocks.
             let dtype = |n: &str| gg.parsed().tensors.iter().find(|t| t.name == n).map(|t| t.dtype);
-            assert_eq!((dtype("layers.1.attn.k_b"), dtype("layers.1.attn.v_b")), (Some(DType::F16), Some(DType::F32)));
+            assert_eq!((dtype("layers.1.attn.k_b"), dtype("layers.1.attn.v_b")), (Some(DType::F16), Some(DType::Q8_0)));
         }
         let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
         let max_abs = lw.iter().fold(0f32, |m, x| m.max(x.abs()));
