@@ -4,7 +4,9 @@ fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q
 
     /work/venv/bin/python tools/make_gguf_fixtures.py [--llama DIR] [--only NAME,...]
 
-Writes tests/fixtures/gguf/<model>.<outtype>.gguf. The converter refuses tokenizers whose
+Writes tests/fixtures/gguf/<model>.<outtype>.gguf. Checkpoints whose config.json lacks keys the hub's
+has are converted from a temporary copy with those keys added (HUB_CONFIG); Qwen3-Next with
+--no-mtp (ours have no MTP block, which the converter otherwise requires). The converter refuses tokenizers whose
 pre-tokenizer hash it does not know (ours are trained for the tests), so the pre-tokenizer
 detection is monkeypatched: byte-level BPE fixtures are declared "qwen2" (their Qwen regex), the
 GPT-NeoX one "olmo"; mixtral_gqa's q8_0 file is also rewritten with merged `attn_qkv` tensors
@@ -13,14 +15,17 @@ below). The output is deterministic (no timestamps in GGUF).
 """
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LLAMA = "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"
 
 # (fixture, outtypes): small models whose families llama.cpp converts. "q8_0-split" is the q8_0
-# file split by llama.cpp's --split-max-tensors into NAME.q8_0-split-0000N-of-00002.gguf.
+# file split by llama.cpp's --split-max-tensors into NAME.q8_0-split-0000N-of-00002.gguf;
+# "q8_0-gate_up" the q8_0 file with --fuse-gate-up-exps (one ffn_gate_up_exps per layer).
 FIXTURES = [
     ("mixtral_gqa", ["f32", "q8_0", "q8_0-split"]),
     ("qwen2_moe_shared", ["f32"]),
@@ -29,7 +34,21 @@ FIXTURES = [
     ("granitemoe_hub", ["f32"]),
     ("mixtral_mqa_swa_tied", ["f32"]),
     ("glm4_moe_groups", ["f32"]),
+    ("deepseek_v2_greedy", ["f32", "q8_0", "bf16"]),
+    ("deepseek_v2_groups_yarn", ["f32"]),
+    ("deepseek_v3_mtp", ["f32"]),
+    ("gpt_oss_mxfp4", ["f32", "bf16"]),
+    ("phimoe_hub", ["f32"]),
+    ("qwen3_next_hybrid", ["f32", "q8_0", "q8_0-gate_up"]),
 ]
+
+# What the fixture checkpoints' config.json lack against the hub's, which llama.cpp's converter
+# reads: DeepSeek-V3's scoring_func / topk_method (they give GGUF's expert_gating_func) and
+# Phi-3.5-MoE's class name (the converter registers "PhiMoEForCausalLM", as the hub spells it).
+HUB_CONFIG = {
+    "deepseek_v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    "phimoe": {"architectures": ["PhiMoEForCausalLM"]},
+}
 
 PRE = {"GPTNeoXTokenizer": "olmo"}
 
@@ -57,10 +76,14 @@ def main():
     # GLM's vocab writer looks up GLM's own special tokens ([gMASK], ...): ours are Qwen-style.
     from conversion import glm
     glm.Glm4MoeModel.set_vocab = lambda self: self._set_vocab_gpt2()
+    # Phi-3's vocab writer wants a SentencePiece tokenizer.model; ours is a tokenizer.json.
+    from conversion import phi
+    phi.PhiMoeModel.set_vocab = lambda self: self._set_vocab_gpt2()
     arch = gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN2MOE]
     for t in (gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP, gguf.MODEL_TENSOR.FFN_DOWN):
         if t not in arch:
             arch.append(t)
+    tmp = Path(tempfile.mkdtemp())
     only = set(filter(None, args.only.split(",")))
     out_dir = ROOT / "tests" / "fixtures" / "gguf"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,23 +93,88 @@ def main():
         for outtype in outtypes:
             out = out_dir / f"{name}.{outtype}.gguf"
             split = outtype.endswith("-split")
-            sys.argv = ["convert_hf_to_gguf.py", str(ROOT / "tests/fixtures/models" / name),
-                        "--outtype", outtype.removesuffix("-split"), "--outfile", str(out)]
+            src = checkpoint(name, tmp)
+            base_type = outtype.removesuffix("-split").removesuffix("-gate_up")
+            sys.argv = ["convert_hf_to_gguf.py", str(src), "--outtype", base_type, "--outfile", str(out)]
+            if outtype.endswith("-gate_up"):
+                sys.argv.append("--fuse-gate-up-exps")
+            if name.startswith("qwen3_next"):
+                sys.argv.append("--no-mtp")
             if split:
                 sys.argv += ["--split-max-tensors", "12"]
             conv.main()
             if name == "mixtral_gqa" and outtype == "q8_0":
                 merge_qkv(out, out_dir / f"{name}.q8_0-qkv.gguf")
+            if name == "qwen3_next_hybrid" and outtype == "q8_0":
+                legacy_ssm_in(out, out_dir / f"{name}.q8_0-ssm_in.gguf")
             for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
                 print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
+
+
+def checkpoint(name, tmp):
+    """The fixture checkpoint's directory, or a copy whose config.json has HUB_CONFIG's keys."""
+    import json
+    src = ROOT / "tests/fixtures/models" / name
+    cfg = json.loads((src / "config.json").read_text())
+    extra = HUB_CONFIG.get(cfg["model_type"])
+    if not extra:
+        return src
+    dst = tmp / name
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    cfg.update(extra)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst
 
 
 def merge_qkv(src, dst):
     """A copy of `src` whose q/k/v weights are one `attn_qkv` per layer (rows q, then k, then v,
     as stored: the q/k rows stay llama.cpp-permuted), the layout of the architectures whose
-    checkpoints fuse them. Metadata copied as gguf-py's gguf_new_metadata.py does."""
-    import gguf
+    checkpoints fuse them."""
     import numpy as np
+
+    def tensors(r, by_name):
+        for t in r.tensors:
+            if ".attn_k." in t.name or ".attn_v." in t.name:
+                continue
+            if ".attn_q." in t.name:
+                parts = [by_name[t.name.replace("attn_q", x)] for x in ("attn_q", "attn_k", "attn_v")]
+                assert len({p.tensor_type for p in parts}) == 1
+                data = np.concatenate([p.data for p in parts], axis=0)
+                yield t.name.replace("attn_q", "attn_qkv"), data, t.tensor_type
+            else:
+                yield t.name, t.data, t.tensor_type
+    rewrite(src, dst, tensors)
+
+
+def legacy_ssm_in(src, dst):
+    """A copy of Qwen3-Next GGUF `src` in the layout of llama.cpp's earlier converter: each
+    DeltaNet layer's `attn_qkv` + `attn_gate` as one `ssm_in`, rows grouped per key head g as
+    the checkpoint's in_proj_qkvz ([q_g, k_g, v_g, z_g]); row bytes moved as they are."""
+    import numpy as np
+
+    def tensors(r, by_name):
+        get = lambda k: int(r.fields[f"qwen3next.{k}"].contents())
+        nk, dk, nv = get("ssm.group_count"), get("ssm.state_size"), get("ssm.time_step_rank")
+        rv = get("ssm.inner_size") // nk  # v (and z) rows per key head
+        for t in r.tensors:
+            if ".attn_gate." in t.name:
+                continue
+            if ".attn_qkv." in t.name:
+                qkv, z = t.data, by_name[t.name.replace("attn_qkv", "attn_gate")].data
+                assert qkv.shape[0] == 2 * nk * dk + nk * rv and nv % nk == 0
+                q, k, v = qkv[:nk * dk], qkv[nk * dk:2 * nk * dk], qkv[2 * nk * dk:]
+                groups = [np.concatenate([q[g * dk:(g + 1) * dk], k[g * dk:(g + 1) * dk],
+                                          v[g * rv:(g + 1) * rv], z[g * rv:(g + 1) * rv]]) for g in range(nk)]
+                yield t.name.replace("attn_qkv", "ssm_in"), np.concatenate(groups), t.tensor_type
+            else:
+                yield t.name, t.data, t.tensor_type
+    rewrite(src, dst, tensors)
+
+
+def rewrite(src, dst, tensors):
+    """Write `dst` with `src`'s metadata (copied as gguf-py's gguf_new_metadata.py does) and the
+    tensors `tensors(reader, by_name)` yields as (name, data, type)."""
+    import gguf
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
     for f in r.fields.values():
@@ -94,18 +182,7 @@ def merge_qkv(src, dst):
             continue
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
-    by_name = {t.name: t for t in r.tensors}
-    out = []
-    for t in r.tensors:
-        if ".attn_k." in t.name or ".attn_v." in t.name:
-            continue
-        if ".attn_q." in t.name:
-            parts = [by_name[t.name.replace("attn_q", x)] for x in ("attn_q", "attn_k", "attn_v")]
-            assert len({p.tensor_type for p in parts}) == 1
-            data = np.concatenate([p.data for p in parts], axis=0)
-            out.append((t.name.replace("attn_q", "attn_qkv"), data, t.tensor_type))
-        else:
-            out.append((t.name, t.data, t.tensor_type))
+    out = list(tensors(r, {t.name: t for t in r.tensors}))
     for name, data, ty in out:
         w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, ty)
     w.write_header_to_file()

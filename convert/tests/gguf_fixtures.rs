@@ -5,6 +5,9 @@
 //! GGUFs: the tensors keep their GGUF types (q8_0, the f16 fallbacks, f32 norms) and hold the
 //! checkpoint's values within each type's rounding; logits close to the checkpoint's. Split files
 //! and merged qkv give the same model; unknown architectures and types are refused by name.
+//! deepseek2 (V2 and V3), gpt-oss (MXFP4 experts), qwen3next and phimoe: the same, up to what
+//! llama.cpp's file expresses otherwise (Qwen3-Next's 1 + w norms and −exp(A_log); Phi-MoE's one
+//! attention factor), each test saying exactly what; their logits match transformers.
 //! The tokenizer files come from the checkpoint here (the GGUF tokenizer builder is tested on its
 //! own), so these tests stay at the config / tensor / logits level.
 
@@ -13,6 +16,7 @@ mod fixtures;
 
 use colibri::format::{DType, TensorKind};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::kernels::QuantActivations;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use colibri_convert::gguf::tokenizer::HfTokenizerFiles;
@@ -52,7 +56,11 @@ fn convert_gguf(gguf: &Path, hf_dir: &Path, out: &Path) {
 }
 
 fn logits(model: &Model, input: &[u32]) -> Vec<f32> {
-    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 256, ..Default::default() }).unwrap();
+    logits_with(model, input, QuantActivations::default())
+}
+
+fn logits_with(model: &Model, input: &[u32], quant_act: QuantActivations) -> Vec<f32> {
+    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap();
     forward(model, &mut s, Input::Tokens(input), &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
         .unwrap();
     s.logits().to_vec()
@@ -110,7 +118,7 @@ fn values(dtype: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
 #[test]
 fn q8_0_gguf_keeps_its_types_and_values() {
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["mixtral_gqa", "qwen3_moe_yarn"] {
+    for name in ["mixtral_gqa", "qwen3_moe_yarn", "deepseek_v2_greedy"] {
         let (hf, gg, input) = both(name, "q8_0", tmp.path());
         let mut seen = Vec::new();
         for g in &gg.parsed().tensors {
@@ -147,6 +155,12 @@ fn q8_0_gguf_keeps_its_types_and_values() {
             seen.contains(&DType::Q8_0) && seen.contains(&DType::F16) && seen.contains(&DType::F32),
             "{name}: {seen:?}"
         );
+        if name == "deepseek_v2_greedy" {
+            // llama.cpp's F16 attn_k_b (rows of 16: no Q8_0) and Q8_0 attn_v_b, both kept: MLA's
+            // per-head binding slices whole rows of self-contained blocks.
+            let dtype = |n: &str| gg.parsed().tensors.iter().find(|t| t.name == n).map(|t| t.dtype);
+            assert_eq!((dtype("layers.1.attn.k_b"), dtype("layers.1.attn.v_b")), (Some(DType::F16), Some(DType::Q8_0)));
+        }
         let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
         let max_abs = lw.iter().fold(0f32, |m, x| m.max(x.abs()));
         let diff = lw.iter().zip(&lg).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
@@ -162,19 +176,16 @@ fn q8_0_gguf_keeps_its_types_and_values() {
     }
 }
 
-/// The same model in other layouts: split in two (opened from either part), and with merged
-/// `attn_qkv` tensors (tools/make_gguf_fixtures.py merge_qkv).
-#[test]
-fn split_and_merged_qkv_layouts_give_the_same_model() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = models_root().join("mixtral_gqa");
-    let whole = tmp.path().join("whole.colibri");
-    convert_gguf(&gguf_root().join("mixtral_gqa.q8_0.gguf"), &dir, &whole);
+/// Fixture `name`'s GGUF `base` and its other `layouts` convert to the same model (config and
+/// every tensor's bytes); the base model is returned.
+fn same_model(name: &str, base: &str, layouts: &[&str], tmp: &Path) -> Model {
+    let dir = models_root().join(name);
+    let whole = tmp.join(format!("{name}.{base}.colibri"));
+    convert_gguf(&gguf_root().join(format!("{name}.{base}.gguf")), &dir, &whole);
     let whole = Model::open(&whole, &LoadOptions::default()).unwrap();
-    let layouts = ["q8_0-split-00001-of-00002", "q8_0-split-00002-of-00002", "q8_0-qkv"];
     for layout in layouts {
-        let out = tmp.path().join(format!("{layout}.colibri"));
-        convert_gguf(&gguf_root().join(format!("mixtral_gqa.{layout}.gguf")), &dir, &out);
+        let out = tmp.join(format!("{name}.{layout}.colibri"));
+        convert_gguf(&gguf_root().join(format!("{name}.{layout}.gguf")), &dir, &out);
         let other = Model::open(&out, &LoadOptions::default()).unwrap();
         assert_eq!(other.config(), whole.config(), "{layout}");
         assert_eq!(other.parsed().tensors.len(), whole.parsed().tensors.len(), "{layout}");
@@ -183,6 +194,31 @@ fn split_and_merged_qkv_layouts_give_the_same_model() {
             assert!(same, "{layout}: {}", r.name);
         }
     }
+    whole
+}
+
+/// The same model in other layouts: split in two (opened from either part), and with merged
+/// `attn_qkv` tensors (tools/make_gguf_fixtures.py merge_qkv).
+#[test]
+fn split_and_merged_qkv_layouts_give_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layouts = ["q8_0-split-00001-of-00002", "q8_0-split-00002-of-00002", "q8_0-qkv"];
+    same_model("mixtral_gqa", "q8_0", &layouts, tmp.path());
+}
+
+/// Qwen3-Next Q8_0 GGUFs: with llama.cpp's fused `ffn_gate_up_exps` (`--fuse-gate-up-exps`) and
+/// in its earlier converter's layout (one grouped `ssm_in` per DeltaNet layer,
+/// make_gguf_fixtures.py legacy_ssm_in) they give the same model as the plain file, whose
+/// logits stay within the q8_0 tolerance of transformers' with the same argmax everywhere.
+#[test]
+fn qwen3next_fused_gate_up_and_legacy_ssm_in_layouts_give_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "qwen3_next_hybrid";
+    let m = same_model(name, "q8_0", &["q8_0-gate_up", "q8_0-ssm_in"], tmp.path());
+    assert!(m.parsed().tensors.iter().any(|t| t.dtype == DType::Q8_0), "{name}: Q8_0 kept");
+    let (rel, same, _) = against_oracle(&m, &models_root().join(name));
+    eprintln!("{name} q8_0 GGUF vs transformers: {rel:.3e} × max|logit|");
+    assert!(rel <= 2e-2 && same, "{name} q8_0: {rel:e} of max|logit|, argmax equal: {same}");
 }
 
 /// A copy of a fixture GGUF with `from` replaced by `to` (same length) at its first occurrence.
@@ -264,4 +300,230 @@ fn dtype_and_quantize_options_are_refused_for_gguf() {
     let e = colibri_convert::convert(&args, None).err().expect("--dtype accepted").to_string();
     assert!(e.contains("keep their GGUF types"), "{e}");
     assert!(!tmp.path().join("x.colibri").exists());
+}
+
+/// The tensor `name` of `m` as f32 values (f32 tensors only).
+fn f32s(m: &Model, name: &str) -> Vec<f32> {
+    let t = m.tensor(name).unwrap();
+    values(DType::F32, t.bytes, t.cols())
+}
+
+/// The two models' configs without their special-token ids (from generation_config.json on one
+/// side, the GGUF vocabulary on the other).
+fn configs(hf: &Model, gg: &Model) -> (colibri::model::Config, colibri::model::Config) {
+    let (mut want, mut got) = (hf.config().clone(), gg.config().clone());
+    (want.eos_token_ids, got.eos_token_ids, want.pad_token_id, got.pad_token_id) = (vec![], vec![], None, None);
+    (want, got)
+}
+
+/// `got` against the fixture's transformers logits (oracle/logits_{dtype}.npy, float32 after
+/// its header): max |Δlogit| / max |logit|, and whether every position's argmax is equal.
+fn oracle_distance(got: &[f32], dir: &Path, dtype: &str, vocab: usize) -> (f64, bool) {
+    let b = std::fs::read(dir.join(format!("oracle/logits_{dtype}.npy"))).unwrap();
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let want: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(want.len(), got.len(), "{}: oracle shape", dir.display());
+    let max_abs = want.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs()));
+    let same = got.chunks(vocab).zip(want.chunks(vocab)).all(|(a, b)| argmax(a) == argmax(b));
+    (fixtures::max_diff(got, &want) / max_abs, same)
+}
+
+/// The teacher-forced logits of `m` against the fixture's transformers oracle: (max |Δlogit| /
+/// max |logit|, every position's argmax equal), and 32 greedy tokens from its prompt.
+fn against_oracle(m: &Model, dir: &Path) -> (f64, bool, Vec<u32>) {
+    let meta = meta(dir);
+    let input = ids(&meta["input_ids"]);
+    // Block-quantised weights (MXFP4) with float activations, as tests/oracle.rs checks them.
+    let blocks = m.parsed().tensors.iter().any(|t| t.dtype.is_quantized());
+    let quant_act = if blocks { QuantActivations::Float } else { QuantActivations::default() };
+    let got = logits_with(m, &input, quant_act);
+    let (rel, same) = oracle_distance(&got, dir, "f32", m.config().vocab_size);
+    let mut s = Session::new(m.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap();
+    let last = ForwardOptions::default();
+    forward(m, &mut s, Input::Tokens(&ids(&meta["greedy_prompt"])), &last).unwrap();
+    let mut greedy = Vec::new();
+    for _ in 0..32 {
+        greedy.push(argmax(s.logits()));
+        forward(m, &mut s, Input::Tokens(&greedy[greedy.len() - 1..]), &last).unwrap();
+    }
+    (rel, same, greedy)
+}
+
+/// `m` matches fixture `name`'s transformers oracle as the HF path must (tests/oracle.rs): max
+/// |Δlogit| ≤ 1e-4 · max |logit|, the same argmax everywhere and the same 32 greedy tokens.
+fn matches_oracle(m: &Model, name: &str) {
+    let dir = models_root().join(name);
+    let (rel, same, greedy) = against_oracle(m, &dir);
+    eprintln!("{name} GGUF vs transformers: max |Δlogit| = {rel:.3e} × max|logit|");
+    assert!(rel <= 1e-4 && same, "{name}: {rel:e} of max|logit| from transformers");
+    assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
+}
+
+/// DeepSeek-V2 (softmax, no q LoRA, two shared experts, a leading dense layer) and V3
+/// (sigmoid + choice bias, top-2-sum groups, q LoRA, normalised ×2.5, its MTP block dropped),
+/// GPT-OSS (MXFP4 experts copied as they are, sinks, biases, alternating windows, YaRN):
+/// llama.cpp's f32 GGUFs give the checkpoint's config, its tensors bit for bit (W_UK / W_UV
+/// per head included) and bit-identical logits, which match transformers.
+#[test]
+fn mla_and_gpt_oss_ggufs_are_the_checkpoint_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["deepseek_v2_greedy", "deepseek_v2_groups_yarn", "deepseek_v3_mtp", "gpt_oss_mxfp4"] {
+        let (hf, gg, input) = both(name, "f32", tmp.path());
+        let (want, got) = configs(&hf, &gg);
+        assert_eq!(got, want, "{name}: config");
+        for r in &hf.parsed().tensors {
+            let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
+            assert_eq!((g.dtype, &g.shape), (r.dtype, &r.shape), "{name}: {}", r.name);
+            let same = hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes;
+            assert!(same, "{name}: {} bytes differ", r.name);
+        }
+        assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
+        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+        assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+        matches_oracle(&gg, name);
+    }
+}
+
+/// Qwen3-Next: llama.cpp's converter adds 1 to the zero-centred norms and stores −exp(A_log).
+/// The GGUF's config is the checkpoint's with those gains taken as they are (norm_offset 0);
+/// those norms hold exactly the f32 sums 1 + w, A_log is recovered within 2 ulp, every other
+/// tensor bit for bit (de-grouped in_proj_qkvz / in_proj_ba, the gated q); logits match
+/// transformers as tightly as the checkpoint's, with the same greedy tokens.
+#[test]
+fn qwen3next_gguf_is_the_checkpoint_up_to_its_norm_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "qwen3_next_hybrid";
+    let (hf, gg, _) = both(name, "f32", tmp.path());
+    let (mut want, got) = configs(&hf, &gg);
+    assert_eq!((want.norm_offset, got.norm_offset), (1.0, 0.0));
+    // No layer is dense: the dense width is not part of the model (the GGUF has none).
+    assert!(want.layers.iter().all(|l| l.moe));
+    (want.norm_offset, want.dense_ffn) = (0.0, 0);
+    assert_eq!(got, want, "{name}: config");
+    let (mut offset, mut a_log) = (0, 0);
+    for r in &hf.parsed().tensors {
+        let (h, g) = (f32s(&hf, &r.name), f32s(&gg, &r.name));
+        let n = &r.name;
+        if n.ends_with("attn_norm")
+            || n.ends_with("ffn_norm")
+            || n.ends_with("_norm") && !n.contains("delta")
+            || n == "norm"
+        {
+            assert!(h.iter().zip(&g).all(|(x, y)| (1.0 + x).to_bits() == y.to_bits()), "{n}: not 1 + w");
+            offset += 1;
+        } else if n.ends_with("delta.a_log") {
+            assert!(
+                h.iter().zip(&g).all(|(x, y)| (x - y).abs() <= 2.0 * f32::EPSILON * x.abs()),
+                "{n}: {h:?} vs {g:?}"
+            );
+            a_log += 1;
+        } else {
+            assert!(h.iter().zip(&g).all(|(x, y)| x.to_bits() == y.to_bits()), "{n}: values differ");
+        }
+    }
+    assert_eq!((offset, a_log), (2 * 4 + 2 + 1, 3), "norms and A_log tensors seen");
+    let (rel_hf, _, _) = against_oracle(&hf, &models_root().join(name));
+    eprintln!("{name} checkpoint vs transformers: {rel_hf:.3e} × max|logit|");
+    matches_oracle(&gg, name);
+}
+
+/// Phi-MoE: LayerNorms with biases, biased attention and lm_head, sparsemixer, LongRoPE factors
+/// read from the GGUF's rope_factors tensors. llama.cpp keeps one attention factor for both
+/// factor sets (its converter's formula, not the config's short/long mscale): the GGUF gives
+/// exactly the checkpoint with both mscales set to that factor (config, tensors and logits bit
+/// for bit against the converted copy), and differs from transformers by that factor alone.
+#[test]
+fn phimoe_gguf_is_the_checkpoint_with_llama_cpp_s_attention_factor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "phimoe_hub";
+    let dir = models_root().join(name);
+    let gguf_out = tmp.path().join("phimoe.gguf.colibri");
+    convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
+    let gg = Model::open(&gguf_out, &LoadOptions::default()).unwrap();
+    // Every GGUF tensor is used (the rope factors by the config).
+    let mapped = colibri_convert::gguf::map(&gguf_root().join(format!("{name}.f32.gguf"))).unwrap();
+    assert!(mapped.warnings.is_empty(), "{:?}", mapped.warnings);
+    let colibri::model::RopeScaling::LongRope { short_mscale, long_mscale, .. } = gg.config().rope.scaling.clone()
+    else {
+        panic!("{name}: no LongRoPE from the GGUF")
+    };
+    // sqrt(1 + ln(8192 / 4096) / ln 4096), as llama.cpp's converter wrote it (an f32).
+    let formula = (1.0 + 2f64.ln() / 4096f64.ln()).sqrt();
+    assert!(short_mscale == long_mscale && (short_mscale - formula).abs() < 1e-7, "{short_mscale} {long_mscale}");
+    let copy = tmp.path().join(name);
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().is_file()) {
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    cfg["rope_scaling"]["short_mscale"] = short_mscale.into();
+    cfg["rope_scaling"]["long_mscale"] = long_mscale.into();
+    std::fs::write(copy.join("config.json"), cfg.to_string()).unwrap();
+    let hf_out = tmp.path().join("phimoe.hf.colibri");
+    convert_as(&copy, &hf_out, None);
+    let hf = Model::open(&hf_out, &LoadOptions::default()).unwrap();
+    let (want, got) = configs(&hf, &gg);
+    assert_eq!(got, want, "{name}: config");
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+    let input = ids(&meta(&dir)["input_ids"]);
+    let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+    let (rel, same, _) = against_oracle(&gg, &dir);
+    eprintln!("{name} GGUF vs transformers (short_mscale 1.2 there, {short_mscale:.4} here): {rel:.3e} × max|logit|, argmax equal: {same}");
+}
+
+/// A deepseek2 gating function colibri does not run (llama.cpp's 3, sqrt-softplus, or any
+/// other number) is refused in one line naming the key.
+#[test]
+fn unknown_deepseek2_gating_functions_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = b"deepseek2.expert_gating_func\x04\0\0\0";
+    let name = "deepseek_v3_mtp.f32.gguf";
+    let bad = patched(name, &[&key[..], &[2, 0, 0, 0]].concat(), &[&key[..], &[3, 0, 0, 0]].concat(), tmp.path());
+    let e = map_error(&bad);
+    assert!(e.contains("deepseek2.expert_gating_func 3 is not supported") && !e.contains('\n'), "{e}");
+}
+
+/// bf16 GGUFs (llama.cpp's `--outtype bf16`: matrices BF16, vectors and routers F32): every
+/// BF16 tensor is the HF path's `--dtype bf16` tensor byte for byte, every F32 one rounds to it;
+/// the GPT-OSS experts stay MXFP4. Logits within the bf16 tolerance of transformers' on
+/// bf16-rounded weights (which rounds the vectors too), the same argmax everywhere.
+#[test]
+fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["deepseek_v2_greedy", "gpt_oss_mxfp4"] {
+        let dir = models_root().join(name);
+        let (a, b) = (tmp.path().join(format!("{name}.hf.colibri")), tmp.path().join(format!("{name}.gg.colibri")));
+        convert_as(&dir, &a, Some(DType::BF16));
+        convert_gguf(&gguf_root().join(format!("{name}.bf16.gguf")), &dir, &b);
+        let (hf, gg) =
+            (Model::open(&a, &LoadOptions::default()).unwrap(), Model::open(&b, &LoadOptions::default()).unwrap());
+        let mut kinds = Vec::new();
+        for r in &hf.parsed().tensors {
+            let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap();
+            let (hb, gb) = (hf.tensor(&r.name).unwrap().bytes, gg.tensor(&r.name).unwrap().bytes);
+            kinds.push((g.dtype, r.dtype));
+            match (g.dtype, r.dtype) {
+                (x, y) if x == y => assert!(hb == gb, "{name}: {} bytes differ ({x})", r.name),
+                (DType::F32, DType::BF16) => {
+                    let rounded: Vec<u8> = gb
+                        .chunks_exact(4)
+                        .flat_map(|c| half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+                        .collect();
+                    assert!(rounded == hb, "{name}: {} is not the f32 of its bf16", r.name);
+                }
+                (x, y) => panic!("{name}: {} is {x} from the GGUF, {y} from the checkpoint", r.name),
+            }
+        }
+        assert!(kinds.contains(&(DType::BF16, DType::BF16)), "{name}: {kinds:?}");
+        let meta = meta(&dir);
+        let input = ids(&meta["input_ids"]);
+        let got = logits_with(&gg, &input, QuantActivations::Float);
+        let (rel, same) = oracle_distance(&got, &dir, "bf16", gg.config().vocab_size);
+        eprintln!("{name} bf16 GGUF vs transformers (bf16 weights): {rel:.3e} × max|logit|, argmax equal: {same}");
+        assert!(rel <= 2e-2 && same, "{name} bf16: {rel:e}");
+    }
 }

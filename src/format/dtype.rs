@@ -313,6 +313,12 @@ impl DType {
         self.info().row_group > 1
     }
 
+    /// True when every row of a matrix of this dtype is its own byte range (floats, and block
+    /// types stored as whole blocks row after row): any run of rows can be sliced out.
+    pub fn rows_self_contained(self) -> bool {
+        !self.is_interleaved() && (!self.is_quantized() || matches!(self.info().packing, Packing::Blocks))
+    }
+
     /// Rows stored together (1 unless interleaved).
     pub fn row_group(self) -> usize {
         self.info().row_group as usize

@@ -12,8 +12,8 @@ pub use config::{
     NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
 };
 pub use names::{
-    layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING, FINAL_NORM,
-    FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
+    is_per_head, layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING,
+    FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
 };
 pub use weights::{
     AttnWeights, DeltaNetWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpBias, MlpWeights, MoeWeights,
@@ -84,12 +84,14 @@ pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
                 reason: format!("stored as {:?}, expected {:?}", t.kind, s.kind),
             });
         }
-        if t.dtype.is_quantized() && s.quant.is_none() {
+        let per_head_blocks = names::is_per_head(s) && t.dtype.rows_self_contained();
+        if t.dtype.is_quantized() && s.quant.is_none() && !per_head_blocks {
             return Err(Error::TensorMismatch {
                 name: s.name.clone(),
                 reason: format!(
-                    "stored as {}, but {} must stay f32/f16/bf16 (only attention q/k/v/o, routed and shared \
-                     expert, dense MLP and lm_head matrices may be block-quantised)",
+                    "stored as {}, but {} must stay f32/f16/bf16 (only attention q/k/v/o, MLA's per-head \
+                     W_UK/W_UV in whole-row blocks, routed and shared expert, dense MLP and lm_head matrices \
+                     may be block-quantised)",
                     t.dtype,
                     float_only_what(s.role)
                 ),

@@ -146,6 +146,13 @@ pub mod suffix {
     pub const DN_OUT: &str = "delta.out";
 }
 
+/// Whether `s` is MLA's W_UK or W_UV, bound per head: besides floats it may be stored in any
+/// block dtype whose rows are self-contained (a GGUF's block-typed `attn_k_b` / `attn_v_b` as
+/// they are), though `--quantize` leaves it float.
+pub fn is_per_head(s: &TensorSpec) -> bool {
+    s.name.ends_with(suffix::K_B) || s.name.ends_with(suffix::V_B)
+}
+
 fn spec(name: String, shape: &[usize], kind: TensorKind, role: Role) -> TensorSpec {
     TensorSpec { name, shape: shape.iter().map(|&d| d as u64).collect(), kind, role, quant: None }
 }

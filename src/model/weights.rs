@@ -241,11 +241,13 @@ impl<'a> Binder<'a> {
         let v = self.view(name)?;
         let (rows, cols, dtype) = (v.rows() / heads.max(1), v.cols(), v.dtype);
         let bad = |reason: String| Error::TensorMismatch { name: name.to_string(), reason };
-        let Some(size) = dtype.float_size().map(|s| s as usize) else {
-            return Err(bad(format!("a per-head matrix must be a float type, not {dtype}")));
-        };
+        // Floats, or whole rows of self-contained blocks (a GGUF's block-typed attn_k_b / attn_v_b).
+        let per = dtype
+            .bytes_for((rows * cols) as u64)
+            .filter(|_| dtype.rows_self_contained() && cols.is_multiple_of(dtype.block()))
+            .ok_or_else(|| bad(format!("{dtype} cannot be split into per-head matrices of {rows} x {cols}")))?
+            as usize;
         let bytes = v.bytes;
-        let per = rows * cols * size;
         if per * heads != bytes.len() {
             return Err(bad(format!("{} bytes do not split into {heads} heads", bytes.len())));
         }

@@ -43,7 +43,9 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
                 r.spec.name, r.spec.shape
             )));
         }
-        let float_only = src.is_quantized() && r.spec.quant.is_none();
+        // MLA's per-head W_UK / W_UV keep self-contained block types (the binding slices rows).
+        let per_head = colibri::model::is_per_head(&r.spec) && src.rows_self_contained();
+        let float_only = src.is_quantized() && r.spec.quant.is_none() && !per_head;
         if float_only {
             widened.push(format!("{} ({src})", r.spec.name));
         }
@@ -131,7 +133,7 @@ pub fn map(path: &std::path::Path) -> Result<Mapped> {
     special_ids(&mut config, &vocab, &mut warnings);
     config.validate()?;
     let resolved = sources::resolve(&file, &config, mapping.permuted_qk, &tensor_specs(&config))?;
-    let unused = sources::unused(&file, &resolved);
+    let unused = sources::unused(&file, &config, &resolved);
     if !unused.is_empty() {
         warnings.push(format!("{} GGUF tensors are not used: {}", unused.len(), unused.join(", ")));
     }

@@ -4,75 +4,17 @@
 //! (`ffn_gate.{e}.weight`), merged `attn_qkv` (row ranges), and the q/k row permutation of its
 //! interleaved RoPE (`Permute`). Every piece is shape-checked here; each keeps its GGUF type.
 
-use super::file::{GgufFile, Tensor};
+use super::file::GgufFile;
+use super::piece::{required, row_bytes, squeezed, whole};
+pub use super::piece::{Permute, Piece, ValueMap};
 use crate::error::{fail, Result};
-use colibri::model::{suffix, Config, TensorSpec, EMBEDDING, FINAL_NORM, LM_HEAD};
-
-/// llama.cpp's `permute(w, n_head)` reshaped each head's rows (h, 2, d/2) → (h, d/2, 2): the
-/// colibri row h·d + j·d/2 + i is GGUF row h·d + 2i + j.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Permute {
-    pub head_rows: u64,
-}
-
-impl Permute {
-    /// The GGUF row holding colibri row `r`.
-    pub fn source_row(&self, r: u64) -> u64 {
-        let d = self.head_rows;
-        let (head, within) = (r / d, r % d);
-        let (j, i) = (within / (d / 2), within % (d / 2));
-        head * d + 2 * i + j
-    }
-}
-
-/// A byte range of one GGUF tensor (rows `row_bytes` long), optionally row-permuted.
-#[derive(Clone, Debug)]
-pub struct Piece {
-    pub tensor: Tensor,
-    pub byte_offset: u64,
-    pub bytes: u64,
-    pub row_bytes: u64,
-    pub permute: Option<Permute>,
-}
+use colibri::model::{suffix, Config, TensorSpec, EMBEDDING, FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS};
 
 /// The pieces that, concatenated, give one colibri tensor's payload.
 #[derive(Clone, Debug)]
 pub struct Resolved {
     pub spec: TensorSpec,
     pub pieces: Vec<Piece>,
-}
-
-/// `ne` (innermost first) as a row-major shape without its unit dimensions.
-fn squeezed(shape: impl Iterator<Item = u64>) -> Vec<u64> {
-    shape.filter(|&d| d != 1).collect()
-}
-
-/// Bytes of one row (one element of a vector: its rows are its elements).
-fn row_bytes(t: &Tensor) -> u64 {
-    let (ne, g) = (&t.info.ne, t.info.ggml);
-    if ne.len() == 1 {
-        g.bytes(&[g.block]).unwrap_or(0)
-    } else {
-        g.bytes(&ne[..1]).unwrap_or(0)
-    }
-}
-
-/// The whole tensor `name`, whose shape must be `want`.
-fn whole(f: &GgufFile, name: &str, want: &[u64]) -> Result<Option<Piece>> {
-    let Some(t) = f.tensor(name) else { return Ok(None) };
-    if squeezed(t.info.ne.iter().rev().copied()) != squeezed(want.iter().copied()) {
-        return Err(fail(format!("GGUF tensor {name} has ne {:?}, the config implies shape {want:?}", t.info.ne)));
-    }
-    Ok(Some(Piece { tensor: t.clone(), byte_offset: 0, bytes: t.info.bytes, row_bytes: row_bytes(t), permute: None }))
-}
-
-fn required(f: &GgufFile, names: &[String], want: &[u64], what: &str) -> Result<Piece> {
-    for n in names {
-        if let Some(p) = whole(f, n, want)? {
-            return Ok(p);
-        }
-    }
-    Err(fail(format!("GGUF file lacks the tensor for {what}: looked for {}", names.join(" or "))))
 }
 
 /// Rows [start, start + rows) of `attn_qkv.{leaf}` ([q + 2kv, cols]), or None without one.
@@ -87,26 +29,45 @@ fn qkv_rows(f: &GgufFile, c: &Config, l: usize, leaf: &str, which: usize, want: 
     }
     let rb = if want.len() == 2 { row_bytes(t) } else { t.info.ggml.bytes(&[1]).unwrap_or(0) };
     let (start, rows) = [(0, q), (q, kv), (q + kv, kv)][which];
-    Ok(Some(Piece { tensor: t.clone(), byte_offset: start * rb, bytes: rows * rb, row_bytes: rb, permute: None }))
+    Ok(Some(Piece {
+        tensor: t.clone(),
+        byte_offset: start * rb,
+        bytes: rows * rb,
+        row_bytes: rb,
+        permute: None,
+        map: None,
+    }))
 }
 
-/// One expert stack [E, rows, cols]: a stacked `{base}_exps` tensor split per expert, or the
-/// per-expert `{base}.{e}.weight` tensors.
+/// One expert stack [E, rows, cols]: a stacked `{base}_exps` tensor split per expert, gate or
+/// up as the first or second half of each expert of a fused `ffn_gate_up_exps` (ne [cols,
+/// 2·rows, E]: llama.cpp's `--fuse-gate-up-exps`), or the per-expert `{base}.{e}.weight` tensors.
 fn experts(f: &GgufFile, l: usize, base: &str, spec: &TensorSpec) -> Result<Vec<Piece>> {
     let (e, rows, cols) = (spec.shape[0], spec.shape[1], spec.shape[2]);
     let stacked = format!("blk.{l}.{base}_exps.weight");
-    if let Some(t) = f.tensor(&stacked) {
-        if t.info.ne != [cols, rows, e] {
-            return Err(fail(format!(
-                "GGUF tensor {stacked} has ne {:?}, the config implies {:?}",
-                t.info.ne,
-                [cols, rows, e]
-            )));
+    let fused = format!("blk.{l}.ffn_gate_up_exps.weight");
+    let (name, halves, half) = match base {
+        _ if f.tensor(&stacked).is_some() => (stacked, 1, 0),
+        "ffn_gate" | "ffn_up" if f.tensor(&fused).is_some() => (fused, 2, u64::from(base == "ffn_up")),
+        _ => (stacked, 1, 0),
+    };
+    if let Some(t) = f.tensor(&name) {
+        let want = [cols, halves * rows, e];
+        if t.info.ne != want {
+            return Err(fail(format!("GGUF tensor {name} has ne {:?}, the config implies {want:?}", t.info.ne)));
         }
         let per = t.info.bytes / e;
+        let bytes = per / halves;
         let rb = row_bytes(t);
         return Ok((0..e)
-            .map(|x| Piece { tensor: t.clone(), byte_offset: x * per, bytes: per, row_bytes: rb, permute: None })
+            .map(|x| Piece {
+                tensor: t.clone(),
+                byte_offset: x * per + half * bytes,
+                bytes,
+                row_bytes: rb,
+                permute: None,
+                map: None,
+            })
             .collect());
     }
     (0..e).map(|x| required(f, &[format!("blk.{l}.{base}.{x}.weight")], &[rows, cols], &spec.name)).collect()
@@ -122,6 +83,9 @@ fn layer_tensor(
     spec: &TensorSpec,
 ) -> Result<Vec<Piece>> {
     use suffix::*;
+    if let Some(p) = super::special::layer(f, c, l, sfx, spec)? {
+        return Ok(p);
+    }
     let b = |leaf: &str| format!("blk.{l}.{leaf}");
     let one = |names: &[&str]| -> Result<Vec<Piece>> {
         Ok(vec![required(f, &names.iter().map(|n| b(n)).collect::<Vec<_>>(), &spec.shape, &spec.name)?])
@@ -177,6 +141,10 @@ pub fn resolve(f: &GgufFile, c: &Config, permuted_qk: bool, specs: &[TensorSpec]
             top("output_norm.weight")?
         } else if spec.name == LM_HEAD {
             top("output.weight")?
+        } else if spec.name == FINAL_NORM_BIAS {
+            top("output_norm.bias")?
+        } else if spec.name == LM_HEAD_BIAS {
+            top("output.bias")?
         } else {
             let rest = spec.name.strip_prefix("layers.").ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
             let (l, sfx) = rest.split_once('.').ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
@@ -188,33 +156,15 @@ pub fn resolve(f: &GgufFile, c: &Config, permuted_qk: bool, specs: &[TensorSpec]
     Ok(out)
 }
 
-/// GGUF tensors no colibri tensor uses (reported as a warning).
-pub fn unused(f: &GgufFile, resolved: &[Resolved]) -> Vec<String> {
-    let used: std::collections::HashSet<&str> =
+/// The tensors a mapping reads into the config instead (LongRoPE's factors).
+const READ_INTO_CONFIG: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
+
+/// GGUF tensors neither a colibri tensor nor the config uses (reported as a warning).
+pub fn unused(f: &GgufFile, c: &Config, resolved: &[Resolved]) -> Vec<String> {
+    let mut used: std::collections::HashSet<&str> =
         resolved.iter().flat_map(|r| r.pieces.iter().map(|p| p.tensor.info.name.as_str())).collect();
-    f.tensors.iter().map(|t| t.info.name.as_str()).filter(|n| !used.contains(n)).map(String::from).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Permute;
-
-    /// The permutation restated from llama.cpp's numpy: w.reshape(h, 2, d/2, …).swapaxes(1, 2).
-    #[test]
-    fn permute_inverts_llama_cpp_reshape() {
-        let (heads, d) = (3u64, 8u64);
-        // gguf[h·d + i·2 + j] = hf[h·d + j·d/2 + i]
-        let mut gguf = vec![0u64; (heads * d) as usize];
-        for h in 0..heads {
-            for j in 0..2 {
-                for i in 0..d / 2 {
-                    gguf[(h * d + i * 2 + j) as usize] = h * d + j * d / 2 + i;
-                }
-            }
-        }
-        let p = Permute { head_rows: d };
-        for r in 0..heads * d {
-            assert_eq!(gguf[p.source_row(r) as usize], r);
-        }
+    if matches!(c.rope.scaling, colibri::model::RopeScaling::LongRope { .. }) {
+        used.extend(READ_INTO_CONFIG);
     }
+    f.tensors.iter().map(|t| t.info.name.as_str()).filter(|n| !used.contains(n)).map(String::from).collect()
 }

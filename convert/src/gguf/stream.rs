@@ -1,9 +1,10 @@
 //! Copying resolved GGUF pieces into the writer unchanged, in bounded chunks with positioned
 //! reads; row-permuted pieces (llama.cpp's q/k) are gathered row by row into the chunk buffer;
-//! block-typed tensors colibri keeps in float are dequantised to f32 whole rows at a time.
+//! block-typed tensors colibri keeps in float are dequantised to f32 whole rows at a time;
+//! value-mapped pieces (`ValueMap`, small f32 vectors) are transformed element by element.
 
 use super::file::GgufFile;
-use super::sources::{Piece, Resolved};
+use super::sources::{Piece, Resolved, ValueMap};
 use crate::error::{fail, Result};
 use colibri::format::{DType, FileWriter};
 
@@ -23,7 +24,9 @@ pub fn tensor(
     w.begin(&r.spec.name)?;
     let cols = r.spec.shape.last().copied().unwrap_or(1) as usize;
     for p in &r.pieces {
-        if let Some(src) = widen {
+        if let Some(map) = p.map {
+            mapped(f, w, p, map, buf, progress)?;
+        } else if let Some(src) = widen {
             widened(f, w, p, src, cols, buf, progress)?;
         } else if p.permute.is_some() {
             permuted(f, w, p, buf, progress)?;
@@ -101,5 +104,31 @@ fn widened(
         progress(out.len() as u64);
         done += n;
     }
+    Ok(())
+}
+
+/// An f32 piece (a small vector) with `map` applied to each element.
+fn mapped(
+    f: &GgufFile,
+    w: &mut FileWriter,
+    p: &Piece,
+    map: ValueMap,
+    buf: &mut Vec<u8>,
+    progress: &dyn Fn(u64),
+) -> Result<()> {
+    if p.tensor.info.ggml.id != 0 || p.permute.is_some() || !p.bytes.is_multiple_of(4) || p.bytes > CHUNK {
+        return Err(fail(format!("{}: only a small F32 tensor can be value-mapped", p.tensor.info.name)));
+    }
+    buf.resize(p.bytes as usize, 0);
+    f.read(&p.tensor, p.byte_offset, buf)?;
+    for x in buf.chunks_exact_mut(4) {
+        let v = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+        let out = match map {
+            ValueMap::LnNeg => (-f64::from(v)).ln() as f32,
+        };
+        x.copy_from_slice(&out.to_le_bytes());
+    }
+    w.write(buf)?;
+    progress(p.bytes);
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{fail, Result};
 use crate::gguf::file::GgufFile;
-use crate::gguf::value::Metadata;
+use crate::gguf::value::{Metadata, Value};
 use colibri::model::{
     Config, ExpertAct, Family, LayerKind, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
 };
@@ -53,6 +53,19 @@ impl Hparams<'_> {
 
     pub fn has(&self, tensor: &str) -> bool {
         self.file.tensor(tensor).is_some()
+    }
+
+    /// The values of a small F32 vector tensor (LongRoPE's factors), if present.
+    pub fn f32s(&self, tensor: &str) -> Result<Option<Vec<f64>>> {
+        let Some(t) = self.file.tensor(tensor) else { return Ok(None) };
+        if t.info.ggml.id != 0 || t.info.bytes > 1 << 20 {
+            return Err(fail(format!("GGUF tensor {tensor} is not a small F32 vector")));
+        }
+        let mut buf = vec![0u8; t.info.bytes as usize];
+        self.file.read(t, 0, &mut buf)?;
+        // Through each f32's shortest decimal form, as the metadata's f32 numbers (`Value::as_f64`).
+        let wide = |x: &[u8]| Value::F32(f32::from_le_bytes([x[0], x[1], x[2], x[3]])).as_f64().unwrap_or(f64::NAN);
+        Ok(Some(buf.chunks_exact(4).map(wide).collect()))
     }
 }
 
@@ -110,7 +123,9 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         return Err(fail(format!("GGUF {}.attention.head_count is 0", h.arch)));
     }
     let head_dim = h.u("attention.key_length")?.unwrap_or(hidden / n_heads);
-    if h.u("attention.value_length")?.is_some_and(|v| v != head_dim) {
+    // MLA files (deepseek2) describe the latent cache there: their mapping sets the head sizes.
+    let mla = h.u("attention.kv_lora_rank")?.is_some();
+    if !mla && h.u("attention.value_length")?.is_some_and(|v| v != head_dim) {
         return Err(fail("GGUF attention.value_length differs from key_length: not supported"));
     }
     let ctx = h.u("context_length")?.unwrap_or(4096);

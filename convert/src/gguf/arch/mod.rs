@@ -1,16 +1,21 @@
 //! llama.cpp architectures → colibri families: one `Mapping` per `general.architecture` value,
 //! each in its own file (`llama` with experts = Mixtral, `qwen2moe`, `qwen3moe`, `olmoe`,
-//! `granitemoe`, `glm4moe`). A mapping builds the colibri `Config` from the `{arch}.*` keys and
-//! the tensors present, and says which of llama.cpp's converter transformations to undo; the
-//! tensor names are llama.cpp's shared ones (`sources`). Adding an architecture is one file with
+//! `granitemoe`, `glm4moe`, `deepseek2`, `gpt-oss`, `phimoe`, `qwen3next`). A mapping builds the
+//! colibri `Config` from the `{arch}.*` keys and the tensors present, and says which of
+//! llama.cpp's converter transformations to undo; the tensor names are llama.cpp's shared ones
+//! (`sources`, and `special` for those of a few architectures). Adding an architecture is one file with
 //! one `Mapping` and one line in `MAPPINGS`.
 
 mod common;
+mod deepseek2;
 mod glm4;
+mod gpt_oss;
 mod granite;
 mod llama;
 mod olmoe;
+mod phimoe;
 mod qwen;
+mod qwen3next;
 
 pub use common::Hparams;
 
@@ -21,6 +26,7 @@ use colibri::model::{Config, Family};
 pub struct Mapping {
     /// `general.architecture`.
     pub arch: &'static str,
+    /// The family (deepseek2's config says V2 or V3 from its gating function).
     pub family: Family,
     /// llama.cpp's converter permuted the q/k rows for its interleaved RoPE
     /// (`LlamaModel.permute`): undo it.
@@ -29,8 +35,18 @@ pub struct Mapping {
     pub config: fn(&Hparams) -> Result<Config>,
 }
 
-static MAPPINGS: &[&Mapping] =
-    &[&llama::LLAMA, &qwen::QWEN2MOE, &qwen::QWEN3MOE, &olmoe::OLMOE, &granite::GRANITEMOE, &glm4::GLM4MOE];
+static MAPPINGS: &[&Mapping] = &[
+    &llama::LLAMA,
+    &qwen::QWEN2MOE,
+    &qwen::QWEN3MOE,
+    &olmoe::OLMOE,
+    &granite::GRANITEMOE,
+    &glm4::GLM4MOE,
+    &deepseek2::DEEPSEEK2,
+    &gpt_oss::GPT_OSS,
+    &phimoe::PHIMOE,
+    &qwen3next::QWEN3NEXT,
+];
 
 /// The mapping of `arch`, or a one-line refusal naming it.
 pub fn mapping(arch: &str) -> Result<&'static Mapping> {
