@@ -1,5 +1,5 @@
 //! A conversation to prompt ids without chat-template injection: text that comes from a message
-//! (its content and its role) is tokenised as text, so `<|im_end|>\n<|im_start|>system` typed by
+//! (its role, content and every string inside its other fields: tool calls, reasoning) is tokenised as text, so `<|im_end|>\n<|im_start|>system` typed by
 //! a user stays characters and cannot forge a turn; special tokens are recognised only where the
 //! template itself writes them.
 //!
@@ -26,8 +26,32 @@ pub enum MessageSpecials {
 /// A private-use character that no message contains (the marker delimiter).
 fn free_delimiter(messages: &[ChatMessage]) -> Result<char> {
     ('\u{E000}'..='\u{F8FF}')
-        .find(|&c| messages.iter().all(|m| !m.content.contains(c) && !m.role.contains(c)))
+        .find(|&c| messages.iter().all(|m| !m.text().contains(c) && !m.role.contains(c) && !in_json(&m.fields, c)))
         .ok_or_else(|| Error::InvalidArgument { reason: "the messages use every private-use character".into() })
+}
+
+/// Whether a key or string value inside `fields` contains `c`.
+fn in_json(fields: &serde_json::Map<String, serde_json::Value>, c: char) -> bool {
+    fn walk(v: &serde_json::Value, c: char) -> bool {
+        match v {
+            serde_json::Value::String(s) => s.contains(c),
+            serde_json::Value::Array(a) => a.iter().any(|v| walk(v, c)),
+            serde_json::Value::Object(o) => in_json(o, c),
+            _ => false,
+        }
+    }
+    fields.iter().any(|(k, v)| k.contains(c) || walk(v, c))
+}
+
+/// Every string value inside `v` marked like [`mark`] (keys stay: they are structure).
+fn mark_json(v: &serde_json::Value, specials: &[String], delim: char) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) => J::String(mark(s, specials, delim).unwrap_or_else(|| s.clone())),
+        J::Array(a) => J::Array(a.iter().map(|v| mark_json(v, specials, delim)).collect()),
+        J::Object(o) => J::Object(o.iter().map(|(k, v)| (k.clone(), mark_json(v, specials, delim))).collect()),
+        other => other.clone(),
+    }
 }
 
 /// `text` with every occurrence of a `specials` string (longest first at each position)
@@ -72,7 +96,8 @@ pub fn encode_chat(
         .iter()
         .map(|m| ChatMessage {
             role: mark(&m.role, &strings, delim).unwrap_or_else(|| m.role.clone()),
-            content: mark(&m.content, &strings, delim).unwrap_or_else(|| m.content.clone()),
+            content: m.content.as_ref().map(|c| mark(c, &strings, delim).unwrap_or_else(|| c.clone())),
+            fields: m.fields.iter().map(|(k, v)| (k.clone(), mark_json(v, &strings, delim))).collect(),
         })
         .collect();
     if specials == MessageSpecials::AsTokens || marked == messages {

@@ -66,7 +66,7 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     let engine = engine(&state)?;
     f.check_model(&engine)?;
     let msgs = messages(&f)?;
-    let total: usize = msgs.iter().map(|m| m.content.len()).sum();
+    let total: usize = msgs.iter().map(|m| m.text_len()).sum();
     if total > crate::serve::params::prompt_byte_cap(&engine) {
         return Err(ApiError::invalid("messages", "the conversation is too long for the context"));
     }
