@@ -14,7 +14,10 @@ use std::path::PathBuf;
 /// Cases transformers refuses on a Python type error where minijinja is lenient, and the one
 /// known difference (template/case: why).
 const KNOWN: [(&str, &str); 5] = [
-    ("CohereForAI-c4ai-command-r-plus-tool_use", "iterates `tools` when it is none (Python: TypeError; minijinja: empty)"),
+    (
+        "CohereForAI-c4ai-command-r-plus-tool_use",
+        "iterates `tools` when it is none (Python: TypeError; minijinja: empty)",
+    ),
     ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "iterates `tools` when it is none"),
     ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "iterates `tools` when it is none"),
     ("llama-cpp-deepseek-r1", "`tojson` of a `map` generator (Python: not serialisable; minijinja: a list)"),
@@ -98,7 +101,9 @@ fn every_corpus_template_renders_what_transformers_renders() {
                 (_, Ok(_)) if is_known => {
                     known.insert(name.as_str());
                 }
-                (Some(want), Ok(got)) => failures.push(format!("{name}/{case_name}: differs\n--- want\n{want}\n--- got\n{got}")),
+                (Some(want), Ok(got)) => {
+                    failures.push(format!("{name}/{case_name}: differs\n--- want\n{want}\n--- got\n{got}"))
+                }
                 (Some(_), Err(e)) => failures.push(format!("{name}/{case_name}: colibri fails: {e}")),
                 (None, Err(_)) => refused += 1,
                 (None, Ok(got)) => {

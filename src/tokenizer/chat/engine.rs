@@ -48,7 +48,10 @@ impl Renderer {
         // Python's iter() fails on None and numbers (minijinja iterates none as empty); Jinja2's
         // Undefined iterates as empty.
         env.add_test("iterable", |v: &Value| {
-            matches!(v.kind(), ValueKind::Seq | ValueKind::Map | ValueKind::Iterable | ValueKind::String | ValueKind::Undefined)
+            matches!(
+                v.kind(),
+                ValueKind::Seq | ValueKind::Map | ValueKind::Iterable | ValueKind::String | ValueKind::Undefined
+            )
         });
         env.add_filter("tojson", pyjson::tojson_filter);
         env.add_template_owned(NAME, generation::as_if_blocks(source)).map_err(|e| {
@@ -145,7 +148,10 @@ fn message(m: &ChatMessage) -> Value {
 }
 
 /// Python's `dict(**kwargs)` / `dict(mapping)` (transformers' `TemplateDict`).
-fn dict(args: minijinja::value::Rest<Value>, kw: minijinja::value::Kwargs) -> std::result::Result<Value, minijinja::Error> {
+fn dict(
+    args: minijinja::value::Rest<Value>,
+    kw: minijinja::value::Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
     let mut pairs: Vec<(Value, Value)> = Vec::new();
     for a in args.iter() {
         for k in a.try_iter()? {
