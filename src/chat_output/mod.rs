@@ -106,7 +106,8 @@ impl Delta {
         self.content.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
     }
 
-    fn append(&mut self, other: Delta) {
+    /// `other` after this.
+    pub fn append(&mut self, other: Delta) {
         self.content.push_str(&other.content);
         self.reasoning.push_str(&other.reasoning);
         self.tool_calls.extend(other.tool_calls);

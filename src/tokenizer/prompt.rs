@@ -9,8 +9,9 @@
 //! the ids of its string read as text. A conversation without special-token text renders and
 //! tokenises exactly as before (no marker, one `encode`).
 
-use super::{ChatMessage, ChatTemplate, Tokenizer};
+use super::{ChatMessage, ChatTemplate, RenderArgs, Tokenizer};
 use crate::error::{Error, Result};
+use serde_json::{Map, Value};
 
 /// How special-token text inside messages is tokenised.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,19 +25,22 @@ pub enum MessageSpecials {
 }
 
 /// A private-use character that no message contains (the marker delimiter).
-fn free_delimiter(messages: &[ChatMessage]) -> Result<char> {
+fn free_delimiter(messages: &[ChatMessage], extra: Option<&Map<String, Value>>) -> Result<char> {
     ('\u{E000}'..='\u{F8FF}')
-        .find(|&c| messages.iter().all(|m| !m.text().contains(c) && !m.role.contains(c) && !in_json(&m.fields, c)))
+        .find(|&c| {
+            messages.iter().all(|m| !m.text().contains(c) && !m.role.contains(c) && !in_json(&m.fields, c))
+                && !extra.is_some_and(|e| in_json(e, c))
+        })
         .ok_or_else(|| Error::InvalidArgument { reason: "the messages use every private-use character".into() })
 }
 
 /// Whether a key or string value inside `fields` contains `c`.
-fn in_json(fields: &serde_json::Map<String, serde_json::Value>, c: char) -> bool {
-    fn walk(v: &serde_json::Value, c: char) -> bool {
+fn in_json(fields: &Map<String, Value>, c: char) -> bool {
+    fn walk(v: &Value, c: char) -> bool {
         match v {
-            serde_json::Value::String(s) => s.contains(c),
-            serde_json::Value::Array(a) => a.iter().any(|v| walk(v, c)),
-            serde_json::Value::Object(o) => in_json(o, c),
+            Value::String(s) => s.contains(c),
+            Value::Array(a) => a.iter().any(|v| walk(v, c)),
+            Value::Object(o) => in_json(o, c),
             _ => false,
         }
     }
@@ -44,8 +48,8 @@ fn in_json(fields: &serde_json::Map<String, serde_json::Value>, c: char) -> bool
 }
 
 /// Every string value inside `v` marked like [`mark`] (keys stay: they are structure).
-fn mark_json(v: &serde_json::Value, specials: &[String], delim: char) -> serde_json::Value {
-    use serde_json::Value as J;
+fn mark_json(v: &Value, specials: &[String], delim: char) -> Value {
+    use Value as J;
     match v {
         J::String(s) => J::String(mark(s, specials, delim).unwrap_or_else(|| s.clone())),
         J::Array(a) => J::Array(a.iter().map(|v| mark_json(v, specials, delim)).collect()),
@@ -88,10 +92,26 @@ pub fn encode_chat(
     add_generation_prompt: bool,
     specials: MessageSpecials,
 ) -> Result<Vec<u32>> {
+    encode_chat_with(tok, template, messages, add_generation_prompt, None, specials)
+}
+
+/// [`encode_chat`] with further template variables (`tools`, `enable_thinking`, ...; see
+/// [`super::RenderArgs::extra`]), whose strings are caller text too.
+pub fn encode_chat_with(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    extra: Option<&Map<String, Value>>,
+    specials: MessageSpecials,
+) -> Result<Vec<u32>> {
     let piece = |id: Option<u32>| id.and_then(|i| tok.token_piece(i)).unwrap_or_default();
     let (bos, eos) = (piece(tok.bos_id()), piece(tok.eos_ids().first().copied()));
+    let render = |messages: &[ChatMessage], extra: Option<&Map<String, Value>>| {
+        template.render_with(&RenderArgs { messages, add_generation_prompt, bos_token: &bos, eos_token: &eos, extra })
+    };
     let strings = tok.special_strings();
-    let delim = free_delimiter(messages)?;
+    let delim = free_delimiter(messages, extra)?;
     let marked: Vec<ChatMessage> = messages
         .iter()
         .map(|m| ChatMessage {
@@ -100,10 +120,12 @@ pub fn encode_chat(
             fields: m.fields.iter().map(|(k, v)| (k.clone(), mark_json(v, &strings, delim))).collect(),
         })
         .collect();
-    if specials == MessageSpecials::AsTokens || marked == messages {
-        return tok.encode(&template.render(messages, add_generation_prompt, &bos, &eos)?, false);
+    let marked_extra: Option<Map<String, Value>> =
+        extra.map(|e| e.iter().map(|(k, v)| (k.clone(), mark_json(v, &strings, delim))).collect());
+    if specials == MessageSpecials::AsTokens || (marked == messages && marked_extra.as_ref() == extra) {
+        return tok.encode(&render(messages, extra)?, false);
     }
-    let text = template.render(&marked, add_generation_prompt, &bos, &eos)?;
+    let text = render(&marked, marked_extra.as_ref())?;
     // Even pieces are template output, odd pieces are marker indices.
     let mut ids = Vec::new();
     for (i, part) in text.split(delim).enumerate() {

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// header and same-origin ones only; others get 403).
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Render chat requests with this Jinja chat template instead of the model's own (its
+    /// syntax also decides how tool calls and reasoning are read back).
+    #[arg(long)]
+    pub chat_template_file: Option<PathBuf>,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -105,6 +109,8 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     pub kv_budget: u64,
     pub allowed_origins: Origins,
+    /// `--chat-template-file`'s text.
+    pub chat_template: Option<String>,
 }
 
 fn invalid(reason: String) -> Error {
@@ -167,6 +173,10 @@ impl ServeConfig {
             default_max_tokens: a.default_max_tokens,
             kv_budget: a.kv_budget.unwrap_or_else(budget::default_budget),
             allowed_origins: Origins::parse(&a.allowed_origins)?,
+            chat_template: match &a.chat_template_file {
+                Some(f) => Some(std::fs::read_to_string(f).map_err(|e| Error::io("read --chat-template-file", e))?),
+                None => None,
+            },
         })
     }
 }
