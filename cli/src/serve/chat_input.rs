@@ -63,10 +63,18 @@ fn tool_calls(v: &Value) -> Result<Value, ApiError> {
         if !f.get("name").is_some_and(Value::is_string) {
             return Err(bad("messages", "a tool call's function needs a string name"));
         }
-        if let Some(Value::String(text)) = f.get("arguments") {
-            let args: Value = serde_json::from_str(text)
-                .map_err(|e| bad("messages", format!("tool call arguments are not valid JSON: {e}")))?;
-            f.insert("arguments".into(), args);
+        match f.get("arguments") {
+            None => {}
+            Some(Value::String(text)) => {
+                let args: Value = serde_json::from_str(text)
+                    .map_err(|e| bad("messages", format!("tool call arguments are not valid JSON: {e}")))?;
+                f.insert("arguments".into(), args);
+            }
+            Some(_) => return Err(bad("messages", "tool call arguments must be a JSON string")),
+        }
+        let id_ok = call.get("id").is_none_or(Value::is_string);
+        if !id_ok || call.get("type").is_some_and(|t| t != "function") {
+            return Err(bad("messages", "a tool call's id must be a string and its type \"function\""));
         }
         Ok(Value::Object(call))
     });
@@ -85,7 +93,11 @@ fn message(m: &Value) -> Result<ChatMessage, ApiError> {
     }
     let mut msg = ChatMessage { role: role.to_string(), content: content(m)?, fields: Map::new() };
     for (k, v) in obj.iter().filter(|(k, v)| MESSAGE_KEYS.contains(&k.as_str()) && !v.is_null()) {
-        let v = if k == "tool_calls" { tool_calls(v)? } else { v.clone() };
+        let v = match v {
+            _ if k == "tool_calls" => tool_calls(v)?,
+            Value::String(_) => v.clone(),
+            _ => return Err(bad("messages", format!("a message's {k} must be a string"))),
+        };
         msg.fields.insert(k.clone(), v);
     }
     // An assistant turn that only calls tools: "" rather than no content, which several
