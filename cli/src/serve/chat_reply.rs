@@ -229,4 +229,38 @@ mod tests {
         assert_eq!(calls[0]["function"]["name"], "get_weather");
         assert!(deltas.iter().all(|d| d.get("content").is_none()), "{deltas:?}");
     }
+
+    /// With the syntax's markers special tokens, the reply decodes the ids again keeping them
+    /// (the events' text skips them), and applies the stop strings to that text.
+    #[test]
+    fn raw_mode_reads_special_tokens_from_the_ids() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
+        let engine = Arc::new(Engine::load(&path, 64, Default::default(), 1).unwrap());
+        let text = "Hi<|im_start|><tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> STOP tail";
+        let ids = engine.tokenizer.encode(text, false).unwrap();
+        assert!(ids.iter().any(|&i| engine.tokenizer.is_special(i)), "<|im_start|> is one special token");
+        let syntax = Syntax::Tagged { think: false, tools: ToolTags::Hermes };
+        let raw = |stop: &str| Raw {
+            engine: engine.clone(),
+            text: DecodeState::new(false),
+            stop: StopMatcher::new(vec![stop.to_string()]),
+            stopped: false,
+        };
+        let options = ParseOptions { tools: true, in_reasoning: false };
+        let tokens: Vec<Token> = ids.iter().map(|&i| Token { id: Some(i), ..token("") }).collect();
+        let mut r = Reply::with(OutputParser::new(syntax, options), Some(raw(" STOP")), true, "x");
+        let all = r.whole("ignored in raw mode", &tokens);
+        assert_eq!(all.content, "Hi<|im_start|>");
+        assert_eq!(all.tool_calls.len(), 1);
+        assert_eq!((all.tool_calls[0].name.as_str(), all.tool_calls[0].arguments.as_str()), ("f", "{}"));
+        // Streamed, with a stop string inside the call: the call is cut, and stays content.
+        let mut r = Reply::with(OutputParser::new(syntax, options), Some(raw("arguments")), true, "x");
+        let mut streamed = Delta::default();
+        for t in &tokens {
+            streamed.append(r.token(t));
+        }
+        streamed.append(r.done());
+        assert_eq!(streamed.content, "Hi<|im_start|><tool_call>{\"name\": \"f\", \"");
+        assert!(streamed.tool_calls.is_empty());
+    }
 }
