@@ -1,7 +1,7 @@
 //! The fields the OpenAI endpoints read. Anything else is a 400 naming the field (OpenAI's own
 //! answer to an unrecognised argument) instead of being silently ignored: a client that asks for
-//! tools on completions, a JSON response format, logit biases or several choices learns that it does not get
-//! them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
+//! tools on completions, a JSON response format, logit biases or several choices learns that it
+//! does not get them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
 //! `tool_choice: "none"`, `response_format: {"type": "text"}`, an empty `logit_bias`, ...).
 //! `/generate` keeps its documented rule (docs/api.md: unknown fields are ignored).
 
