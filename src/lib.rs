@@ -22,6 +22,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 /// cbindgen:ignore
+pub mod chat_output;
+/// cbindgen:ignore
 pub mod decoder;
 /// cbindgen:ignore
 pub mod error;

@@ -16,17 +16,42 @@ pub const MAX_RENDER_FUEL: u64 = 1_000_000;
 /// Most bytes one render may produce.
 pub const MAX_RENDER_OUTPUT: usize = 1 << 20;
 
-/// One turn of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One turn of a conversation, as transformers' templates see a message dict.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// "system", "user", "assistant", ... (whatever the template knows).
+    /// "system", "user", "assistant", "tool", ... (whatever the template knows).
     pub role: String,
-    pub content: String,
+    /// None: the message has no `content` key (transformers drops keys whose value is None).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Every other key, passed to the template as given, in order: `tool_calls` (arguments as
+    /// objects, the form templates expect), `tool_call_id`, `name`, `reasoning_content`, ...
+    /// Null values are dropped, as transformers does.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage { role: role.into(), content: Some(content.into()), fields: serde_json::Map::new() }
+    }
+
+    /// The content, "" when absent.
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or_default()
+    }
+
+    /// Bytes of text the message carries (content and every string inside `fields`).
+    pub fn text_len(&self) -> usize {
+        fn strings(v: &serde_json::Value) -> usize {
+            match v {
+                serde_json::Value::String(s) => s.len(),
+                serde_json::Value::Array(a) => a.iter().map(strings).sum(),
+                serde_json::Value::Object(o) => o.iter().map(|(k, v)| k.len() + strings(v)).sum(),
+                _ => 8,
+            }
+        }
+        self.role.len() + self.text().len() + self.fields.iter().map(|(k, v)| k.len() + strings(v)).sum::<usize>()
     }
 }
 
@@ -44,6 +69,12 @@ pub struct RenderArgs<'a> {
 }
 
 /// A compiled chat template. Immutable; `Send + Sync`.
+///
+/// Templates see what transformers passes: `messages`, `tools` and `documents` (none unless
+/// given in [`RenderArgs::extra`]), `add_generation_prompt`, `bos_token`, `eos_token`; a message
+/// with reasoning (`reasoning_content`, `thinking` or `reasoning`) carries it as both
+/// `reasoning_content` and `thinking`; `{% generation %}...{% endgeneration %}` (transformers'
+/// assistant-mask tag) renders its body.
 pub struct ChatTemplate {
     engine: engine::Renderer,
 }
@@ -72,6 +103,12 @@ impl ChatTemplate {
         eos_token: &str,
     ) -> Result<String> {
         self.render_with(&RenderArgs { messages, add_generation_prompt, bos_token, eos_token, extra: None })
+    }
+
+    /// The same template with `strftime_now` reading `unix_secs` (UTC) instead of the clock: for
+    /// reproducible prompts and tests.
+    pub fn at_time(self, unix_secs: i64) -> ChatTemplate {
+        ChatTemplate { engine: self.engine.at_time(unix_secs) }
     }
 
     /// [`render`](Self::render) with extra template variables.

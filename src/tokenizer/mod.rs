@@ -11,7 +11,7 @@ mod prompt;
 mod stream;
 
 pub use chat::{ChatMessage, ChatTemplate, RenderArgs, MAX_RENDER_FUEL, MAX_RENDER_OUTPUT};
-pub use prompt::{encode_chat, MessageSpecials};
+pub use prompt::{encode_chat, encode_chat_with, MessageSpecials};
 pub use stream::{DecodeState, StreamDecoder};
 
 use crate::error::{Error, Result};

@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// header and same-origin ones only; others get 403).
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Render chat requests with this Jinja chat template instead of the model's own (its
+    /// syntax also decides how tool calls and reasoning are read back).
+    #[arg(long)]
+    pub chat_template_file: Option<PathBuf>,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -113,6 +117,8 @@ pub struct ServeConfig {
     /// Bytes the prompt cache may hold (0: off).
     pub prompt_cache: u64,
     pub allowed_origins: Origins,
+    /// `--chat-template-file`'s text.
+    pub chat_template: Option<String>,
 }
 
 fn invalid(reason: String) -> Error {
@@ -177,6 +183,10 @@ impl ServeConfig {
             kv_budget,
             prompt_cache: a.prompt_cache.unwrap_or(kv_budget / 4),
             allowed_origins: Origins::parse(&a.allowed_origins)?,
+            chat_template: match &a.chat_template_file {
+                Some(f) => Some(std::fs::read_to_string(f).map_err(|e| Error::io("read --chat-template-file", e))?),
+                None => None,
+            },
         })
     }
 }

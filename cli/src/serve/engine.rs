@@ -3,17 +3,46 @@
 //! Shared as `Arc<Engine>`: a request keeps the engine it started with, so a reload never
 //! changes the model under a running sequence, and the mapping goes when the last user does.
 
+use colibri::chat_output::{Syntax, ToolTags};
 use colibri::session::{kv_bytes_per_token, SessionOptions, DEFAULT_CTX_CAP};
 use colibri::threads::ThreadOptions;
-use colibri::tokenizer::{encode_chat, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
+use colibri::tokenizer::{encode_chat_with, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::path::Path;
+
+/// Syntax-level facts of a chat template, found once per loaded model.
+#[derive(Clone, Copy, Debug)]
+pub struct ChatCaps {
+    pub syntax: Syntax,
+    /// The template renders `tools` and its tool-call syntax is known.
+    pub tools: bool,
+    /// The template reads `reasoning_effort` (GPT-OSS).
+    pub reasoning_effort: bool,
+    /// The syntax's markers are special tokens: parse the text with them.
+    pub raw_text: bool,
+}
+
+impl ChatCaps {
+    pub fn of(template: &str, special_strings: &[String]) -> ChatCaps {
+        let syntax = Syntax::detect(template);
+        let known = !matches!(syntax, Syntax::Tagged { tools: ToolTags::None, .. });
+        let raw_text = syntax.markers().iter().any(|m| special_strings.iter().any(|s| s == m));
+        ChatCaps {
+            syntax,
+            tools: known && template.contains("tools"),
+            reasoning_effort: template.contains("reasoning_effort"),
+            raw_text,
+        }
+    }
+}
 
 pub struct Engine {
     pub model: Model,
     pub tokenizer: Tokenizer,
     /// None when the model has no chat template or it does not compile (chat requests get 400).
     pub template: Option<ChatTemplate>,
+    /// What the template's syntax lets a chat reply read (tool calls, reasoning).
+    pub chat: ChatCaps,
     /// The served model id: the file stem.
     pub id: String,
     /// 1 for the model loaded at start, +1 per successful reload.
@@ -40,6 +69,7 @@ impl Engine {
             what: "this model file carries no tokenizer (tokenizer.json)".into(),
         })?;
         let template = usable.template;
+        let chat = ChatCaps::of(model.chat_template().unwrap_or_default(), &tokenizer.special_strings());
         let trained = model.config().max_position_embeddings;
         let n_ctx = if ctx == 0 { trained.min(DEFAULT_CTX_CAP) } else { ctx };
         if n_ctx < 2 {
@@ -48,7 +78,7 @@ impl Engine {
         let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let kv_bytes_per_token = kv_bytes_per_token(model.config(), SessionOptions::default().kv_dtype);
-        Ok(Engine { model, tokenizer, template, id, generation, n_ctx, created, kv_bytes_per_token })
+        Ok(Engine { model, tokenizer, template, chat, id, generation, n_ctx, created, kv_bytes_per_token })
     }
 
     /// Experts per layer (0 for a dense layer), for the metrics.
@@ -58,12 +88,28 @@ impl Engine {
     }
 
     /// The conversation rendered by the model's chat template, opening the assistant turn, as
-    /// prompt ids (message text tokenised as text unless `specials` says otherwise).
-    pub fn encode_chat(&self, messages: &[ChatMessage], specials: MessageSpecials) -> Result<Vec<u32>, Error> {
+    /// prompt ids (message text tokenised as text unless `specials` says otherwise), with further
+    /// template variables (`tools`, ...).
+    pub fn encode_chat_with(
+        &self,
+        messages: &[ChatMessage],
+        extra: Option<&serde_json::Map<String, serde_json::Value>>,
+        specials: MessageSpecials,
+    ) -> Result<Vec<u32>, Error> {
         let t = self
             .template
             .as_ref()
             .ok_or_else(|| Error::Unsupported { what: "this model has no usable chat template".into() })?;
-        encode_chat(&self.tokenizer, t, messages, true, specials)
+        encode_chat_with(&self.tokenizer, t, messages, true, extra, specials)
+    }
+
+    /// This engine with `source` (when given) as its chat template instead of the model's
+    /// (`--chat-template-file`).
+    pub fn with_template_opt(mut self, source: Option<&str>) -> Result<Engine, Error> {
+        if let Some(source) = source {
+            self.template = Some(ChatTemplate::new(source)?);
+            self.chat = ChatCaps::of(source, &self.tokenizer.special_strings());
+        }
+        Ok(self)
     }
 }

@@ -1,7 +1,7 @@
 //! The fields the OpenAI endpoints read. Anything else is a 400 naming the field (OpenAI's own
 //! answer to an unrecognised argument) instead of being silently ignored: a client that asks for
-//! tools, a JSON response format, logit biases or several choices learns that it does not get
-//! them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
+//! tools on completions, a JSON response format, logit biases or several choices learns that it
+//! does not get them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
 //! `tool_choice: "none"`, `response_format: {"type": "text"}`, an empty `logit_bias`, ...).
 //! `/generate` keeps its documented rule (docs/api.md: unknown fields are ignored).
 
@@ -37,7 +37,17 @@ const SHARED: &[&str] = &[
 /// Fields of `/v1/completions` besides the shared ones.
 pub const COMPLETIONS: &[&str] = &["prompt", "echo", "best_of", "logprobs"];
 /// Fields of `/v1/chat/completions` besides the shared ones.
-pub const CHAT: &[&str] = &["messages", "logprobs", "top_logprobs"];
+pub const CHAT: &[&str] = &[
+    "messages",
+    "logprobs",
+    "top_logprobs",
+    // serve/chat_input.rs: rendered through the template (400 where the template cannot).
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning_effort",
+    "chat_template_kwargs",
+];
 
 /// OpenAI request fields this server does not implement.
 const NOT_IMPLEMENTED: &[&str] = &[
@@ -106,8 +116,6 @@ mod tests {
         assert!(ok(json!({"messages": [], "max_tokens": 3, "user": "u", "stream_options": null})));
         assert!(ok(json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logit_bias": {}})));
         for bad in [
-            json!({"tools": [{"type": "function"}]}),
-            json!({"tool_choice": "required"}),
             json!({"response_format": {"type": "json_object"}}),
             json!({"logit_bias": {"50256": -100}}),
             json!({"functions": [{}]}),
@@ -119,5 +127,10 @@ mod tests {
         }
         assert!(check(json!({"prompt": "a", "echo": false}).as_object().unwrap(), COMPLETIONS).is_ok());
         assert!(check(json!({"prompt": "a", "messages": []}).as_object().unwrap(), COMPLETIONS).is_err());
+        // Tools are the chat endpoint's (checked there against the template); completions refuse them.
+        assert!(ok(json!({"tools": [{"type": "function"}], "tool_choice": "required"})));
+        for bad in [json!({"tools": [{"type": "function"}]}), json!({"tool_choice": "required"})] {
+            assert!(check(bad.as_object().unwrap(), COMPLETIONS).is_err(), "{bad}");
+        }
     }
 }

@@ -1,9 +1,9 @@
 //! The minijinja environment configured like transformers' `_compile_jinja_template`.
 
-use super::{RenderArgs, MAX_RENDER_FUEL, MAX_RENDER_OUTPUT};
+use super::{ChatMessage, RenderArgs, MAX_RENDER_FUEL, MAX_RENDER_OUTPUT};
 use crate::error::{Error, Result};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::Value;
+use minijinja::value::{Value, ValueKind};
 use minijinja::{Environment, ErrorKind};
 
 const NAME: &str = "chat_template";
@@ -44,13 +44,28 @@ impl Renderer {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(Raised(msg)))
         });
         env.add_function("strftime_now", |fmt: &str| strftime::now(fmt));
+        env.add_function("dict", dict);
+        // Python's iter() fails on None and numbers (minijinja iterates none as empty); Jinja2's
+        // Undefined iterates as empty.
+        env.add_test("iterable", |v: &Value| {
+            matches!(
+                v.kind(),
+                ValueKind::Seq | ValueKind::Map | ValueKind::Iterable | ValueKind::String | ValueKind::Undefined
+            )
+        });
         env.add_filter("tojson", pyjson::tojson_filter);
-        env.add_template_owned(NAME, source.to_string()).map_err(|e| {
+        env.add_template_owned(NAME, generation::as_if_blocks(source)).map_err(|e| {
             let line = e.line().map(|l| format!(" at line {l}")).unwrap_or_default();
             let detail = e.detail().unwrap_or("invalid template");
             template_error(format!("{}{line}: {detail}", e.kind()))
         })?;
         Ok(Renderer { env })
+    }
+
+    /// `strftime_now` reads `secs` instead of the clock.
+    pub(super) fn at_time(mut self, secs: i64) -> Renderer {
+        self.env.add_function("strftime_now", move |fmt: &str| strftime::format_utc(fmt, secs));
+        self
     }
 
     pub(super) fn render(&self, args: &RenderArgs<'_>) -> Result<String> {
@@ -84,13 +99,10 @@ fn render_error(e: &minijinja::Error) -> Error {
     }
 }
 
-/// The template's variables: `extra` first, then the four HF always passes.
+/// The template's variables: `extra` first, then what HF always passes (`tools` and `documents`
+/// only when `extra` lacks them).
 fn context(args: &RenderArgs<'_>) -> Value {
-    let messages: Value = args
-        .messages
-        .iter()
-        .map(|m| Value::from_pairs([("role", m.role.as_str()), ("content", m.content.as_str())]))
-        .collect();
+    let messages: Value = args.messages.iter().map(message).collect();
     let fixed = [
         ("messages", messages),
         ("add_generation_prompt", Value::from(args.add_generation_prompt)),
@@ -98,8 +110,59 @@ fn context(args: &RenderArgs<'_>) -> Value {
         ("eos_token", Value::from(args.eos_token)),
     ];
     let extra = args.extra.into_iter().flatten().filter(|(k, _)| !fixed.iter().any(|(f, _)| f == k));
-    let extra: Vec<(String, Value)> = extra.map(|(k, v)| (k.clone(), from_json(v))).collect();
-    Value::from_pairs(extra.into_iter().chain(fixed.map(|(k, v)| (k.to_string(), v))))
+    let mut vars: Vec<(String, Value)> = extra.map(|(k, v)| (k.clone(), from_json(v))).collect();
+    for key in ["tools", "documents"] {
+        if !vars.iter().any(|(k, _)| k == key) {
+            vars.push((key.to_string(), Value::from(())));
+        }
+    }
+    Value::from_pairs(vars.into_iter().chain(fixed.map(|(k, v)| (k.to_string(), v))))
+}
+
+/// Names a message's reasoning may come under; transformers passes it as the first and as
+/// `thinking` (what GPT-OSS's template reads).
+const REASONING: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
+/// A message as transformers' `_alias_reasoning_fields(_normalize_chat_messages(..))` leaves it:
+/// null keys dropped; reasoning, if any, first as `thinking` and again as `reasoning_content`.
+fn message(m: &ChatMessage) -> Value {
+    let fields = m.fields.iter().filter(|(k, v)| !v.is_null() && k.as_str() != "role" && k.as_str() != "content");
+    let reasoning = REASONING.iter().find_map(|k| m.fields.get(*k).filter(|v| !v.is_null()));
+    let mut pairs: Vec<(&str, Value)> = Vec::new();
+    if let Some(r) = reasoning {
+        // Python's {"thinking": r, **message, ...}: the key first, the message's own value wins.
+        pairs.push(("thinking", from_json(m.fields.get("thinking").filter(|v| !v.is_null()).unwrap_or(r))));
+    }
+    pairs.push(("role", Value::from(m.role.as_str())));
+    if let Some(c) = &m.content {
+        pairs.push(("content", Value::from(c.as_str())));
+    }
+    for (k, v) in fields.filter(|(k, _)| reasoning.is_none() || k.as_str() != "thinking") {
+        let v = if k == "reasoning_content" { reasoning.unwrap_or(v) } else { v };
+        pairs.push((k.as_str(), from_json(v)));
+    }
+    if let Some(r) = reasoning.filter(|_| !m.fields.contains_key("reasoning_content")) {
+        pairs.push(("reasoning_content", from_json(r)));
+    }
+    Value::from_pairs(pairs)
+}
+
+/// Python's `dict(**kwargs)` / `dict(mapping)` (transformers' `TemplateDict`).
+fn dict(
+    args: minijinja::value::Rest<Value>,
+    kw: minijinja::value::Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    let mut pairs: Vec<(Value, Value)> = Vec::new();
+    for a in args.iter() {
+        for k in a.try_iter()? {
+            let v = a.get_item(&k)?;
+            pairs.push((k, v));
+        }
+    }
+    for k in kw.args() {
+        pairs.push((Value::from(k), kw.get::<Value>(k)?));
+    }
+    Ok(Value::from_pairs(pairs))
 }
 
 fn from_json(v: &serde_json::Value) -> Value {
@@ -141,6 +204,7 @@ impl std::io::Write for CappedWriter {
     }
 }
 
+mod generation;
 mod pyjson;
 mod strftime;
 

@@ -1,8 +1,12 @@
-//! `POST /v1/chat/completions`: messages rendered by the model's chat template, answered whole
-//! or streamed as SSE (the first delta carries the role, the last the finish_reason).
+//! `POST /v1/chat/completions`: messages (and tools) rendered by the model's chat template
+//! (serve/chat_input.rs), answered whole or streamed as SSE (the first delta carries the role,
+//! the last the finish_reason), the text split into content, reasoning and tool calls
+//! (serve/chat_reply.rs).
 
 use super::common::{collect, engine, envelope, submit};
 use super::completions::include_usage;
+use crate::serve::chat_input;
+use crate::serve::chat_reply::Reply;
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
@@ -14,50 +18,8 @@ use crate::serve::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use colibri::tokenizer::ChatMessage;
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-/// Most messages in one conversation.
-const MAX_MESSAGES: usize = 1024;
-
-/// `messages`: [{role, content: string | [{type: "text", text}] | null}].
-fn messages(f: &Fields<'_>) -> Result<Vec<ChatMessage>, ApiError> {
-    let bad = |m: &str| ApiError::invalid("messages", m.to_string());
-    let list = match f.get("messages") {
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) | None => return Err(bad("messages must be a non-empty list")),
-        Some(_) => return Err(bad("messages must be a list")),
-    };
-    if list.len() > MAX_MESSAGES {
-        return Err(bad("too many messages"));
-    }
-    list.iter()
-        .map(|m| {
-            let role = m.get("role").and_then(Value::as_str).ok_or_else(|| bad("each message needs a string role"))?;
-            if ["tool_calls", "function_call"].iter().any(|k| m.get(k).is_some_and(|v| !v.is_null())) {
-                return Err(bad("tool and function calls are not supported by this server"));
-            }
-            if role.is_empty() || role.len() > 64 {
-                return Err(bad("a message role is empty or too long"));
-            }
-            let content = match m.get("content") {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .map(|p| match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
-                        (Some("text"), Some(t)) => Ok(t),
-                        _ => Err(bad("only text content parts are supported")),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?
-                    .concat(),
-                Some(_) => return Err(bad("message content must be a string or a list of text parts")),
-            };
-            Ok(ChatMessage::new(role, content))
-        })
-        .collect()
-}
 
 pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let obj = read_object(body, &state.config).await?;
@@ -65,13 +27,13 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     let f = Fields(&obj);
     let engine = engine(&state)?;
     f.check_model(&engine)?;
-    let msgs = messages(&f)?;
-    let total: usize = msgs.iter().map(|m| m.content.len()).sum();
+    let input = chat_input::read(&f, &engine)?;
+    let total: usize = input.messages.iter().map(|m| m.text_len()).sum();
     if total > crate::serve::params::prompt_byte_cap(&engine) {
         return Err(ApiError::invalid("messages", "the conversation is too long for the context"));
     }
     let ids = engine
-        .encode_chat(&msgs, state.config.message_specials)
+        .encode_chat_with(&input.messages, Some(&input.extra), state.config.message_specials)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let cap = request_cap(&state.config, &engine);
     let prompt = check_prompt(&engine, "messages", ids, cap)?;
@@ -85,17 +47,19 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     }
     let stream = f.bool("stream")?;
     let with_usage = include_usage(&f)?;
-    let rx = submit(&state, engine.clone(), prompt, params)?;
     let (id, created) = (new_id("chatcmpl"), now());
+    let mut reply = Reply::new(&engine, &input, &prompt, params.decode.stop.clone(), &id);
+    let rx = submit(&state, engine.clone(), prompt, params)?;
     if stream {
-        return Ok(stream_response(rx, engine, id, created, with_usage));
+        return Ok(stream_response(rx, engine, reply, id, created, with_usage));
     }
     let c = collect(rx).await?;
+    let all = reply.whole(&c.text, &c.tokens);
     let mut choice = json!({
         "index": 0,
-        "message": {"role": "assistant", "content": c.text},
+        "message": reply.message(all),
         "logprobs": null,
-        "finish_reason": c.done.finish.openai(),
+        "finish_reason": reply.finish_reason(c.done.finish),
     });
     if f.bool("logprobs")? {
         choice["logprobs"] = chat_logprobs(&engine, &c.tokens);
@@ -110,6 +74,7 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
 fn stream_response(
     rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
     engine: Arc<Engine>,
+    mut reply: Reply,
     id: String,
     created: u64,
     with_usage: bool,
@@ -124,10 +89,13 @@ fn stream_response(
     );
     sse::response(rx, vec![first], move |ev| match ev {
         Event::Token(t) => {
-            if t.text.is_empty() && t.logprob.is_none() && t.routing.is_none() {
+            let parts = reply.token(&t);
+            let delta = reply.delta(&parts);
+            if delta.is_none() && t.logprob.is_none() && t.routing.is_none() {
                 return (Vec::new(), false);
             }
-            let mut choice = json!({"index": 0, "delta": {"content": t.text}, "logprobs": null, "finish_reason": null});
+            let delta = delta.unwrap_or_else(|| json!({"content": ""}));
+            let mut choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
             if t.logprob.is_some() {
                 choice["logprobs"] = chat_logprobs(&eng, std::slice::from_ref(&t));
             }
@@ -137,8 +105,14 @@ fn stream_response(
             (vec![chunk(json!([choice]), None)], false)
         }
         Event::Done(d) => {
-            let last = json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": d.finish.openai()}]);
-            let mut frames = vec![chunk(last, None)];
+            let mut frames = Vec::new();
+            let parts = reply.done();
+            if let Some(delta) = reply.delta(&parts) {
+                let rest = json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}]);
+                frames.push(chunk(rest, None));
+            }
+            let why = reply.finish_reason(d.finish);
+            frames.push(chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": why}]), None));
             if with_usage {
                 frames.push(chunk(json!([]), Some(usage(&d))));
             }

@@ -83,7 +83,9 @@ fn write_value(out: &mut String, v: &Value, style: &Style, depth: usize) -> Resu
         return Err(invalid("tojson: value nested too deeply (circular reference?)"));
     }
     match v.kind() {
-        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        // json.dumps fails on Jinja2's Undefined, as here (a missing key is an error, not null).
+        ValueKind::Undefined => return Err(invalid("tojson: Object of type Undefined is not JSON serializable")),
+        ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => write_number(out, v)?,
         ValueKind::String | ValueKind::Plain => write_str(out, &v.to_string(), style.ensure_ascii),
