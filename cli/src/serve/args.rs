@@ -4,6 +4,7 @@
 
 use super::budget;
 use super::cors::Origins;
+use super::reqlog::LogFormat;
 use crate::model_path;
 use colibri::threads::ThreadOptions;
 use colibri::tokenizer::MessageSpecials;
@@ -76,6 +77,14 @@ pub struct ServeArgs {
     /// header and same-origin ones only; others get 403).
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Another name the `model` field may give for the served model (repeatable); /v1/models
+    /// lists each. Without one, only the file stem names it.
+    #[arg(long = "alias", value_name = "NAME")]
+    pub aliases: Vec<String>,
+    /// One line per request on stderr (id, endpoint, status, tokens, queue/first-token/total
+    /// milliseconds, finish reason): json, logfmt or off.
+    #[arg(long, value_enum, default_value = "json")]
+    pub request_log: LogFormat,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -105,6 +114,9 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     pub kv_budget: u64,
     pub allowed_origins: Origins,
+    /// Other names of the served model (--alias).
+    pub aliases: Vec<String>,
+    pub request_log: LogFormat,
 }
 
 fn invalid(reason: String) -> Error {
@@ -142,6 +154,9 @@ impl ServeConfig {
         if a.kv_budget == Some(0) {
             return Err(invalid("--kv-budget must be above 0".into()));
         }
+        if let Some(a) = a.aliases.iter().find(|a| a.is_empty() || a.len() > 256) {
+            return Err(invalid(format!("--alias '{a}': a name must have 1 to 256 bytes")));
+        }
         if api_key.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("the API key is empty".into()));
         }
@@ -167,6 +182,13 @@ impl ServeConfig {
             default_max_tokens: a.default_max_tokens,
             kv_budget: a.kv_budget.unwrap_or_else(budget::default_budget),
             allowed_origins: Origins::parse(&a.allowed_origins)?,
+            aliases: a.aliases.iter().fold(Vec::new(), |mut v, a| {
+                if !v.contains(a) {
+                    v.push(a.clone());
+                }
+                v
+            }),
+            request_log: a.request_log,
         })
     }
 }

@@ -7,7 +7,7 @@
 //! only; sequences of different model generations are never batched together.
 
 use super::engine::Engine;
-use super::job::{Done, Ending, Event, Job, Token};
+use super::job::{Done, Ending, Event, Job, Timing, Token};
 use super::logprobs::token_logprob;
 use super::metrics::Metrics;
 use colibri::decoder::{Decoder, Finish};
@@ -66,6 +66,8 @@ struct Active {
     /// Prompt tokens already fed.
     fed: usize,
     last_token_at: Option<Instant>,
+    /// Time from enqueueing to admission, and to the first token.
+    timing: Timing,
     /// Rows fed in the current step and whether they end with logits to sample from.
     step_rows: usize,
     step_samples: bool,
@@ -83,7 +85,9 @@ impl Active {
         if job.params.logprobs.is_some() {
             decoder.keep_last_logits();
         }
-        Ok(Active { job, session, decoder, fed: 0, last_token_at: None, step_rows: 0, step_samples: false })
+        decoder.set_logit_bias(&job.params.logit_bias);
+        let timing = Timing { queued: Some(job.enqueued.elapsed()), first_token: None };
+        Ok(Active { job, session, decoder, fed: 0, last_token_at: None, timing, step_rows: 0, step_samples: false })
     }
 
     /// Plan this step: the next prompt chunk, or the last generated token. Sets `step_rows` and
@@ -194,7 +198,8 @@ impl Loop {
         let now = Instant::now();
         self.waiting.retain(|j| !j.events.is_closed());
         for j in self.waiting.iter_mut().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
-            j.end(Event::Done(Done { finish: Ending::Timeout, prompt_tokens: j.prompt.len(), completion_tokens: 0 }));
+            let (prompt_tokens, timing) = (j.prompt.len(), Timing::default());
+            j.end(Event::Done(Done { finish: Ending::Timeout, prompt_tokens, completion_tokens: 0, timing }));
         }
         self.waiting.retain(|j| j.deadline.is_none_or(|d| now < d));
         let mut i = 0;
@@ -221,7 +226,8 @@ impl Loop {
             }
             if job.params.decode.max_tokens == 0 {
                 let finish = Ending::Finished(Finish::Length);
-                let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0 };
+                let timing = Timing { queued: Some(job.enqueued.elapsed()), first_token: None };
+                let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0, timing };
                 job.end(Event::Done(done));
                 continue;
             }
@@ -344,7 +350,11 @@ impl Loop {
         };
         let now = Instant::now();
         match a.last_token_at {
-            None => Metrics::observe(&metrics.ttft, now.duration_since(a.job.enqueued).as_secs_f64()),
+            None => {
+                let ttft = now.duration_since(a.job.enqueued);
+                a.timing.first_token = Some(ttft);
+                Metrics::observe(&metrics.ttft, ttft.as_secs_f64())
+            }
             Some(t) => Metrics::observe(&metrics.inter_token, now.duration_since(t).as_secs_f64()),
         }
         a.last_token_at = Some(now);
@@ -383,7 +393,8 @@ impl Loop {
             a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
         }
         let completion_tokens = a.decoder.generated();
-        a.job.end(Event::Done(Done { finish: end, prompt_tokens: a.job.prompt.len(), completion_tokens }));
+        let (prompt_tokens, timing) = (a.job.prompt.len(), a.timing);
+        a.job.end(Event::Done(Done { finish: end, prompt_tokens, completion_tokens, timing }));
     }
 }
 
@@ -429,6 +440,7 @@ mod tests {
                 routing_seed: 0,
                 return_routing: false,
                 logprobs: None,
+                logit_bias: Vec::new(),
             };
             let job = Job {
                 engine: self.engine.clone(),

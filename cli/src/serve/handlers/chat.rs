@@ -1,15 +1,20 @@
 //! `POST /v1/chat/completions`: messages rendered by the model's chat template, answered whole
-//! or streamed as SSE (the first delta carries the role, the last the finish_reason).
+//! in `n` choices, or streamed as SSE (each choice's first delta carries the role, its last the
+//! finish_reason).
 
-use super::common::{collect, engine, envelope, submit};
+use super::common::{collect_all, engine, envelope, submit_choices};
 use super::completions::include_usage;
+use super::tally::Tally;
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
 use crate::serve::known;
 use crate::serve::openai::{chat_logprobs, new_id, now, routing, usage};
-use crate::serve::params::{check_prompt, job_params, read_object, request_cap, Defaults, Fields, MAX_TOP_LOGPROBS};
-use crate::serve::sse;
+use crate::serve::params::{
+    check_prompt, choices, job_params, read_object, request_cap, Defaults, Fields, MAX_TOP_LOGPROBS,
+};
+use crate::serve::reqlog::{Attached, Deferred, Record};
+use crate::serve::sse::{self, Merged};
 use crate::serve::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
@@ -60,16 +65,18 @@ fn messages(f: &Fields<'_>) -> Result<Vec<ChatMessage>, ApiError> {
 }
 
 pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
+    let mut record = Record::new(new_id("chatcmpl"), "/v1/chat/completions", state.config.request_log);
     let obj = read_object(body, &state.config).await?;
     known::check(&obj, known::CHAT)?;
     let f = Fields(&obj);
     let engine = engine(&state)?;
-    f.check_model(&engine)?;
+    f.check_model(&engine, &state.config.aliases)?;
     let msgs = messages(&f)?;
     let total: usize = msgs.iter().map(|m| m.content.len()).sum();
     if total > crate::serve::params::prompt_byte_cap(&engine) {
         return Err(ApiError::invalid("messages", "the conversation is too long for the context"));
     }
+    let n = choices(&f, &state.config)?;
     let ids = engine
         .encode_chat(&msgs, state.config.message_specials)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
@@ -85,49 +92,60 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     }
     let stream = f.bool("stream")?;
     let with_usage = include_usage(&f)?;
-    let rx = submit(&state, engine.clone(), prompt, params)?;
-    let (id, created) = (new_id("chatcmpl"), now());
+    let rxs = submit_choices(&state, engine.clone(), prompt, params, n)?;
+    let (id, created) = (record.id.clone(), now());
     if stream {
-        return Ok(stream_response(rx, engine, id, created, with_usage));
+        return Ok(stream_response(sse::merge(rxs), engine, id, created, with_usage, Tally::new(n, record)));
     }
-    let c = collect(rx).await?;
-    let mut choice = json!({
-        "index": 0,
-        "message": {"role": "assistant", "content": c.text},
-        "logprobs": null,
-        "finish_reason": c.done.finish.openai(),
-    });
-    if f.bool("logprobs")? {
-        choice["logprobs"] = chat_logprobs(&engine, &c.tokens);
+    let all = collect_all(rxs).await?;
+    let mut list = Vec::with_capacity(n);
+    for (i, c) in all.iter().enumerate() {
+        record.add(&c.done);
+        let mut choice = json!({
+            "index": i,
+            "message": {"role": "assistant", "content": c.text},
+            "logprobs": null,
+            "finish_reason": c.done.finish.openai(),
+        });
+        if f.bool("logprobs")? {
+            choice["logprobs"] = chat_logprobs(&engine, &c.tokens);
+        }
+        if let Some(r) = routing(&c.tokens) {
+            choice["routing"] = r;
+        }
+        list.push(choice);
     }
-    if let Some(r) = routing(&c.tokens) {
-        choice["routing"] = r;
-    }
-    let body = envelope("chat.completion", &id, created, &engine.id, json!([choice]), Some(usage(&c.done)), true);
-    Ok(axum::Json(body).into_response())
+    let usage = Some(usage(record.prompt_tokens, record.completion_tokens));
+    let body = envelope("chat.completion", &id, created, &engine.id, json!(list), usage, true);
+    let mut resp = axum::Json(body).into_response();
+    resp.extensions_mut().insert(Attached(record));
+    Ok(resp)
 }
 
 fn stream_response(
-    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rx: Merged,
     engine: Arc<Engine>,
     id: String,
     created: u64,
     with_usage: bool,
+    mut tally: Tally,
 ) -> Response {
     let eng = engine.clone();
     let chunk = move |choices: Value, usage: Option<Value>| {
         envelope("chat.completion.chunk", &id, created, &engine.id, choices, usage, with_usage)
     };
-    let first = chunk(
-        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]),
-        None,
-    );
-    sse::response(rx, vec![first], move |ev| match ev {
+    let first = (0..rx.len())
+        .map(|i| {
+            let role = json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
+            chunk(json!([role]), None)
+        })
+        .collect();
+    let mut resp = sse::response(rx, first, move |i, ev| match ev {
         Event::Token(t) => {
             if t.text.is_empty() && t.logprob.is_none() && t.routing.is_none() {
                 return (Vec::new(), false);
             }
-            let mut choice = json!({"index": 0, "delta": {"content": t.text}, "logprobs": null, "finish_reason": null});
+            let mut choice = json!({"index": i, "delta": {"content": t.text}, "logprobs": null, "finish_reason": null});
             if t.logprob.is_some() {
                 choice["logprobs"] = chat_logprobs(&eng, std::slice::from_ref(&t));
             }
@@ -137,13 +155,16 @@ fn stream_response(
             (vec![chunk(json!([choice]), None)], false)
         }
         Event::Done(d) => {
-            let last = json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": d.finish.openai()}]);
+            let last = json!([{"index": i, "delta": {}, "logprobs": null, "finish_reason": d.finish.openai()}]);
             let mut frames = vec![chunk(last, None)];
-            if with_usage {
-                frames.push(chunk(json!([]), Some(usage(&d))));
+            let all = tally.done(&d);
+            if all && with_usage {
+                frames.push(chunk(json!([]), Some(tally.usage())));
             }
-            (frames, true)
+            (frames, all)
         }
         Event::Failed(_) => (Vec::new(), true),
-    })
+    });
+    resp.extensions_mut().insert(Deferred);
+    resp
 }
