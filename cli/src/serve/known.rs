@@ -84,7 +84,7 @@ pub fn check(obj: &Map<String, Value>, own: &[&str]) -> Result<(), ApiError> {
         let message = if NOT_IMPLEMENTED.contains(&k) {
             format!("{shown} is not supported by this server")
         } else {
-            format!("unknown field {shown:?}")
+            format!("unknown field '{shown}'")
         };
         return Err(ApiError { code: Some("unsupported_parameter"), ..ApiError::invalid(&shown, message) });
     }
