@@ -209,17 +209,7 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
         gpt_oss
     )?;
     writeln!(o, "dense layers {} (FFN {})", r["dense_layers"], c.dense_ffn)?;
-    writeln!(
-        o,
-        "attention    bias {}{}{}, qk_norm {}, norm {}, lm_head bias {}, sliding windows {}",
-        c.attention_bias,
-        if c.attention_out_bias { " (o too)" } else { "" },
-        if c.attention_sinks { ", sinks" } else { "" },
-        plain(&c.qk_norm),
-        plain(&c.norm),
-        c.lm_head_bias,
-        windows(c.layers.iter().map(|l| l.sliding_window))
-    )?;
+    writeln!(o, "{}", attention_line(c))?;
     if let Some(m) = &c.mla {
         writeln!(
             o,
@@ -396,6 +386,20 @@ fn plain(v: &impl std::fmt::Debug) -> String {
     } else {
         s
     }
+}
+
+/// The `attention` line of the text report.
+fn attention_line(c: &Config) -> String {
+    format!(
+        "attention    bias {}{}{}, qk_norm {}, norm {}, lm_head bias {}, sliding windows {}",
+        c.attention_bias,
+        if c.attention_out_bias { " (o too)" } else { "" },
+        if c.attention_sinks { ", sinks" } else { "" },
+        plain(&c.qk_norm),
+        plain(&c.norm),
+        c.lm_head_bias,
+        windows(c.layers.iter().map(|l| l.sliding_window))
+    )
 }
 
 /// Per-layer sliding windows: "none", or each layer's window ("full" where it has none).

@@ -4,7 +4,6 @@
 
 use super::budget;
 use super::cors::Origins;
-use super::reqlog::LogFormat;
 use crate::model_path;
 use colibri::threads::ThreadOptions;
 use colibri::tokenizer::MessageSpecials;
@@ -85,6 +84,17 @@ pub struct ServeArgs {
     /// milliseconds, finish reason): json, logfmt or off.
     #[arg(long, value_enum, default_value = "json")]
     pub request_log: LogFormat,
+}
+
+/// How request lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// `key=value` pairs (values with spaces or quotes quoted).
+    Logfmt,
+    /// No request lines.
+    Off,
 }
 
 /// Largest --parallel / --queue accepted.

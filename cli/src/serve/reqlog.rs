@@ -6,6 +6,7 @@
 //! stream and writes itself when dropped, so a client that disconnects still gets its line,
 //! with finish reason "disconnected"). GET /health is not logged: probes would drown the rest.
 
+pub use super::args::LogFormat;
 use super::guard::endpoint_name;
 use super::job::Done;
 use super::openai::new_id;
@@ -15,17 +16,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// How request lines are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// `key=value` pairs (values with spaces or quotes quoted).
-    Logfmt,
-    /// No request lines.
-    Off,
-}
 
 /// What one request's line says.
 #[derive(Clone, Debug)]
