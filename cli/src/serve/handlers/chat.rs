@@ -2,23 +2,23 @@
 //! in `n` choices, or streamed as SSE (each choice's first delta carries the role, its last the
 //! finish_reason).
 
-use super::common::{collect_all, engine, envelope, submit_choices};
+use super::common::{collect_all, engine, envelope, submit_choices, whole_response, with_routing};
 use super::completions::include_usage;
 use super::tally::Tally;
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
 use crate::serve::known;
-use crate::serve::openai::{chat_logprobs, new_id, now, routing, usage};
+use crate::serve::openai::{chat_logprobs, new_id, now};
 use crate::serve::params::{
     check_prompt, choices, job_params, read_object, request_cap, Defaults, Fields, MAX_TOP_LOGPROBS,
 };
-use crate::serve::reqlog::{Attached, Deferred, Record};
+use crate::serve::reqlog::{Deferred, Record};
 use crate::serve::sse::{self, Merged};
 use crate::serve::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use colibri::tokenizer::ChatMessage;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -110,16 +110,10 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
         if f.bool("logprobs")? {
             choice["logprobs"] = chat_logprobs(&engine, &c.tokens);
         }
-        if let Some(r) = routing(&c.tokens) {
-            choice["routing"] = r;
-        }
+        with_routing(&mut choice, &c.tokens);
         list.push(choice);
     }
-    let usage = Some(usage(record.prompt_tokens, record.completion_tokens));
-    let body = envelope("chat.completion", &id, created, &engine.id, json!(list), usage, true);
-    let mut resp = axum::Json(body).into_response();
-    resp.extensions_mut().insert(Attached(record));
-    Ok(resp)
+    Ok(whole_response("chat.completion", &engine, created, list, record))
 }
 
 fn stream_response(

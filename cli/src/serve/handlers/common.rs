@@ -6,6 +6,7 @@ use crate::serve::budget::{KvClaim, Refused};
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::{Done, Event, Job, JobParams, Token};
+use crate::serve::reqlog::{Attached, Record};
 use crate::serve::state::AppState;
 use std::sync::Arc;
 use std::time::Instant;
@@ -141,4 +142,28 @@ pub fn envelope(
         v["usage"] = usage.unwrap_or(serde_json::Value::Null);
     }
     v
+}
+
+/// Add the MoE extension `routing` to a whole choice when its tokens carry it.
+pub fn with_routing(choice: &mut serde_json::Value, tokens: &[Token]) {
+    if let Some(r) = crate::serve::openai::routing(tokens) {
+        choice["routing"] = r;
+    }
+}
+
+/// A whole (non-stream) response: `choices` in the OpenAI envelope with the request's usage
+/// (the prompt once, every choice's completion), its record attached for the request log.
+pub fn whole_response(
+    object: &str,
+    engine: &Engine,
+    created: u64,
+    choices: Vec<serde_json::Value>,
+    record: Record,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let usage = Some(crate::serve::openai::usage(record.prompt_tokens, record.completion_tokens));
+    let body = envelope(object, &record.id, created, &engine.id, serde_json::Value::Array(choices), usage, true);
+    let mut resp = axum::Json(body).into_response();
+    resp.extensions_mut().insert(Attached(record));
+    resp
 }

@@ -1,22 +1,22 @@
 //! `POST /v1/completions`: a text (or token-id) prompt continued in `n` choices, whole or
 //! streamed as SSE.
 
-use super::common::{collect_all, engine, envelope, submit_choices};
+use super::common::{collect_all, engine, envelope, submit_choices, whole_response, with_routing};
 use super::tally::Tally;
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::Event;
 use crate::serve::known;
-use crate::serve::openai::{completion_logprobs, new_id, now, routing, usage};
+use crate::serve::openai::{completion_logprobs, new_id, now};
 use crate::serve::params::{
     check_prompt, choices, job_params, read_object, request_cap, tokenize, Defaults, Fields, MAX_TOP_LOGPROBS,
 };
-use crate::serve::reqlog::{Attached, Deferred, Record};
+use crate::serve::reqlog::{Deferred, Record};
 use crate::serve::sse::{self, Merged};
 use crate::serve::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -90,16 +90,10 @@ pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Resp
         if f.get("logprobs").is_some() {
             choice["logprobs"] = completion_logprobs(&engine, &c.tokens, 0);
         }
-        if let Some(r) = routing(&c.tokens) {
-            choice["routing"] = r;
-        }
+        with_routing(&mut choice, &c.tokens);
         list.push(choice);
     }
-    let usage = Some(usage(record.prompt_tokens, record.completion_tokens));
-    let body = envelope("text_completion", &id, created, &engine.id, json!(list), usage, true);
-    let mut resp = axum::Json(body).into_response();
-    resp.extensions_mut().insert(Attached(record));
-    Ok(resp)
+    Ok(whole_response("text_completion", &engine, created, list, record))
 }
 
 fn stream_response(
