@@ -10,6 +10,9 @@ use crate::sampler::{Sampler, SamplerParams};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{DecodeState, Tokenizer};
 
+/// A logit bias at or below this bans its token (OpenAI: "-100 should result in a ban").
+pub const BAN_BIAS: f32 = -100.0;
+
 /// Why a generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -70,6 +73,8 @@ pub struct Decoder {
     work: Vec<f32>,
     /// [vocab] the last step's logits as the sampler got them, when kept (`keep_last_logits`).
     kept: Option<Vec<f32>>,
+    /// (id, bias) added to every step's logits before sampling (`set_logit_bias`).
+    bias: Vec<(u32, f32)>,
 }
 
 impl Decoder {
@@ -90,6 +95,7 @@ impl Decoder {
             generated: 0,
             work: Vec::new(),
             kept: None,
+            bias: Vec::new(),
         })
     }
 
@@ -102,6 +108,11 @@ impl Decoder {
         let decodable = tokenizer.map_or(usize::MAX, Tokenizer::vocab_size);
         if decodable < self.work.len() {
             self.work[decodable..].fill(f32::NEG_INFINITY);
+        }
+        for &(id, b) in &self.bias {
+            if let Some(x) = self.work.get_mut(id as usize) {
+                *x = if b <= BAN_BIAS { f32::NEG_INFINITY } else { *x + b };
+            }
         }
         if let Some(kept) = self.kept.as_mut() {
             kept.clear();
@@ -142,6 +153,13 @@ impl Decoder {
         }
         tail.push_str(&self.stop.flush());
         (tail, why)
+    }
+
+    /// Add `bias` (id, value) to every step's logits before sampling and before the kept copy
+    /// (OpenAI's `logit_bias`: log-probabilities see it too); a value at or below `BAN_BIAS`
+    /// bans the id. Ids outside the logits are ignored.
+    pub fn set_logit_bias(&mut self, bias: &[(u32, f32)]) {
+        self.bias = bias.to_vec();
     }
 
     /// Keep each step's logits as the sampler got them (for log-probabilities); off by default,
@@ -204,5 +222,22 @@ mod tests {
         d.keep_last_logits();
         assert_eq!(d.next(None, &logits).unwrap().token, 2);
         assert_eq!(d.last_logits(), &logits[..]);
+    }
+
+    #[test]
+    fn logit_bias_shifts_and_bans_before_sampling_and_logprobs() {
+        let mut d = Decoder::new(&greedy(8, false), &[], &[], None).unwrap();
+        d.keep_last_logits();
+        d.set_logit_bias(&[(1, 10.0), (99, 5.0)]);
+        assert_eq!(d.next(None, &peak(6, 2)).unwrap().token, 1, "+10 beats the peak of 5");
+        assert_eq!(d.last_logits()[1], 10.0);
+        d.set_logit_bias(&[(2, BAN_BIAS)]);
+        let mut l = peak(6, 2);
+        l[4] = 1.0;
+        assert_eq!(d.next(None, &l).unwrap().token, 4, "the banned peak is never chosen");
+        assert_eq!(d.last_logits()[2], f32::NEG_INFINITY);
+        d.set_logit_bias(&[(2, -99.0)]);
+        assert_eq!(d.last_logits().len(), 6);
+        assert_eq!(d.next(None, &peak(6, 2)).unwrap().token, 0, "-99 shifts below the others");
     }
 }

@@ -5,7 +5,7 @@
 
 use colibri::format::{DType, FileWriter, PlannedTensor, GROUP};
 use colibri::tensor::TensorView;
-use colibri::{Error, LoadOptions, Model};
+use colibri::{Error, LoadOptions};
 use colibri_convert::cast;
 use std::path::Path;
 
@@ -24,7 +24,7 @@ pub fn run(input: &Path, output: &Path, dtype: DType) -> Result<Report, Error> {
     if dtype.is_quantized() {
         return Err(Error::InvalidArgument { reason: format!("dequantize writes a float dtype, not {dtype}") });
     }
-    let model = Model::open(input, &LoadOptions::default())?;
+    let model = crate::model_path::open(input, &LoadOptions::default())?;
     model.verify()?;
     let p = model.parsed();
     let meta: Vec<_> =

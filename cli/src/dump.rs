@@ -1,7 +1,7 @@
 //! `colibri dump`: print a tensor's values (first rows, first columns) or a layer's router.
 
 use colibri::model::{layer_name, suffix};
-use colibri::{Error, LoadOptions, Model};
+use colibri::{Error, LoadOptions};
 use std::path::Path;
 
 pub fn run(
@@ -13,7 +13,7 @@ pub fn run(
     rows: usize,
     cols: usize,
 ) -> Result<(), Error> {
-    let model = Model::open(file, &LoadOptions::default())?;
+    let model = crate::model_path::open(file, &LoadOptions::default())?;
     let name = match (gate, tensor, layer) {
         (true, _, Some(l)) => layer_name(l, suffix::ROUTER),
         (false, Some(t), Some(l)) if !t.starts_with("layers.") => layer_name(l, t),

@@ -199,21 +199,17 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
     };
     writeln!(
         o,
-        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}, scoring {:?}{}{}",
-        c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk_prob, c.moe.scoring, shared, gpt_oss
+        "experts      {} per layer, top-{}, expert FFN {}, norm_topk_prob {}, scoring {}{}{}",
+        c.moe.n_experts,
+        c.moe.top_k,
+        c.moe.expert_ffn,
+        c.moe.norm_topk_prob,
+        plain(&c.moe.scoring),
+        shared,
+        gpt_oss
     )?;
     writeln!(o, "dense layers {} (FFN {})", r["dense_layers"], c.dense_ffn)?;
-    writeln!(
-        o,
-        "attention    bias {}{}{}, qk_norm {:?}, norm {:?}, lm_head bias {}, sliding windows {:?}",
-        c.attention_bias,
-        if c.attention_out_bias { " (o too)" } else { "" },
-        if c.attention_sinks { ", sinks" } else { "" },
-        c.qk_norm,
-        c.norm,
-        c.lm_head_bias,
-        c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>()
-    )?;
+    writeln!(o, "{}", attention_line(c))?;
     if let Some(m) = &c.mla {
         writeln!(
             o,
@@ -237,8 +233,10 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
     }
     writeln!(
         o,
-        "rope         theta {}, partial {}, scaling {:?}",
-        c.rope.theta, c.rope.partial_rotary_factor, c.rope.scaling
+        "rope         theta {}, partial {}, scaling {}",
+        c.rope.theta,
+        c.rope.partial_rotary_factor,
+        plain(&c.rope.scaling)
     )?;
     writeln!(
         o,
@@ -285,7 +283,9 @@ fn print_storage(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Resul
             r["session_state_bytes"]
         )?;
     }
-    writeln!(o, "tokens       bos {:?}, eos {:?}, pad {:?}", c.bos_token_id, c.eos_token_ids, c.pad_token_id)?;
+    let id = |t: Option<u32>| t.map_or("none".to_string(), |t| t.to_string());
+    let eos: Vec<String> = c.eos_token_ids.iter().map(u32::to_string).collect();
+    writeln!(o, "tokens       bos {}, eos {}, pad {}", id(c.bos_token_id), eos.join(","), id(c.pad_token_id))?;
     writeln!(o, "tokenizer    {}", r["tokenizer"])?;
     writeln!(
         o,
@@ -343,7 +343,7 @@ fn print_tensors(o: &mut impl Write, r: &Value) -> std::io::Result<()> {
 }
 
 pub fn run(file: &Path, as_json: bool) -> Result<(), Error> {
-    let model = Model::open(file, &LoadOptions::default())?;
+    let model = crate::model_path::open(file, &LoadOptions::default())?;
     let r = report(&model, file);
     let mut out = std::io::stdout().lock();
     let written = if as_json {
@@ -375,4 +375,38 @@ fn gguf_source(o: &mut impl Write, p: &Value) -> std::io::Result<()> {
         g["file_type_name"].as_str().unwrap_or("?"),
         classes.join(", ")
     )
+}
+
+/// A configuration value for people: an enum's variant in lower case ("softmax", "rms", "none"),
+/// a structured one with its fields.
+fn plain(v: &impl std::fmt::Debug) -> String {
+    let s = format!("{v:?}");
+    if s.chars().all(char::is_alphanumeric) {
+        s.to_lowercase()
+    } else {
+        s
+    }
+}
+
+/// The `attention` line of the text report.
+fn attention_line(c: &Config) -> String {
+    format!(
+        "attention    bias {}{}{}, qk_norm {}, norm {}, lm_head bias {}, sliding windows {}",
+        c.attention_bias,
+        if c.attention_out_bias { " (o too)" } else { "" },
+        if c.attention_sinks { ", sinks" } else { "" },
+        plain(&c.qk_norm),
+        plain(&c.norm),
+        c.lm_head_bias,
+        windows(c.layers.iter().map(|l| l.sliding_window))
+    )
+}
+
+/// Per-layer sliding windows: "none", or each layer's window ("full" where it has none).
+fn windows(w: impl Iterator<Item = Option<usize>>) -> String {
+    let w: Vec<Option<usize>> = w.collect();
+    if w.iter().all(Option::is_none) {
+        return "none".into();
+    }
+    w.iter().map(|x| x.map_or("full".to_string(), |n| n.to_string())).collect::<Vec<_>>().join(",")
 }

@@ -4,7 +4,7 @@
 use crate::{model_path, npy, threads};
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::session::{Session, SessionOptions};
-use colibri::{Error, LoadOptions, Model};
+use colibri::{Error, LoadOptions};
 use std::path::Path;
 
 /// Parse "1,2,3" into ids.
@@ -22,7 +22,8 @@ pub fn run(model: Option<&Path>, tokens: &str, out: &Path, threads: Option<usize
         return Err(Error::InvalidArgument { reason: "--tokens holds no ids".into() });
     }
     let path = model_path::resolve(model)?;
-    let model = Model::open(&path, &LoadOptions { threads: threads::options(threads), ..LoadOptions::default() })?;
+    let model =
+        crate::model_path::open(&path, &LoadOptions { threads: threads::options(threads), ..LoadOptions::default() })?;
     let c = model.config();
     let n_ctx = ids.len().max(1);
     let mut s = Session::new(c, &SessionOptions { n_ctx, ..Default::default() })?;

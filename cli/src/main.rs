@@ -14,9 +14,10 @@ mod perplexity;
 mod run;
 mod serve;
 mod threads;
+mod tokenize;
 mod validate;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -113,6 +114,9 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Serve the model over HTTP: the OpenAI API, POST /generate, /health, /metrics.
     Serve(serve::ServeArgs),
+    /// Token ids of a text under a model's tokenizer (stdout: the ids, or one `id<TAB>piece` line
+    /// each with --pieces).
+    Tokenize(tokenize::TokenizeArgs),
     /// Print the values of one tensor (or of a layer's router with --gate).
     Dump {
         file: PathBuf,
@@ -213,6 +217,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             Ok(logits::run(model.as_deref(), &tokens, &output, threads)?)
         }
         Command::Bench(a) => Ok(bench::run(&a)?),
+        Command::Tokenize(a) => Ok(tokenize::run(&a)?),
         Command::Perplexity(a) => Ok(perplexity::run(&a)?),
         Command::Serve(a) => Ok(serve::run(&a)?),
         Command::Validate { file, no_mmap } => Ok(validate::run(&file, no_mmap)?),
@@ -222,8 +227,45 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
+/// Options of `run` that `chat` does not use: hidden from `colibri chat --help`.
+const NOT_CHAT: [&str; 4] = ["chat", "embedding", "debug_routing", "file"];
+
+/// The command line, with `chat`'s help listing only its own options; a `run` without a prompt
+/// is a usage error (exit 2).
+fn parse() -> Cli {
+    let cmd =
+        Cli::command().mut_subcommand("chat", |c| NOT_CHAT.iter().fold(c, |c, a| c.mut_arg(*a, |a| a.hide(true))));
+    let matches = cmd.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Run(a) = &cli.command {
+        if a.prompt.is_none() && a.file.is_none() && a.embedding.is_none() && !a.chat {
+            let mut cmd = cmd;
+            let run = cmd.find_subcommand_mut("run").cloned().unwrap_or_default();
+            run.bin_name("colibri run")
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "no prompt: give -p TEXT or -f FILE (or use `colibri chat`)",
+                )
+                .exit();
+        }
+    }
+    cli
+}
+
+/// Die quietly of SIGPIPE, as command-line tools do, when the reader of stdout goes away
+/// (`colibri inspect … | head`). Not for `serve`, whose sockets must see EPIPE instead.
+fn quiet_broken_pipe(cli: &Cli) {
+    if !matches!(cli.command, Command::Serve(_)) {
+        // SAFETY: resetting a signal's disposition to its default before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
+    quiet_broken_pipe(&cli);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

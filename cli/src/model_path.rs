@@ -3,7 +3,7 @@
 //! `target/release/colibri` finds `<repo>/models/default.colibri` from any working directory),
 //! then at the repository path this binary was built from.
 
-use colibri::Error;
+use colibri::{Error, LoadOptions, Model};
 use std::path::{Path, PathBuf};
 
 /// Relative path of the shipped default model inside the repository.
@@ -24,6 +24,30 @@ pub fn resolve(cli: Option<&Path>) -> Result<PathBuf, Error> {
     candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| Error::InvalidArgument {
         reason: format!("no model given: pass -m FILE, set COLIBRI_MODEL, or keep {DEFAULT_MODEL} beside the build"),
     })
+}
+
+/// Open the model at `path`; an error names the path and says what to do (a directory is a
+/// checkpoint to convert first; a file that is missing or not a model says so).
+pub fn open(path: &Path, opts: &LoadOptions) -> Result<Model, Error> {
+    let shown = path.display();
+    let reason = if path.is_dir() {
+        let out = path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+        format!(
+            "{shown} is a directory, not a .colibri model: if it holds a HuggingFace checkpoint, convert it \
+             first: colibri convert {shown} -o {out}.colibri"
+        )
+    } else if !path.exists() {
+        format!("{shown}: no such file (give a .colibri model with -m FILE, or set COLIBRI_MODEL)")
+    } else {
+        return Model::open(path, opts).map_err(|e| match e {
+            Error::BadMagic { found } if &found == b"GGUF" => e,
+            Error::BadMagic { .. } | Error::NotAFile { .. } | Error::FileTooSmall { .. } => Error::InvalidArgument {
+                reason: format!("{shown}: {e}; a .colibri model is made by `colibri convert CHECKPOINT -o FILE`"),
+            },
+            other => other,
+        });
+    };
+    Err(Error::InvalidArgument { reason })
 }
 
 /// For a command that failed because its model is a GGUF file: the exact conversion to run. The

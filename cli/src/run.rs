@@ -29,7 +29,7 @@ pub struct RunArgs {
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n_predict: usize,
     /// Temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true, value_parser = parse_temp)]
     pub temp: f32,
     /// Top-k filter (0 = off).
     #[arg(long, default_value_t = 40)]
@@ -97,6 +97,15 @@ pub struct RunArgs {
     pub embedding: Option<PathBuf>,
 }
 
+/// `--temp`: a finite number ≥ 0.
+fn parse_temp(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        Ok(_) => Err(format!("the temperature must be a number ≥ 0 (0 = greedy, 0.8 = the default), not {s}")),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
 struct Loaded {
     model: Model,
     tokenizer: Tokenizer,
@@ -113,7 +122,7 @@ fn load(a: &RunArgs) -> Result<Loaded, Error> {
         ..LoadOptions::default()
     };
     let t0 = std::time::Instant::now();
-    let model = Model::open(&path, &opts)?;
+    let model = crate::model_path::open(&path, &opts)?;
     let tokenizer = Tokenizer::from_model(&model)?;
     Ok(Loaded { model, tokenizer, seconds: t0.elapsed().as_secs_f64() })
 }
@@ -180,11 +189,23 @@ fn print_routing(records: &mut [RouteRecord], ids: &dyn Fn(usize) -> Option<u32>
 
 fn print_stats(load_s: f64, prompt_tokens: usize, prompt_s: f64, gen_tokens: usize, gen_s: f64, stop: Finish) {
     eprintln!(
-        "\n[load: {:.1} ms | prompt: {prompt_tokens} tokens, {:.1} tokens/s | generation: {gen_tokens} tokens, {:.1} tokens/s | stop: {stop:?}]",
+        "\n[load: {:.1} ms | prompt: {prompt_tokens} tokens, {:.1} tokens/s | generation: {gen_tokens} tokens, {:.1} tokens/s | stop: {}]",
         load_s * 1e3,
         prompt_tokens as f64 / prompt_s.max(1e-9),
         gen_tokens as f64 / gen_s.max(1e-9),
+        finish_name(stop),
     );
+}
+
+/// A finish reason as the statistics line names it.
+fn finish_name(f: Finish) -> &'static str {
+    match f {
+        Finish::Length => "length (-n)",
+        Finish::Eos => "end of sequence",
+        Finish::StopString => "stop string",
+        Finish::Callback => "interrupted",
+        Finish::ContextFull => "context full (-c)",
+    }
 }
 
 /// What `run` feeds: prompt ids, or hidden states from a .npy file.
@@ -301,6 +322,14 @@ fn chat_loop(a: &RunArgs, model: &Model, tok: &Tokenizer) -> Result<(), Error> {
         msgs.push(ChatMessage::new("system", sys.as_str()));
     }
     let mut fed: Vec<u32> = Vec::new();
+    let c = model.config();
+    eprintln!(
+        "colibri chat: {} ({} layers, {} experts), context {} tokens. Type a message; Ctrl-D quits.",
+        c.family.name(),
+        c.n_layers,
+        c.moe.n_experts,
+        s.n_ctx()
+    );
     let stdin = std::io::stdin();
     let mut line = String::new();
     loop {

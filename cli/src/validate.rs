@@ -2,13 +2,13 @@
 //! NaN/Inf), then prove the file can serve (tokenizer within the vocabulary, chat template renders,
 //! a one-token canary forward pass gives finite logits).
 
-use colibri::{LoadOptions, Model};
+use colibri::LoadOptions;
 use std::path::Path;
 
 pub fn run(file: &Path, no_mmap: bool) -> Result<(), colibri::Error> {
     let opts = LoadOptions { mmap: !no_mmap, ..LoadOptions::default() };
     let t0 = std::time::Instant::now();
-    let model = Model::open(file, &opts)?;
+    let model = crate::model_path::open(file, &opts)?;
     model.verify()?;
     colibri::usable::prove(&model)?;
     let p = model.parsed();

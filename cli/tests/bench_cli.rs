@@ -186,7 +186,7 @@ fn markdown_report_is_a_header_and_one_row_per_test() {
 fn bad_arguments_get_one_error_line() {
     let m = model("mixtral_gqa");
     let m = m.to_str().unwrap();
-    fails(&colibri(&["bench", "-m", "/nonexistent/model.colibri", "--no-probe"]), "No such file");
+    fails(&colibri(&["bench", "-m", "/nonexistent/model.colibri", "--no-probe"]), "no such file");
     fails(&colibri(&["bench", "-m", m, "-r", "0", "--no-probe"]), "-r 0");
     fails(&colibri(&["bench", "-m", m, "-t", "0", "--no-probe"]), "--threads 0");
     fails(&colibri(&["bench", "-m", m, "-p", "0", "-n", "0", "--no-probe"]), "no test to run");

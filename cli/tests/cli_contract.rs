@@ -227,7 +227,7 @@ fn validate_and_dump_succeed_on_good_files_and_fail_cleanly_on_bad_ones() {
     for (path, needle) in [
         (fixture("mixtral_gqa").join("config.json"), "magic"),
         (tmp.path().to_path_buf(), "directory"),
-        (tmp.path().join("missing.colibri"), "No such file"),
+        (tmp.path().join("missing.colibri"), "no such file"),
     ] {
         for cmd in ["inspect", "validate"] {
             assert_fails(&colibri(&[cmd, s(&path)]), needle);

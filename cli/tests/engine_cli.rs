@@ -163,7 +163,7 @@ fn bad_input_gets_a_clear_error() {
     fails(&colibri(&["run", "-m", m, "-p", ""]), "empty prompt");
     let long = "word ".repeat(200);
     fails(&colibri(&["run", "-m", m, "-p", &long, "-c", "16"]), "does not fit the context");
-    fails(&colibri(&["run", "-m", "/nonexistent/model.colibri", "-p", "hi"]), "No such file");
+    fails(&colibri(&["run", "-m", "/nonexistent/model.colibri", "-p", "hi"]), "no such file");
 
     // --embedding: wrong shape, wrong dtype, then the right thing.
     let npy = |name: &str, descr: &str, shape: (usize, usize), elem: usize| {

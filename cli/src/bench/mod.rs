@@ -8,7 +8,7 @@ mod report;
 mod timing;
 
 use crate::{model_path, threads};
-use colibri::{Error, LoadOptions, Model};
+use colibri::{Error, LoadOptions};
 use report::{Context, Probe, Row};
 use std::io::Write;
 use std::path::PathBuf;
@@ -78,12 +78,12 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
     }
 
     let path = model_path::resolve(a.model.as_deref())?;
-    let mut model = Model::open(&path, &LoadOptions::default())?;
+    let mut model = crate::model_path::open(&path, &LoadOptions::default())?;
     let cx = Context {
         model_filename: path.display().to_string(),
         model: file_stem(&path),
         footprint: footprint::footprint(&model),
-        cpu_path: format!("{:?}", colibri::kernels::active_path()),
+        cpu_path: colibri::kernels::active_path().name().to_string(),
     };
 
     let model_ctx = model.config().max_position_embeddings;
@@ -97,10 +97,11 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
 
     let mut probes = Vec::new();
     if !a.no_probe {
-        eprintln!("bench: probing memory bandwidth ({} MiB buffer)", probe::PROBE_BYTES >> 20);
-        let buf = probe::allocate(probe::PROBE_BYTES)?;
+        let bytes = probe::probe_bytes();
+        eprintln!("bench: probing memory bandwidth ({} MiB buffer)", bytes >> 20);
+        let buf = probe::allocate(bytes)?;
         for (t, pool) in &pools {
-            probes.push(Probe { threads: *t, gbs: probe::bandwidth(pool, &buf) });
+            probes.push(Probe { threads: *t, gbs: probe::bandwidth(pool, &buf), bytes });
         }
     }
 

@@ -6,8 +6,34 @@
 use colibri::Error;
 use std::time::Instant;
 
-/// Size of the probe buffer.
-pub const PROBE_BYTES: usize = 2 << 30;
+/// Largest and smallest probe buffer.
+const MAX_PROBE: usize = 2 << 30;
+const MIN_PROBE: usize = 64 << 20;
+
+/// The last-level cache in bytes (sysfs; 32 MiB when unknown).
+pub fn cache_bytes() -> usize {
+    let read = |i: u32| std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size")).ok();
+    let parse = |s: String| {
+        let s = s.trim();
+        let (num, mul) = match s.strip_suffix('K') {
+            Some(n) => (n, 1 << 10),
+            None => s.strip_suffix('M').map_or((s, 1), |n| (n, 1 << 20)),
+        };
+        num.parse::<usize>().ok().map(|n| n * mul)
+    };
+    (0..8).rev().filter_map(read).find_map(parse).unwrap_or(32 << 20)
+}
+
+/// The probe buffer for this machine: 16 × the last-level cache (so reads come from memory),
+/// within [64 MiB, 2 GiB] and at most a quarter of MemAvailable.
+pub fn probe_bytes() -> usize {
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?.to_string();
+        line.split_whitespace().nth(1)?.parse::<usize>().ok().map(|kib| kib << 10)
+    });
+    let want = cache_bytes().saturating_mul(16).clamp(MIN_PROBE, MAX_PROBE);
+    available.map_or(want, |a| want.min(a / 4).max(MIN_PROBE.min(a / 4)))
+}
 /// Timed passes; the fastest counts.
 const PASSES: usize = 5;
 

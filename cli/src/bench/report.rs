@@ -13,7 +13,7 @@ pub struct Context {
     /// File stem, the table's model column.
     pub model: String,
     pub footprint: Footprint,
-    /// Debug form of `colibri::kernels::active_path()`.
+    /// Name of `colibri::kernels::active_path()` (as COLIBRI_CPU spells it).
     pub cpu_path: String,
 }
 
@@ -22,6 +22,8 @@ pub struct Context {
 pub struct Probe {
     pub threads: usize,
     pub gbs: f64,
+    /// Size of the buffer read.
+    pub bytes: usize,
 }
 
 /// One measured test.
@@ -60,10 +62,10 @@ pub fn markdown(cx: &Context, probes: &[Probe], rows: &[Row]) -> String {
     let mut out = format!("cpu path: {}\n", cx.cpu_path);
     for p in probes {
         out += &format!(
-            "memory bandwidth: {:.2} GB/s with {} threads (best of 5 passes over {} GiB)\n",
+            "memory bandwidth: {:.2} GB/s with {} threads (best of 5 passes over {} MiB)\n",
             p.gbs,
             p.threads,
-            super::probe::PROBE_BYTES >> 30
+            p.bytes >> 20
         );
     }
     if probes.is_empty() {
@@ -85,7 +87,9 @@ pub fn markdown(cx: &Context, probes: &[Probe], rows: &[Row]) -> String {
                 r.test.n_threads.to_string(),
                 r.test.name(),
                 format!("{avg:.2} ± {sd:.2}"),
-                r.efficiency(f).map(|e| format!("{:.1} %", e * 100.0)).unwrap_or_default(),
+                r.efficiency(f)
+                    .map(|e| format!("{:.1} %{}", e * 100.0, if e > 1.0 { " *" } else { "" }))
+                    .unwrap_or_default(),
             ]
         })
         .collect();
@@ -108,7 +112,20 @@ pub fn markdown(cx: &Context, probes: &[Probe], rows: &[Row]) -> String {
     for c in &cells {
         out += &line(c);
     }
+    if rows.iter().any(|r| r.efficiency(f).is_some_and(|e| e > 1.0)) {
+        out += &format!("\n* above 100 %: {}\n", cache_note(f));
+    }
     out
+}
+
+/// Why a tg row can read faster than the memory probe.
+fn cache_note(f: &Footprint) -> String {
+    format!(
+        "the active weights per token ({}) are read from the CPU caches (last level {}), not from memory as the \
+         probe's buffer is",
+        size(f.active_bytes),
+        size(super::probe::cache_bytes() as u64)
+    )
 }
 
 /// The JSON report: one object per test, llama-bench's field names where they exist.
@@ -144,8 +161,45 @@ pub fn json(cx: &Context, rows: &[Row]) -> Value {
                 "samples_ts": ts,
                 "bandwidth_gbs": r.bandwidth_gbs,
                 "bw_efficiency": r.efficiency(f),
+                "bw_efficiency_note": r.efficiency(f).filter(|&e| e > 1.0).map(|_| cache_note(f)),
             })
         })
         .collect();
     Value::Array(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::timing::Test;
+
+    /// A tg row faster than the probe's bandwidth allows is marked and explained, in both
+    /// outputs; one below it is not.
+    #[test]
+    fn an_efficiency_above_100_percent_says_why() {
+        let footprint = Footprint {
+            weight_bytes: 1 << 20,
+            params: 1000,
+            active_params: 500,
+            active_bytes: 1 << 20,
+            dtypes: vec!["bf16"],
+        };
+        let cx =
+            Context { model_filename: "m.colibri".into(), model: "m".into(), footprint, cpu_path: "generic".into() };
+        let test = Test { n_prompt: 0, n_gen: 10, n_depth: 0, n_threads: 1 };
+        // 10 tokens in 1 ms: 10 000 tokens/s × 1 MiB ≈ 10.5 GB/s.
+        let row = |gbs: f64| Row { test, samples_ns: vec![1_000_000], bandwidth_gbs: Some(gbs) };
+        let probe = [Probe { threads: 1, gbs: 5.0, bytes: 64 << 20 }];
+        let md = markdown(&cx, &probe, &[row(5.0)]);
+        assert!(
+            md.contains("209.7 % *") && md.contains("\n* above 100 %: the active weights per token (1.00 MiB)"),
+            "{md}"
+        );
+        assert!(md.contains("over 64 MiB)"), "{md}");
+        let js = json(&cx, &[row(5.0), row(50.0)]);
+        assert!(js[0]["bw_efficiency_note"].as_str().is_some_and(|n| n.contains("CPU caches")));
+        assert!(js[1]["bw_efficiency_note"].is_null());
+        let md = markdown(&cx, &probe, &[row(50.0)]);
+        assert!(md.contains("21.0 %") && !md.contains('*'), "{md}");
+    }
 }

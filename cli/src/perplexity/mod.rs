@@ -79,7 +79,7 @@ impl Runner {
 /// to the same ids.
 fn open_base(path: &Path, ctx: usize, model: &Model, text: &str, ids: &[u32]) -> Result<Runner, Error> {
     let opts = LoadOptions { threads: model.pool().options(), ..LoadOptions::default() };
-    let base = Runner::new(Model::open(path, &opts)?, ctx)?;
+    let base = Runner::new(crate::model_path::open(path, &opts)?, ctx)?;
     let (vb, vm) = (base.model.config().vocab_size, model.config().vocab_size);
     if vb != vm {
         return Err(invalid(format!(
@@ -133,7 +133,7 @@ pub fn run(a: &PerplexityArgs) -> Result<(), Error> {
     let path = model_path::resolve(a.model.as_deref())?;
     let text = std::fs::read_to_string(&a.file).map_err(|e| invalid(format!("{}: {e}", a.file.display())))?;
     let opts = LoadOptions { threads: threads::options(a.threads), ..LoadOptions::default() };
-    let model = Model::open(&path, &opts)?;
+    let model = crate::model_path::open(&path, &opts)?;
     let ctx = chunk_size(a, &model)?;
     let mut main = Runner::new(model, ctx)?;
     let tok = Tokenizer::from_model(&main.model)?;

@@ -86,6 +86,25 @@ pub struct ServeArgs {
     /// syntax also decides how tool calls and reasoning are read back).
     #[arg(long)]
     pub chat_template_file: Option<PathBuf>,
+    /// Another name the `model` field may give for the served model (repeatable); /v1/models
+    /// lists each. Without one, only the file stem names it.
+    #[arg(long = "alias", value_name = "NAME")]
+    pub aliases: Vec<String>,
+    /// One line per request on stderr (id, endpoint, status, tokens, queue/first-token/total
+    /// milliseconds, finish reason): json, logfmt or off.
+    #[arg(long, value_enum, default_value = "json")]
+    pub request_log: LogFormat,
+}
+
+/// How request lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// `key=value` pairs (values with spaces or quotes quoted).
+    Logfmt,
+    /// No request lines.
+    Off,
 }
 
 /// Largest --parallel / --queue accepted.
@@ -119,6 +138,9 @@ pub struct ServeConfig {
     pub allowed_origins: Origins,
     /// `--chat-template-file`'s text.
     pub chat_template: Option<String>,
+    /// Other names of the served model (--alias).
+    pub aliases: Vec<String>,
+    pub request_log: LogFormat,
 }
 
 fn invalid(reason: String) -> Error {
@@ -156,6 +178,9 @@ impl ServeConfig {
         if a.kv_budget == Some(0) {
             return Err(invalid("--kv-budget must be above 0".into()));
         }
+        if let Some(a) = a.aliases.iter().find(|a| a.is_empty() || a.len() > 256) {
+            return Err(invalid(format!("--alias '{a}': a name must have 1 to 256 bytes")));
+        }
         if api_key.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("the API key is empty".into()));
         }
@@ -187,6 +212,13 @@ impl ServeConfig {
                 Some(f) => Some(std::fs::read_to_string(f).map_err(|e| Error::io("read --chat-template-file", e))?),
                 None => None,
             },
+            aliases: a.aliases.iter().fold(Vec::new(), |mut v, a| {
+                if !v.contains(a) {
+                    v.push(a.clone());
+                }
+                v
+            }),
+            request_log: a.request_log,
         })
     }
 }

@@ -45,6 +45,21 @@ impl KvClaim {
     }
 }
 
+impl KvClaim {
+    /// This claim as `parts` claims of equal bytes (the remainder to the first), for a request
+    /// whose choices end separately; the whole was claimed at once, so it fits or not as one.
+    pub fn split(mut self, parts: usize) -> Vec<KvClaim> {
+        let parts = parts.max(1) as u64;
+        let bytes = std::mem::take(&mut self.bytes);
+        (0..parts)
+            .map(|i| KvClaim {
+                budget: self.budget.clone(),
+                bytes: bytes / parts + if i == 0 { bytes % parts } else { 0 },
+            })
+            .collect()
+    }
+}
+
 impl Drop for KvClaim {
     fn drop(&mut self) {
         self.release();
@@ -162,6 +177,11 @@ mod tests {
         assert_eq!(b.used(), 40);
         drop(a);
         drop(c);
+        let mut parts = b.claim(100).unwrap().split(3);
+        assert_eq!(b.used(), 100, "split keeps every byte claimed");
+        parts.remove(0).release();
+        assert_eq!(b.used(), 66);
+        drop(parts);
         assert_eq!(b.used(), 0);
         assert!(default_budget() > 0);
     }

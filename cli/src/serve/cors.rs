@@ -71,7 +71,7 @@ impl Origins {
                 o.any = true;
             } else {
                 let n = normalise(e.trim_end_matches('/')).ok_or_else(|| Error::InvalidArgument {
-                    reason: format!("--allowed-origins: {e:?} is not an origin like http://localhost:3000"),
+                    reason: format!("--allowed-origins: '{e}' is not an origin like http://localhost:3000"),
                 })?;
                 o.list.push(n);
             }

@@ -62,7 +62,8 @@ impl Engine {
     pub fn load(path: &Path, ctx: usize, threads: ThreadOptions, generation: u64) -> Result<Engine, Error> {
         // The SIGBUS guard: a file rewritten in place fails requests and triggers a reload
         // (reload::watch) instead of killing the server.
-        let model = Model::open(path, &LoadOptions { sigbus_guard: true, threads, ..LoadOptions::default() })?;
+        let model =
+            crate::model_path::open(path, &LoadOptions { sigbus_guard: true, threads, ..LoadOptions::default() })?;
         model.verify()?;
         let usable = colibri::usable::prove(&model)?;
         let tokenizer = usable.tokenizer.ok_or_else(|| Error::Unsupported {

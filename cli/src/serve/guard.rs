@@ -14,10 +14,19 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// Paths counted under their own name in the metrics; the rest count as "other".
-const KNOWN: [&str; 7] =
-    ["/v1/completions", "/v1/chat/completions", "/v1/models", "/generate", "/health", "/metrics", "/v1/models/{id}"];
+const KNOWN: [&str; 9] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/generate",
+    "/health",
+    "/metrics",
+    "/v1/models/{id}",
+    "/tokenize",
+    "/detokenize",
+];
 /// Endpoints whose POST body is JSON.
-const JSON_ENDPOINTS: [&str; 3] = ["/v1/completions", "/v1/chat/completions", "/generate"];
+const JSON_ENDPOINTS: [&str; 5] = ["/v1/completions", "/v1/chat/completions", "/generate", "/tokenize", "/detokenize"];
 /// Largest request head accepted: request line and headers (hyper's read buffer bounds what
 /// it holds, but a head that arrives in one read can pass it).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -91,13 +100,17 @@ fn check(state: &Shared, req: &Request) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    let endpoint = if path.starts_with("/v1/models/") {
+/// The name a path is counted and logged under: a route, or "other".
+pub fn endpoint_name(path: &str) -> &'static str {
+    if path.starts_with("/v1/models/") {
         "/v1/models/{id}"
     } else {
         KNOWN.iter().copied().find(|k| *k == path).unwrap_or("other")
-    };
+    }
+}
+
+pub async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let endpoint = endpoint_name(req.uri().path());
     // A preflight carries no API key: the origin is judged before it.
     let verdict = match check_head(&state, &req) {
         Err(e) => Verdict::Answer(e.into_response()),

@@ -24,6 +24,8 @@ pub struct JobParams {
     pub return_routing: bool,
     /// Send each token's log-probability and this many alternatives.
     pub logprobs: Option<usize>,
+    /// (token id, bias) added to the logits before sampling (OpenAI `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 pub struct Job {
@@ -102,6 +104,16 @@ pub struct Done {
     pub completion_tokens: usize,
     /// Prompt tokens reused from the prompt cache (counted in prompt_tokens too).
     pub cached_tokens: usize,
+    pub timing: Timing,
+}
+
+/// Where a sequence's time went, from its enqueueing (for the request log).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// Until the scheduler admitted it (None: never admitted).
+    pub queued: Option<std::time::Duration>,
+    /// Until its first generated token (None: none generated).
+    pub first_token: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Debug)]

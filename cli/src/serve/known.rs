@@ -1,7 +1,6 @@
 //! The fields the OpenAI endpoints read. Anything else is a 400 naming the field (OpenAI's own
 //! answer to an unrecognised argument) instead of being silently ignored: a client that asks for
-//! tools on completions, a JSON response format, logit biases or several choices learns that it
-//! does not get them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
+//! tools on completions or a JSON response format learns that it does not get them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
 //! `tool_choice: "none"`, `response_format: {"type": "text"}`, an empty `logit_bias`, ...).
 //! `/generate` keeps its documented rule (docs/api.md: unknown fields are ignored).
 
@@ -20,6 +19,7 @@ const SHARED: &[&str] = &[
     "frequency_penalty",
     "seed",
     "n",
+    "logit_bias",
     "max_tokens",
     "max_completion_tokens",
     "moe_top_k",
@@ -57,7 +57,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "function_call",
     "parallel_tool_calls",
     "response_format",
-    "logit_bias",
     "suffix",
     "audio",
     "modalities",
@@ -74,7 +73,7 @@ fn asks_nothing(key: &str, v: &Value) -> bool {
     match (key, v) {
         (_, Value::Null) => true,
         ("tools" | "functions", Value::Array(a)) => a.is_empty(),
-        ("logit_bias" | "metadata", Value::Object(o)) => o.is_empty(),
+        ("metadata", Value::Object(o)) => o.is_empty(),
         ("tool_choice" | "function_call", Value::String(s)) => s == "none" || s == "auto",
         ("response_format", Value::Object(o)) => o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"),
         ("parallel_tool_calls", Value::Bool(_)) => true,
@@ -95,7 +94,7 @@ pub fn check(obj: &Map<String, Value>, own: &[&str]) -> Result<(), ApiError> {
         let message = if NOT_IMPLEMENTED.contains(&k) {
             format!("{shown} is not supported by this server")
         } else {
-            format!("unknown field {shown:?}")
+            format!("unknown field '{shown}'")
         };
         return Err(ApiError { code: Some("unsupported_parameter"), ..ApiError::invalid(&shown, message) });
     }
@@ -115,9 +114,9 @@ mod tests {
     fn unimplemented_fields_are_refused_unless_they_ask_for_nothing() {
         assert!(ok(json!({"messages": [], "max_tokens": 3, "user": "u", "stream_options": null})));
         assert!(ok(json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logit_bias": {}})));
+        assert!(ok(json!({"logit_bias": {"50256": -100}, "n": 3, "logprobs": true, "top_logprobs": 2})));
         for bad in [
             json!({"response_format": {"type": "json_object"}}),
-            json!({"logit_bias": {"50256": -100}}),
             json!({"functions": [{}]}),
             json!({"store": true}),
             json!({"max_token": 5}),

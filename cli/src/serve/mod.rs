@@ -21,6 +21,7 @@ mod openai;
 mod params;
 mod prompt_cache;
 mod reload;
+mod reqlog;
 mod scheduler;
 mod sse;
 mod state;
@@ -54,8 +55,11 @@ fn router(state: Shared) -> Router {
         .route("/v1/models/{id}", get(handlers::info::model).fallback(not_allowed))
         .route("/health", get(handlers::info::health).fallback(not_allowed))
         .route("/metrics", get(handlers::info::metrics).fallback(not_allowed))
+        .route("/tokenize", post(handlers::tokens::tokenize).fallback(not_allowed))
+        .route("/detokenize", post(handlers::tokens::detokenize).fallback(not_allowed))
         .fallback(|| async { ApiError::not_found() })
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), reqlog::layer))
         .with_state(state)
 }
 

@@ -2,7 +2,7 @@
 //! extension fields. Built as JSON values; the handlers assemble responses and chunks from them.
 
 use super::engine::Engine;
-use super::job::{Done, Token};
+use super::job::Token;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,12 +18,14 @@ pub fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-pub fn usage(d: &Done) -> Value {
+/// `usage` of a request: its prompt once, the completion tokens of all its choices, and the
+/// prompt tokens reused from the prompt cache (`cached`, of the first choice).
+pub fn usage(prompt_tokens: usize, completion_tokens: usize, cached: usize) -> Value {
     json!({
-        "prompt_tokens": d.prompt_tokens,
-        "completion_tokens": d.completion_tokens,
-        "total_tokens": d.prompt_tokens + d.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": d.cached_tokens},
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 

@@ -122,11 +122,11 @@ impl<'a> Fields<'a> {
             .collect()
     }
 
-    /// The optional `model` field must name the served model.
-    pub fn check_model(&self, engine: &Engine) -> Result<(), ApiError> {
+    /// The optional `model` field must name the served model: its id or one of `aliases`.
+    pub fn check_model(&self, engine: &Engine, aliases: &[String]) -> Result<(), ApiError> {
         match self.get("model") {
             None => Ok(()),
-            Some(Value::String(m)) if *m == engine.id => Ok(()),
+            Some(Value::String(m)) if *m == engine.id || aliases.contains(m) => Ok(()),
             Some(Value::String(m)) => Err(ApiError::model_not_found(m)),
             Some(_) => Err(ApiError::invalid("model", "model must be a string")),
         }
@@ -216,9 +216,6 @@ pub fn job_params(
         return Err(ApiError::invalid("repetition_penalty", "repetition_penalty must be > 0"));
     }
     sampler.validate().map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if f.uint("n", MAX_COUNT)?.is_some_and(|n| n != 1) {
-        return Err(ApiError::invalid("n", "only n = 1 is supported"));
-    }
     let max_tokens = max_tokens(f, d, engine, prompt_len, cap)?;
     let moe = &engine.model.config().moe;
     let top_k = match f.uint("moe_top_k", MAX_COUNT)? {
@@ -238,7 +235,54 @@ pub fn job_params(
         routing_seed: f.uint("routing_seed", u64::MAX)?.unwrap_or(seed),
         return_routing: f.bool("return_routing")?,
         logprobs: None,
+        logit_bias: logit_bias(f, engine)?,
     })
+}
+
+/// `logit_bias`: {"token id": bias in [-100, 100]}, ids of the model's vocabulary, sorted by id.
+fn logit_bias(f: &Fields<'_>, engine: &Engine) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::invalid("logit_bias", m);
+    let map = match f.get("logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(bad("logit_bias must be an object of token id to bias".into())),
+    };
+    let vocab = engine.tokenizer.vocab_size().min(engine.model.config().vocab_size);
+    let mut out = map
+        .iter()
+        .map(|(k, v)| {
+            let shown: String = k.chars().take(24).collect();
+            let id = k.parse::<u32>().ok().filter(|&i| (i as usize) < vocab);
+            let id = id.ok_or_else(|| bad(format!("logit_bias key '{shown}' is not a token id below {vocab}")))?;
+            match v.as_f64() {
+                Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
+                _ => Err(bad(format!("logit_bias of token {id} must be a number in [-100, 100]"))),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    out.sort_by_key(|p| p.0);
+    Ok(out)
+}
+
+/// Most choices one request may ask for (`n`), as OpenAI allows.
+pub const MAX_CHOICES: u64 = 128;
+
+/// `n`: how many independent choices, 1..=MAX_CHOICES and no more than the server admits at
+/// once (--parallel + --queue); each is a sequence of its own against the KV budget.
+pub fn choices(f: &Fields<'_>, config: &ServeConfig) -> Result<usize, ApiError> {
+    let fits = (config.parallel + config.queue) as u64;
+    match f.uint("n", MAX_COUNT)? {
+        None => Ok(1),
+        Some(0) => Err(ApiError::invalid("n", "n must be at least 1")),
+        Some(n) if n > MAX_CHOICES.min(fits) => Err(ApiError::invalid(
+            "n",
+            format!(
+                "n = {n} is above {} (at most {MAX_CHOICES}, and --parallel + --queue = {fits})",
+                MAX_CHOICES.min(fits)
+            ),
+        )),
+        Some(n) => Ok(n as usize),
+    }
 }
 
 /// Most prompt bytes accepted before tokenising: no token is shorter than a byte, so anything

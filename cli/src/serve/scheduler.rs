@@ -7,7 +7,7 @@
 //! only; sequences of different model generations are never batched together.
 
 use super::engine::Engine;
-use super::job::{Done, Ending, Event, Job, Token};
+use super::job::{Done, Ending, Event, Job, Timing, Token};
 use super::logprobs::token_logprob;
 use super::metrics::Metrics;
 use super::prompt_cache::PromptCache;
@@ -72,6 +72,8 @@ struct Active {
     /// Prompt tokens the session came with from the prompt cache.
     cached: usize,
     last_token_at: Option<Instant>,
+    /// Time from enqueueing to admission, and to the first token.
+    timing: Timing,
     /// Rows fed in the current step and whether they end with logits to sample from.
     step_rows: usize,
     step_samples: bool,
@@ -103,8 +105,10 @@ impl Active {
         if job.params.logprobs.is_some() {
             decoder.keep_last_logits();
         }
+        decoder.set_logit_bias(&job.params.logit_bias);
+        let timing = Timing { queued: Some(job.enqueued.elapsed()), first_token: None };
         let (fed, last_token_at, step_rows, step_samples) = (cached, None, 0, false);
-        Ok(Active { job, session, decoder, fed, cached, last_token_at, step_rows, step_samples })
+        Ok(Active { job, session, decoder, fed, cached, last_token_at, timing, step_rows, step_samples })
     }
 
     /// Plan this step: the next prompt chunk, or the last generated token. Sets `step_rows` and
@@ -216,8 +220,8 @@ impl Loop {
         let now = Instant::now();
         self.waiting.retain(|j| !j.events.is_closed());
         for j in self.waiting.iter_mut().filter(|j| j.deadline.is_some_and(|d| now >= d)) {
-            let done =
-                Done { finish: Ending::Timeout, prompt_tokens: j.prompt.len(), completion_tokens: 0, cached_tokens: 0 };
+            let (prompt_tokens, timing) = (j.prompt.len(), Timing::default());
+            let done = Done { finish: Ending::Timeout, prompt_tokens, completion_tokens: 0, cached_tokens: 0, timing };
             j.end(Event::Done(done));
         }
         self.waiting.retain(|j| j.deadline.is_none_or(|d| now < d));
@@ -245,7 +249,9 @@ impl Loop {
             }
             if job.params.decode.max_tokens == 0 {
                 let finish = Ending::Finished(Finish::Length);
-                let done = Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0, cached_tokens: 0 };
+                let timing = Timing { queued: Some(job.enqueued.elapsed()), first_token: None };
+                let done =
+                    Done { finish, prompt_tokens: job.prompt.len(), completion_tokens: 0, cached_tokens: 0, timing };
                 job.end(Event::Done(done));
                 continue;
             }
@@ -371,7 +377,11 @@ impl Loop {
         };
         let now = Instant::now();
         match a.last_token_at {
-            None => Metrics::observe(&metrics.ttft, now.duration_since(a.job.enqueued).as_secs_f64()),
+            None => {
+                let ttft = now.duration_since(a.job.enqueued);
+                a.timing.first_token = Some(ttft);
+                Metrics::observe(&metrics.ttft, ttft.as_secs_f64())
+            }
             Some(t) => Metrics::observe(&metrics.inter_token, now.duration_since(t).as_secs_f64()),
         }
         a.last_token_at = Some(now);
@@ -410,8 +420,8 @@ impl Loop {
             a.send(Event::Token(Token { id: None, text: tail, logprob: None, routing: None }));
         }
         let completion_tokens = a.decoder.generated();
-        let prompt_tokens = a.job.prompt.len();
-        a.job.end(Event::Done(Done { finish: end, prompt_tokens, completion_tokens, cached_tokens: a.cached }));
+        let (prompt_tokens, timing, cached_tokens) = (a.job.prompt.len(), a.timing, a.cached);
+        a.job.end(Event::Done(Done { finish: end, prompt_tokens, completion_tokens, cached_tokens, timing }));
         let Active { job, session, decoder, .. } = a;
         if let Some(tokens) = decoder.history().get(..session.position()) {
             self.cache.put(&job.engine, tokens, session);
@@ -470,6 +480,7 @@ mod tests {
                 routing_seed: 0,
                 return_routing: false,
                 logprobs: None,
+                logit_bias: Vec::new(),
             };
             let job = Job {
                 engine: self.engine.clone(),

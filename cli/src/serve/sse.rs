@@ -1,6 +1,7 @@
-//! Server-sent events: a scheduler event channel turned into a `text/event-stream` body of
-//! `data: {json}\n\n` frames ending with `data: [DONE]\n\n`. The body owns the receiver, so a
-//! client that disconnects drops it and the scheduler cancels the sequence at its next step.
+//! Server-sent events: the scheduler event channels of a request's choices, merged and tagged
+//! with the choice index, turned into a `text/event-stream` body of `data: {json}\n\n` frames
+//! ending with `data: [DONE]\n\n`. The body owns the receivers, so a client that disconnects
+//! drops them and the scheduler cancels the sequences at their next step.
 //! While a sequence waits (queue, long prompt) a `: keep-alive` comment goes out every
 //! `KEEP_ALIVE`, so proxies with read timeouts (nginx: 60 s) keep the stream open.
 
@@ -9,6 +10,8 @@ use super::job::Event;
 use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::Response;
+use futures_util::stream::{BoxStream, SelectAll};
+use futures_util::StreamExt;
 use serde_json::Value;
 use std::convert::Infallible;
 use std::time::Duration;
@@ -20,6 +23,18 @@ const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
 
 /// What a stream emits for one event: JSON frames, and whether the stream is complete.
 pub type Frames = (Vec<Value>, bool);
+
+/// The events of every choice of a request, each tagged with its choice index, as they come.
+pub type Merged = SelectAll<BoxStream<'static, (usize, Event)>>;
+
+/// Merge the channels of choices 0, 1, ... (in that order) into one tagged stream.
+pub fn merge(rxs: Vec<UnboundedReceiver<Event>>) -> Merged {
+    futures_util::stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| {
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+            .map(move |e| (i, e))
+            .boxed()
+    }))
+}
 
 fn encode(values: &[Value], done: bool) -> Bytes {
     let mut out = Vec::new();
@@ -34,14 +49,14 @@ fn encode(values: &[Value], done: bool) -> Bytes {
     Bytes::from(out)
 }
 
-/// A streaming response: `first` frames at once, then `on_event`'s frames per event. A failed
-/// sequence sends an error frame and `[DONE]`.
-pub fn response<F>(rx: UnboundedReceiver<Event>, first: Vec<Value>, on_event: F) -> Response
+/// A streaming response: `first` frames at once, then `on_event`'s frames per (choice, event).
+/// A failed sequence sends an error frame and `[DONE]`.
+pub fn response<F>(rx: Merged, first: Vec<Value>, on_event: F) -> Response
 where
-    F: FnMut(Event) -> Frames + Send + 'static,
+    F: FnMut(usize, Event) -> Frames + Send + 'static,
 {
     struct State<F> {
-        rx: UnboundedReceiver<Event>,
+        rx: Merged,
         on_event: F,
         first: Option<Vec<Value>>,
         done: bool,
@@ -54,13 +69,13 @@ where
         if st.done {
             return None;
         }
-        let event = match tokio::time::timeout(KEEP_ALIVE, st.rx.recv()).await {
+        let event = match tokio::time::timeout(KEEP_ALIVE, st.rx.next()).await {
             Ok(event) => event,
             Err(_) => return Some((Ok(Bytes::from_static(KEEP_ALIVE_FRAME)), st)),
         };
         let (values, done) = match event {
-            Some(Event::Failed(msg)) => (vec![ApiError::internal(msg).body()], true),
-            Some(ev) => (st.on_event)(ev),
+            Some((_, Event::Failed(msg))) => (vec![ApiError::internal(msg).body()], true),
+            Some((i, ev)) => (st.on_event)(i, ev),
             None => (vec![ApiError::internal("the scheduler stopped").body()], true),
         };
         st.done = done;
@@ -77,8 +92,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{encode, response, KEEP_ALIVE};
-    use crate::serve::job::{Done, Ending, Event};
+    use super::{encode, merge, response, KEEP_ALIVE};
+    use crate::serve::job::{Done, Ending, Event, Timing};
     use colibri::decoder::Finish;
     use futures_util::StreamExt;
     use serde_json::json;
@@ -87,7 +102,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn silence_sends_keep_alive_comments() {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let resp = response(rx, vec![json!({"first": true})], |ev| match ev {
+        let resp = response(merge(vec![rx]), vec![json!({"first": true})], |_, ev| match ev {
             Event::Done(d) => (vec![json!({"n": d.completion_tokens})], true),
             _ => (vec![], false),
         });
@@ -98,11 +113,13 @@ mod tests {
         assert_eq!(next().await, ": keep-alive\n\n");
         assert_eq!(next().await, ": keep-alive\n\n");
         assert_eq!(t0.elapsed(), 2 * KEEP_ALIVE);
+        let finish = Ending::Finished(Finish::Length);
         tx.send(Event::Done(Done {
-            finish: Ending::Finished(Finish::Length),
+            finish,
             prompt_tokens: 1,
             completion_tokens: 3,
             cached_tokens: 0,
+            timing: Timing::default(),
         }))
         .unwrap();
         assert_eq!(next().await, "data: {\"n\":3}\n\ndata: [DONE]\n\n");

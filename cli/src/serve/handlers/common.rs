@@ -1,11 +1,12 @@
 //! Steps every generating endpoint shares: the serving engine, admission (503 when full), the
-//! KV-budget claim (503 when it has no room), handing the job to the scheduler, and collecting
-//! a whole generation for non-stream replies.
+//! KV-budget claim (503 when it has no room), handing the jobs of a request's choices to the
+//! scheduler, and collecting whole generations for non-stream replies.
 
 use crate::serve::budget::{KvClaim, Refused};
 use crate::serve::engine::Engine;
 use crate::serve::error::ApiError;
 use crate::serve::job::{Done, Event, Job, JobParams, Token};
+use crate::serve::reqlog::{Attached, Record};
 use crate::serve::state::AppState;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,14 +21,21 @@ pub fn engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
     Ok(e)
 }
 
-/// Claim the KV cache a job may reach at worst: its positions (prompt + max_tokens, within the
-/// context; what the scheduler sizes its session to) × KV bytes per token, plus the recurrent
-/// state its session holds whatever its length (Qwen3-Next; 0 otherwise).
-fn claim_kv(state: &AppState, engine: &Engine, prompt: &[u32], params: &JobParams) -> Result<KvClaim, ApiError> {
+/// Claim the KV cache `n` jobs may reach at worst, at once: each one's positions (prompt +
+/// max_tokens, within the context; what the scheduler sizes its session to) × KV bytes per
+/// token, plus the recurrent state its session holds whatever its length (Qwen3-Next; 0
+/// otherwise).
+fn claim_kv(
+    state: &AppState,
+    engine: &Engine,
+    prompt: &[u32],
+    params: &JobParams,
+    n: usize,
+) -> Result<KvClaim, ApiError> {
     let tokens = (prompt.len() + params.decode.max_tokens).min(engine.n_ctx).max(1);
     let state_bytes = colibri::session::session_state_bytes(engine.model.config()) as u64;
     let need = (tokens as u64).saturating_mul(engine.kv_bytes_per_token as u64).saturating_add(state_bytes);
-    state.kv.claim(need).map_err(|r| match r {
+    state.kv.claim(need.saturating_mul(n as u64)).map_err(|r| match r {
         Refused::NotNow { need, free } => ApiError::kv_budget_full(need, free),
         Refused::Never { need, total } => ApiError::request_too_large(
             "max_tokens",
@@ -45,24 +53,50 @@ pub fn submit(
     prompt: Vec<u32>,
     params: JobParams,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
-    let ticket = state.admission.try_enter().ok_or_else(ApiError::busy)?;
-    let kv = claim_kv(state, &engine, &prompt, &params)?;
-    let (tx, rx) = unbounded_channel();
+    let mut rxs = submit_choices(state, engine, prompt, params, 1)?;
+    rxs.pop().ok_or_else(|| ApiError::internal("no choice was queued"))
+}
+
+/// Admit and queue `n` independent choices of one prompt, all or none: choice i samples (and
+/// routes) with the request's seeds + i, so it repeats as choice 0 of a request with those
+/// seeds. Their events arrive on the returned channels, in choice order.
+pub fn submit_choices(
+    state: &AppState,
+    engine: Arc<Engine>,
+    prompt: Vec<u32>,
+    params: JobParams,
+    n: usize,
+) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
+    let tickets = (0..n).map(|_| state.admission.try_enter()).collect::<Option<Vec<_>>>().ok_or_else(ApiError::busy)?;
+    let claims = claim_kv(state, &engine, &prompt, &params, n)?.split(n);
     let now = Instant::now();
-    let job = Job {
-        engine,
-        prompt,
-        params,
-        events: tx,
-        enqueued: now,
-        deadline: state.config.timeout.map(|t| now + t),
-        ticket,
-        kv,
-    };
-    if !state.scheduler.submit(job) {
-        return Err(ApiError::internal("the scheduler stopped"));
+    let mut rxs = Vec::with_capacity(n);
+    for (i, (ticket, kv)) in tickets.into_iter().zip(claims).enumerate() {
+        let mut params = params.clone();
+        params.decode.sampler.seed = params.decode.sampler.seed.wrapping_add(i as u64);
+        params.routing_seed = params.routing_seed.wrapping_add(i as u64);
+        let (tx, rx) = unbounded_channel();
+        let job = Job {
+            engine: engine.clone(),
+            prompt: prompt.clone(),
+            params,
+            events: tx,
+            enqueued: now,
+            deadline: state.config.timeout.map(|t| now + t),
+            ticket,
+            kv,
+        };
+        if !state.scheduler.submit(job) {
+            return Err(ApiError::internal("the scheduler stopped"));
+        }
+        rxs.push(rx);
     }
-    Ok(rx)
+    Ok(rxs)
+}
+
+/// Wait for every choice's whole generation (in choice order).
+pub async fn collect_all(rxs: Vec<UnboundedReceiver<Event>>) -> Result<Vec<Collected>, ApiError> {
+    futures_util::future::join_all(rxs.into_iter().map(collect)).await.into_iter().collect()
 }
 
 /// A finished generation.
@@ -108,4 +142,28 @@ pub fn envelope(
         v["usage"] = usage.unwrap_or(serde_json::Value::Null);
     }
     v
+}
+
+/// Add the MoE extension `routing` to a whole choice when its tokens carry it.
+pub fn with_routing(choice: &mut serde_json::Value, tokens: &[Token]) {
+    if let Some(r) = crate::serve::openai::routing(tokens) {
+        choice["routing"] = r;
+    }
+}
+
+/// A whole (non-stream) response: `choices` in the OpenAI envelope with the request's usage
+/// (the prompt once, every choice's completion), its record attached for the request log.
+pub fn whole_response(
+    object: &str,
+    engine: &Engine,
+    created: u64,
+    choices: Vec<serde_json::Value>,
+    record: Record,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let usage = Some(crate::serve::openai::usage(record.prompt_tokens, record.completion_tokens, record.cached_tokens));
+    let body = envelope(object, &record.id, created, &engine.id, serde_json::Value::Array(choices), usage, true);
+    let mut resp = axum::Json(body).into_response();
+    resp.extensions_mut().insert(Attached(record));
+    resp
 }

@@ -3,15 +3,18 @@
 
 use super::common::{collect, engine, submit};
 use crate::serve::error::ApiError;
-use crate::serve::openai::routing;
-use crate::serve::params::{job_params, read_object, request_cap, tokenize, Defaults, Fields};
+use crate::serve::openai::{new_id, routing};
+use crate::serve::params::{choices, job_params, read_object, request_cap, tokenize, Defaults, Fields};
+use crate::serve::reqlog::{Attached, Record};
 use crate::serve::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Value>, ApiError> {
+pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
+    let mut record = Record::new(new_id("gen"), "/generate", state.config.request_log);
     let obj = read_object(body, &state.config).await?;
     let f = Fields(&obj);
     let text = match f.get("prompt") {
@@ -23,6 +26,9 @@ pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Va
     let cap = request_cap(&state.config, &engine);
     let prompt = tokenize(&engine, "prompt", text, true, cap)?;
     let params = job_params(&f, &Defaults::generate(), &engine, prompt.len(), cap)?;
+    if choices(&f, &state.config)? > 1 {
+        return Err(ApiError::invalid("n", "/generate answers one choice; /v1/completions takes n > 1"));
+    }
     let c = collect(submit(&state, engine, prompt, params)?).await?;
     let finish = c.done.finish.simple();
     let tokens: Vec<u32> = c.tokens.iter().filter_map(|t| t.id).collect();
@@ -36,5 +42,8 @@ pub async fn generate(State(state): State<Shared>, body: Body) -> Result<Json<Va
     if let Some(r) = routing(&c.tokens) {
         body["routing"] = r;
     }
-    Ok(Json(body))
+    record.add(&c.done);
+    let mut resp = Json(body).into_response();
+    resp.extensions_mut().insert(Attached(record));
+    Ok(resp)
 }

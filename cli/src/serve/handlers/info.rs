@@ -12,10 +12,11 @@ use axum::Json;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 
-fn model_entry(e: &Engine) -> Value {
+/// The served model under the name `id` (its own or an --alias).
+fn model_entry(e: &Engine, id: &str) -> Value {
     let c = e.model.config();
     json!({
-        "id": e.id,
+        "id": id,
         "object": "model",
         "created": e.created,
         "owned_by": "colibri",
@@ -33,7 +34,9 @@ fn model_entry(e: &Engine) -> Value {
 
 pub async fn models(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
     let e = state.slot.get().ok_or_else(ApiError::loading)?;
-    Ok(Json(json!({"object": "list", "data": [model_entry(&e)]})))
+    let names = std::iter::once(&e.id).chain(state.config.aliases.iter().filter(|a| **a != e.id));
+    let data: Vec<Value> = names.map(|id| model_entry(&e, id)).collect();
+    Ok(Json(json!({"object": "list", "data": data})))
 }
 
 /// `GET /v1/models/{id}`. An id that does not percent-decode to UTF-8 is a JSON 400 like every
@@ -45,10 +48,10 @@ pub async fn model(
     let Path(id) =
         id.map_err(|_| ApiError::invalid("id", "the model id in the path is not UTF-8 once percent-decoded"))?;
     let e = state.slot.get().ok_or_else(ApiError::loading)?;
-    if id != e.id {
+    if id != e.id && !state.config.aliases.contains(&id) {
         return Err(ApiError::model_not_found(&id));
     }
-    Ok(Json(model_entry(&e)))
+    Ok(Json(model_entry(&e, &id)))
 }
 
 pub async fn health(State(state): State<Shared>) -> Response {

@@ -5,3 +5,5 @@ pub mod common;
 pub mod completions;
 pub mod generate;
 pub mod info;
+pub mod tally;
+pub mod tokens;
