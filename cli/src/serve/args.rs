@@ -5,6 +5,7 @@
 use super::budget;
 use super::cors::Origins;
 use crate::model_path;
+use colibri::embed::Pooling;
 use colibri::threads::ThreadOptions;
 use colibri::tokenizer::MessageSpecials;
 use colibri::Error;
@@ -76,6 +77,14 @@ pub struct ServeArgs {
     /// header and same-origin ones only; others get 403).
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// How /v1/embeddings pools a text's final-normed hidden states into one vector (then
+    /// L2-normalised): mean over the tokens, the last token's, or the first token's (cls).
+    #[arg(long, default_value = "mean", value_parser = parse_pooling)]
+    pub pooling: Pooling,
+}
+
+fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    Pooling::from_name(s).ok_or_else(|| format!("{s:?} is not a pooling (mean, last or cls)"))
 }
 
 /// Largest --parallel / --queue accepted.
@@ -105,6 +114,8 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     pub kv_budget: u64,
     pub allowed_origins: Origins,
+    /// /v1/embeddings' pooling (`--pooling`).
+    pub pooling: Pooling,
 }
 
 fn invalid(reason: String) -> Error {
@@ -167,6 +178,7 @@ impl ServeConfig {
             default_max_tokens: a.default_max_tokens,
             kv_budget: a.kv_budget.unwrap_or_else(budget::default_budget),
             allowed_origins: Origins::parse(&a.allowed_origins)?,
+            pooling: a.pooling,
         })
     }
 }

@@ -14,10 +14,18 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// Paths counted under their own name in the metrics; the rest count as "other".
-const KNOWN: [&str; 7] =
-    ["/v1/completions", "/v1/chat/completions", "/v1/models", "/generate", "/health", "/metrics", "/v1/models/{id}"];
+const KNOWN: [&str; 8] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/generate",
+    "/health",
+    "/metrics",
+    "/v1/models/{id}",
+    "/v1/embeddings",
+];
 /// Endpoints whose POST body is JSON.
-const JSON_ENDPOINTS: [&str; 3] = ["/v1/completions", "/v1/chat/completions", "/generate"];
+const JSON_ENDPOINTS: [&str; 4] = ["/v1/completions", "/v1/chat/completions", "/generate", "/v1/embeddings"];
 /// Largest request head accepted: request line and headers (hyper's read buffer bounds what
 /// it holds, but a head that arrives in one read can pass it).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;

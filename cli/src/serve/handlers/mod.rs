@@ -3,5 +3,6 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod generate;
 pub mod info;
