@@ -171,7 +171,6 @@ pub async fn embeddings(State(state): State<Shared>, body: Body) -> Result<Respo
     let f = Fields(&obj);
     let engine = engine(&state)?;
     f.check_model(&engine)?;
-    f.str("user")?;
     let cap = request_cap(&state.config, &engine);
     let r = request(&f, &engine, cap)?;
     let mut ticket = state.admission.try_enter().ok_or_else(ApiError::busy)?;
