@@ -93,6 +93,38 @@ typedef struct colibri_session colibri_session;
 typedef int32_t colibri_status;
 
 /**
+ * How `colibri_embed` pools the per-token states (`colibri_embed_params.pooling`). Frozen numbers.
+ */
+typedef int32_t colibri_pooling;
+
+/**
+ * How reduced-precision weights meet their activations (`quant_act`). Frozen numbers.
+ */
+typedef int32_t colibri_quant_act;
+
+/**
+ * Options of `colibri_embed`. Fill with `colibri_embed_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_embed_params).
+   */
+  uint32_t struct_size;
+  /**
+   * A COLIBRI_POOLING_* value (default COLIBRI_POOLING_MEAN).
+   */
+  colibri_pooling pooling;
+  /**
+   * 1 (default): scale the vector to unit L2 norm; 0: leave it as pooled.
+   */
+  int32_t normalize;
+  /**
+   * A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
+   */
+  colibri_quant_act quant_act;
+} colibri_embed_params;
+
+/**
  * Sampling, limits and stop strings of one generation. Fill with `colibri_generate_params_init`.
  */
 typedef struct {
@@ -338,11 +370,6 @@ typedef int32_t colibri_kv_type;
 typedef int32_t colibri_routing_mode;
 
 /**
- * How reduced-precision weights meet their activations (`quant_act`). Frozen numbers.
- */
-typedef int32_t colibri_quant_act;
-
-/**
  * Options of a session. Fill with `colibri_session_params_init`.
  */
 typedef struct {
@@ -456,6 +483,21 @@ typedef struct {
    */
   const char *content;
 } colibri_chat_message;
+
+/**
+ * The mean over every token (the default).
+ */
+#define COLIBRI_POOLING_MEAN 0
+
+/**
+ * The last token's state (the one position that has seen the whole sequence).
+ */
+#define COLIBRI_POOLING_LAST 1
+
+/**
+ * The first token's state (BERT's [CLS] convention).
+ */
+#define COLIBRI_POOLING_CLS 2
 
 /**
  * `max_tokens` (or `tokens_cap`) tokens were generated.
@@ -689,6 +731,37 @@ colibri_status colibri_infer_batch(const colibri_model *model,
                                    size_t n_sessions,
                                    float *logits_out,
                                    size_t logits_len);
+
+/**
+ * Fill `params` with the defaults (mean pooling, L2-normalised). Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or writable.
+ */
+void colibri_embed_params_init(colibri_embed_params *params);
+
+/**
+ * The embedding of `n_tokens` tokens (n_tokens ≥ 1; add BOS yourself if the model wants one):
+ * the model's final-normed hidden states (what the lm_head would read) pooled as `params` says
+ * (NULL: mean over the tokens, L2-normalised), written as hidden_size floats to `out`
+ * (`out_len` floats). `*n_out` always gets the vector length (hidden_size). A size query —
+ * `out` NULL and `out_len` 0 — or any `out_len` below it returns COLIBRI_STATUS_BUFFER_TOO_SMALL
+ * before anything is computed (the tokens are not read). The tokens must fit the model's
+ * vocabulary; memory for their KV cache that cannot be had is COLIBRI_STATUS_OUT_OF_MEMORY.
+ * Runs on the model's worker pool in a session of its own (no session is touched): safe to call
+ * concurrently.
+ *
+ * # Safety
+ * `model` a live model; `tokens` readable for n_tokens ints; `out` writable for out_len floats;
+ * `n_out` writable.
+ */
+colibri_status colibri_embed(const colibri_model *model,
+                             const int32_t *tokens,
+                             size_t n_tokens,
+                             const colibri_embed_params *params,
+                             float *out,
+                             size_t out_len,
+                             size_t *n_out);
 
 /**
  * Fill `params` with the defaults. Thread-safe.

@@ -9,7 +9,7 @@
 #           streaming ends where it should and says why (token limit; a stop string, never
 #           printed, as `colibri run --stop`), two threads equal one, routing traces equal
 #           `colibri run --debug-routing`, sequences decoded together (colibri_infer_batch) equal
-#           each decoded alone, the MoE layer equals its scalar reference, and the HTTP teaching
+#           each decoded alone, embeddings (colibri_embed) equal transformers' pooled hidden states, the MoE layer equals its scalar reference, and the HTTP teaching
 #           server answers good and hostile requests with the documented JSON and status codes
 #           (finish_reason from the library, stop strings included) while staying up.
 # asan      the same programs built with -fsanitize=address,undefined (leak detection on).
@@ -69,7 +69,7 @@ SO=libcolibri.so.$ABI
 NATIVE_LIBS=$(sed -n 's/^set(COLIBRI_NATIVE_STATIC_LIBS \(.*\))$/\1/p' CMakeLists.txt | sed 's/\([^ ]*\)/-l\1/g')
 [ -n "$NATIVE_LIBS" ] || fail "COLIBRI_NATIVE_STATIC_LIBS not found in CMakeLists.txt"
 STRICT=(-std=c99 -Wall -Wextra -Werror -pedantic)
-EXAMPLES=(version generate stream threads fork batch routing_trace moe_layer http_server state)
+EXAMPLES=(version generate stream threads fork batch embed routing_trace moe_layer http_server state)
 
 # ----------------------------------------------------------------------------------------------
 say "setup in $WORK"
@@ -561,6 +561,20 @@ suite() { # MODE
         fi
     done
     ok "batch: 3 sequences (prompts of different lengths) decoded together == colibri_generate alone (2 models)"
+
+    # embed.c: colibri_embed of each fixture's oracle prompt == transformers' final-normed hidden
+    # states (oracle/hidden_f32.npy) pooled the same way, within 1e-4 of max|v|; a text too.
+    for spec in "Q qwen2_moe_shared" "M mixtral_gqa"; do
+        set -- $spec
+        local fx=tests/fixtures/models/$2 ids
+        ids=$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["input_ids"])))' "$fx/oracle/meta.json")
+        for pooling in mean last cls; do
+            run_prog embed "${!1}" "$pooling" "ids:$ids" "Hello world"
+            python3 scripts/check_embedding.py "$fx/oracle/hidden_f32.npy" "$pooling" "$WORK/out" ||
+                fail "[$MODE] embed $2 $pooling: $(cat "$WORK/out")"
+        done
+    done
+    ok "embed: colibri_embed == transformers' hidden states pooled mean/last/cls (2 models), unit norms"
 
     # routing_trace.c == colibri run --debug-routing, top-k and Gumbel.
     for spec in "Q 7 2" "M 3 1"; do

@@ -3,6 +3,7 @@
 //! Module map (imports go one way, top to bottom):
 //! - [`ffi`]: the C ABI (`include/colibri.h`).
 //! - [`generate`]: prompt → tokens loop on one session.
+//! - [`embed`]: token sequences → pooled final-normed hidden states (embeddings).
 //! - [`decoder`]: one generation's decisions (sampling, end of sequence, text, stop strings),
 //!   shared by `generate` and the server.
 //! - [`tokenizer`], [`sampler`]: text ↔ ids, logits → next id.
@@ -25,6 +26,8 @@
 pub mod chat_output;
 /// cbindgen:ignore
 pub mod decoder;
+/// cbindgen:ignore
+pub mod embed;
 /// cbindgen:ignore
 pub mod error;
 /// cbindgen:ignore

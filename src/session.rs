@@ -292,6 +292,8 @@ pub struct Session {
     pub(crate) trace: Option<Vec<RouteRecord>>,
     /// Logits of the last call: [n_out, vocab].
     pub(crate) logits: Vec<f32>,
+    /// Final-normed hidden states of the last `LogitsMode::Hidden` call: [n, hidden].
+    pub(crate) hidden: Vec<f32>,
     kv_dtype: KvDtype,
     quant_act: QuantActivations,
     /// The DeltaNet layers' state after the `pos` cached tokens (empty for attention-only models).
@@ -318,6 +320,7 @@ impl Session {
             rng: Rng::new(crate::rng::resolve_seed(opts.routing_seed)),
             trace: None,
             logits: Vec::new(),
+            hidden: Vec::new(),
             kv_dtype: opts.kv_dtype,
             quant_act: opts.quant_act,
             rec: RecurrentState::new(c)?,
@@ -532,5 +535,11 @@ impl Session {
     /// Logits of the last forward call ([n_out, vocab], row-major).
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    /// Final-normed hidden states of the last forward call with `LogitsMode::Hidden` ([n,
+    /// hidden], row-major): what the lm_head would have read.
+    pub fn hidden_states(&self) -> &[f32] {
+        &self.hidden
     }
 }

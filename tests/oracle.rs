@@ -18,23 +18,8 @@ use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::kernels::QuantActivations;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
-use common::{argmax, convert, fixture_dirs, ids};
+use common::{argmax, convert, fixture_dirs, ids, read_npy_f32};
 use std::path::Path;
-
-/// Minimal reader of a 2-D little-endian float32 .npy file (independent of the CLI's writer).
-fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let b = std::fs::read(path).unwrap();
-    assert_eq!(&b[..6], b"\x93NUMPY");
-    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
-    assert!(header.contains("'<f4'") && header.contains("'fortran_order': False"), "{header}");
-    let shape_txt = &header[header.find('(').unwrap() + 1..header.find(')').unwrap()];
-    let shape: Vec<usize> =
-        shape_txt.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
-    let data: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    assert_eq!(data.len(), shape.iter().product::<usize>());
-    (shape, data)
-}
 
 fn session(model: &Model, quant_act: QuantActivations) -> Session {
     Session::new(model.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap()

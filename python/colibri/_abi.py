@@ -30,9 +30,11 @@ __all__ = [
     "FINISH_REASONS",
     "KV_TYPES",
     "MOE_STORAGES",
+    "POOLINGS",
     "QUANT_ACTS",
     "ROUTING_MODES",
     "ChatMessage",
+    "EmbedParams",
     "GenerateParams",
     "GenerateResult",
     "ModelInfoStruct",
@@ -64,6 +66,8 @@ ROUTING_MODES = named("COLIBRI_ROUTING_")
 MOE_STORAGES = named("COLIBRI_MOE_")
 #: ``quant_act`` names (``COLIBRI_QUANT_ACT_*``): "default", "reduced", "float".
 QUANT_ACTS = named("COLIBRI_QUANT_ACT_")
+#: ``colibri_embed`` pooling names (``COLIBRI_POOLING_*``): "mean", "last", "cls".
+POOLINGS = named("COLIBRI_POOLING_")
 #: ``colibri_generate_result.finish_reason`` value -> name (``COLIBRI_FINISH_*``): "length",
 #: "stop", "eos", "context_full", "callback".
 FINISH_REASONS = {v: k for k, v in named("COLIBRI_FINISH_").items()}
@@ -133,6 +137,17 @@ class ModelParams(Structure):
         ("sigbus_guard", c_int32),
         ("n_threads", c_uint32),
         ("pin_threads", c_int32),
+    ]
+
+
+class EmbedParams(Structure):
+    """``colibri_embed_params``."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("pooling", c_int32),
+        ("normalize", c_int32),
+        ("quant_act", c_int32),
     ]
 
 
@@ -227,6 +242,11 @@ _status = c_int32
 PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_version": (c_char_p, []),
     "colibri_abi_version": (c_uint32, []),
+    "colibri_embed_params_init": (None, [POINTER(EmbedParams)]),
+    "colibri_embed": (
+        _status,
+        [_handle, POINTER(c_int32), c_size_t, POINTER(EmbedParams), POINTER(c_float), c_size_t, POINTER(c_size_t)],
+    ),
     "colibri_generate_params_init": (None, [POINTER(GenerateParams)]),
     "colibri_generate_result_init": (None, [POINTER(GenerateResult)]),
     "colibri_generate": (

@@ -24,6 +24,15 @@ COLIBRI_SEED_RANDOM = 18446744073709551615
 #: What a route callback returns to fail the call it reports on (see colibri_route_callback).
 COLIBRI_ROUTE_ABORT = -1
 
+#: The mean over every token (the default).
+COLIBRI_POOLING_MEAN = 0
+
+#: The last token's state (the one position that has seen the whole sequence).
+COLIBRI_POOLING_LAST = 1
+
+#: The first token's state (BERT's [CLS] convention).
+COLIBRI_POOLING_CLS = 2
+
 #: `max_tokens` (or `tokens_cap`) tokens were generated.
 COLIBRI_FINISH_LENGTH = 0
 

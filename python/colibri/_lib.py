@@ -27,6 +27,7 @@ from ._abi import (  # noqa: F401  (the structs are re-exported: colibri._lib.Se
     ABI_VERSION,
     PROTOTYPES,
     ChatMessage,
+    EmbedParams,
     GenerateParams,
     GenerateResult,
     ModelInfoStruct,
@@ -180,6 +181,11 @@ class Library:
         r = GenerateResult()
         self.colibri_generate_result_init(ctypes.byref(r))
         return r
+
+    def embed_params(self) -> EmbedParams:
+        p = EmbedParams()
+        self.colibri_embed_params_init(ctypes.byref(p))
+        return p
 
     def model_params(self) -> ModelParams:
         p = ModelParams()

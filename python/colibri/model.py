@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _buffers
-from ._abi import FAMILIES, ChatMessage
-from ._args import as_int32_ptr, check_bool, check_int, encode_path, encode_text, int32_array
+from ._abi import FAMILIES, POOLINGS, QUANT_ACTS, ChatMessage
+from ._args import as_int32_ptr, check_bool, check_int, choice, encode_path, encode_text, int32_array
 from ._buffers import Logits
 from ._handle import OwnedHandle
 from ._lib import ColibriError, Library, Status, get_library
@@ -229,6 +229,43 @@ class Model(OwnedHandle):
                 return ctypes.string_at(buf, n.value).decode("utf-8")
         raise AssertionError("the library kept asking for a larger buffer")  # pragma: no cover
 
+    # -- embeddings --------------------------------------------------------------------------
+
+    def embed(
+        self,
+        input: Union[str, Sequence[int], Sequence[Union[str, Sequence[int]]]],
+        pooling: str = "mean",
+        normalize: bool = True,
+        *,
+        add_special: bool = True,
+        quant_act: str = "default",
+    ) -> Any:
+        """The embedding of a text or of token ids (``colibri_embed``): the model's final-normed
+        hidden states (what the lm_head reads) pooled over the tokens — ``pooling`` "mean" (the
+        default), "last" or "cls" (the first token's) — and with ``normalize`` scaled to unit L2
+        norm. A text is tokenised with ``add_special`` (BOS etc., as :meth:`tokenize`). Returns
+        one vector of ``info.hidden_size`` floats (a numpy float32 array, ``array.array("f")``
+        without numpy); a list of texts or id lists gives a list of vectors, one call each. Each
+        call runs in a session of its own (none of this model's sessions is touched); safe from
+        several threads at once. ``quant_act`` as in :meth:`session`."""
+        p = self._lib.embed_params()
+        p.pooling = choice("pooling", pooling, POOLINGS)
+        p.normalize = int(check_bool("normalize", normalize))
+        p.quant_act = choice("quant_act", quant_act, QUANT_ACTS)
+        if isinstance(input, (list, tuple)) and input and not all(_is_id(x) for x in input):
+            return [self._embed_one(x, p, add_special) for x in input]
+        return self._embed_one(input, p, add_special)
+
+    def _embed_one(self, item: Any, p: Any, add_special: bool) -> Any:
+        ids = self.tokenize(item, add_special) if isinstance(item, str) else item
+        arr, count = int32_array("input", ids)
+        h = self._info.hidden_size
+        out_ptr, buf = _buffers.new_floats(h)
+        n = c_size_t()
+        with self._shared() as mh:
+            self._lib.check(self._lib.colibri_embed(mh, as_int32_ptr(arr), count, byref(p), out_ptr, h, byref(n)))
+        return buf[: n.value]
+
     # -- sessions ----------------------------------------------------------------------------
 
     def session(
@@ -325,6 +362,11 @@ def infer_batch(model: "Model", sessions: Sequence[Session], token_lists: Sequen
         for s in held:
             s._release()
     return _buffers.split_rows(buf, rows, vocab, [s._all_logits for s in sessions])
+
+
+def _is_id(x: Any) -> bool:
+    """Whether `x` is one token id (an int, numpy ints included; not a bool)."""
+    return not isinstance(x, bool) and hasattr(x, "__index__")
 
 
 def _chat_array(messages: Iterable[Message]) -> Tuple[Any, int, int]:

@@ -88,7 +88,7 @@ def test_public_names_are_importable_from_the_package() -> None:
 _C_SIZES = {
     "uint32_t": 4, "int32_t": 4, "float": 4, "uint64_t": 8, "size_t": ctypes.sizeof(ctypes.c_size_t),
     "colibri_kv_type": 4, "colibri_routing_mode": 4, "colibri_quant_act": 4, "colibri_family": 4,
-    "colibri_finish_reason": 4, "colibri_moe_storage": 4,
+    "colibri_finish_reason": 4, "colibri_moe_storage": 4, "colibri_pooling": 4,
 }
 
 
@@ -119,6 +119,7 @@ def test_structs_mirror_the_header() -> None:
         "colibri_session_params": _abi.SessionParams,
         "colibri_params": _abi.Params,
         "colibri_chat_message": _abi.ChatMessage,
+        "colibri_embed_params": _abi.EmbedParams,
     }
     structs = _header_structs()
     assert set(structs) == set(mirrors), set(structs) ^ set(mirrors)

@@ -41,6 +41,13 @@ CASES = [
      {"messages": CHAT, "max_tokens": 4, "stream": True, "logprobs": True, "top_logprobs": 1,
       "stream_options": {"include_usage": True}}, 200, None),
     ("POST", "/v1/chat/completions", JSON, {"messages": CHAT, "max_tokens": 3, "stream": True}, 200, None),
+    ("POST", "/v1/embeddings", JSON, {"model": "default", "input": ["In the beginning", [1, 2, 3]]}, 200, None),
+    ("POST", "/v1/embeddings", JSON, {"input": "x", "encoding_format": "base64", "dimensions": 256, "user": 1}, 200,
+     None),
+    ("POST", "/v1/embeddings", JSON, {"input": "x", "dimensions": 3}, 400, None),
+    ("POST", "/v1/embeddings", JSON, {"input": "x", "temperature": 0.5}, 400, "unsupported_parameter"),
+    ("POST", "/v1/embeddings", JSON, {"input": "word " * 300}, 400, "context_length_exceeded"),
+    ("POST", "/v1/embeddings", JSON, {"input": "x", "model": "nope"}, 404, "model_not_found"),
     ("POST", "/generate", JSON, {"prompt": "In the beginning", "max_tokens": 4, "whatever": [1]}, 200, None),
     ("POST", "/generate", JSON, {"prompt": "In the beginning", "max_tokens": 3, "return_routing": True}, 200, None),
     # 400

@@ -2,7 +2,7 @@
 //! `extern "C"` functions; every entry point keeps panics and errors on the Rust side.
 //!
 //! One file per C object (model, session, text, generate, moe), one for steps over several
-//! sessions at once (batch), plus the plumbing: status codes, the panic boundary with the
+//! sessions at once (batch), one for embeddings (embed), plus the plumbing: status codes, the panic boundary with the
 //! per-thread last error, argument conversion (handle.rs) and the one-call-at-a-time flag of a
 //! session (exclusive.rs).
 
@@ -10,6 +10,7 @@
 #![allow(non_camel_case_types)]
 
 mod batch;
+mod embed;
 mod exclusive;
 mod generate;
 mod handle;
@@ -22,6 +23,7 @@ mod status;
 mod text;
 
 pub use batch::*;
+pub use embed::*;
 pub use generate::*;
 pub use model::*;
 pub use moe::*;
@@ -156,6 +158,7 @@ mod tests {
         );
         assert_no_padding!(colibri_generate_result, struct_size, finish_reason, n_tokens, n_cached);
         assert_no_padding!(colibri_moe_params, struct_size, storage, n_threads);
+        assert_no_padding!(colibri_embed_params, struct_size, pooling, normalize, quant_act);
     }
 
     #[test]

@@ -217,6 +217,16 @@ fn routing_of(mode: colibri_routing_mode, top_k: i32) -> Result<RoutingOptions, 
     Ok(RoutingOptions { mode, top_k })
 }
 
+/// The activation mode a COLIBRI_QUANT_ACT_* value asks for.
+pub(crate) fn quant_act_of(q: colibri_quant_act) -> Result<QuantActivations, Failure> {
+    match q {
+        COLIBRI_QUANT_ACT_DEFAULT => Ok(QuantActivations::from_env()),
+        COLIBRI_QUANT_ACT_REDUCED => Ok(QuantActivations::Reduced),
+        COLIBRI_QUANT_ACT_FLOAT => Ok(QuantActivations::Float),
+        _ => Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, format!("quant_act {q} (use COLIBRI_QUANT_ACT_*)"))),
+    }
+}
+
 impl colibri_session {
     pub(crate) fn new(m: &colibri_model, p: &colibri_session_params) -> Result<colibri_session, Failure> {
         let kv_dtype = match p.kv_type {
@@ -230,17 +240,7 @@ impl colibri_session {
                 ))
             }
         };
-        let quant_act = match p.quant_act {
-            COLIBRI_QUANT_ACT_DEFAULT => QuantActivations::from_env(),
-            COLIBRI_QUANT_ACT_REDUCED => QuantActivations::Reduced,
-            COLIBRI_QUANT_ACT_FLOAT => QuantActivations::Float,
-            q => {
-                return Err(Failure::new(
-                    COLIBRI_STATUS_INVALID_ARGUMENT,
-                    format!("quant_act {q} (use a COLIBRI_QUANT_ACT_* value)"),
-                ))
-            }
-        };
+        let quant_act = quant_act_of(p.quant_act)?;
         let routing = routing_of(p.routing_mode, p.moe_top_k)?;
         let c = m.model.config();
         crate::forward::check_routing(c, &routing)?;

@@ -28,18 +28,22 @@ pub fn forward_in_steps(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()>
     result
 }
 
-/// One sequence in pieces; its logits are those one step would have left.
+/// One sequence in pieces; its logits (or hidden states) are those one step would have left.
 fn sequence_in_steps(model: &Model, q: &mut Sequence<'_>) -> Result<()> {
     let (h, vocab) = (model.config().hidden_size, model.config().vocab_size);
     let n = q.input.len(h);
-    let mut all_logits = Vec::new();
-    if q.opts.logits == LogitsMode::All {
-        let len = n.saturating_mul(vocab);
-        crate::fallible::reserve_exact(&mut all_logits, len).map_err(|_| Error::OutOfMemory {
-            what: format!("logits of {n} rows"),
-            bytes: (len as u64).saturating_mul(4),
-        })?;
-    }
+    // Every row's output, gathered over the pieces: [n, vocab] logits or [n, hidden] states.
+    let mut all_rows = Vec::new();
+    let width = match q.opts.logits {
+        LogitsMode::All => vocab,
+        LogitsMode::Hidden => h,
+        LogitsMode::Last | LogitsMode::None => 0,
+    };
+    let len = n.saturating_mul(width);
+    crate::fallible::reserve_exact(&mut all_rows, len).map_err(|_| Error::OutOfMemory {
+        what: format!("the outputs of {n} rows"),
+        bytes: (len as u64).saturating_mul(4),
+    })?;
     let (mut at, call_end) = (0, q.session.pos + n);
     while at < n {
         let end = (at + MAX_STEP_ROWS).min(n);
@@ -50,13 +54,17 @@ fn sequence_in_steps(model: &Model, q: &mut Sequence<'_>) -> Result<()> {
         let opts = ForwardOptions { logits, ..q.opts };
         let piece = Sequence { session: &mut *q.session, input: q.input.rows(at..end, h), opts };
         one_step(model, &mut [piece], Some(call_end))?;
-        if logits == LogitsMode::All {
-            all_logits.extend_from_slice(&q.session.logits);
+        match logits {
+            LogitsMode::All => all_rows.extend_from_slice(&q.session.logits),
+            LogitsMode::Hidden => all_rows.extend_from_slice(&q.session.hidden),
+            LogitsMode::Last | LogitsMode::None => {}
         }
         at = end;
     }
-    if q.opts.logits == LogitsMode::All {
-        q.session.logits = all_logits;
+    match q.opts.logits {
+        LogitsMode::All => q.session.logits = all_rows,
+        LogitsMode::Hidden => q.session.hidden = all_rows,
+        LogitsMode::Last | LogitsMode::None => {}
     }
     Ok(())
 }

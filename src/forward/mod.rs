@@ -11,6 +11,9 @@
 //! x = embed(tokens)
 //! for each layer:  x += attention(norm(x));  x += ffn_or_moe(norm(x))
 //! logits = lm_head(norm(x))      (norm: RMSNorm, or LayerNorm with bias for Phi-MoE)
+//!
+//! `LogitsMode::Hidden` stops before the lm_head: the call leaves norm(x) of every new row
+//! (`Session::hidden_states`), what embeddings pool (`crate::embed`).
 
 mod attention;
 mod check;
@@ -73,6 +76,9 @@ pub enum LogitsMode {
     All,
     /// None (prefill of a prompt prefix).
     None,
+    /// No logits: the final-normed hidden state of every new position, [n, hidden] in
+    /// `Session::hidden_states()` (embeddings; the lm_head is not run for this sequence).
+    Hidden,
 }
 
 /// Per-call options.
@@ -157,6 +163,8 @@ fn one_step(model: &Model, batch: &mut [Sequence<'_>], call_end: Option<usize>) 
     };
     // logits = lm_head(norm(x))
     lm_head(model, &k, batch, &x);
+    // hidden = norm(x), for the sequences that ask for it instead of logits
+    final_hidden(model, batch, &x);
     // A file rewritten under the mapping during the step: its results are discarded (positions
     // do not advance; the logits buffers hold nothing a caller may use).
     model.check_unchanged()?;
@@ -186,8 +194,34 @@ fn reserve(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
             what: format!("logits of {} rows", want / vocab.max(1)),
             bytes: (want as u64).saturating_mul(4),
         })?;
+        if q.opts.logits == LogitsMode::Hidden {
+            let want = new.saturating_mul(h);
+            let more = want.saturating_sub(s.hidden.len());
+            crate::fallible::reserve(&mut s.hidden, more).map_err(|_| Error::OutOfMemory {
+                what: format!("hidden states of {new} rows"),
+                bytes: (want as u64).saturating_mul(4),
+            })?;
+        }
     }
     Ok(())
+}
+
+/// Each `LogitsMode::Hidden` sequence's rows of `x` ([n, hidden]), normed by the final norm
+/// into its session's hidden-state buffer ([its rows, hidden], capacity reserved).
+fn final_hidden(model: &Model, batch: &mut [Sequence<'_>], x: &[f32]) {
+    let c = model.config();
+    let h = c.hidden_size;
+    let mut row = 0;
+    for q in batch.iter_mut() {
+        let rows = row..row + q.input.len(h);
+        row = rows.end;
+        if q.opts.logits != LogitsMode::Hidden {
+            continue;
+        }
+        let out = &mut q.session.hidden;
+        out.resize(rows.len() * h, 0.0);
+        step::norm_rows(c, &model.weights().norm, &x[rows.start * h..rows.end * h], out);
+    }
 }
 
 fn lm_head(model: &Model, k: &Kernels, batch: &mut [Sequence<'_>], x: &[f32]) {
@@ -235,6 +269,6 @@ fn wanted(mode: LogitsMode, rows: Range<usize>) -> Range<usize> {
     match mode {
         LogitsMode::Last => rows.end - 1..rows.end,
         LogitsMode::All => rows,
-        LogitsMode::None => rows.start..rows.start,
+        LogitsMode::None | LogitsMode::Hidden => rows.start..rows.start,
     }
 }

@@ -357,6 +357,21 @@ pub fn fixture_dirs() -> Vec<PathBuf> {
     v
 }
 
+/// Minimal reader of a 2-D little-endian float32 .npy file (independent of the CLI's writer).
+pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+    assert!(header.contains("'<f4'") && header.contains("'fortran_order': False"), "{header}");
+    let shape_txt = &header[header.find('(').unwrap() + 1..header.find(')').unwrap()];
+    let shape: Vec<usize> =
+        shape_txt.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let data: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
+}
+
 /// The fixture's oracle/meta.json.
 pub fn meta(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("oracle/meta.json")).unwrap()).unwrap()

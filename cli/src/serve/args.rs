@@ -5,6 +5,7 @@
 use super::budget;
 use super::cors::Origins;
 use crate::model_path;
+use colibri::embed::Pooling;
 use colibri::threads::ThreadOptions;
 use colibri::tokenizer::MessageSpecials;
 use colibri::Error;
@@ -94,6 +95,14 @@ pub struct ServeArgs {
     /// milliseconds, finish reason): json, logfmt or off.
     #[arg(long, value_enum, default_value = "json")]
     pub request_log: LogFormat,
+    /// How /v1/embeddings pools a text's final-normed hidden states into one vector (then
+    /// L2-normalised): mean over the tokens, the last token's, or the first token's (cls).
+    #[arg(long, default_value = "mean", value_parser = parse_pooling)]
+    pub pooling: Pooling,
+}
+
+fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    Pooling::from_name(s).ok_or_else(|| format!("{s:?} is not a pooling (mean, last or cls)"))
 }
 
 /// How request lines are written.
@@ -141,6 +150,8 @@ pub struct ServeConfig {
     /// Other names of the served model (--alias).
     pub aliases: Vec<String>,
     pub request_log: LogFormat,
+    /// /v1/embeddings' pooling (`--pooling`).
+    pub pooling: Pooling,
 }
 
 fn invalid(reason: String) -> Error {
@@ -219,6 +230,7 @@ impl ServeConfig {
                 v
             }),
             request_log: a.request_log,
+            pooling: a.pooling,
         })
     }
 }

@@ -14,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// Paths counted under their own name in the metrics; the rest count as "other".
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 10] = [
     "/v1/completions",
     "/v1/chat/completions",
     "/v1/models",
@@ -24,9 +24,11 @@ const KNOWN: [&str; 9] = [
     "/v1/models/{id}",
     "/tokenize",
     "/detokenize",
+    "/v1/embeddings",
 ];
 /// Endpoints whose POST body is JSON.
-const JSON_ENDPOINTS: [&str; 5] = ["/v1/completions", "/v1/chat/completions", "/generate", "/tokenize", "/detokenize"];
+const JSON_ENDPOINTS: [&str; 6] =
+    ["/v1/completions", "/v1/chat/completions", "/generate", "/tokenize", "/detokenize", "/v1/embeddings"];
 /// Largest request head accepted: request line and headers (hyper's read buffer bounds what
 /// it holds, but a head that arrives in one read can pass it).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;

@@ -48,6 +48,8 @@ pub const CHAT: &[&str] = &[
     "reasoning_effort",
     "chat_template_kwargs",
 ];
+/// Every field `/v1/embeddings` reads (none of the generation ones: see `check_own`).
+pub const EMBEDDINGS: &[&str] = &["model", "input", "encoding_format", "dimensions", "user"];
 
 /// OpenAI request fields this server does not implement.
 const NOT_IMPLEMENTED: &[&str] = &[
@@ -85,9 +87,18 @@ fn asks_nothing(key: &str, v: &Value) -> bool {
 
 /// 400 for the first field of `obj` that is neither shared, nor in `own`, nor asking for nothing.
 pub fn check(obj: &Map<String, Value>, own: &[&str]) -> Result<(), ApiError> {
+    check_among(obj, SHARED, own)
+}
+
+/// `check` for an endpoint that generates nothing: the shared (generation) fields are refused too.
+pub fn check_own(obj: &Map<String, Value>, own: &[&str]) -> Result<(), ApiError> {
+    check_among(obj, &[], own)
+}
+
+fn check_among(obj: &Map<String, Value>, shared: &[&str], own: &[&str]) -> Result<(), ApiError> {
     for (key, value) in obj {
         let k = key.as_str();
-        if SHARED.contains(&k) || own.contains(&k) || asks_nothing(k, value) {
+        if shared.contains(&k) || own.contains(&k) || asks_nothing(k, value) {
             continue;
         }
         let shown: String = k.chars().take(64).collect();

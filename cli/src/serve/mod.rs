@@ -50,6 +50,7 @@ fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/completions", post(handlers::completions::completions).fallback(not_allowed))
         .route("/v1/chat/completions", post(handlers::chat::chat).fallback(not_allowed))
+        .route("/v1/embeddings", post(handlers::embeddings::embeddings).fallback(not_allowed))
         .route("/generate", post(handlers::generate::generate).fallback(not_allowed))
         .route("/v1/models", get(handlers::info::models).fallback(not_allowed))
         .route("/v1/models/{id}", get(handlers::info::model).fallback(not_allowed))

@@ -35,10 +35,16 @@ fn claim_kv(
     let tokens = (prompt.len() + params.decode.max_tokens).min(engine.n_ctx).max(1);
     let state_bytes = colibri::session::session_state_bytes(engine.model.config()) as u64;
     let need = (tokens as u64).saturating_mul(engine.kv_bytes_per_token as u64).saturating_add(state_bytes);
-    state.kv.claim(need.saturating_mul(n as u64)).map_err(|r| match r {
+    claim_bytes(state, need.saturating_mul(n as u64), "max_tokens")
+}
+
+/// Claim `need` bytes of the KV budget: 503 when they do not fit now, 400 naming `param` when
+/// they never can.
+pub fn claim_bytes(state: &AppState, need: u64, param: &str) -> Result<KvClaim, ApiError> {
+    state.kv.claim(need).map_err(|r| match r {
         Refused::NotNow { need, free } => ApiError::kv_budget_full(need, free),
         Refused::Never { need, total } => ApiError::request_too_large(
-            "max_tokens",
+            param,
             format!(
                 "this request may need {need} bytes of KV cache, more than the server's whole --kv-budget ({total})"
             ),

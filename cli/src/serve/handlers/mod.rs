@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod generate;
 pub mod info;
 pub mod tally;
