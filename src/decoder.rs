@@ -136,7 +136,8 @@ impl Decoder {
         }
         self.history.push(token);
         self.generated += 1;
-        if !self.ignore_eos && self.eos.contains(&token) {
+        let grammar_end = self.grammar.as_ref().is_some_and(|g| g.is_end_of_sequence(token));
+        if !self.ignore_eos && (self.eos.contains(&token) || grammar_end) {
             return Ok(Step { token, text: String::new(), finish: Some(Finish::Eos) });
         }
         let piece = match tokenizer {

@@ -35,6 +35,8 @@ fn invalid(reason: String) -> Error {
 pub struct Engine {
     factory: ParserFactory,
     vocab_size: usize,
+    /// The end-of-sequence ids that end a document.
+    eos: Vec<u32>,
 }
 
 impl Engine {
@@ -58,12 +60,17 @@ impl Engine {
             f.quiet();
             Ok::<_, String>(f)
         })?;
-        Ok(Engine { factory, vocab_size: n })
+        Ok(Engine { factory, vocab_size: n, eos })
     }
 
     /// Ids the engine knows (the tokenizer's vocabulary size).
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
+    }
+
+    /// The end-of-sequence ids that end a document.
+    pub fn eos(&self) -> &[u32] {
+        &self.eos
     }
 
     /// A matcher at the start of `format`'s language; InvalidArgument for a schema the engine

@@ -190,6 +190,15 @@ impl Grammar {
         match self.matcher {}
     }
 
+    /// Whether `token` is one of the end-of-sequence ids that end a complete document (the
+    /// tokenizer's; the model's own list may be empty).
+    pub fn is_end_of_sequence(&self, token: u32) -> bool {
+        #[cfg(feature = "grammar")]
+        return self.vocab.engine.eos().contains(&token);
+        #[cfg(not(feature = "grammar"))]
+        match self.vocab.engine {}
+    }
+
     /// Ids the grammar's vocabulary has.
     pub fn vocab_size(&self) -> usize {
         #[cfg(feature = "grammar")]

@@ -1,7 +1,7 @@
 //! The fields the OpenAI endpoints read. Anything else is a 400 naming the field (OpenAI's own
 //! answer to an unrecognised argument) instead of being silently ignored: a client that asks for
-//! tools, a JSON response format, logit biases or several choices learns that it does not get
-//! them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
+//! tools, logit biases or several choices learns that it does not get them (`response_format`
+//! is read by format.rs). An OpenAI field whose value asks for nothing passes (an empty `tools` list,
 //! `tool_choice: "none"`, `response_format: {"type": "text"}`, an empty `logit_bias`, ...).
 //! `/generate` keeps its documented rule (docs/api.md: unknown fields are ignored).
 
@@ -35,9 +35,9 @@ const SHARED: &[&str] = &[
 ];
 
 /// Fields of `/v1/completions` besides the shared ones.
-pub const COMPLETIONS: &[&str] = &["prompt", "echo", "best_of", "logprobs"];
+pub const COMPLETIONS: &[&str] = &["prompt", "echo", "best_of", "logprobs", "response_format"];
 /// Fields of `/v1/chat/completions` besides the shared ones.
-pub const CHAT: &[&str] = &["messages", "logprobs", "top_logprobs"];
+pub const CHAT: &[&str] = &["messages", "logprobs", "top_logprobs", "response_format"];
 
 /// OpenAI request fields this server does not implement.
 const NOT_IMPLEMENTED: &[&str] = &[
@@ -46,7 +46,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "functions",
     "function_call",
     "parallel_tool_calls",
-    "response_format",
     "logit_bias",
     "suffix",
     "audio",
@@ -66,7 +65,6 @@ fn asks_nothing(key: &str, v: &Value) -> bool {
         ("tools" | "functions", Value::Array(a)) => a.is_empty(),
         ("logit_bias" | "metadata", Value::Object(o)) => o.is_empty(),
         ("tool_choice" | "function_call", Value::String(s)) => s == "none" || s == "auto",
-        ("response_format", Value::Object(o)) => o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"),
         ("parallel_tool_calls", Value::Bool(_)) => true,
         ("store", Value::Bool(b)) => !b,
         ("suffix", Value::String(s)) => s.is_empty(),
@@ -108,7 +106,6 @@ mod tests {
         for bad in [
             json!({"tools": [{"type": "function"}]}),
             json!({"tool_choice": "required"}),
-            json!({"response_format": {"type": "json_object"}}),
             json!({"logit_bias": {"50256": -100}}),
             json!({"functions": [{}]}),
             json!({"store": true}),
