@@ -44,9 +44,14 @@ impl Engine {
     /// Unsupported when the tokenizer has no end-of-sequence id or a decoder kind that is not
     /// byte-level or sentencepiece.
     pub fn new(tokenizer: &Tokenizer) -> Result<Engine> {
-        let words = token_bytes(tokenizer)?;
+        Engine::from_token_bytes(token_bytes(tokenizer)?, tokenizer.eos_ids())
+    }
+
+    /// The engine over `words` [vocab] (each id's bytes; special tokens behind the 0xFF
+    /// marker, empty for ids never allowed) whose `eos` ids end a document.
+    pub fn from_token_bytes(words: Vec<Vec<u8>>, eos: &[u32]) -> Result<Engine> {
         let n = words.len();
-        let eos: Vec<u32> = tokenizer.eos_ids().iter().copied().filter(|&e| (e as usize) < n).collect();
+        let eos: Vec<u32> = eos.iter().copied().filter(|&e| (e as usize) < n).collect();
         let Some(&first) = eos.first() else {
             return Err(Error::Unsupported { what: "grammars need a model with an end-of-sequence token".into() });
         };

@@ -97,9 +97,22 @@ impl GrammarVocab {
         Ok(GrammarVocab { engine: engine::Engine::new(tokenizer)? })
     }
 
+    /// A vocabulary from each id's bytes (`words` [vocab]: special tokens behind
+    /// [`vocab::SPECIAL_MARKER`], empty for ids never allowed) whose `eos` ids end a document.
+    #[cfg(feature = "grammar")]
+    pub fn from_token_bytes(words: Vec<Vec<u8>>, eos: &[u32]) -> Result<GrammarVocab> {
+        Ok(GrammarVocab { engine: engine::Engine::from_token_bytes(words, eos)? })
+    }
+
     /// Unsupported: this build lacks the `grammar` feature.
     #[cfg(not(feature = "grammar"))]
     pub fn new(_tokenizer: &crate::tokenizer::Tokenizer) -> Result<GrammarVocab> {
+        Err(Error::Unsupported { what: "grammars (this build lacks the `grammar` feature)".into() })
+    }
+
+    /// Unsupported: this build lacks the `grammar` feature.
+    #[cfg(not(feature = "grammar"))]
+    pub fn from_token_bytes(_words: Vec<Vec<u8>>, _eos: &[u32]) -> Result<GrammarVocab> {
         Err(Error::Unsupported { what: "grammars (this build lacks the `grammar` feature)".into() })
     }
 

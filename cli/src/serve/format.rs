@@ -58,7 +58,8 @@ pub fn apply(f: &Fields<'_>, engine: &Engine, params: &mut JobParams) -> Result<
     if params.decode.ignore_eos {
         return Err(ApiError::invalid("ignore_eos", "ignore_eos cannot be combined with response_format"));
     }
-    let compiled = engine.grammar.get(&engine.tokenizer).and_then(|vocab| vocab.compile(&format));
+    // The first request builds the vocabulary (seconds for 150k tokens): off the async workers.
+    let compiled = tokio::task::block_in_place(|| engine.grammar.get(&engine.tokenizer)?.compile(&format));
     params.decode.grammar = Some(compiled.map_err(|e| match e {
         Error::InvalidArgument { reason } => ApiError::invalid(FIELD, reason),
         other => ApiError::invalid(FIELD, other.to_string()),
