@@ -12,6 +12,7 @@
 mod batch;
 mod exclusive;
 mod generate;
+mod grammar;
 mod handle;
 mod model;
 mod moe;
@@ -22,6 +23,7 @@ mod text;
 
 pub use batch::*;
 pub use generate::*;
+pub use grammar::*;
 pub use model::*;
 pub use moe::*;
 pub use panic::*;
@@ -150,7 +152,8 @@ mod tests {
             reserved,
             seed,
             stop,
-            n_stop
+            n_stop,
+            grammar
         );
         assert_no_padding!(colibri_generate_result, struct_size, finish_reason, n_tokens, n_cached);
         assert_no_padding!(colibri_moe_params, struct_size, storage, n_threads);
