@@ -24,6 +24,7 @@ from ._lib import (
     load_library,
     status_name,
 )
+from .grammar import Grammar
 from .model import FAMILIES, Model, ModelInfo
 from .moe import MoeLayer
 from .session import GenerationResult, Session
@@ -45,6 +46,7 @@ __all__ = [
     "ModelInfo",
     "MoeLayer",
     "Session",
+    "Grammar",
     "Status",
     "abi_version",
     "debug_panic",
