@@ -23,7 +23,7 @@ fn open_model() -> *mut colibri_model {
 }
 
 fn grammar(m: *const colibri_model, format: i32, schema: &[u8]) -> (colibri_status, *mut colibri_grammar, String) {
-    let mut g = 1usize as *mut colibri_grammar;
+    let mut g = std::ptr::NonNull::<colibri_grammar>::dangling().as_ptr();
     let st = unsafe { colibri_grammar_new(m, format, schema.as_ptr().cast::<c_char>(), schema.len(), &mut g) };
     let err = unsafe { CStr::from_ptr(colibri_last_error_message()) }.to_string_lossy().into_owned();
     (st, g, err)
