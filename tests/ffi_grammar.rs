@@ -3,10 +3,11 @@
 //! end-of-sequence only with a document of the schema, over many seeds; the older
 //! colibri_generate_params size; a grammar refused with stop strings or another model's session.
 
+mod common;
+
 use colibri::ffi::*;
 use serde_json::Value;
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::PathBuf;
 use std::ptr::{null, null_mut};
 
 const SCHEMA: &str = r#"{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]},
@@ -15,11 +16,7 @@ const SCHEMA: &str = r#"{"type": "object", "properties": {"answer": {"enum": ["y
 const PROMPT: [i32; 6] = [17, 300, 5, 2048, 99, 1000];
 
 fn open_model() -> *mut colibri_model {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/default.colibri");
-    let path = CString::new(path.to_str().unwrap()).unwrap();
-    let mut m = null_mut();
-    assert_eq!(unsafe { colibri_model_open(path.as_ptr(), null(), &mut m) }, COLIBRI_STATUS_OK);
-    m
+    common::open_default_model_c()
 }
 
 fn grammar(m: *const colibri_model, format: i32, schema: &[u8]) -> (colibri_status, *mut colibri_grammar, String) {
