@@ -13,6 +13,9 @@
 //!
 //! Layout: `vocab.rs` — the bytes of every token id; `engine.rs` — the llguidance calls.
 
+// Without the engine, the stand-in methods cannot be reached (no GrammarVocab exists).
+#![cfg_attr(not(feature = "grammar"), allow(unused_variables, unreachable_code, dead_code))]
+
 #[cfg(feature = "grammar")]
 mod engine;
 pub mod vocab;
