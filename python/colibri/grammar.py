@@ -9,12 +9,10 @@ from ctypes import byref, c_void_p
 from typing import Any, Optional
 
 from ._args import encode_text
+from ._constants import COLIBRI_RESPONSE_JSON_OBJECT as RESPONSE_JSON_OBJECT
+from ._constants import COLIBRI_RESPONSE_JSON_SCHEMA as RESPONSE_JSON_SCHEMA
 from ._handle import OwnedHandle
 from ._lib import Status
-
-#: ``colibri_response_format`` values of include/colibri.h.
-RESPONSE_JSON_OBJECT = 1
-RESPONSE_JSON_SCHEMA = 2
 
 
 class Grammar(OwnedHandle):
