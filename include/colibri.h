@@ -73,6 +73,12 @@
 #define COLIBRI_ROUTE_ABORT -1
 
 /**
+ * A compiled response format (opaque to C). Immutable: one grammar may serve any number of
+ * generations, on any thread, of sessions of the model it was made for.
+ */
+typedef struct colibri_grammar colibri_grammar;
+
+/**
  * An opened model (opaque to C).
  */
 typedef struct colibri_model colibri_model;
@@ -196,6 +202,13 @@ typedef struct {
    */
   const char *const *stop;
   size_t n_stop;
+  /**
+   * Constrain the output to this grammar (colibri_grammar_new, made for the session's
+   * model; read during the call only), NULL for none (default). It cannot be combined with
+   * stop strings or ignore_eos (COLIBRI_STATUS_INVALID_ARGUMENT). The generation then ends
+   * on end-of-sequence (COLIBRI_FINISH_EOS) only with a complete, valid document.
+   */
+  const colibri_grammar *grammar;
 } colibri_generate_params;
 
 /**
@@ -240,6 +253,11 @@ typedef int32_t (*colibri_token_callback)(void *userdata,
                                           int32_t token,
                                           const char *text,
                                           size_t text_len);
+
+/**
+ * What a grammar asks of the output (`colibri_grammar_new`). Frozen numbers.
+ */
+typedef int32_t colibri_response_format;
 
 /**
  * Options of `colibri_model_open`. Fill with `colibri_model_params_init`.
@@ -523,6 +541,16 @@ typedef struct {
  * The callback returned non-zero.
  */
 #define COLIBRI_FINISH_CALLBACK 4
+
+/**
+ * Any JSON object (OpenAI's `json_object`); the schema argument is ignored.
+ */
+#define COLIBRI_RESPONSE_JSON_OBJECT 1
+
+/**
+ * JSON valid against the JSON Schema given as text (`$ref`s local, `#/...`).
+ */
+#define COLIBRI_RESPONSE_JSON_SCHEMA 2
 
 #define COLIBRI_FAMILY_MIXTRAL 0
 
@@ -815,6 +843,37 @@ colibri_status colibri_generate(colibri_session *session,
                                 int32_t *tokens_out,
                                 size_t tokens_cap,
                                 colibri_generate_result *result);
+
+/**
+ * Compile a response format against `model`'s vocabulary into `*grammar_out` (free it with
+ * colibri_grammar_free). `schema` is `schema_len` bytes of UTF-8 JSON (not NUL-terminated;
+ * read during the call only) for COLIBRI_RESPONSE_JSON_SCHEMA, ignored (may be NULL) for
+ * COLIBRI_RESPONSE_JSON_OBJECT. Output under a grammar is JSON with ", " between items, ": "
+ * after keys and no other whitespace outside strings; a generation that ends on
+ * end-of-sequence (COLIBRI_FINISH_EOS) has produced a complete, valid document.
+ * COLIBRI_STATUS_INVALID_ARGUMENT (the last error says why) for an unknown format, a schema
+ * that is not UTF-8, not JSON, or refused by the grammar engine; COLIBRI_STATUS_UNSUPPORTED
+ * for a model without tokenizer or end-of-sequence token, or a build without grammars. The
+ * first call on a model prepares its vocabulary (1-2 s for a 150k-token vocabulary).
+ * Safe to call concurrently.
+ *
+ * # Safety
+ * `model` a valid model; `schema` NULL or readable for schema_len bytes; `grammar_out` writable.
+ */
+colibri_status colibri_grammar_new(const colibri_model *model,
+                                   colibri_response_format format,
+                                   const char *schema,
+                                   size_t schema_len,
+                                   colibri_grammar **grammar_out);
+
+/**
+ * Release a grammar. NULL is a no-op.
+ *
+ * # Safety
+ * `grammar` must be NULL or a pointer from colibri_grammar_new, freed once, not in use by a
+ * running colibri_generate.
+ */
+void colibri_grammar_free(colibri_grammar *grammar);
 
 /**
  * Fill `params` with the defaults (mmap on, mlock off, one thread per physical core).

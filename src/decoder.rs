@@ -1,12 +1,14 @@
 //! One generation's token-by-token decisions, the same for every caller (`generate`, the C
 //! ABI through it, and the server's scheduler, which batches many): sample the next id from a
-//! step's logits (ids the tokenizer cannot decode are never sampled), end on an end-of-sequence
+//! step's logits (ids the tokenizer cannot decode are never sampled; with a grammar, only the
+//! ids its mask allows — the end-of-sequence ids once its document is complete), end on an end-of-sequence
 //! token, detokenise incrementally, hold back text that may become a stop string, count tokens
 //! against the limit. Feeding the chosen id back to the model is the caller's job, and so are
 //! the finish reasons only the caller can see (its callback, a full context).
 
 use crate::error::{Error, Result};
-use crate::sampler::{Sampler, SamplerParams};
+use crate::grammar::Grammar;
+use crate::sampler::{apply_mask, Sampler, SamplerParams};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{DecodeState, Tokenizer};
 
@@ -38,11 +40,20 @@ pub struct DecodeParams {
     pub ignore_eos: bool,
     /// Stop when the text contains one of these (the stop string itself is never emitted).
     pub stop: Vec<String>,
+    /// Constrain the output to this grammar (at its start); it cannot be combined with stop
+    /// strings or `ignore_eos`, which would cut or run past its document.
+    pub grammar: Option<Grammar>,
 }
 
 impl Default for DecodeParams {
     fn default() -> Self {
-        DecodeParams { max_tokens: 128, sampler: SamplerParams::default(), ignore_eos: false, stop: Vec::new() }
+        DecodeParams {
+            max_tokens: 128,
+            sampler: SamplerParams::default(),
+            ignore_eos: false,
+            stop: Vec::new(),
+            grammar: None,
+        }
     }
 }
 
@@ -69,6 +80,7 @@ pub struct Decoder {
     ignore_eos: bool,
     max_tokens: usize,
     generated: usize,
+    grammar: Option<Grammar>,
     /// [vocab] the sampler's working copy of a step's logits (it applies its penalties in place).
     work: Vec<f32>,
     /// [vocab] the last step's logits as the sampler got them, when kept (`keep_last_logits`).
@@ -84,6 +96,13 @@ impl Decoder {
         if tokenizer.is_none() && !params.stop.is_empty() {
             return Err(Error::InvalidArgument { reason: "stop strings need the model's tokenizer".into() });
         }
+        if params.grammar.is_some() && (params.ignore_eos || !params.stop.is_empty()) {
+            return Err(Error::InvalidArgument {
+                reason: "a grammar cannot be combined with stop strings or ignore_eos (they would cut its document \
+                         or run past its end)"
+                    .into(),
+            });
+        }
         Ok(Decoder {
             sampler: Sampler::new(params.sampler.clone())?,
             history: prompt.to_vec(),
@@ -93,6 +112,7 @@ impl Decoder {
             ignore_eos: params.ignore_eos,
             max_tokens: params.max_tokens,
             generated: 0,
+            grammar: params.grammar.clone(),
             work: Vec::new(),
             kept: None,
             bias: Vec::new(),
@@ -118,10 +138,17 @@ impl Decoder {
             kept.clear();
             kept.extend_from_slice(&self.work);
         }
+        if let Some(g) = self.grammar.as_mut() {
+            apply_mask(&mut self.work, g.allowed()?);
+        }
         let token = self.sampler.sample(&mut self.work, &self.history)?;
+        if let Some(g) = self.grammar.as_mut() {
+            g.commit(token)?;
+        }
         self.history.push(token);
         self.generated += 1;
-        if !self.ignore_eos && self.eos.contains(&token) {
+        let grammar_end = self.grammar.as_ref().is_some_and(|g| g.is_end_of_sequence(token));
+        if !self.ignore_eos && (self.eos.contains(&token) || grammar_end) {
             return Ok(Step { token, text: String::new(), finish: Some(Finish::Eos) });
         }
         let piece = match tokenizer {
@@ -194,7 +221,7 @@ mod tests {
     }
 
     fn greedy(max_tokens: usize, ignore_eos: bool) -> DecodeParams {
-        DecodeParams { max_tokens, sampler: SamplerParams::greedy(), ignore_eos, stop: Vec::new() }
+        DecodeParams { max_tokens, sampler: SamplerParams::greedy(), ignore_eos, ..DecodeParams::default() }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`embed`]: token sequences → pooled final-normed hidden states (embeddings).
 //! - [`decoder`]: one generation's decisions (sampling, end of sequence, text, stop strings),
 //!   shared by `generate` and the server.
+//! - [`grammar`]: structured output (JSON / JSON Schema) as a token mask per step.
 //! - [`tokenizer`], [`sampler`]: text ↔ ids, logits → next id.
 //! - [`forward`]: the forward pass (layer loop; attention, router, experts, ffn helpers).
 //! - [`session`]: per-session KV cache, position, routing state and logits.
@@ -40,6 +41,8 @@ pub mod format;
 pub mod forward;
 /// cbindgen:ignore
 pub mod generate;
+/// cbindgen:ignore
+pub mod grammar;
 /// cbindgen:ignore
 pub mod kernels;
 /// cbindgen:ignore

@@ -5,21 +5,18 @@
 //! session (cached tokens, routing RNG) is as before and no logits are written, so a retry gives
 //! exactly what a single clean call gives.
 
+mod common;
+
 use colibri::ffi::*;
-use std::ffi::{c_char, c_void, CString};
-use std::path::PathBuf;
-use std::ptr::{null, null_mut};
+use std::ffi::{c_char, c_void};
+use std::ptr::null_mut;
 use std::sync::mpsc;
 
 const VOCAB: usize = 4096;
 const PROMPT: [i32; 6] = [17, 300, 5, 2048, 99, 1000];
 
 fn open_model() -> *mut colibri_model {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/default.colibri");
-    let path = CString::new(path.to_str().unwrap()).unwrap();
-    let mut m = null_mut();
-    assert_eq!(unsafe { colibri_model_open(path.as_ptr(), null(), &mut m) }, COLIBRI_STATUS_OK);
-    m
+    common::open_default_model_c()
 }
 
 fn new_session(m: *mut colibri_model, gumbel: bool) -> *mut colibri_session {

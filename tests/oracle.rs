@@ -128,7 +128,13 @@ fn greedy_generate(model: &Model, mut s: Session, prompt: &[u32]) -> Vec<u32> {
     use colibri::decoder::DecodeParams;
     use colibri::generate::{generate, GenerateParams};
     use colibri::sampler::SamplerParams;
-    let decode = DecodeParams { max_tokens: 32, sampler: SamplerParams::greedy(), ignore_eos: true, stop: Vec::new() };
+    let decode = DecodeParams {
+        max_tokens: 32,
+        sampler: SamplerParams::greedy(),
+        ignore_eos: true,
+        stop: Vec::new(),
+        grammar: None,
+    };
     let params = GenerateParams { decode, ..Default::default() };
     generate(model, &mut s, None, Input::Tokens(prompt), &params, |_| true).unwrap().tokens
 }

@@ -91,7 +91,13 @@ fn generate_re_encodes_the_sequence_where_it_first_crosses_the_original_context(
     let model = open(&dir, tmp.path());
     let original = model.config().longrope_original().unwrap();
     let prompt = ids(&meta(&dir)["input_ids"])[..5].to_vec();
-    let decode = DecodeParams { max_tokens: 10, sampler: SamplerParams::greedy(), ignore_eos: true, stop: Vec::new() };
+    let decode = DecodeParams {
+        max_tokens: 10,
+        sampler: SamplerParams::greedy(),
+        ignore_eos: true,
+        stop: Vec::new(),
+        grammar: None,
+    };
     let params = GenerateParams { decode, ..Default::default() };
     let mut g = session(&model, 0);
     let out = generate(&model, &mut g, None, Input::Tokens(&prompt), &params, |_| true).unwrap();

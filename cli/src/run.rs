@@ -144,6 +144,7 @@ fn params(a: &RunArgs) -> GenerateParams {
             },
             ignore_eos: a.ignore_eos,
             stop: a.stop.clone(),
+            grammar: None,
         },
         routing: RoutingOptions {
             mode: if a.routing == "gumbel" { RoutingMode::Gumbel } else { RoutingMode::TopK },

@@ -49,6 +49,9 @@ type GenerateParams struct {
 	// are never delivered: text that could still become one is held back until it cannot.
 	// Stop strings need the model's tokenizer (ErrUnsupported without one).
 	Stop []string
+	// Grammar, when set, holds the output to a JSON format (Model.NewGrammar); it cannot be
+	// combined with Stop or IgnoreEOS (ErrInvalidArgument).
+	Grammar *Grammar
 }
 
 // SeedRandom as a seed asks for a fresh random seed (COLIBRI_SEED_RANDOM, the default of
@@ -104,6 +107,7 @@ func (p *GenerateParams) toC(op string) (C.colibri_generate_params, error) {
 	c.max_tokens = C.int32_t(p.MaxTokens)
 	c.ignore_eos = boolInt(p.IgnoreEOS)
 	c.seed = C.uint64_t(p.Seed)
+	c.grammar = p.Grammar.cPtr()
 	return c, nil
 }
 

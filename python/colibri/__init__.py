@@ -32,6 +32,7 @@ from ._lib import (
     status_name,
 )
 from .completions import Colibri
+from .grammar import Grammar
 from .model import FAMILIES, Model, ModelInfo
 from .moe import MoeLayer
 from .session import GenerationResult, Session
@@ -54,6 +55,7 @@ __all__ = [
     "ModelInfo",
     "MoeLayer",
     "Session",
+    "Grammar",
     "Status",
     "abi_version",
     "debug_panic",

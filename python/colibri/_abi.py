@@ -113,6 +113,7 @@ class GenerateParams(Structure):
         ("seed", c_uint64),
         ("stop", POINTER(c_char_p)),
         ("n_stop", c_size_t),
+        ("grammar", c_void_p),
     ]
 
 
@@ -258,6 +259,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_model_info_init": (None, [POINTER(ModelInfoStruct)]),
     "colibri_model_open": (_status, [c_char_p, POINTER(ModelParams), POINTER(_handle)]),
     "colibri_model_free": (None, [_handle]),
+    "colibri_grammar_new": (_status, [_handle, c_int32, c_char_p, c_size_t, POINTER(c_void_p)]),
+    "colibri_grammar_free": (None, [_handle]),
     "colibri_model_get_info": (_status, [_handle, POINTER(ModelInfoStruct)]),
     "colibri_model_user_metadata": (_status, [_handle, POINTER(POINTER(c_uint8)), POINTER(c_size_t)]),
     "colibri_moe_init": (

@@ -48,6 +48,12 @@ COLIBRI_FINISH_CONTEXT_FULL = 3
 #: The callback returned non-zero.
 COLIBRI_FINISH_CALLBACK = 4
 
+#: Any JSON object (OpenAI's `json_object`); the schema argument is ignored.
+COLIBRI_RESPONSE_JSON_OBJECT = 1
+
+#: JSON valid against the JSON Schema given as text (`$ref`s local, `#/...`).
+COLIBRI_RESPONSE_JSON_SCHEMA = 2
+
 COLIBRI_FAMILY_MIXTRAL = 0
 
 COLIBRI_FAMILY_QWEN2_MOE = 1

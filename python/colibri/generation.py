@@ -210,6 +210,7 @@ class Generating(OwnedHandle):
         stop: Stop = None,
         add_special: bool = True,
         callback: Optional[PieceCallback] = None,
+        grammar: Optional[Any] = None,
     ) -> GenerationResult:
         """Generate and return a :class:`GenerationResult` (text, ids, finish reason).
 
@@ -223,12 +224,19 @@ class Generating(OwnedHandle):
         model's tokenizer: ColibriError UNSUPPORTED without one).
         ``callback(token, text)`` sees every piece as it is produced (token -1: a final flush of
         held-back text); return a truthy value to stop (finish reason "callback"), None / False
-        to go on. An exception raised in it stops generation and is re-raised here."""
+        to go on. An exception raised in it stops generation and is re-raised here.
+        ``grammar``: a :class:`colibri.Grammar` of this session's model; the output is held to
+        it (not with ``stop`` or ``ignore_eos``), and finish reason "eos" means a complete,
+        valid document."""
         callable_or_none("callback", callback)
         arr, n = self._prompt_ids(prompt, add_special)
         gp = self._generate_params(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
                                    presence_penalty, frequency_penalty, penalty_last_n, seed, ignore_eos, stop)
-        with self._exclusive() as h:
+        if grammar is None:
+            with self._exclusive() as h:
+                return self._generate_held(h, arr, n, gp, callback)
+        with grammar._shared() as gh, self._exclusive() as h:
+            gp.grammar = gh
             return self._generate_held(h, arr, n, gp, callback)
 
     def generate_ids(

@@ -2,6 +2,7 @@
 //! end-of-sequence handling, stop strings) and a per-token callback, and say why it ended.
 //! Text pieces never split a UTF-8 character and never contain any part of a stop string.
 
+use super::grammar::{colibri_grammar, for_generation};
 use super::handle::*;
 use super::panic::{guard, guard_or, Failure};
 use super::session::{aborted, colibri_session};
@@ -79,10 +80,17 @@ pub struct colibri_generate_params {
     /// the model's tokenizer (COLIBRI_STATUS_UNSUPPORTED without one).
     pub stop: *const *const c_char,
     pub n_stop: usize,
+    /// Constrain the output to this grammar (colibri_grammar_new, made for the session's
+    /// model; read during the call only), NULL for none (default). It cannot be combined with
+    /// stop strings or ignore_eos (COLIBRI_STATUS_INVALID_ARGUMENT). The generation then ends
+    /// on end-of-sequence (COLIBRI_FINISH_EOS) only with a complete, valid document.
+    pub grammar: *const colibri_grammar,
 }
 
 impl Versioned for colibri_generate_params {
-    const SIZES: &'static [usize] = &[std::mem::size_of::<colibri_generate_params>()];
+    /// ABI 1 before `grammar` (72 bytes on 64-bit targets), then with it.
+    const SIZES: &'static [usize] =
+        &[std::mem::offset_of!(colibri_generate_params, grammar), std::mem::size_of::<colibri_generate_params>()];
 }
 
 impl Default for colibri_generate_params {
@@ -105,6 +113,7 @@ impl Default for colibri_generate_params {
             seed: s.seed,
             stop: std::ptr::null(),
             n_stop: 0,
+            grammar: std::ptr::null(),
         }
     }
 }
@@ -180,6 +189,7 @@ fn decode_params(p: &colibri_generate_params) -> Result<DecodeParams, Failure> {
         },
         ignore_eos: p.ignore_eos != 0,
         stop,
+        grammar: None,
     })
 }
 
@@ -261,6 +271,7 @@ pub unsafe extern "C" fn colibri_generate(
         if !decode.stop.is_empty() && s.tokenizer.is_none() {
             return Err(Failure::new(COLIBRI_STATUS_UNSUPPORTED, "stop strings need the model's tokenizer"));
         }
+        decode.grammar = for_generation(p.grammar, &s.model)?;
         let gp = GenerateParams { decode, routing: s.routing };
         let (tokenizer, model) = (s.tokenizer.clone(), s.model.clone());
         s.begin_trace();

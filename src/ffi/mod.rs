@@ -13,6 +13,7 @@ mod batch;
 mod embed;
 mod exclusive;
 mod generate;
+mod grammar;
 mod handle;
 mod model;
 mod moe;
@@ -25,6 +26,7 @@ mod text;
 pub use batch::*;
 pub use embed::*;
 pub use generate::*;
+pub use grammar::*;
 pub use model::*;
 pub use moe::*;
 pub use panic::*;
@@ -154,7 +156,8 @@ mod tests {
             reserved,
             seed,
             stop,
-            n_stop
+            n_stop,
+            grammar
         );
         assert_no_padding!(colibri_generate_result, struct_size, finish_reason, n_tokens, n_cached);
         assert_no_padding!(colibri_moe_params, struct_size, storage, n_threads);

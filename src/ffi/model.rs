@@ -156,6 +156,8 @@ pub struct colibri_model {
     pub(crate) tokenizer: Option<Arc<Tokenizer>>,
     /// Why the tokenizer is unavailable (for UNSUPPORTED messages).
     pub(crate) tokenizer_error: String,
+    /// The vocabulary prepared for grammars (colibri_grammar_new), built on first use.
+    pub(crate) grammar_vocab: crate::grammar::VocabCache,
 }
 
 impl colibri_model {
@@ -173,7 +175,8 @@ impl colibri_model {
             Ok(t) => (Some(Arc::new(t)), String::new()),
             Err(e) => (None, e.to_string()),
         };
-        Ok(colibri_model { model: Arc::new(model), tokenizer, tokenizer_error })
+        let grammar_vocab = crate::grammar::VocabCache::default();
+        Ok(colibri_model { model: Arc::new(model), tokenizer, tokenizer_error, grammar_vocab })
     }
 
     pub(crate) fn tokenizer(&self) -> Result<&Tokenizer, Failure> {

@@ -41,6 +41,7 @@
 //! - `mod.rs`: `Sampler` — its buffers, and `Sampler::sample` as the chain above, a call or a few
 //!   lines per step; `Sampler::top_logprobs`, `Sampler::reset`.
 //! - `penalties.rs`: steps 1–2 (`apply_penalties`).
+//! - `mask.rs`: a grammar's token mask applied before step 1 (`apply_mask`: disallowed ids → −∞).
 //! - `params.rs`: `SamplerParams`, its defaults and validation.
 //! - `select.rs`: the packed `Candidate` keys and the selections over them: top-k, the weight and
 //!   min-p passes over candidates, the lazily sorted prefix, and the mass walk behind top-p and the
@@ -48,6 +49,7 @@
 //! - `math.rs`: slice math: the `expf` of the weights, the whole-vocabulary weight pass, NaN-ignoring
 //!   max / `argmax`, the `f64` sum.
 
+mod mask;
 mod math;
 mod params;
 mod penalties;
@@ -55,6 +57,7 @@ mod select;
 #[cfg(test)]
 mod tests;
 
+pub use mask::apply_mask;
 pub use math::argmax;
 pub use params::SamplerParams;
 pub use penalties::apply_penalties;

@@ -159,6 +159,17 @@ impl Tokenizer {
         self.backend.token_id(token)
     }
 
+    /// The tokenizer.json `decoder` section (how pieces become text: ByteLevel, a sentencepiece
+    /// Replace / ByteFallback sequence, ...), as JSON; None when it has none.
+    pub fn decoder_json(&self) -> Option<Value> {
+        self.backend.decoder_json()
+    }
+
+    /// Sorted ids of every added token (special or not), whose piece is its literal text.
+    pub fn added_ids(&self) -> Vec<u32> {
+        self.backend.added_ids()
+    }
+
     /// An incremental decoder for generated ids.
     pub fn stream(&self, skip_special_tokens: bool) -> StreamDecoder<'_> {
         StreamDecoder::new(self, skip_special_tokens)
@@ -259,6 +270,17 @@ mod backend {
             added.max(vocab).map_or(0, |m| m as usize + 1)
         }
 
+        pub(super) fn decoder_json(&self) -> Option<serde_json::Value> {
+            self.0.get_decoder().and_then(|d| serde_json::to_value(d).ok())
+        }
+
+        /// Sorted ids of every added token.
+        pub(super) fn added_ids(&self) -> Vec<u32> {
+            let mut ids: Vec<u32> = self.0.get_added_tokens_decoder().keys().copied().collect();
+            ids.sort_unstable();
+            ids
+        }
+
         /// Sorted ids of the added tokens flagged special.
         pub(super) fn special_ids(&self) -> Vec<u32> {
             let mut ids: Vec<u32> =
@@ -307,6 +329,14 @@ mod backend {
         }
 
         pub(super) fn special_ids(&self) -> Vec<u32> {
+            match *self {}
+        }
+
+        pub(super) fn decoder_json(&self) -> Option<serde_json::Value> {
+            match *self {}
+        }
+
+        pub(super) fn added_ids(&self) -> Vec<u32> {
             match *self {}
         }
     }

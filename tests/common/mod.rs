@@ -477,3 +477,14 @@ pub fn kind_id(k: TensorKind) -> u32 {
         TensorKind::Experts => 2,
     }
 }
+
+/// The shipped default model opened through the C ABI (panics on failure).
+pub fn open_default_model_c() -> *mut colibri::ffi::colibri_model {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/default.colibri");
+    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let mut m = std::ptr::null_mut();
+    // SAFETY: a valid C string and out-pointer; NULL params are the defaults.
+    let st = unsafe { colibri::ffi::colibri_model_open(path.as_ptr(), std::ptr::null(), &mut m) };
+    assert_eq!(st, colibri::ffi::COLIBRI_STATUS_OK);
+    m
+}

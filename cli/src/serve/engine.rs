@@ -4,6 +4,7 @@
 //! changes the model under a running sequence, and the mapping goes when the last user does.
 
 use colibri::chat_output::{Syntax, ToolTags};
+use colibri::grammar::VocabCache;
 use colibri::session::{kv_bytes_per_token, SessionOptions, DEFAULT_CTX_CAP};
 use colibri::threads::ThreadOptions;
 use colibri::tokenizer::{encode_chat_with, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
@@ -53,6 +54,8 @@ pub struct Engine {
     pub created: u64,
     /// KV-cache bytes per token of the scheduler's sessions (their default KV type).
     pub kv_bytes_per_token: usize,
+    /// The vocabulary prepared for `response_format` grammars, built on the first such request.
+    pub grammar: VocabCache,
 }
 
 impl Engine {
@@ -79,7 +82,8 @@ impl Engine {
         let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let kv_bytes_per_token = kv_bytes_per_token(model.config(), SessionOptions::default().kv_dtype);
-        Ok(Engine { model, tokenizer, template, chat, id, generation, n_ctx, created, kv_bytes_per_token })
+        let grammar = VocabCache::default();
+        Ok(Engine { model, tokenizer, template, chat, id, generation, n_ctx, created, kv_bytes_per_token, grammar })
     }
 
     /// Experts per layer (0 for a dense layer), for the metrics.

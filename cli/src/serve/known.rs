@@ -1,6 +1,7 @@
 //! The fields the OpenAI endpoints read. Anything else is a 400 naming the field (OpenAI's own
 //! answer to an unrecognised argument) instead of being silently ignored: a client that asks for
-//! tools on completions or a JSON response format learns that it does not get them. An OpenAI field whose value asks for nothing passes (an empty `tools` list,
+//! tools on completions learns that it does not get them (`response_format` is read by
+//! format.rs). An OpenAI field whose value asks for nothing passes (an empty `tools` list,
 //! `tool_choice: "none"`, `response_format: {"type": "text"}`, an empty `logit_bias`, ...).
 //! `/generate` keeps its documented rule (docs/api.md: unknown fields are ignored).
 
@@ -35,7 +36,7 @@ const SHARED: &[&str] = &[
 ];
 
 /// Fields of `/v1/completions` besides the shared ones.
-pub const COMPLETIONS: &[&str] = &["prompt", "echo", "best_of", "logprobs"];
+pub const COMPLETIONS: &[&str] = &["prompt", "echo", "best_of", "logprobs", "response_format"];
 /// Fields of `/v1/chat/completions` besides the shared ones.
 pub const CHAT: &[&str] = &[
     "messages",
@@ -47,6 +48,7 @@ pub const CHAT: &[&str] = &[
     "parallel_tool_calls",
     "reasoning_effort",
     "chat_template_kwargs",
+    "response_format",
 ];
 /// Every field `/v1/embeddings` reads (none of the generation ones: see `check_own`).
 pub const EMBEDDINGS: &[&str] = &["model", "input", "encoding_format", "dimensions", "user"];
@@ -58,7 +60,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "functions",
     "function_call",
     "parallel_tool_calls",
-    "response_format",
     "suffix",
     "audio",
     "modalities",
@@ -77,7 +78,6 @@ fn asks_nothing(key: &str, v: &Value) -> bool {
         ("tools" | "functions", Value::Array(a)) => a.is_empty(),
         ("metadata", Value::Object(o)) => o.is_empty(),
         ("tool_choice" | "function_call", Value::String(s)) => s == "none" || s == "auto",
-        ("response_format", Value::Object(o)) => o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"),
         ("parallel_tool_calls", Value::Bool(_)) => true,
         ("store", Value::Bool(b)) => !b,
         ("suffix", Value::String(s)) => s.is_empty(),
@@ -126,12 +126,7 @@ mod tests {
         assert!(ok(json!({"messages": [], "max_tokens": 3, "user": "u", "stream_options": null})));
         assert!(ok(json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logit_bias": {}})));
         assert!(ok(json!({"logit_bias": {"50256": -100}, "n": 3, "logprobs": true, "top_logprobs": 2})));
-        for bad in [
-            json!({"response_format": {"type": "json_object"}}),
-            json!({"functions": [{}]}),
-            json!({"store": true}),
-            json!({"max_token": 5}),
-        ] {
+        for bad in [json!({"functions": [{}]}), json!({"store": true}), json!({"max_token": 5})] {
             let e = check(bad.as_object().unwrap(), CHAT).unwrap_err();
             assert_eq!(e.param.as_deref(), bad.as_object().unwrap().keys().next().map(String::as_str), "{bad}");
         }

@@ -11,6 +11,7 @@ mod conn;
 mod cors;
 mod engine;
 mod error;
+mod format;
 mod guard;
 mod handlers;
 mod job;

@@ -230,7 +230,13 @@ pub fn job_params(
         Some(_) => return Err(ApiError::invalid("routing", "routing must be \"topk\" or \"gumbel\"")),
     };
     Ok(JobParams {
-        decode: DecodeParams { sampler, max_tokens, stop: f.stops()?, ignore_eos: f.bool("ignore_eos")? },
+        decode: DecodeParams {
+            sampler,
+            max_tokens,
+            stop: f.stops()?,
+            ignore_eos: f.bool("ignore_eos")?,
+            grammar: None,
+        },
         routing: RoutingOptions { mode, top_k },
         routing_seed: f.uint("routing_seed", u64::MAX)?.unwrap_or(seed),
         return_routing: f.bool("return_routing")?,

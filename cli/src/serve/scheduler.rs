@@ -472,8 +472,13 @@ mod tests {
     impl Fixture {
         fn job(&self, prompt: Vec<u32>) -> (Box<Job>, UnboundedReceiver<Event>) {
             let (events, rx) = unbounded_channel();
-            let decode =
-                DecodeParams { sampler: SamplerParams::greedy(), max_tokens: 8, stop: Vec::new(), ignore_eos: true };
+            let decode = DecodeParams {
+                sampler: SamplerParams::greedy(),
+                max_tokens: 8,
+                stop: Vec::new(),
+                ignore_eos: true,
+                grammar: None,
+            };
             let params = JobParams {
                 decode,
                 routing: RoutingOptions::default(),

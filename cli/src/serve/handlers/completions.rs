@@ -74,6 +74,7 @@ pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Resp
     let cap = request_cap(&state.config, &engine);
     let prompt = prompt_ids(&f, &engine, cap)?;
     let mut params = job_params(&f, &Defaults::openai(Some(DEFAULT_MAX_TOKENS)), &engine, prompt.len(), cap)?;
+    crate::serve::format::apply(&f, &engine, &mut params)?;
     params.logprobs = f.uint("logprobs", MAX_TOP_LOGPROBS)?.map(|n| n as usize);
     let stream = f.bool("stream")?;
     let with_usage = include_usage(&f)?;
