@@ -50,30 +50,19 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Mxfp4.index()] =
         MatKernels { gemv: mxfp4::gemv, gemv_i8: Some(mxfp4::gemv_i8), widen: mxfp4::widen, int8_at_any_n: false };
     // GGUF's block types: int8-activation kernels for the K-quants of Q4_K_M files and the
-    // common 32-element ones (float activations stay on the portable kernels). They take them
-    // at every row count: the widening GEMM would dequantise through the portable code, which
-    // MoE prefill (experts with a few dozen rows each) cannot amortise.
-    let ggml: [(DType, super::table::GemvI8Fn); 12] = [
-        (DType::Q2K, kquant::gemv_i8_q2k),
-        (DType::Q3K, kquant::gemv_i8_q3k),
-        (DType::Q4K, kquant::gemv_i8_q4k),
-        (DType::Q5K, kquant::gemv_i8_q5k),
-        (DType::Q6K, kquant::gemv_i8_q6k),
-        (DType::Q8_0, legacy::gemv_i8::<{ legacy::Q8_0 }>),
-        (DType::Q4_0, legacy::gemv_i8::<{ legacy::Q4_0 }>),
-        (DType::Q5_0, legacy::gemv_i8::<{ legacy::Q5_0 }>),
-        (DType::Iq4Nl, legacy::gemv_i8::<{ legacy::IQ4_NL }>),
-        (DType::Q4_1, legacy::gemv_i8::<{ legacy::Q4_1 }>),
-        (DType::Q5_1, legacy::gemv_i8::<{ legacy::Q5_1 }>),
-        (DType::Iq4Xs, legacy::gemv_i8_iq4xs),
-    ];
-    let mut i = 0;
-    while i < ggml.len() {
-        let (d, kernel) = ggml[i];
-        m[d.index()].gemv_i8 = Some(kernel);
-        m[d.index()].int8_at_any_n = true;
-        i += 1;
-    }
+    // common 32-element ones (float activations stay on the portable kernels).
+    m[DType::Q2K.index()].gemv_i8 = Some(kquant::gemv_i8_q2k);
+    m[DType::Q3K.index()].gemv_i8 = Some(kquant::gemv_i8_q3k);
+    m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
+    m[DType::Q5K.index()].gemv_i8 = Some(kquant::gemv_i8_q5k);
+    m[DType::Q6K.index()].gemv_i8 = Some(kquant::gemv_i8_q6k);
+    m[DType::Q8_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q8_0 }>);
+    m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
+    m[DType::Q5_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_0 }>);
+    m[DType::Iq4Nl.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::IQ4_NL }>);
+    m[DType::Q4_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_1 }>);
+    m[DType::Q5_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_1 }>);
+    m[DType::Iq4Xs.index()].gemv_i8 = Some(legacy::gemv_i8_iq4xs);
     m
 };
 
