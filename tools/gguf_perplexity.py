@@ -214,6 +214,9 @@ def measure(a, work, text):
     rows.append({"type": "BF16", "llama": ref, "colibri": colibri_ppl(a, base_colibri, text, None),
                  "colibri_float": colibri_ppl(a, base_colibri, text, None, "float")})
     print(json.dumps(rows[-1]), file=sys.stderr)
+    if ref["chunks"] != rows[0]["colibri"]["chunks"]:
+        sys.exit(f"llama-perplexity made {ref['chunks']} chunks, colibri {rows[0]['colibri']['chunks']}: "
+                 "the two tokenisations of the text differ in length")
     for t in a.types:
         g, c = work / f"default-{t}.gguf", work / f"default-{t}.colibri"
         run([f"{a.llama_bin}/llama-quantize", bf16, g, t, a.threads], {"LD_LIBRARY_PATH": a.llama_bin})
