@@ -8,8 +8,11 @@
 //! in i16 (no overflow: |(q − 32)·x| pairs ≤ 8128). Each sub-block's i32 lanes are converted
 //! once and scaled by d·dx; mins come from the activation sums (q4_k / q5_k: dmin · Σ_j m_j ·
 //! dx_j · Σ x_j, eight sub-blocks at a time; q2_k: its per-16 mins against half sums). Only
-//! the float additions are ordered differently from the reference. One weight row meets every
-//! activation row while in L1.
+//! the float additions are ordered differently from the reference. q4_k and q6_k (Q4_K_M's
+//! types) keep a block's eight sub-block sums as integers and reduce them into one vector
+//! (`lane_sums`): one conversion and one multiply-add per block instead of eight, and q4_k
+//! reads its scales with ggml's word shuffle (`scales_mins_k4`); both prefetch 1 KiB ahead.
+//! One weight row meets every activation row while in L1.
 
 use super::super::actq::QuantizedActs;
 use super::super::mat::Mat;
@@ -56,7 +59,7 @@ pub(super) fn drive(
 
 /// See `drive`: row-major q4_k.
 pub fn gemv_i8_q4k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    drive(w, rows, xa, n, out, row_qk::<BlockQ4K>)
+    drive(w, rows, xa, n, out, row_q4k)
 }
 
 /// See `drive`: row-major q6_k.
@@ -69,24 +72,12 @@ pub fn gemv_i8_q5k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize,
     drive(w, rows, xa, n, out, row_qk::<BlockQ5K>)
 }
 
-/// The fields q4_k and q5_k share (q5_k adds the fifth bits).
+/// The fields of a q5_k block `row_qk` reads (q4_k's too, without the fifth bits).
 trait KBlock {
     fn head(&self) -> ([u8; 2], [u8; 2], &[u8; 12]);
     fn qs(&self) -> &[u8; 128];
     /// Bit j of byte l: the fifth bit of sub-block j's element l.
     fn qh(&self) -> Option<&[u8; 32]>;
-}
-
-impl KBlock for BlockQ4K {
-    fn head(&self) -> ([u8; 2], [u8; 2], &[u8; 12]) {
-        (self.d, self.dmin, &self.scales)
-    }
-    fn qs(&self) -> &[u8; 128] {
-        &self.qs
-    }
-    fn qh(&self) -> Option<&[u8; 32]> {
-        None
-    }
 }
 
 impl KBlock for BlockQ5K {
@@ -101,7 +92,86 @@ impl KBlock for BlockQ5K {
     }
 }
 
-/// Σ over the row of (d·sc_j)·Σ q·qx·dx − dmin·m_j·Σ qx·dx, q4_k / q5_k.
+/// Bytes ahead of the block being read that the row kernels prefetch (rows of a few KiB are too
+/// short for the hardware prefetcher to ramp up; the next row follows the current one).
+const AHEAD: usize = 1024;
+
+/// Prefetch the cache line `at` bytes into `wr` (past its end too: the next rows follow it in
+/// the matrix; a prefetch never faults).
+#[inline(always)]
+unsafe fn prefetch(wr: &[u8], at: usize) {
+    // SAFETY: a prefetch hint reads nothing architecturally; `wrapping_add` makes no claim
+    // about the address.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(wr.as_ptr().wrapping_add(at).cast()) }
+}
+
+/// [Σ lanes of v[0], …, Σ lanes of v[7]]: eight i32 sums in one vector (three `vphaddd`
+/// levels, then the two 128-bit halves added).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lane_sums(v: [__m256i; 8]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(v[0], v[1]);
+    let h23 = _mm256_hadd_epi32(v[2], v[3]);
+    let h45 = _mm256_hadd_epi32(v[4], v[5]);
+    let h67 = _mm256_hadd_epi32(v[6], v[7]);
+    let (a, b) = (_mm256_hadd_epi32(h01, h23), _mm256_hadd_epi32(h45, h67));
+    _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31))
+}
+
+/// The eight 6-bit scales and eight 6-bit mins of a q4_k / q5_k block as bytes (`scale_min_k4`
+/// for j = 0..8, the bit shuffle ggml's AVX2 kernel does on four u32 words).
+#[inline]
+pub(super) fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    const M1: u32 = 0x3f3f_3f3f;
+    const M2: u32 = 0x0f0f_0f0f;
+    const M3: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let sc = [u0 & M1, (u2 & M2) | (((u0 >> 6) & M3) << 4)];
+    let mn = [u1 & M1, ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4)];
+    let bytes = |v: [u32; 2]| {
+        let (a, b) = (v[0].to_le_bytes(), v[1].to_le_bytes());
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    };
+    (bytes(sc), bytes(mn))
+}
+
+/// Σ over the row of (d·sc_j)·Σ q·qx·dx − dmin·m_j·Σ qx·dx, q4_k: one 32-byte load holds two
+/// sub-blocks (low nibbles: j = 2p, high: 2p + 1); the eight integer sums of a block are reduced
+/// into one vector (`lane_sums`), converted once and scaled by d·sc·dx in one multiply-add.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_q4k(wr: &[u8], x: &Acts<'_>) -> f32 {
+    // SAFETY: reached only through the AVX2 table; every load below is inside `wr` (whole
+    // blocks) or `x` (256 quants, 8 scales and sums per block), as `drive` asserts.
+    unsafe {
+        let (mask, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (i, b) in blocks::<BlockQ4K>(wr).iter().enumerate() {
+            prefetch(wr, 144 * i + AHEAD);
+            let (sc, mn) = scales_mins_k4(&b.scales);
+            let widen = |v: [u8; 8]| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())));
+            let xd = _mm256_loadu_ps(x.d.as_ptr().add(8 * i));
+            let sums = _mm256_cvtepi32_ps(_mm256_loadu_si256(x.sums.as_ptr().add(8 * i).cast()));
+            let mv = _mm256_mul_ps(widen(mn), _mm256_set1_ps(h(b.dmin)));
+            mins = _mm256_fmadd_ps(_mm256_mul_ps(xd, sums), mv, mins);
+            let mut p = [_mm256_setzero_si256(); 8];
+            for (pair, chunk) in p.chunks_exact_mut(2).enumerate() {
+                let raw = _mm256_loadu_si256(b.qs.as_ptr().add(32 * pair).cast());
+                let q = [_mm256_and_si256(raw, mask), _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask)];
+                for (half, out) in chunk.iter_mut().enumerate() {
+                    let xv = _mm256_loadu_si256(x.q.as_ptr().add(QK_K * i + QK * (2 * pair + half)).cast());
+                    *out = _mm256_madd_epi16(_mm256_maddubs_epi16(q[half], xv), ones);
+                }
+            }
+            let f = _mm256_mul_ps(_mm256_mul_ps(widen(sc), _mm256_set1_ps(h(b.d))), xd);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums(p)), f, acc);
+        }
+        hsum(acc) - hsum(mins)
+    }
+}
+
+/// Σ over the row of (d·sc_j)·Σ q·qx·dx − dmin·m_j·Σ qx·dx, q5_k: one sub-block at a time,
+/// its sum converted and scaled on its own.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn row_qk<B: KBlock + Block>(wr: &[u8], x: &Acts<'_>) -> f32 {
     // SAFETY: reached only through the AVX2 table; every load below is inside `wr` (whole
@@ -140,21 +210,23 @@ unsafe fn row_qk<B: KBlock + Block>(wr: &[u8], x: &Acts<'_>) -> f32 {
     }
 }
 
-/// Σ over the row of d·dx · Σ_h sc_h · Σ (q − 32)·qx, q6_k.
+/// Σ over the row of d·dx · Σ_h sc_h · Σ (q − 32)·qx, q6_k: the eight sub-blocks' integer sums
+/// of a block are reduced into one vector (`lane_sums`) and scaled by d·dx in one multiply-add.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn row_q6k(wr: &[u8], x: &Acts<'_>) -> f32 {
-    // SAFETY: as in `row_qk` (whole 210-byte blocks; 256 quants and 8 scales per block).
+    // SAFETY: as in `row_q4k` (whole 210-byte blocks; 256 quants and 8 scales per block).
     unsafe {
         let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
         let m32 = _mm256_set1_epi8(32);
         let mut acc = _mm256_setzero_ps();
         for (blk, b) in blocks::<BlockQ6K>(wr).iter().enumerate() {
-            let d = h(b.d);
+            prefetch(wr, 210 * blk + AHEAD);
+            let mut p = [_mm256_setzero_si256(); 8];
             for n in 0..2 {
                 let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * n).cast());
+                let ql = [0, 1].map(|h| _mm256_loadu_si256(b.ql.as_ptr().add(64 * n + 32 * h).cast()));
                 for i in 0..4 {
-                    let ql = _mm256_loadu_si256(b.ql.as_ptr().add(64 * n + 32 * (i % 2)).cast());
-                    let lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (i as i32 / 2))), low4);
+                    let lo = _mm256_and_si256(if i < 2 { ql[i] } else { _mm256_srli_epi16(ql[i - 2], 4) }, low4);
                     let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i as i32)), low2);
                     let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
                     let s = 4 * n + i;
@@ -163,11 +235,11 @@ unsafe fn row_q6k(wr: &[u8], x: &Acts<'_>) -> f32 {
                     let (k0, k1) =
                         (i16::from(b.scales[8 * n + 2 * i] as i8), i16::from(b.scales[8 * n + 2 * i + 1] as i8));
                     let kv = _mm256_setr_m128i(_mm_set1_epi16(k0), _mm_set1_epi16(k1));
-                    let p = _mm256_madd_epi16(pairs, kv);
-                    let f = _mm256_set1_ps(d * *x.d.get_unchecked(8 * blk + s));
-                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc);
+                    p[s] = _mm256_madd_epi16(pairs, kv);
                 }
             }
+            let f = _mm256_mul_ps(_mm256_set1_ps(h(b.d)), _mm256_loadu_ps(x.d.as_ptr().add(8 * blk)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums(p)), f, acc);
         }
         hsum(acc)
     }
@@ -228,5 +300,29 @@ unsafe fn row_q23k<const Q3: bool>(wr: &[u8], x: &Acts<'_>) -> f32 {
             }
         }
         hsum(acc) - hsum(mins)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scales_mins_k4;
+    use crate::format::ggml::scale_min_k4;
+
+    #[test]
+    fn word_shuffled_scales_are_scale_min_k4() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            let mut q = [0u8; 12];
+            for b in &mut q {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = state as u8;
+            }
+            let (sc, mn) = scales_mins_k4(&q);
+            for j in 0..8 {
+                assert_eq!((sc[j], mn[j]), scale_min_k4(j, &q), "{q:?} j {j}");
+            }
+        }
     }
 }
