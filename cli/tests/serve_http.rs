@@ -58,7 +58,7 @@ fn unimplemented_openai_fields_are_refused_not_ignored() {
     };
     for (field, value) in [
         ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
-        ("response_format", json!({"type": "json_object"})),
+        ("response_format", json!({"type": "xml"})),
         ("functions", json!([{"name": "f"}])),
         ("tool_choice", json!("required")),
         ("max_tokns", json!(5)),
