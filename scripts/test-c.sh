@@ -202,7 +202,7 @@ EOS_SEED=
 for seed in $(seq 0 60); do
     "$COLIBRI" run -m "$Q" -p Hello -n 50 --temp 2 --top-k 0 --top-p 1 --min-p 0 --seed "$seed" \
         >"$WORK/ref.eos.txt" 2>"$WORK/ref.eos.err"
-    if grep -q 'stop: Eos' "$WORK/ref.eos.err"; then
+    if grep -q 'stop: end of sequence' "$WORK/ref.eos.err"; then
         EOS_SEED=$seed
         EOS_TOKENS=$(sed -n 's/.*generation: \([0-9]*\) tokens.*/\1/p' "$WORK/ref.eos.err")
         break
@@ -241,7 +241,7 @@ NL_SEED=
 for seed in $(seq 0 40); do
     "$COLIBRI" run -m "$Q" -p "Hello world" -n 200 --temp 1.5 --seed "$seed" --stop $'\n' \
         >"$WORK/ref.nl.txt" 2>"$WORK/ref.nl.err"
-    if grep -q 'stop: StopString' "$WORK/ref.nl.err"; then
+    if grep -q 'stop: stop string' "$WORK/ref.nl.err"; then
         NL_SEED=$seed
         break
     fi
@@ -249,7 +249,7 @@ done
 [ -n "$NL_SEED" ] || fail "colibri run never stopped at a newline with seeds 0..40"
 "$COLIBRI" run -m "$Q" -p Hello -n 12 --seed 5 >"$WORK/ref.sampled.txt" 2>"$WORK/ref.sampled.err"
 SAMPLED_FINISH=length
-grep -q 'stop: Eos' "$WORK/ref.sampled.err" && SAMPLED_FINISH=stop
+grep -q 'stop: end of sequence' "$WORK/ref.sampled.err" && SAMPLED_FINISH=stop
 
 say "build (plain: -O2; asan: -O1 -fsanitize=address,undefined)"
 build_examples "$WORK/plain" -O2 -g
