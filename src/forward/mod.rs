@@ -21,6 +21,7 @@ mod experts;
 mod ffn;
 mod lanes;
 mod mla;
+mod mla_attend;
 mod rope;
 mod router;
 mod sparsemixer;
