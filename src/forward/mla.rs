@@ -166,7 +166,7 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
     let run = |(t, pos): &(usize, Range<usize>)| {
         let s = &seqs[seqs.partition_point(|s| s.rows.end <= *t)];
         let query = Query { q: &q[t * heads * lat..(t + 1) * heads * lat], heads, lat, rank, scale };
-        partial(kern, &s.kv, layer, &query, pos.clone())
+        partial(kern, s.kv, layer, &query, pos.clone())
     };
     let parts: Vec<Partial> =
         if threads > 1 { tasks.par_iter().map(run).collect() } else { tasks.iter().map(run).collect() };

@@ -230,9 +230,10 @@ mod tests {
             }
             let q = values(HEADS * LAT, 2);
             let query = Query { q: &q, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
-            // One range (several blocks, a short last one), a split in three, a one-position range.
-            let cases: [&[Range<usize>]; 3] = [&[5..300], &[0..7, 7..150, 150..299], &[42..43]];
-            for ranges in cases {
+            // Range bounds: one range (several blocks, a short last one), a split in three, one position.
+            let cases: [&[usize]; 3] = [&[5, 300], &[0, 7, 150, 299], &[42, 43]];
+            for bounds in cases {
+                let ranges: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
                 let parts: Vec<Partial> = ranges.iter().map(|r| partial(&kern, &s.kv, 0, &query, r.clone())).collect();
                 let mut got = vec![0f32; HEADS * RANK];
                 merge(&parts, HEADS, RANK, &mut got);
