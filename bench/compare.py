@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
-MODELS = ("mixtral-2l", "qwen2moe-4l", "olmoe-4l")
+MODELS = ("mixtral-2l", "qwen2moe-4l", "olmoe-4l", "deepseek-v2-lite-3l", "gpt-oss-20b-4l", "qwen3-next-4l")
 NICENESS = 10
 
 
@@ -56,8 +56,8 @@ class Precision:
 def colibri_mode(prec: Precision) -> str:
     """What colibri runs for a precision: quantised files multiply with int8 activations (W8A8 /
     W4A8) unless COLIBRI_QUANT_ACT=float asks for float ones (W8A16 / W4A16)."""
-    if prec.name == "bf16":
-        return "bf16"
+    if prec.name in ("bf16", "mxfp4"):
+        return "bf16" if prec.name == "bf16" else "MXFP4 experts, bf16 rest"
     bits = "8" if prec.name == "q8" else "4"
     act = "A16" if os.environ.get("COLIBRI_QUANT_ACT", "int8") in ("float", "f32") else "A8"
     return f"{prec.name} file, W{bits}{act}"
@@ -67,6 +67,8 @@ PRECISIONS = {
     "bf16": Precision("bf16", "BF16", ("--dtype", "bf16"), "bf16"),
     "q8": Precision("q8", "Q8_0", ("--quantize", "q8"), "q8"),
     "q4": Precision("q4", "Q4_0", ("--quantize", "w4a16"), "w4a16"),
+    # GPT-OSS as the hub ships it: both converters keep the MXFP4 experts, the rest bf16.
+    "mxfp4": Precision("mxfp4", "BF16", ("--dtype", "bf16"), "mxfp4"),
 }
 
 
@@ -78,12 +80,13 @@ PRECISIONS = {
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="olmoe-4l", help=f"comma-separated subset of {','.join(MODELS)} (or 'all')")
-    ap.add_argument("--precisions", default="bf16,q8,q4", help="comma-separated subset of bf16,q8,q4")
+    ap.add_argument("--precisions", default="bf16,q8,q4", help="comma-separated subset of bf16,q8,q4,mxfp4 (GPT-OSS)")
     ap.add_argument("--rounds", type=int, default=2, help="alternation rounds (default 2)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions inside each engine run (-r, default 3)")
     ap.add_argument("--threads", "-t", type=int, default=2)
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=64)
+    ap.add_argument("-d", "--depth", type=int, default=0, help="tokens in the cache before each test (both engines' -d)")
     ap.add_argument("--work", type=Path, default=Path("/work/bench-work"), help="scratch dir for models and files")
     ap.add_argument("--out", type=Path, help="raw results JSON (default WORK/results.json)")
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and converted files")
@@ -370,13 +373,13 @@ def bench_run(engine: str, cmd: list) -> dict:
 
 
 def llama_cmd(llama: LlamaCpp, path: str, a: argparse.Namespace) -> list:
-    return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-t", a.threads, "-r", a.reps, "-o", "json",
-            *shlex.split(a.llama_args)]
+    return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-d", a.depth, "-t", a.threads, "-r", a.reps,
+            "-o", "json", *shlex.split(a.llama_args)]
 
 
 def colibri_cmd(a: argparse.Namespace, path: str) -> list:
-    return [a.colibri, "bench", "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-t", a.threads, "-r", a.reps,
-            "-o", "json"]
+    return [a.colibri, "bench", "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-d", a.depth, "-t", a.threads,
+            "-r", a.reps, "-o", "json"]
 
 
 def hf_cmd(a: argparse.Namespace, ckpt: Path) -> list:
@@ -394,7 +397,7 @@ def run_rounds(a, llama: LlamaCpp, ckpt: Path, gguf: dict, col: dict, col_ok: bo
                 plan.append(("llama.cpp", llama_cmd(llama, gguf[pname]["path"], a)))
             if col_ok and "path" in col.get(pname, {}):
                 plan.append(("colibri", colibri_cmd(a, col[pname]["path"])))
-            if pname == "bf16" and not a.skip_hf:
+            if pname == "bf16" and not a.skip_hf and not a.depth:
                 plan.append(("transformers", hf_cmd(a, ckpt)))
             for engine, cmd in plan:
                 log(f"round {rnd}/{a.rounds} {pname} {engine}")
@@ -412,18 +415,18 @@ def run_rounds(a, llama: LlamaCpp, ckpt: Path, gguf: dict, col: dict, col_ok: bo
 # ------------------------------------------------------------------------------------------------
 
 
-def comparable(row: dict, threads: int) -> bool:
-    """Only rows at depth 0 and the requested thread count are compared (an engine may print more)."""
-    return int(row.get("n_depth") or 0) == 0 and int(row.get("n_threads") or threads) == threads
+def comparable(row: dict, threads: int, depth: int = 0) -> bool:
+    """Only rows at the requested depth and thread count are compared (an engine may print more)."""
+    return int(row.get("n_depth") or 0) == depth and int(row.get("n_threads") or threads) == threads
 
 
-def summarize(runs: list[dict], threads: int) -> dict:
+def summarize(runs: list[dict], threads: int, depth: int = 0) -> dict:
     """{(precision, engine, test): {"by_round": {round: avg_ts}, "best", "mean", "min", "rounds"}}."""
     per: dict[tuple, dict[int, float]] = {}
     for r in runs:
         for row in r.get("rows", []):
             t = test_name(row)
-            if t and row.get("avg_ts") is not None and comparable(row, threads):
+            if t and row.get("avg_ts") is not None and comparable(row, threads, depth):
                 per.setdefault((r["precision"], r["engine"], t), {})[int(r["round"])] = float(row["avg_ts"])
     return {k: {"by_round": v, "best": max(v.values()), "mean": statistics.fmean(v.values()),
                 "min": min(v.values()), "rounds": len(v)} for k, v in per.items()}
@@ -521,7 +524,7 @@ def header(doc: dict) -> str:
 def report(doc: dict) -> str:
     """The whole markdown report of a results document."""
     st = doc["settings"]
-    tables = [model_table(m["model"], st, summarize(m["runs"], st["threads"]),
+    tables = [model_table(m["model"], st, summarize(m["runs"], st["threads"], st.get("depth", 0)),
                           notes_for(m, doc.get("colibri_status", ""))) for m in doc["models"]]
     return header(doc) + "\n" + "\n".join(tables)
 
@@ -596,10 +599,10 @@ def main(argv: list[str]) -> int:
     for name in a.models:
         m = measure_model(name, a, llama, col_ok, col_status)
         m["summary"] = [{"precision": k[0], "engine": k[1], "test": k[2], **v}
-                        for k, v in summarize(m["runs"], a.threads).items()]
+                        for k, v in summarize(m["runs"], a.threads, a.depth).items()]
         doc["models"].append(m)
         write_results(a.out, doc)
-        print(model_table(name, doc["settings"], summarize(m["runs"], a.threads), notes_for(m, col_status)),
+        print(model_table(name, doc["settings"], summarize(m["runs"], a.threads, a.depth), notes_for(m, col_status)),
               flush=True)
     print("\n" + report(doc))
     print(f"raw results: {a.out}")

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 # HF architecture names whose converter class gets the sentencepiece vocabulary.
-SENTENCEPIECE_ARCHS = ("OlmoeForCausalLM", "Qwen2MoeForCausalLM")
+SENTENCEPIECE_ARCHS = ("OlmoeForCausalLM", "Qwen2MoeForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM",
+                      "Qwen3NextForCausalLM")
 
 
 def split_argv(argv: list[str]) -> tuple[Path, list[str]]:
@@ -49,6 +50,23 @@ def patch_classes() -> None:
         print(f"gguf_convert: {arch} ({cls.__name__}) uses the sentencepiece vocabulary", file=sys.stderr)
 
 
+def patch_deepseek_q_lora() -> None:
+    """DeepSeek-V2 without a q low-rank path: write attention.q_lora_rank = 0. llama.cpp's loader
+    recognises that variant (V2-Lite) only by its layer count (26 or 27) and otherwise requires the
+    key; a value of 0 makes it load `attn_q` directly, as it does for V2-Lite."""
+    from conversion import get_model_class
+
+    cls = get_model_class("DeepseekV2ForCausalLM")
+    base = cls.set_gguf_parameters
+
+    def set_gguf_parameters(self) -> None:
+        base(self)
+        if self.hparams.get("q_lora_rank") is None:
+            self.gguf_writer.add_q_lora_rank(0)
+
+    cls.set_gguf_parameters = set_gguf_parameters
+
+
 def main() -> None:
     llama_cpp, converter_args = split_argv(sys.argv[1:])
     sys.path.insert(0, str(llama_cpp))
@@ -56,6 +74,7 @@ def main() -> None:
     import convert_hf_to_gguf  # noqa: E402  (the vendored converter, imported as a module)
 
     patch_classes()
+    patch_deepseek_q_lora()
     sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), *converter_args]
     convert_hf_to_gguf.main()
 

@@ -14,6 +14,8 @@ layers:
     qwen2moe-4l   Qwen1.5-MoE-A2.7B         4       2.41 B / 0.41 B             4.8 GB
     olmoe-4l      OLMoE-1B-7B               4       1.88 B / 0.37 B             3.8 GB
 
+    and DeepSeek-V2-Lite, GPT-OSS-20B (MXFP4 experts) and Qwen3-Next-80B-A3B: tools/bench_families.py.
+
     * active as colibri counts it: without the embedding table (one row is read per token).
 
 Directory contents (what `save_pretrained` would write, hub layout):
@@ -91,6 +93,9 @@ from transformers import (  # noqa: E402
     Qwen2MoeForCausalLM,
 )
 
+import bench_families  # noqa: E402  (tools/, next to this script)
+from bench_families import logical_params, n_experts, nbytes  # noqa: E402
+
 transformers.logging.set_verbosity_error()
 
 DEFAULT_OUT = Path("/work/bench-models")
@@ -147,6 +152,8 @@ MODELS = {
     ),
 }
 
+MODELS.update(bench_families.MODELS)
+
 MIXTRAL_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
@@ -171,7 +178,10 @@ os.umask(UMASK)
 # --------------------------------------------------------------------------------------
 def hf_tensors(family: str, cfg) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, shape, init) for every tensor of the hub-layout checkpoint, in state-dict order.
-    init is one of: normal (std 0.02), ones, router (std 1/sqrt(hidden))."""
+    init is one of: normal (std 0.02), ones, router (std 1/sqrt(hidden)); bench_families adds zeros,
+    mxfp4 and scales."""
+    if family in bench_families.TINY:
+        return bench_families.hf_tensors(family, cfg)
     H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
     hd = getattr(cfg, "head_dim", None) or H // nh
@@ -230,11 +240,11 @@ def hf_tensors(family: str, cfg) -> list[tuple[str, tuple[int, ...], str]]:
 def colibri_counts(family: str, cfg, tensors) -> tuple[int, int]:
     """Total and active parameters the way colibri counts them (model/names.rs param_count):
     routed experts count top_k/E, the embedding table is not active unless tied."""
-    E = cfg.num_local_experts if family == "mixtral" else cfg.num_experts
+    E = n_experts(family, cfg)
     k = cfg.num_experts_per_tok
     total = active = experts = 0
-    for name, shape, _ in tensors:
-        n = math.prod(shape)
+    for name, shape, init in tensors:
+        n = logical_params(shape, init)
         total += n
         if ".experts." in name:
             experts += n
@@ -251,6 +261,8 @@ def colibri_counts(family: str, cfg, tensors) -> tuple[int, int]:
 def tiny_twin(spec) -> dict:
     """Same family, layers, experts, top-k and flags; tiny widths (heads keep their GQA ratio)."""
     c = dict(spec["config"])
+    if spec["family"] in bench_families.TINY:
+        return dict(c, **bench_families.TINY[spec["family"]])
     ratio = c["num_attention_heads"] // c["num_key_value_heads"]
     c.update(hidden_size=32, num_attention_heads=4, num_key_value_heads=4 // ratio if ratio <= 4 else 1, vocab_size=64,
              intermediate_size=12)
@@ -266,7 +278,7 @@ def check_against_transformers(name: str, spec) -> None:
     with torch.device("meta"):
         m = model_cls(cfg)
     n_tf = sum(p.numel() for p in m.parameters())
-    n_ours = sum(math.prod(s) for _, s, _ in hf_tensors(fam, cfg))
+    n_ours = sum(logical_params(s, i) for _, s, i in hf_tensors(fam, cfg))
     if n_tf != n_ours:
         raise SystemExit(f"{name}: transformers' {model_cls.__name__} has {n_tf} parameters, our tensor list {n_ours}")
     del m
@@ -281,7 +293,7 @@ def check_against_transformers(name: str, spec) -> None:
             with safe_open(str(f), "pt") as fh:
                 for key in fh.keys():
                     written[key] = tuple(fh.get_slice(key).get_shape())
-    ours = {n: s for n, s, _ in hf_tensors(fam, tcfg)}
+    ours = bench_families.as_saved(fam, hf_tensors(fam, tcfg))
     if written != ours:
         only_tf = sorted(set(written) - set(ours))[:8]
         only_us = sorted(set(ours) - set(written))[:8]
@@ -390,7 +402,7 @@ def plan_shards(tensors, limit: int) -> list[list[tuple[str, tuple[int, ...], st
     otherwise start a new shard when the tensor would tip the current one over the limit."""
     shards, cur, cur_size = [], [], 0
     for t in tensors:
-        size = math.prod(t[1]) * 2
+        size = nbytes(t[1], t[2])
         if size > limit:
             shards.append([t])
             continue
@@ -405,10 +417,13 @@ def plan_shards(tensors, limit: int) -> list[list[tuple[str, tuple[int, ...], st
 
 
 def make_tensor(name: str, shape, init: str, seed: int) -> torch.Tensor:
-    if init == "ones":
-        return torch.ones(shape, dtype=torch.bfloat16)
+    if init in ("ones", "zeros"):
+        return (torch.ones if init == "ones" else torch.zeros)(shape, dtype=torch.bfloat16)
     h = int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
     g = torch.Generator().manual_seed(h)
+    if init in ("mxfp4", "scales"):  # random FP4 codes; e8m0 scales 2^-8 .. 2^-6
+        lo, hi = (0, 256) if init == "mxfp4" else (119, 122)
+        return torch.randint(lo, hi, shape, dtype=torch.uint8, generator=g)
     std = 0.02 if init == "normal" else 1.0 / math.sqrt(shape[-1])
     return torch.empty(shape, dtype=torch.bfloat16).normal_(0.0, std, generator=g)
 
@@ -422,7 +437,7 @@ def rss_mb() -> float:
 
 def write_weights(out: Path, tensors, shard_limit: int, seed: int) -> tuple[int, int]:
     shards = plan_shards(tensors, shard_limit)
-    total_bytes = sum(math.prod(s) * 2 for _, s, _ in tensors)
+    total_bytes = sum(nbytes(s, i) for _, s, i in tensors)
     total_params = sum(math.prod(s) for _, s, _ in tensors)
     names = (["model.safetensors"] if len(shards) == 1
              else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
@@ -436,7 +451,7 @@ def write_weights(out: Path, tensors, shard_limit: int, seed: int) -> tuple[int,
             weight_map[name] = fname
         save_file(part, str(out / fname), metadata={"format": "pt"})
         os.chmod(out / fname, 0o666 & ~UMASK)  # safetensors creates 0600 files; use the usual umask
-        size = sum(t.numel() * 2 for t in part.values())
+        size = sum(t.numel() * t.element_size() for t in part.values())
         done += size
         peak = rss_mb()
         del part
@@ -502,9 +517,9 @@ def build(name: str, args, tok_files) -> None:
     cfg = spec["config_cls"](**cfg_kwargs)
     tensors = hf_tensors(spec["family"], cfg)
     total, active = colibri_counts(spec["family"], cfg, tensors)
-    size = total * 2
+    size = sum(nbytes(s, i) for _, s, i in tensors)
     log(f"{name}: {spec['like']} shapes, {cfg.num_hidden_layers} layers, {len(tensors)} tensors, "
-        f"{total / 1e9:.3f} B params ({active / 1e9:.3f} B active), {size / 1e9:.2f} GB bf16 -> {out}")
+        f"{total / 1e9:.3f} B params ({active / 1e9:.3f} B active), {size / 1e9:.2f} GB -> {out}")
     for want, got, what in ((spec["expect"][0], total, "total"), (spec["expect"][1], active, "active")):
         if abs(got - want) > 0.006e9:
             raise SystemExit(f"{name}: {what} params {got / 1e9:.3f} B, expected ~{want / 1e9:.2f} B")
@@ -518,16 +533,20 @@ def build(name: str, args, tok_files) -> None:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     cfg.save_pretrained(str(tmp))
+    if any(i == "mxfp4" for _, _, i in tensors):  # the hub's GPT-OSS config says how the experts are stored
+        cj = json.loads((tmp / "config.json").read_text())
+        cj["quantization_config"] = bench_families.MXFP4_CONFIG
+        (tmp / "config.json").write_text(json.dumps(cj, indent=2, sort_keys=True) + "\n")
     GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(str(tmp))
     model_bytes, tok_text, tok_cfg = tok_files
     (tmp / "tokenizer.model").write_bytes(model_bytes)
     (tmp / "tokenizer.json").write_text(tok_text + "\n", encoding="utf-8")
     (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     t = time.time()
-    n, nbytes = write_weights(tmp, tensors, parse_size(args.shard_size), args.seed)
-    assert n == total and nbytes == size
+    _, written = write_weights(tmp, tensors, parse_size(args.shard_size), args.seed)
+    assert written == size
     tmp.rename(out)
-    log(f"{name}: wrote {nbytes / 1e9:.2f} GB in {time.time() - t:.1f}s")
+    log(f"{name}: wrote {written / 1e9:.2f} GB in {time.time() - t:.1f}s")
     if args.verify_load:
         verify_load(out, spec)
 
@@ -549,9 +568,10 @@ def main() -> None:
     if args.list or not args.models:
         for name, spec in MODELS.items():
             cfg = spec["config_cls"](**spec["config"])
-            total, active = colibri_counts(spec["family"], cfg, hf_tensors(spec["family"], cfg))
+            tensors = hf_tensors(spec["family"], cfg)
+            total, active = colibri_counts(spec["family"], cfg, tensors)
             print(f"{name:12s} {spec['like']} shapes, {cfg.num_hidden_layers} layers: {total / 1e9:.2f} B params "
-                  f"({active / 1e9:.2f} B active), {total * 2 / 1e9:.1f} GB bf16")
+                  f"({active / 1e9:.2f} B active), {sum(nbytes(s, i) for _, s, i in tensors) / 1e9:.1f} GB")
         if not args.models:
             return
     names = list(MODELS) if args.models == ["all"] else args.models

@@ -20,11 +20,12 @@
 //! The tests check this against the expanded form.
 
 use super::lanes::{Lane, Scratch};
+use super::mla_attend::{merge, partial, Partial, Query};
 use super::rope::Rope;
 use crate::kernels::{self, Kernels, Mat, QuantActivations};
 use crate::model::{AttnWeights, Config, LayerWeights, Mla, MlaWeights};
-use crate::session::KvCache;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Attention over the n rows of `b.xn` into `b.out`, appending each row's latent and rope key to
 /// its sequence's cache.
@@ -139,33 +140,41 @@ fn absorb_queries(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: us
     }
 }
 
-/// b.att_lat: each (row, head) pair attends over its own sequence's cached latents up to its
-/// own position (within the layer's sliding window, if any).
+/// b.att_lat: each row's heads attend over its own sequence's cached latents up to its own
+/// position (within the layer's sliding window, if any), all heads at once (`mla_attend`). The
+/// work is split into (row, range of positions) tasks: rows first, and when there are fewer
+/// rows than threads (decode) each row's positions are split too, at least MIN_SPLIT apiece.
 fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
+    const MIN_SPLIT: usize = 256;
     let (rank, heads) = (m.kv_lora_rank, c.n_heads);
     let lat = rank + m.qk_rope_head_dim;
     let window = c.layers[layer].sliding_window;
     let scale = c.scales.attention.map_or(1.0 / (c.head_dim as f32).sqrt(), |a| a as f32);
-    let q: &[f32] = &b.q_abs;
-    let head_out = |(idx, out): (usize, &mut [f32])| {
-        let t = idx / heads;
-        let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
-        let kv: &KvCache = &*s.kv;
-        let p = s.pos0 + (t - s.rows.start);
-        let lo = window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
-        let qh = &q[idx * lat..(idx + 1) * lat];
-        let mut scores: Vec<f32> = (lo..=p).map(|j| kv.k_dot(kern, layer, j, 0, qh) * scale).collect();
-        kernels::softmax(&mut scores);
-        out.fill(0.0);
-        for (j, &pj) in (lo..=p).zip(&scores) {
-            kv.latent_axpy(kern, layer, j, pj, out);
+    let threads = crate::threads::current().max(1);
+    // (row, positions) of every task, a row's tasks consecutive.
+    let mut tasks: Vec<(usize, Range<usize>)> = Vec::new();
+    for s in seqs {
+        for t in s.rows.clone() {
+            let p = s.pos0 + (t - s.rows.start);
+            let lo = window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+            let splits = threads.div_ceil(n).min((p + 1 - lo).div_ceil(MIN_SPLIT)).max(1);
+            let step = (p + 1 - lo).div_ceil(splits);
+            tasks.extend((lo..=p).step_by(step).map(|j| (t, j..(j + step).min(p + 1))));
         }
+    }
+    let q: &[f32] = &b.q_abs;
+    let run = |(t, pos): &(usize, Range<usize>)| {
+        let s = &seqs[seqs.partition_point(|s| s.rows.end <= *t)];
+        let query = Query { q: &q[t * heads * lat..(t + 1) * heads * lat], heads, lat, rank, scale };
+        partial(kern, s.kv, layer, &query, pos.clone())
     };
-    let att = &mut b.att_lat[..n * heads * rank];
-    if crate::threads::current() > 1 {
-        att.par_chunks_mut(rank).enumerate().for_each(head_out);
-    } else {
-        att.chunks_mut(rank).enumerate().for_each(head_out);
+    let parts: Vec<Partial> =
+        if threads > 1 { tasks.par_iter().map(run).collect() } else { tasks.iter().map(run).collect() };
+    let mut at = 0;
+    for (t, out) in b.att_lat[..n * heads * rank].chunks_exact_mut(heads * rank).enumerate() {
+        let k = tasks[at..].iter().take_while(|(r, _)| *r == t).count();
+        merge(&parts[at..at + k], heads, rank, out);
+        at += k;
     }
 }
 

@@ -24,6 +24,7 @@ mod experts;
 mod ffn;
 mod lanes;
 mod mla;
+mod mla_attend;
 mod rope;
 mod router;
 mod sparsemixer;

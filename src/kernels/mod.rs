@@ -29,6 +29,7 @@ pub use dispatch::{active_path, available_paths, path_note, Kernels};
 pub use gemm::GEMM_MIN_ROWS;
 pub use mat::Mat;
 pub use table::CpuPath;
+pub(crate) use table::{MR, NR};
 
 /// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.
 pub fn rmsnorm(x: &[f32], w: Mat<'_>, eps: f32, y: &mut [f32]) {

@@ -675,7 +675,7 @@ fn mxfp4_int8_products_are_the_reference_bit_for_bit() {
     let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        for &(rows, cols, n) in &[(3, 32, 1), (9, 256, 2), (17, 32 * 9, 5)] {
+        for &(rows, cols, n) in &[(3, 32, 1), (9, 256, 2), (17, 32 * 9, 5), (5, 64, 8), (7, 96, 11)] {
             let w = DType::Mxfp4.encode(&sample(rows * cols, 11), cols);
             let w = Mat::new(DType::Mxfp4, rows, cols, &w).unwrap();
             let x = sample(n * cols, 12);

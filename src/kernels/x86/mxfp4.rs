@@ -54,6 +54,32 @@ unsafe fn row_dot_i8(w: *const u8, nb: usize, xq: *const i8, xd: *const f32) -> 
     }
 }
 
+/// Row of `nb` blocks at `w` · R int8 activation rows at once: each block unpacked once for all
+/// R rows, every sum formed exactly as `row_dot_i8` forms it (its result bit for bit).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_dot_i8<const R: usize>(w: *const u8, nb: usize, xq: [*const i8; R], xd: [*const f32; R]) -> [f32; R] {
+    // SAFETY: reached only through the AVX2 table; the caller passes a row of nb blocks and R
+    // activation rows of nb blocks.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [0f32; R];
+        for b in 0..nb {
+            let blk = w.add(b * BLOCK_BYTES);
+            let v = values(blk);
+            let av = _mm256_sign_epi8(v, v);
+            let d = e8m0_to_f32_half(*blk);
+            for t in 0..R {
+                let x = _mm256_loadu_si256(xq[t].add(b * QK).cast());
+                let pairs = _mm256_maddubs_epi16(av, _mm256_sign_epi8(x, v));
+                let s = hsum_i32(_mm256_madd_epi16(pairs, ones));
+                acc[t] += d * *xd[t].add(b) * s as f32;
+            }
+        }
+        acc
+    }
+}
+
 /// The sum of 8 i32 lanes (exact: |Σ| ≤ 32 · 12 · 127).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -109,11 +135,23 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
     assert!(rows.end <= w.rows() && xa.cols == cols && xa.qs.len() >= n * cols && out.len() >= n * len);
     let base = w.bytes().as_ptr();
     for (i, r) in rows.enumerate() {
-        for t in 0..n {
+        let wr = base.wrapping_add(r * nb * BLOCK_BYTES);
+        // Four activation rows per pass over the weight row (each block unpacked once for them).
+        let mut t = 0;
+        while t + 4 <= n {
+            let rows4: [(&[i8], &[f32]); 4] = [xa.row(t), xa.row(t + 1), xa.row(t + 2), xa.row(t + 3)];
+            // SAFETY: as below, for activation rows t..t + 4 (< n, each of nb blocks).
+            let y = unsafe { rows_dot_i8::<4>(wr, nb, rows4.map(|x| x.0.as_ptr()), rows4.map(|x| x.1.as_ptr())) };
+            for (k, v) in y.into_iter().enumerate() {
+                out[(t + k) * len + i] = v;
+            }
+            t += 4;
+        }
+        for t in t..n {
             let (xq, xd) = xa.row(t);
             // SAFETY: the AVX2 table exists only on AVX2+FMA+F16C CPUs; row r < w.rows()
             // (asserted) has its nb blocks inside the bound matrix, activation row t its nb blocks.
-            out[t * len + i] = unsafe { row_dot_i8(base.add(r * nb * BLOCK_BYTES), nb, xq.as_ptr(), xd.as_ptr()) };
+            out[t * len + i] = unsafe { row_dot_i8(wr, nb, xq.as_ptr(), xd.as_ptr()) };
         }
     }
 }
