@@ -247,6 +247,35 @@ class Colibri:
                                     "finish_reason": openai_finish_reason(out.finish_reason)}],
                     usage=_usage(out))
 
+    # -- embeddings --------------------------------------------------------------------------
+
+    def create_embedding(
+        self, input: Union[str, Sequence[int], Sequence[Union[str, Sequence[int]]]], *, pooling: str = "mean",
+        normalize: bool = True,
+    ) -> Dict[str, Any]:
+        """OpenAI's embeddings response for ``input`` (a string, token ids, or a list of those):
+        ``{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model",
+        "usage"}``, each vector the model's final-normed hidden states pooled over the input's
+        tokens (``pooling`` "mean" | "last" | "cls") and L2-normalised (:meth:`Model.embed`)."""
+        items = list(input) if _is_list_of_inputs(input) else [input]
+        data, used = [], 0
+        for i, item in enumerate(items):
+            ids = self.model.tokenize(item, add_special=True) if isinstance(item, str) else list(item)
+            used += len(ids)
+            vector = self.model.embed(ids, pooling=pooling, normalize=normalize)
+            data.append({"object": "embedding", "index": i, "embedding": [float(x) for x in vector]})
+        return {"object": "list", "data": data, "model": self.model_name,
+                "usage": {"prompt_tokens": used, "total_tokens": used}}
+
+    def embed(
+        self, input: Union[str, Sequence[int], Sequence[Union[str, Sequence[int]]]], *, pooling: str = "mean",
+        normalize: bool = True,
+    ) -> Union[List[float], List[List[float]]]:
+        """The vectors of :meth:`create_embedding` alone: one list of floats for a string or an
+        id list, a list of them for a list of inputs."""
+        vectors = [d["embedding"] for d in self.create_embedding(input, pooling=pooling, normalize=normalize)["data"]]
+        return vectors if _is_list_of_inputs(input) else vectors[0]
+
     # -- response shapes ---------------------------------------------------------------------
 
     def _head(self, prefix: str, obj: str) -> Dict[str, Any]:
@@ -291,6 +320,11 @@ class Colibri:
 
     def __repr__(self) -> str:
         return f"<colibri.Colibri {self.model_name!r} n_ctx={self.n_ctx}>"
+
+
+def _is_list_of_inputs(x: Any) -> bool:
+    """A list of texts / id lists (not one id list)."""
+    return isinstance(x, (list, tuple)) and bool(x) and not all(isinstance(v, int) for v in x)
 
 
 def _options(

@@ -185,3 +185,22 @@ def test_threads_run_calls_at_once(llm: colibri.Colibri) -> None:
     for t in threads:
         t.join()
     assert not errors and got == [want] * 3
+
+
+def test_create_embedding_shape_and_vectors(llm: colibri.Colibri) -> None:
+    texts = ["In the beginning", "And God said"]
+    r = llm.create_embedding(texts)
+    assert r["object"] == "list" and r["model"] == llm.model_name
+    assert [d["index"] for d in r["data"]] == [0, 1]
+    ids = [llm.model.tokenize(t, add_special=True) for t in texts]
+    assert r["usage"] == {"prompt_tokens": sum(map(len, ids)), "total_tokens": sum(map(len, ids))}
+    for d, t in zip(r["data"], texts):
+        v = d["embedding"]
+        assert len(v) == llm.model.info.hidden_size
+        assert abs(sum(x * x for x in v) - 1.0) < 1e-4
+        assert v == [float(x) for x in llm.model.embed(t)]
+    assert llm.embed(texts[0]) == r["data"][0]["embedding"]
+    assert llm.embed(ids[1]) == r["data"][1]["embedding"]
+    assert llm.embed(texts) == [d["embedding"] for d in r["data"]]
+    last = llm.embed(texts[0], pooling="last")
+    assert last != r["data"][0]["embedding"]
