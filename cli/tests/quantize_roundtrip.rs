@@ -442,8 +442,12 @@ fn interleaved_and_row_major_files_hold_the_same_values_and_give_the_same_logits
             }
             let vocab = il.config().vocab_size as u32;
             let ids: Vec<u32> = (0..24u32).map(|i| (i * 41 + 3) % vocab).collect();
-            let (la, lb) = (logits(&il, &ids), logits(&rm, &ids));
-            // The same integer block sums; only the float summation order of the kernels differs.
+            // The same weights; only the float summation order of the kernels differs. With f32
+            // activations that stays at rounding level. (With int8 activations a rounding-level
+            // difference can move an activation across an int8 step and, in these random tiny
+            // models, flip a near-tied expert choice: not a layout property, so not compared.)
+            let (la, lb) =
+                (logits_in(&il, &ids, QuantActivations::Float), logits_in(&rm, &ids, QuantActivations::Float));
             let r = relative_max_diff(&la, &lb);
             assert!(r < 1e-4, "{} {scheme}: interleaved vs row-major max |Δlogit| / std = {r:e}", dir.display());
             let v = vocab as usize;
