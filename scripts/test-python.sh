@@ -5,7 +5,7 @@
 #      directory (a no-op after the release build: nothing compiles twice) and puts the library
 #      inside the package. The wheel must be platform-tagged (never py3-none-any) and carry
 #      colibri/libcolibri.so.1; it is installed into a fresh virtual environment (pip fetches
-#      setuptools, pytest and numpy from PyPI) and the suite runs against it without
+#      setuptools, pytest, numpy, jsonschema and openai from PyPI) and the suite runs against it without
 #      COLIBRI_LIB_PATH.
 #
 #   scripts/test-python.sh                  # both
@@ -51,7 +51,8 @@ esac
 }
 
 echo "== Python wheel: install it, run the suite against the installed package"
-"$py" -m pip install -q "$whl" pytest numpy
+# (jsonschema and openai: the grammar and tools tests validate through them.)
+"$py" -m pip install -q "$whl" pytest numpy jsonschema openai
 # (test_serve_openai tests `colibri serve`, not the package: it ran in the first suite.)
 (cd "$tmp" && env -u COLIBRI_LIB_PATH COLIBRI_TEST_INSTALLED=1 \
 	"$py" -m pytest -q -p no:cacheprovider "$repo/python/tests" \
