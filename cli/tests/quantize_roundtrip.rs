@@ -366,12 +366,7 @@ fn inspect_and_dump_show_block_tensors() {
     }
 }
 
-/// Teacher-forced logits of `ids` at every position.
-fn logits(model: &Model, ids: &[u32]) -> Vec<f32> {
-    logits_in(model, ids, QuantActivations::default())
-}
-
-/// The same in activation mode `quant_act`.
+/// Teacher-forced logits of `ids` at every position, in activation mode `quant_act`.
 fn logits_in(model: &Model, ids: &[u32], quant_act: QuantActivations) -> Vec<f32> {
     let opts = SessionOptions { n_ctx: ids.len(), quant_act, ..Default::default() };
     let mut s = Session::new(model.config(), &opts).unwrap();
