@@ -161,7 +161,11 @@ fn q8_0_gguf_keeps_its_types_and_values() {
             let dtype = |n: &str| gg.parsed().tensors.iter().find(|t| t.name == n).map(|t| t.dtype);
             assert_eq!((dtype("layers.1.attn.k_b"), dtype("layers.1.attn.v_b")), (Some(DType::F16), Some(DType::Q8_0)));
         }
-        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+        // f32 activations: the difference is the weights' Q8_0 rounding alone (int8 activations
+        // add their own rounding, whose flips in these random tiny models depend on summation
+        // order).
+        let (lw, lg) =
+            (logits_with(&hf, &input, QuantActivations::Float), logits_with(&gg, &input, QuantActivations::Float));
         let max_abs = lw.iter().fold(0f32, |m, x| m.max(x.abs()));
         let diff = lw.iter().zip(&lg).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         let same_argmax = lw
