@@ -1,6 +1,7 @@
 package colibri
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -34,7 +35,7 @@ func TestGrammarDocuments(t *testing.T) {
 		p := DefaultGenerateParams()
 		p.Temperature, p.TopK, p.Seed, p.MaxTokens, p.Grammar = 1, 0, seed, 32, g
 		text := ""
-		r, err := s.Generate([]int32{17, 300, 5}, p, func(_ int32, piece string) bool { text += piece; return true })
+		r, err := s.Generate(context.Background(), []int32{17, 300, 5}, p, func(_ int32, piece string) bool { text += piece; return false })
 		if err != nil {
 			t.Fatal(err)
 		}
