@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -72,3 +72,39 @@ def model(model_path: Path) -> Iterator[colibri.Model]:
 def session(model: colibri.Model) -> Iterator[colibri.Session]:
     with model.session() as s:
         yield s
+
+
+def serve_openai(extra: List[str], api_key: str = "none") -> Iterator[Any]:
+    """`colibri serve` on the shipped default model with `extra` arguments, on a free loopback
+    port: yields an official `openai` client for it once the model is ready, stops the server
+    afterwards (it must exit 0). For module-scoped fixtures (`yield from serve_openai(...)`)."""
+    import threading
+
+    import openai
+
+    _need_build()
+    model = REPO / "models" / "default.colibri"
+    proc = subprocess.Popen(
+        [str(CLI), "serve", "-m", str(model), "--port", "0", "-t", "1", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    found: List[str] = []
+    ready = threading.Event()
+
+    def read_log() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("listening on http://"):
+                found.append(line.split("http://", 1)[1].strip())
+            if line.startswith("model ") and "ready" in line:
+                ready.set()
+
+    threading.Thread(target=read_log, daemon=True).start()
+    try:
+        assert ready.wait(60), "the server did not become ready"
+        yield openai.OpenAI(base_url=f"http://{found[0]}/v1", api_key=api_key, max_retries=0, timeout=60)
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import threading
 import urllib.request
 from typing import Iterator, List
 
@@ -20,7 +18,7 @@ import openai
 import pytest
 
 import colibri
-from conftest import CLI, REPO, _need_build
+from conftest import REPO, serve_openai
 
 MODEL = REPO / "models" / "default.colibri"
 KEY = "test-key-123"
@@ -29,32 +27,7 @@ TEXTS = ["In the beginning God created the heaven and the earth.", "And God said
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[openai.OpenAI]:
-    _need_build()
-    proc = subprocess.Popen(
-        [str(CLI), "serve", "-m", str(MODEL), "--port", "0", "-t", "1", "--api-key", KEY, "--alias", "gpt-4o-mini"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    found: list[str] = []
-    ready = threading.Event()
-
-    def read_log() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith("listening on http://"):
-                found.append(line.split("http://", 1)[1].strip())
-            if line.startswith("model ") and "ready" in line:
-                ready.set()
-
-    threading.Thread(target=read_log, daemon=True).start()
-    try:
-        assert ready.wait(60), "the server did not become ready"
-        yield openai.OpenAI(base_url=f"http://{found[0]}/v1", api_key=KEY, max_retries=0, timeout=60)
-    finally:
-        proc.terminate()
-        assert proc.wait(60) == 0
+    yield from serve_openai(["--api-key", KEY, "--alias", "gpt-4o-mini"], api_key=KEY)
 
 
 def test_models_list(client: openai.OpenAI) -> None:

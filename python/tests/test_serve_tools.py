@@ -9,16 +9,13 @@ per syntax in Rust: src/chat_output/tests.rs, cli/src/serve/chat_reply.rs.)"""
 
 from __future__ import annotations
 
-import subprocess
-import threading
-from typing import Iterator, List
+from typing import Iterator
 
 import openai
 import pytest
 
-from conftest import CLI, REPO, _need_build
+from conftest import REPO, serve_openai
 
-MODEL = REPO / "models" / "default.colibri"
 TEMPLATE = REPO / "tests" / "fixtures" / "chat_templates" / "Qwen-QwQ-32B.jinja"
 TOOLS = [
     {
@@ -34,42 +31,14 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 THINK = {"chat_template_kwargs": {"enable_thinking": True}}
 
 
-def _serve(extra: List[str]) -> Iterator[openai.OpenAI]:
-    _need_build()
-    proc = subprocess.Popen(
-        [str(CLI), "serve", "-m", str(MODEL), "--port", "0", "-t", "1", *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    found: list[str] = []
-    ready = threading.Event()
-
-    def read_log() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith("listening on http://"):
-                found.append(line.split("http://", 1)[1].strip())
-            if line.startswith("model ") and "ready" in line:
-                ready.set()
-
-    threading.Thread(target=read_log, daemon=True).start()
-    try:
-        assert ready.wait(60), "the server did not become ready"
-        yield openai.OpenAI(base_url=f"http://{found[0]}/v1", api_key="none", max_retries=0, timeout=60)
-    finally:
-        proc.terminate()
-        assert proc.wait(60) == 0
-
-
 @pytest.fixture(scope="module")
 def plain() -> Iterator[openai.OpenAI]:
-    yield from _serve([])
+    yield from serve_openai([])
 
 
 @pytest.fixture(scope="module")
 def qwq() -> Iterator[openai.OpenAI]:
-    yield from _serve(["--chat-template-file", str(TEMPLATE)])
+    yield from serve_openai(["--chat-template-file", str(TEMPLATE)])
 
 
 def _bad_param(call) -> str:
