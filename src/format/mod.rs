@@ -102,6 +102,7 @@ mod header;
 mod le;
 mod metadata;
 pub mod mxfp4;
+mod pace;
 mod parse;
 mod table;
 mod writer;
