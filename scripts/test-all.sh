@@ -15,6 +15,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== code shape: no import cycles, no file over 600 lines, no function over 80 (scripts/check-shape.py)"
 python3 scripts/check-shape.py
 
+echo "== the fuzz crate still builds against the library (fuzz/, its own workspace; cargo check)"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/fuzz-check" cargo check --locked --manifest-path fuzz/Cargo.toml --bins
+
 echo "== cargo build --release (reused by every suite below)"
 cargo build --release
 

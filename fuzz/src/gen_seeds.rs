@@ -22,7 +22,18 @@ struct Seed {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn base(family: Family, vocab: usize, hidden: usize, layers: Vec<LayerSpec>, heads: usize, kv: usize, hd: usize, e: usize, k: usize, f: usize) -> Config {
+fn base(
+    family: Family,
+    vocab: usize,
+    hidden: usize,
+    layers: Vec<LayerSpec>,
+    heads: usize,
+    kv: usize,
+    hd: usize,
+    e: usize,
+    k: usize,
+    f: usize,
+) -> Config {
     Config {
         family,
         vocab_size: vocab,
@@ -32,7 +43,7 @@ fn base(family: Family, vocab: usize, hidden: usize, layers: Vec<LayerSpec>, hea
         n_kv_heads: kv,
         head_dim: hd,
         rms_norm_eps: 1e-5,
-        rope: Rope { theta: 10000.0, partial_rotary_factor: 1.0, scaling: RopeScaling::None },
+        rope: Rope { theta: 10000.0, partial_rotary_factor: 1.0, scaling: RopeScaling::None, interleaved: false },
         max_position_embeddings: 128,
         attention_bias: false,
         attention_out_bias: false,
@@ -51,6 +62,9 @@ fn base(family: Family, vocab: usize, hidden: usize, layers: Vec<LayerSpec>, hea
             choice_bias: false,
             groups: None,
             routed_scaling: 1.0,
+            expert_act: Default::default(),
+            expert_bias: false,
+            router_bias: false,
         },
         dense_ffn: 0,
         layers,
@@ -59,11 +73,17 @@ fn base(family: Family, vocab: usize, hidden: usize, layers: Vec<LayerSpec>, hea
         bos_token_id: Some(1),
         eos_token_ids: vec![2],
         pad_token_id: None,
+        scales: Default::default(),
+        mla: None,
+        attention_sinks: false,
+        delta_net: None,
+        attn_output_gate: false,
+        norm_offset: 0.0,
     }
 }
 
 fn moe(n: usize) -> Vec<LayerSpec> {
-    (0..n).map(|_| LayerSpec { moe: true, sliding_window: None }).collect()
+    (0..n).map(|_| LayerSpec { moe: true, sliding_window: None, kind: Default::default() }).collect()
 }
 
 const TOKENIZER: &str = r#"{"version":"1.0","model":{"type":"BPE","vocab":{"<unk>":0,"<s>":1,"</s>":2,"a":3,"b":4},"merges":[]},"added_tokens":[{"id":1,"content":"<s>","special":true}]}"#;

@@ -3,7 +3,7 @@
 //! The rule under test: hostile bytes give `Err`, never a panic, abort or out-of-bounds access.
 
 use colibri::format::{self, ParsedFile, TensorKind};
-use colibri::model::{self, Config, FfnWeights, Weights};
+use colibri::model::{self, Config, Weights};
 use colibri::tensor::TensorView;
 use colibri::{LoadOptions, Model};
 use std::path::PathBuf;
@@ -89,32 +89,7 @@ fn touch_model(m: &Model) {
 
 fn touch_weights(w: &Weights<'_>, aligned: bool) {
     let _ = aligned;
-    for m in [&w.embed, &w.norm, &w.lm_head] {
-        touch_mat(m);
-    }
-    for l in &w.layers {
-        for m in [&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm] {
-            touch_mat(m);
-        }
-        for m in [&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm].into_iter().flatten() {
-            touch_mat(m);
-        }
-        let mlps: Vec<&colibri::model::MlpWeights<'_>> = match &l.ffn {
-            FfnWeights::Moe(moe) => {
-                touch_mat(&moe.router);
-                if let Some(g) = &moe.shared_gate {
-                    touch_mat(g);
-                }
-                moe.experts.iter().chain(&moe.shared).collect()
-            }
-            FfnWeights::Dense(mlp) => vec![mlp],
-        };
-        for mlp in mlps {
-            for m in [&mlp.gate, &mlp.up, &mlp.down] {
-                touch_mat(m);
-            }
-        }
-    }
+    w.visit_mats(&mut |m| touch_mat(m));
 }
 
 /// Read every row of a bound matrix (binding checked it: this must never fail).

@@ -5,6 +5,7 @@
 mod config;
 mod names;
 mod validate;
+mod visit;
 mod weights;
 
 pub use config::{

@@ -1,0 +1,73 @@
+//! Every bound matrix of a model, in a fixed order: the one walk over `Weights` that tools
+//! needing all operands use (the fuzz harness reads every row; byte accounting can sum them),
+//! so that a new weights field is added in one place and not in each of them.
+
+use super::weights::{AttnWeights, FfnWeights, LayerWeights, MlpWeights, NormWeights, Weights};
+use crate::kernels::Mat;
+
+impl<'a> Weights<'a> {
+    /// Calls `f` on every bound matrix: embedding, each layer's (norms, attention, output
+    /// projection, feed-forward), the final norm, lm_head and its bias. A tied lm_head is
+    /// visited again (it is bound twice).
+    pub fn visit_mats(&self, f: &mut dyn FnMut(&Mat<'a>)) {
+        f(&self.embed);
+        for layer in &self.layers {
+            layer.visit_mats(f);
+        }
+        visit_norm(&self.norm, f);
+        f(&self.lm_head);
+        self.lm_head_bias.iter().for_each(|m| f(m));
+    }
+}
+
+impl<'a> LayerWeights<'a> {
+    /// Calls `f` on every bound matrix of the layer.
+    pub fn visit_mats(&self, f: &mut dyn FnMut(&Mat<'a>)) {
+        visit_norm(&self.attn_norm, f);
+        match &self.attn {
+            AttnWeights::Gqa(a) => {
+                [&a.wq, &a.wk, &a.wv].into_iter().for_each(|m| f(m));
+                [&a.bq, &a.bk, &a.bv, &a.q_norm, &a.k_norm, &a.gate].into_iter().flatten().for_each(|m| f(m));
+            }
+            AttnWeights::Mla(a) => {
+                f(&a.q);
+                if let Some((qa, qa_norm)) = &a.q_a {
+                    f(qa);
+                    f(qa_norm);
+                }
+                f(&a.kv_a);
+                f(&a.kv_a_norm);
+                a.k_b.iter().chain(&a.v_b).for_each(|m| f(m));
+            }
+            AttnWeights::DeltaNet(a) => {
+                f(&a.in_qkvz);
+                f(&a.in_ba);
+            }
+        }
+        f(&self.wo);
+        self.bo.iter().for_each(|m| f(m));
+        visit_norm(&self.ffn_norm, f);
+        match &self.ffn {
+            FfnWeights::Moe(moe) => {
+                f(&moe.router);
+                [&moe.shared_gate, &moe.router_bias].into_iter().flatten().for_each(|m| f(m));
+                moe.experts.iter().chain(&moe.shared).for_each(|mlp| visit_mlp(mlp, f));
+            }
+            FfnWeights::Dense(mlp) => visit_mlp(mlp, f),
+        }
+    }
+}
+
+fn visit_norm<'a>(n: &NormWeights<'a>, f: &mut dyn FnMut(&Mat<'a>)) {
+    f(&n.weight);
+    n.bias.iter().for_each(|m| f(m));
+}
+
+/// The three projections; the bias tensors of GPT-OSS's experts are shared by all experts of
+/// the layer, so they are visited with each expert (row `bias.row` is that expert's).
+fn visit_mlp<'a>(mlp: &MlpWeights<'a>, f: &mut dyn FnMut(&Mat<'a>)) {
+    [&mlp.gate, &mlp.up, &mlp.down].into_iter().for_each(|m| f(m));
+    if let Some(b) = &mlp.bias {
+        [&b.gate, &b.up, &b.down].into_iter().for_each(|m| f(m));
+    }
+}
