@@ -167,7 +167,10 @@ mod tests {
                 assert!(diff(&s1, &s2) < 1e-4, "{path:?}: states differ by {}", diff(&s1, &s2));
                 assert!(o1.iter().any(|&x| x.abs() > 0.1), "a test that computes nothing");
                 let (ref_o, ref_s) = scalar.get_or_insert_with(|| (o1.clone(), s1.clone()));
-                assert!(path == CpuPath::Generic || diff(ref_o, &o2).max(diff(ref_s, &s2)) < 1e-4, "{path:?} vs scalar");
+                assert!(
+                    path == CpuPath::Generic || diff(ref_o, &o2).max(diff(ref_s, &s2)) < 1e-4,
+                    "{path:?} vs scalar"
+                );
             }
         }
     }

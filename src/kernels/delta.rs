@@ -71,7 +71,9 @@ mod tests {
                 let from = s0.clone();
                 kern.delta_step(Some(&from), &mut s2, &t, &mut o2);
                 assert_eq!(from, s0, "{path:?} changed `from`");
-                for (got, want, what) in [(&s1, &want_s, "state"), (&o1, &want_o, "out"), (&s2, &want_s, "state (from)")] {
+                for (got, want, what) in
+                    [(&s1, &want_s, "state"), (&o1, &want_o, "out"), (&s2, &want_s, "state (from)")]
+                {
                     let err = got.iter().zip(want.iter()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(err <= 1e-5 * scale, "{path:?} {dk}x{dv} {what}: error {err}");
                 }

@@ -16,7 +16,13 @@ macro_rules! delta_step {
         /// Columns [j0, j0 + NB·lanes) of the step; `src` and `dst` may be the same state.
         #[inline]
         #[target_feature(enable = $feat)]
-        unsafe fn $block<const NB: usize>(src: *const f32, dst: *mut f32, t: &DeltaToken<'_>, j0: usize, out: *mut f32) {
+        unsafe fn $block<const NB: usize>(
+            src: *const f32,
+            dst: *mut f32,
+            t: &DeltaToken<'_>,
+            j0: usize,
+            out: *mut f32,
+        ) {
             let dv = t.v.len();
             // SAFETY: the caller checked the lengths: rows of dv columns, j0 + NB·lanes ≤ dv.
             unsafe {
