@@ -67,6 +67,15 @@ def patch_deepseek_q_lora() -> None:
     cls.set_gguf_parameters = set_gguf_parameters
 
 
+def no_qwen3_next_mtp() -> None:
+    """Qwen3-Next without multi-token-prediction layers: the converter asserts that a Qwen3-Next
+    checkpoint has them (its config does not say how many) unless told `--no-mtp`; the bench
+    checkpoints have none, and colibri skips them in any case."""
+    from conversion import get_model_class
+
+    get_model_class("Qwen3NextForCausalLM").no_mtp = True
+
+
 def main() -> None:
     llama_cpp, converter_args = split_argv(sys.argv[1:])
     sys.path.insert(0, str(llama_cpp))
@@ -75,6 +84,7 @@ def main() -> None:
 
     patch_classes()
     patch_deepseek_q_lora()
+    no_qwen3_next_mtp()
     sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), *converter_args]
     convert_hf_to_gguf.main()
 

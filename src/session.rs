@@ -10,7 +10,7 @@ use crate::rng::Rng;
 
 mod recurrent;
 mod state_file;
-pub use recurrent::{LayerState, RecurrentState};
+pub use recurrent::{LayerState, LayerWrite, RecurrentState, Snapshot};
 pub use state_file::{model_fingerprint, stored_tokens};
 
 /// Element type of the KV cache.
@@ -70,7 +70,8 @@ pub fn kv_bytes_per_token(c: &Config, dtype: KvDtype) -> usize {
 }
 
 /// Bytes of recurrent state a session of a model with config `c` holds whatever its length: the
-/// DeltaNet layers' state and the copy taken at each call's start (0 for attention-only models).
+/// DeltaNet layers' state and the state of the last call's start beside it (0 for attention-only
+/// models).
 pub fn session_state_bytes(c: &Config) -> usize {
     c.recurrent_state_bytes().saturating_mul(2)
 }
@@ -280,7 +281,7 @@ pub struct Checkpoint {
     /// Forward calls the session had begun when this was taken.
     calls: u64,
     /// A copy of the recurrent state (`Session::checkpoint_with_state`), for undoing several calls.
-    state: Option<RecurrentState>,
+    state: Option<Snapshot>,
 }
 
 /// A sequence being processed: KV cache, position, routing RNG and trace, last logits.
@@ -296,10 +297,10 @@ pub struct Session {
     pub(crate) hidden: Vec<f32>,
     kv_dtype: KvDtype,
     quant_act: QuantActivations,
-    /// The DeltaNet layers' state after the `pos` cached tokens (empty for attention-only models).
+    /// The DeltaNet layers' state after the `pos` cached tokens, and beside it the state at the
+    /// start of the last forward call, at position `call_start_pos` (empty for attention-only
+    /// models).
     pub(crate) rec: RecurrentState,
-    /// `rec` as it was at the start of the last forward call, at position `call_start_pos`.
-    call_start: RecurrentState,
     call_start_pos: usize,
     /// Forward calls begun.
     calls: u64,
@@ -324,7 +325,6 @@ impl Session {
             kv_dtype: opts.kv_dtype,
             quant_act: opts.quant_act,
             rec: RecurrentState::new(c)?,
-            call_start: RecurrentState::new(c)?,
             call_start_pos: 0,
             calls: 0,
             state_lost: false,
@@ -372,7 +372,7 @@ impl Session {
     /// Bytes of recurrent state this session holds whatever its length (see
     /// [`session_state_bytes`]).
     pub fn state_bytes(&self) -> usize {
-        self.rec.bytes() + self.call_start.bytes()
+        self.rec.bytes().saturating_mul(2)
     }
 
     /// Forget every cached token (the buffers stay allocated; a recurrent state is zeroed).
@@ -407,7 +407,7 @@ impl Session {
                     ),
                 });
             }
-            self.rec.copy_from(&self.call_start);
+            self.rec.restore_start();
         }
         self.pos = n;
         Ok(())
@@ -417,7 +417,7 @@ impl Session {
     /// truncation to the current position or an undo goes back to.
     fn after_restore(&mut self) {
         self.calls += 1;
-        self.call_start.copy_from(&self.rec);
+        self.rec.begin_call();
         self.call_start_pos = self.pos;
         self.state_lost = false;
         if let Some(t) = self.trace.as_mut() {
@@ -438,11 +438,12 @@ impl Session {
     }
 
     /// Mark the start of a forward call (its input already checked): the recurrent state is
-    /// copied so that the call can be undone (`abandon_call`, `rollback`, `truncate`).
+    /// kept (the call writes beside it, nothing is copied) so that the call can be undone
+    /// (`abandon_call`, `rollback`, `truncate`).
     pub(crate) fn begin_call(&mut self) {
         self.calls += 1;
         if !self.rec.is_empty() {
-            self.call_start.copy_from(&self.rec);
+            self.rec.begin_call();
             self.call_start_pos = self.pos;
         }
     }
@@ -450,7 +451,7 @@ impl Session {
     /// Undo the call begun last (it failed): back to its start position and recurrent state.
     pub(crate) fn abandon_call(&mut self) {
         if !self.rec.is_empty() {
-            self.rec.copy_from(&self.call_start);
+            self.rec.restore_start();
             self.pos = self.call_start_pos;
         }
     }
@@ -483,7 +484,7 @@ impl Session {
     /// A checkpoint that can undo any number of forward calls: it carries a copy of the
     /// recurrent state (`state_bytes() / 2` bytes; nothing for attention-only models).
     pub fn checkpoint_with_state(&self) -> Checkpoint {
-        let state = if self.rec.is_empty() { None } else { Some(self.rec.clone()) };
+        let state = if self.rec.is_empty() { None } else { Some(self.rec.snapshot()) };
         Checkpoint { state, ..self.checkpoint() }
     }
 
@@ -503,13 +504,13 @@ impl Session {
             return;
         }
         if let Some(state) = c.state {
-            self.rec.copy_from(&state);
+            self.rec.restore(&state);
             self.pos = c.pos;
             self.state_lost = false;
         } else if self.calls == c.calls {
             // Nothing ran since: the state still stands for `pos` tokens.
         } else if self.calls == c.calls + 1 && self.call_start_pos == c.pos {
-            self.rec.copy_from(&self.call_start);
+            self.rec.restore_start();
             self.pos = c.pos;
         } else {
             self.pos = self.pos.min(c.pos);

@@ -284,3 +284,28 @@ fn a_call_of_several_steps_carries_the_state() {
     let d = one.logits().iter().zip(want).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
     assert!(d <= 1e-4 * f.max_abs, "after truncating a long call: {d}");
 }
+
+/// Decode calls (one token: the recurrent form, whose first write reads the call-start buffer
+/// and writes the other one) undone by `rollback` and by `truncate` to the call's start, twice
+/// in a row each: the session continues as the oracle does.
+#[test]
+fn undone_decode_calls_continue_like_the_oracle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixture("qwen3_next_hybrid", tmp.path());
+    let mut s = session(&f);
+    f.feed_and_check(&mut s, 0, 40, "prefill");
+    for round in 0..2 {
+        let c = s.checkpoint();
+        forward(&f.model, &mut s, Input::Tokens(&[3 + round]), &all()).unwrap();
+        s.rollback(c);
+        assert_eq!(s.position(), 40);
+    }
+    f.feed_and_check(&mut s, 40, 41, "a decode call after two undone ones");
+    for round in 0..2 {
+        forward(&f.model, &mut s, Input::Tokens(&[7 + round]), &all()).unwrap();
+        s.truncate(41).unwrap();
+    }
+    for p in 41..45 {
+        f.feed_and_check(&mut s, p, p + 1, "decode after truncating decode calls");
+    }
+}

@@ -12,7 +12,6 @@ use super::lanes::{Lane, Scratch};
 use crate::kernels::reference::silu;
 use crate::kernels::{Kernels, Mat};
 use crate::model::{Config, DeltaNetConfig, DeltaNetWeights};
-use crate::session::LayerState;
 use rayon::prelude::*;
 
 /// out = delta_net(xn) of layer `layer` for the n rows of every lane, advancing each lane's state.
@@ -32,14 +31,17 @@ pub fn delta_net(
     kern.matmul(w.in_qkvz, &b.xn[..n * c.hidden_size], n, &mut b.dn_qkvz);
     kern.matmul(w.in_ba, &b.xn[..n * c.hidden_size], n, &mut b.dn_ba);
     for lane in lanes.iter_mut() {
-        let Some(state) = lane.rec.layer_mut(layer) else { continue };
+        let Some(state) = lane.rec.layer_write(layer) else { continue };
         let rows = lane.rows.clone();
         let mixed = &mut b.dn_mixed[rows.start * d.conv_dim()..rows.end * d.conv_dim()];
-        // mixed = silu(conv(q k v)), continuing from (and advancing) the conv state.
-        conv(&d, &w.conv, &b.dn_qkvz[rows.start * qkvz_w..rows.end * qkvz_w], qkvz_w, &mut state.conv, mixed);
+        // mixed = silu(conv(q k v)), continuing from the conv state (from `state.from` on the
+        // call's first write) and leaving the new one in `state.to`.
+        let x = &b.dn_qkvz[rows.start * qkvz_w..rows.end * qkvz_w];
+        conv(&d, &w.conv, x, qkvz_w, state.from.map(|f| &f.conv[..]), &mut state.to.conv, mixed);
         let ba = &b.dn_ba[rows.start * 2 * d.n_v_heads..rows.end * 2 * d.n_v_heads];
         let core = &mut b.dn_core[rows.start * vd..rows.end * vd];
-        heads(&d, w, mixed, ba, state, core);
+        let run = Heads { d: &d, w, kern, mixed, ba };
+        run.all(state.from.map(|f| &f.delta[..]), &mut state.to.delta, core);
     }
     // o = w ⊙ rmsnorm(o) ⊙ silu(z) per value head, then out = o·W_outᵀ.
     let eps = c.rms_norm_eps as f32;
@@ -54,14 +56,23 @@ pub fn delta_net(
 }
 
 /// Causal depthwise conv of T rows (the first conv_dim columns of each `stride`-wide row of `x`)
-/// with taps `w` [conv_dim, kernel], SiLU, into `out` [T, conv_dim]; `state` [kernel-1,
-/// conv_dim] holds the inputs before the first row and becomes the last kernel-1 inputs.
-fn conv(d: &DeltaNetConfig, w: &[f32], x: &[f32], stride: usize, state: &mut [f32], out: &mut [f32]) {
+/// with taps `w` [conv_dim, kernel], SiLU, into `out` [T, conv_dim]; the conv state [kernel-1,
+/// conv_dim] (the inputs before the first row) is read from `from`, else from `state`, and
+/// `state` becomes the last kernel-1 inputs.
+fn conv(
+    d: &DeltaNetConfig,
+    w: &[f32],
+    x: &[f32],
+    stride: usize,
+    from: Option<&[f32]>,
+    state: &mut [f32],
+    out: &mut [f32],
+) {
     let (ch, kk) = (d.conv_dim(), d.conv_kernel);
     let t_new = x.len() / stride;
     // window = state rows, then the new rows: [(kernel-1) + T, conv_dim]
     let mut window = Vec::with_capacity((kk - 1 + t_new) * ch);
-    window.extend_from_slice(state);
+    window.extend_from_slice(from.unwrap_or(state));
     for row in x.chunks_exact(stride) {
         window.extend_from_slice(&row[..ch]);
     }
@@ -75,54 +86,67 @@ fn conv(d: &DeltaNetConfig, w: &[f32], x: &[f32], stride: usize, state: &mut [f3
     state.copy_from_slice(&window[t_new * ch..]);
 }
 
-/// The delta rule of every value head over one lane's T rows: `mixed` [T, conv_dim] (q, k, v
-/// after the conv), `ba` [T, 2·nv]; `core` [T, vd] receives the outputs.
-fn heads(
-    d: &DeltaNetConfig,
-    w: &DeltaNetWeights<'_>,
-    mixed: &[f32],
-    ba: &[f32],
-    st: &mut LayerState,
-    core: &mut [f32],
-) {
-    let (dk, dv, nv) = (d.k_head_dim, d.v_head_dim, d.n_v_heads);
-    let t_new = ba.len() / (2 * nv);
-    let per_k = nv / d.n_k_heads;
-    let scale = 1.0 / (dk as f32).sqrt();
-    let (kd, ch) = (d.key_dim(), d.conv_dim());
-    let one_head = |(h, s): (usize, &mut [f32])| -> Vec<f32> {
-        let kh = h / per_k;
+/// One lane's inputs to the delta rule of every value head: `mixed` [T, conv_dim] (q, k, v
+/// after the conv), `ba` [T, 2·nv].
+struct Heads<'a> {
+    d: &'a DeltaNetConfig,
+    w: &'a DeltaNetWeights<'a>,
+    kern: &'a Kernels,
+    mixed: &'a [f32],
+    ba: &'a [f32],
+}
+
+impl Heads<'_> {
+    /// Run every head over the T rows, the states [nv, dk, dv] read from `from` when given
+    /// (else from `to`) and left in `to`; `core` [T, vd] receives the outputs.
+    fn all(&self, from: Option<&[f32]>, to: &mut [f32], core: &mut [f32]) {
+        let (dk, dv, nv) = (self.d.k_head_dim, self.d.v_head_dim, self.d.n_v_heads);
+        let one_head = |(h, s): (usize, &mut [f32])| self.head(h, from.map(|f| &f[h * dk * dv..(h + 1) * dk * dv]), s);
+        let per_head: Vec<Vec<f32>> = if crate::threads::current() > 1 {
+            to.par_chunks_mut(dk * dv).enumerate().map(one_head).collect()
+        } else {
+            to.chunks_mut(dk * dv).enumerate().map(one_head).collect()
+        };
+        for (h, o) in per_head.iter().enumerate() {
+            for (t, ot) in o.chunks_exact(dv).enumerate() {
+                core[t * nv * dv + h * dv..t * nv * dv + (h + 1) * dv].copy_from_slice(ot);
+            }
+        }
+    }
+
+    /// Value head h over the T rows: its outputs [T, dv]; its state s [dk, dv] (read from
+    /// `from` when given) advanced.
+    fn head(&self, h: usize, from: Option<&[f32]>, s: &mut [f32]) -> Vec<f32> {
+        let (d, w) = (self.d, self.w);
+        let (dk, dv, nv) = (d.k_head_dim, d.v_head_dim, d.n_v_heads);
+        let t_new = self.ba.len() / (2 * nv);
+        let kh = h / (nv / d.n_k_heads);
+        let scale = 1.0 / (dk as f32).sqrt();
+        let (kd, ch) = (d.key_dim(), d.conv_dim());
         let mut q = Vec::with_capacity(t_new * dk);
         let mut k = Vec::with_capacity(t_new * dk);
         let mut v = Vec::with_capacity(t_new * dv);
         let (mut g, mut beta) = (Vec::with_capacity(t_new), Vec::with_capacity(t_new));
         for t in 0..t_new {
-            let row = &mixed[t * ch..(t + 1) * ch];
+            let row = &self.mixed[t * ch..(t + 1) * ch];
             q.extend(l2norm(&row[kh * dk..(kh + 1) * dk]).map(|x| x * scale));
             k.extend(l2norm(&row[kd + kh * dk..kd + (kh + 1) * dk]));
             v.extend_from_slice(&row[2 * kd + h * dv..2 * kd + (h + 1) * dv]);
-            let (bt, at) = (ba[t * 2 * nv + h], ba[t * 2 * nv + nv + h]);
+            let (bt, at) = (self.ba[t * 2 * nv + h], self.ba[t * 2 * nv + nv + h]);
             beta.push(1.0 / (1.0 + (-bt).exp()));
             g.push(-w.a_log[h].exp() * softplus(at + w.dt_bias[h]));
         }
         let run = HeadRun { q: &q, k: &k, v: &v, g: &g, beta: &beta };
         let mut o = vec![0f32; t_new * dv];
         if t_new == 1 {
-            delta_rule::recurrent(&run, s, &mut o);
+            delta_rule::recurrent(self.kern, &run, from, s, &mut o);
         } else {
-            delta_rule::chunked(&run, s, &mut o);
+            if let Some(f) = from {
+                s.copy_from_slice(f);
+            }
+            delta_rule::chunked(self.kern, &run, s, &mut o);
         }
         o
-    };
-    let per_head: Vec<Vec<f32>> = if crate::threads::current() > 1 {
-        st.delta.par_chunks_mut(dk * dv).enumerate().map(one_head).collect()
-    } else {
-        st.delta.chunks_mut(dk * dv).enumerate().map(one_head).collect()
-    };
-    for (h, o) in per_head.iter().enumerate() {
-        for (t, ot) in o.chunks_exact(dv).enumerate() {
-            core[t * nv * dv + h * dv..t * nv * dv + (h + 1) * dv].copy_from_slice(ot);
-        }
     }
 }
 

@@ -10,7 +10,7 @@
 
 use super::actq::QuantActivations;
 use super::generic::GENERIC;
-use super::table::{CpuPath, Table};
+use super::table::{CpuPath, DeltaToken, Table};
 use std::sync::OnceLock;
 
 /// The kernels a computation runs on: a path's function table and how quantised weights meet
@@ -91,6 +91,13 @@ impl Kernels {
     #[inline]
     pub fn axpy_bf16(&self, a: f32, x: &[u16], y: &mut [f32]) {
         (self.table.axpy_bf16)(a, x, y)
+    }
+
+    /// One token of the gated delta rule on one head's state `s` [k_dim, v_dim], read from
+    /// `from` when given (see `table::DeltaStepFn`); out [v_dim] receives S'ᵀq.
+    #[inline]
+    pub fn delta_step(&self, from: Option<&[f32]>, s: &mut [f32], t: &DeltaToken<'_>, out: &mut [f32]) {
+        (self.table.delta_step)(from, s, t, out)
     }
 }
 

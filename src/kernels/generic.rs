@@ -35,6 +35,7 @@ pub(crate) static GENERIC: Table = Table {
     tile,
     quantize: quantize_blocks,
     bf16: None,
+    delta_step: super::delta::reference_step,
 };
 
 /// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `table::GemvFn`).

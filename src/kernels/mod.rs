@@ -13,6 +13,7 @@
 
 pub mod actq;
 pub mod bf16act;
+mod delta;
 mod dispatch;
 mod gemm;
 mod gemm_bf16;
@@ -28,7 +29,7 @@ pub use actq::QuantActivations;
 pub use dispatch::{active_path, available_paths, path_note, Kernels};
 pub use gemm::GEMM_MIN_ROWS;
 pub use mat::Mat;
-pub use table::CpuPath;
+pub use table::{CpuPath, DeltaToken};
 pub(crate) use table::{MR, NR};
 
 /// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.

@@ -62,6 +62,21 @@ pub(crate) type GemvBf16Fn = fn(w: Mat<'_>, rows: Range<usize>, xb: &[u16], n: u
 pub(crate) type TileBf16Fn =
     fn(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], ldc: usize, nr: usize);
 
+/// One token of the gated delta rule on one value head (Qwen3-Next's DeltaNet): q, k [k_dim]
+/// (l2-normalised, q scaled), v [v_dim], the decay e^g and the write strength β.
+pub struct DeltaToken<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub decay: f32,
+    pub beta: f32,
+}
+
+/// One token of the delta rule on a head's state S [k_dim, v_dim] (`delta::reference_step`):
+/// S' = decay·S + k ⊗ β(v − decay·Sᵀk), out [v_dim] = S'ᵀq. S is read from `from` when given
+/// (then `s` is only written: the double-buffered state's first write of a call), else from `s`.
+pub(crate) type DeltaStepFn = fn(from: Option<&[f32]>, s: &mut [f32], t: &DeltaToken<'_>, out: &mut [f32]);
+
 /// The products of bf16 weights with bf16 activations (`Reduced` mode) on a path with a bf16 dot
 /// instruction.
 #[derive(Clone, Copy)]
@@ -101,6 +116,8 @@ pub(crate) struct Table {
     /// bf16 × bf16 products, when the path has a bf16 dot instruction (otherwise the float
     /// kernels run on the rounded activations).
     pub bf16: Option<Bf16Kernels>,
+    /// The delta rule's decode step (`DeltaStepFn`).
+    pub delta_step: DeltaStepFn,
 }
 
 impl Table {

@@ -334,10 +334,10 @@ impl Reader<'_> {
 /// RecurrentState as it is needed here: its layers in order.
 impl RecurrentState {
     fn layers(&self) -> impl Iterator<Item = &super::LayerState> {
-        self.all().iter()
+        self.current()
     }
 
     fn layers_mut(&mut self) -> impl Iterator<Item = &mut super::LayerState> {
-        self.all_mut().iter_mut()
+        self.replace()
     }
 }

@@ -11,6 +11,7 @@
 
 mod actq;
 mod bf16;
+mod delta;
 mod gemv;
 mod kquant;
 mod legacy;
@@ -90,9 +91,10 @@ static AVX2: Table = Table {
     tile: tile::tile,
     quantize: actq::quantize_blocks,
     bf16: None,
+    delta_step: delta::step_avx2,
 };
 
-static AVX512: Table = Table { path: CpuPath::Avx512, mats: MATS_512, ..AVX2 };
+static AVX512: Table = Table { path: CpuPath::Avx512, mats: MATS_512, delta_step: delta::step_avx512, ..AVX2 };
 
 /// The AVX-512 table on a CPU that also has AVX-512 BF16: bf16 × bf16 products in `Reduced` mode.
 static AVX512_BF16: Table = Table { bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile }), ..AVX512 };
