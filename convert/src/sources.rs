@@ -148,6 +148,15 @@ fn degrouped(ck: &Checkpoint, c: &Config, l: usize, sfx: &str, spec: &TensorSpec
     }
 }
 
+/// ERNIE-4.5-MoE's choice bias, [1, n_experts] in the checkpoint: `mlp.moe_statics.*` as the
+/// hub (and save_pretrained) writes it, `mlp.gate.moe_statics.*` as transformers names it.
+fn ernie_choice_bias(ck: &Checkpoint, l: usize, want: &[u64]) -> Result<Vec<Piece>> {
+    let names =
+        ["mlp.moe_statics", "mlp.gate.moe_statics"].map(|p| format!("model.layers.{l}.{p}.e_score_correction_bias"));
+    let name = names.iter().find(|n| ck.tensors.contains_key(*n)).unwrap_or(&names[0]);
+    squeezed(ck, name, want)
+}
+
 /// The MoE sub-module prefixes a family's checkpoints use for layer `l`.
 fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
     let base = format!("model.layers.{l}");
@@ -314,6 +323,7 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 K_B => kv_b_heads(ck, c, l, false)?,
                 V_B => kv_b_heads(ck, c, l, true)?,
                 ROUTER => one([moe("gate.weight"), moe("router.weight"), moe("router.layer.weight")].concat())?,
+                ROUTER_BIAS if c.family == Family::Ernie45Moe => ernie_choice_bias(ck, l, &shape)?,
                 ROUTER_BIAS => one(moe("gate.e_score_correction_bias"))?,
                 EXPERTS_GATE => expert_stack(ck, c.family, l, Proj::Gate, spec)?,
                 EXPERTS_UP => expert_stack(ck, c.family, l, Proj::Up, spec)?,

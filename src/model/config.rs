@@ -37,6 +37,15 @@ pub enum Family {
     /// Qwen3NextForCausalLM (Gated DeltaNet linear attention in most layers, gated full attention
     /// in the rest, zero-centred RMSNorm, Qwen2-MoE's gated shared expert)
     Qwen3Next,
+    /// Dots1ForCausalLM (dots.llm1: Qwen3's attention with per-head q/k norm, DeepSeek-V3's
+    /// sigmoid routing with a choice bias and top-2-sum groups, ungated shared experts, leading
+    /// dense layers)
+    Dots1,
+    /// Ernie4_5_MoeForCausalLM (ERNIE-4.5-MoE: RoPE on interleaved pairs, softmax routing with a
+    /// choice bias added to the probabilities, renormalised top-k, ungated shared experts, MoE
+    /// layers by start/end/interval)
+    #[serde(rename = "ernie4_5_moe")]
+    Ernie45Moe,
 }
 
 impl Family {
@@ -54,6 +63,8 @@ impl Family {
             Family::GptOss => "GptOssForCausalLM",
             Family::Phimoe => "PhimoeForCausalLM",
             Family::Qwen3Next => "Qwen3NextForCausalLM",
+            Family::Dots1 => "Dots1ForCausalLM",
+            Family::Ernie45Moe => "Ernie4_5_MoeForCausalLM",
         }
     }
 
@@ -71,6 +82,8 @@ impl Family {
             Family::GptOss => "gpt_oss",
             Family::Phimoe => "phimoe",
             Family::Qwen3Next => "qwen3_next",
+            Family::Dots1 => "dots1",
+            Family::Ernie45Moe => "ernie4_5_moe",
         }
     }
 }
