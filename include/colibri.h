@@ -588,6 +588,11 @@ typedef struct {
 #define COLIBRI_FAMILY_ERNIE4_5_MOE 12
 
 /**
+ * Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
+ */
+#define COLIBRI_FAMILY_HUNYUAN_V1_MOE 13
+
+/**
  * The weights as given (f32). What `colibri_moe_init` does.
  */
 #define COLIBRI_MOE_F32 0

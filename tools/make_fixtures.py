@@ -88,6 +88,8 @@ from transformers import (  # noqa: E402
     Glm4MoeForCausalLM,
     GraniteMoeConfig,
     GraniteMoeForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
@@ -432,6 +434,7 @@ FAMILIES = {
     "qwen3_next": (Qwen3NextConfig, Qwen3NextForCausalLM),
     "dots1": (Dots1Config, Dots1ForCausalLM),
     "ernie4_5_moe": (Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM),
+    "hunyuan_v1_moe": (HunYuanMoEV1Config, HunYuanMoEV1ForCausalLM),
 }
 
 # Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
@@ -980,6 +983,42 @@ FIXTURES += [
         "no shared experts, 6 experts top-3, GQA 6/2 heads of 8, rope_theta 500000, tied embeddings; fused layout "
         "(mlp.gate.moe_statics.e_score_correction_bias).",
     ),
+    dict(
+        name="hunyuan_moe_alpha",
+        family="hunyuan_v1_moe",
+        tokenizer="bytelevel_bpe",
+        seed=18181,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_experts=8, moe_topk=2, max_position_embeddings=4096,
+            rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "dynamic", "alpha": 50.0, "factor": 1.0, "rope_theta": 10000.0},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Hunyuan-MoE as transformers ports it: per-head q/k RMSNorm (query_layernorm / key_layernorm) AFTER RoPE, "
+        "GQA 4/2 heads of 16, router mlp.gate.wg (softmax, top-2 of 8 renormalised), ungated shared MLP "
+        "(mlp.shared_mlp, intermediate_size 16 like the experts) in every layer, RoPE 'dynamic' with alpha 50 "
+        "(NTK-alpha: base 10000 * 50^(16/14)); hub per-expert layout.",
+    ),
+    dict(
+        name="hunyuan_moe_tied_bias",
+        family="hunyuan_v1_moe",
+        tokenizer="bytelevel_bpe",
+        seed=19191,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=24, num_hidden_layers=3, num_attention_heads=6,
+            num_key_value_heads=1, head_dim=8, num_experts=6, moe_topk=3, attention_bias=True,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395,
+            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Hunyuan-MoE with q/k/v/o biases (attention_bias), MQA 6/1 heads of 8, 6 experts top-3, plain RoPE, "
+        "tied embeddings; fused layout.",
+    ),
 ]
 
 # design constants
@@ -1011,6 +1050,11 @@ def moe_block(layer):
 def router_of(block):
     """The router module of a MoE block: `gate` (most families) or `router` (Granite)."""
     return block.gate if hasattr(block, "gate") else block.router
+
+
+def router_weight(router):
+    """The router's [E, H] weight: `weight`, or Hunyuan's `wg.weight`."""
+    return router.wg.weight if hasattr(router, "wg") else router.weight
 
 
 def moe_layers(model):
@@ -1072,7 +1116,7 @@ def design_weights(model, spec, seed):
         put(layer.post_attention_layernorm.weight, g - centre)
         g_post[i] = g
         at = getattr(layer, "self_attn", None)
-        for nm in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm"):
+        for nm in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm", "query_layernorm", "key_layernorm"):
             if getattr(at, nm, None) is not None:
                 w = getattr(at, nm).weight
                 put(w, 1 - centre + 0.15 * nrm(w.shape[0], 1))
@@ -1083,7 +1127,7 @@ def design_weights(model, spec, seed):
 
     # 2. router subspace
     moe = moe_layers(model)
-    E = router_of(moe_block(model.model.layers[moe[0]])).weight.shape[0]
+    E = router_weight(router_of(moe_block(model.model.layers[moe[0]]))).shape[0]
     k = cfg.num_experts_per_tok
     W = {i: nrm((E, H), 1.0) for i in moe}
     layer_norm = getattr(layers[moe[0]].post_attention_layernorm, "bias", None) is not None
@@ -1109,7 +1153,7 @@ def design_weights(model, spec, seed):
             design_deltanet(la, H, Q, BRANCH * emb_rms, nrm, put, rng)
             continue
         at = layer.self_attn
-        qk_gain = 1.0 if hasattr(at, "q_norm") else 1.6
+        qk_gain = 1.0 if hasattr(at, "q_norm") or hasattr(at, "query_layernorm") else 1.6
         qk_gain /= (cfg.rope_parameters or {}).get("short_mscale", 1.0)  # LongRoPE scales q and k: keep the scores
         projs = (("q_proj", qk_gain), ("k_proj", qk_gain), ("v_proj", 1.0))
         if hasattr(at, "kv_b_proj"):  # MLA: each projection's input has unit rms (x, or a normed latent)
@@ -1157,6 +1201,8 @@ def design_weights(model, spec, seed):
                 put(mlp.shared_expert_gate.weight, nrm((1, H), 1.5 / math.sqrt(H)))
             if getattr(mlp, "shared_experts", None) is not None:  # GLM-4.5: added as it is (ERNIE: may be None)
                 mlp_weights(mlp.shared_experts, scale=0.3)
+            if hasattr(mlp, "shared_mlp"):  # Hunyuan: added as it is
+                mlp_weights(mlp.shared_mlp, scale=0.3)
             bias = getattr(router_of(mlp), "e_score_correction_bias", None)
             statics = getattr(router_of(mlp), "moe_statics", None)  # ERNIE-4.5: [1, E]
             bias = statics.e_score_correction_bias if statics is not None else bias
@@ -1194,7 +1240,7 @@ def design_weights(model, spec, seed):
     put(model.model.embed_tokens.weight, Emb)
     kappa = DELTA / a
     for i in moe:
-        put(router_of(moe_block(layers[i])).weight, kappa * W[i])
+        put(router_weight(router_of(moe_block(layers[i]))), kappa * W[i])
     if spec.get("layout") == "mxfp4":  # the hub's MXFP4 holds exactly these expert values
         gpt_oss_fixtures.round_experts_to_mxfp4(model)
 
@@ -1460,6 +1506,8 @@ def _np_rope(c, hd, T):
     theta = rp.get("rope_theta", c.get("rope_theta"))
     sc = c.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
     hd = int(hd * rp.get("partial_rotary_factor", 1.0))  # the rotated leading dims (GLM-4.5: a part)
+    if rp.get("alpha"):  # Hunyuan's NTK-alpha: a fixed larger base
+        theta, sc = theta * rp["alpha"] ** (hd / (hd - 2)), None
     inv = 1.0 / (theta ** (np.arange(0, hd, 2) / hd))
     att = 1.0
     if sc and sc.get("rope_type", sc.get("type")) == "longrope":  # the set chosen by this call's length
@@ -1575,7 +1623,7 @@ def independent_forward(d: Path, ids):
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
     eps, T = c["rms_norm_eps"], len(ids)
-    k = c.get("num_experts_per_tok") or c["moe_k"]  # ERNIE-4.5: moe_k
+    k = c.get("num_experts_per_tok") or c.get("moe_k") or c["moe_topk"]  # ERNIE-4.5: moe_k; Hunyuan: moe_topk
     cos, sin = _np_rope(c, hd, T)
     sw = c.get("sliding_window") if (fam == "mixtral" or c.get("use_sliding_window")) else None
     granite = fam == "granitemoe"
@@ -1615,6 +1663,9 @@ def independent_forward(d: Path, ids):
         il = fam == "ernie4_5_moe"  # ERNIE-4.5: interleaved pairs
         q = np.concatenate([_np_rope_apply(q[..., :r], cos, sin, il), q[..., r:]], -1)
         kk = np.concatenate([_np_rope_apply(kk[..., :r], cos, sin, il), kk[..., r:]], -1)
+        if fam == "hunyuan_v1_moe":  # per-head q/k norm after RoPE
+            q = _np_rms(q, W[p + "self_attn.query_layernorm.weight"], eps)
+            kk = _np_rms(kk, W[p + "self_attn.key_layernorm.weight"], eps)
         kk, v = np.repeat(kk, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
         sc = np.einsum("qhd,khd->hqk", q, kk) * att_scale
         qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
@@ -1678,7 +1729,7 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     """The dense MLP or MoE block of one layer on normed h: (x + its output, the layer's routing)."""
     hub_moe = fam in ("mixtral", "granitemoe") or (fam == "phimoe" and p + "block_sparse_moe.gate.weight" in W)
     pre = p + ("block_sparse_moe." if hub_moe else "mlp.")
-    router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
+    router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight", "gate.wg.weight") if pre + r in W), None)
     if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
         W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
         W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
@@ -1725,7 +1776,7 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
         top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
         if fam == "deepseek_v2":  # never renormalised; x routed_scaling_factor
             tw = tw * c.get("routed_scaling_factor", 1.0)
-    if fam in ("mixtral", "granitemoe", "ernie4_5_moe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
+    if fam in ("mixtral", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
         tw = tw / tw.sum(-1, keepdims=True)
     rt = top.tolist()
     y = np.zeros_like(x)
@@ -1744,6 +1795,8 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     if pre + "shared_expert_gate.weight" in W:
         se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
         y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
+    if pre + "shared_mlp.gate_proj.weight" in W:  # Hunyuan: ungated
+        y += (_np_silu(h @ W[pre + "shared_mlp.gate_proj.weight"].T) * (h @ W[pre + "shared_mlp.up_proj.weight"].T)) @ W[pre + "shared_mlp.down_proj.weight"].T
     if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
         y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
     return x + res_mult * y, rt

@@ -7,7 +7,7 @@
 
 use crate::error::{fail, Result};
 use crate::json_keys::{opt_bool, opt_f64, opt_usize, usize_key};
-use colibri::model::{ExpertAct, ExpertGroups, GroupScore, MoeConfig, Scoring};
+use colibri::model::{ExpertGroups, GroupScore, MoeConfig, Scoring};
 use serde_json::Value;
 
 /// The routed and shared experts, and the dense layers' FFN width.
@@ -20,19 +20,13 @@ pub fn moe(hf: &Value, n_experts: usize, top_k: usize) -> Result<(MoeConfig, usi
     let n_group = opt_usize(hf, "n_group")?.unwrap_or(1);
     let topk_group = opt_usize(hf, "topk_group")?.unwrap_or(1);
     let moe = MoeConfig {
-        n_experts,
-        top_k,
-        expert_ffn: f,
         norm_topk_prob: opt_bool(hf, "norm_topk_prob")?.unwrap_or(false),
         shared_expert_ffn: f * n_shared,
-        shared_expert_gate: false,
         scoring: Scoring::Sigmoid,
         choice_bias: true,
         groups: (n_group > 1).then_some(ExpertGroups { n_group, topk_group, score: GroupScore::Top2Sum }),
         routed_scaling: opt_f64(hf, "routed_scaling_factor")?.unwrap_or(1.0),
-        router_bias: false,
-        expert_bias: false,
-        expert_act: ExpertAct::Silu,
+        ..MoeConfig::plain(n_experts, top_k, f)
     };
     Ok((moe, opt_usize(hf, "intermediate_size")?.unwrap_or(10944)))
 }

@@ -8,7 +8,7 @@
 
 use crate::error::{fail, Result};
 use crate::json_keys::{get, opt_bool, opt_usize};
-use colibri::model::{ExpertAct, MoeConfig, Scoring};
+use colibri::model::MoeConfig;
 use serde_json::Value;
 
 /// The first of `keys` present (an attribute_map alias), or `default`.
@@ -30,7 +30,7 @@ fn opt_i64(hf: &Value, key: &str) -> Result<Option<i64>> {
 }
 
 /// Refuse what transformers would run but colibri cannot (biased MLPs).
-pub fn check_unsupported(hf: &Value) -> Result<()> {
+fn check_unsupported(hf: &Value) -> Result<()> {
     if opt_bool(hf, "use_bias")?.unwrap_or(false) {
         return Err(fail("use_bias = true (biased MLP projections) is not supported for ERNIE-4.5-MoE"));
     }
@@ -39,21 +39,15 @@ pub fn check_unsupported(hf: &Value) -> Result<()> {
 
 /// The routed and shared experts, and the dense layers' FFN width (Ernie4_5_MoeConfig defaults).
 pub fn moe(hf: &Value) -> Result<(MoeConfig, usize)> {
+    check_unsupported(hf)?;
     let f = usize_or(hf, &["moe_intermediate_size"], 1536)?;
+    let n_experts = usize_or(hf, &["moe_num_experts", "num_experts"], 64)?;
+    let top_k = usize_or(hf, &["moe_k", "num_experts_per_tok"], 6)?;
     let moe = MoeConfig {
-        n_experts: usize_or(hf, &["moe_num_experts", "num_experts"], 64)?,
-        top_k: usize_or(hf, &["moe_k", "num_experts_per_tok"], 6)?,
-        expert_ffn: f,
         norm_topk_prob: true,
         shared_expert_ffn: f * usize_or(hf, &["moe_num_shared_experts"], 2)?,
-        shared_expert_gate: false,
-        scoring: Scoring::Softmax,
         choice_bias: true,
-        groups: None,
-        routed_scaling: 1.0,
-        router_bias: false,
-        expert_bias: false,
-        expert_act: ExpertAct::Silu,
+        ..MoeConfig::plain(n_experts, top_k, f)
     };
     Ok((moe, usize_or(hf, &["intermediate_size"], 12288)?))
 }

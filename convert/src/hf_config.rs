@@ -4,7 +4,7 @@
 
 use crate::error::{fail, Result};
 use crate::json_keys::{get, opt_bool, opt_f64, opt_usize, usize_key};
-use crate::{deepseek, dots1, ernie};
+use crate::{deepseek, dots1, ernie, hunyuan};
 use colibri::model::{
     Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, MoeConfig, NormKind,
     QkNorm, Rope, RopeScaling, Scales, Scoring,
@@ -39,12 +39,14 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("Qwen3NextForCausalLM"), _) | (None, Some("qwen3_next")) => Family::Qwen3Next,
         (Some("Dots1ForCausalLM"), _) | (None, Some("dots1")) => Family::Dots1,
         (Some("Ernie4_5_MoeForCausalLM"), _) | (None, Some("ernie4_5_moe")) => Family::Ernie45Moe,
+        (Some("HunYuanMoEV1ForCausalLM"), _) | (None, Some("hunyuan_v1_moe")) => Family::HunyuanV1Moe,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
                  GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, \
-                 PhimoeForCausalLM, Qwen3NextForCausalLM, Dots1ForCausalLM, Ernie4_5_MoeForCausalLM",
+                 PhimoeForCausalLM, Qwen3NextForCausalLM, Dots1ForCausalLM, Ernie4_5_MoeForCausalLM, \
+                 HunYuanMoEV1ForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -77,6 +79,10 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
+    if fam == Family::HunyuanV1Moe {
+        let theta = hunyuan::rope_theta(params, theta, head_dim)?;
+        return Ok(Rope { theta, partial_rotary_factor: 1.0, scaling: RopeScaling::None, interleaved: false });
+    }
     // GLM-4.5 rotates half of each head, Qwen3-Next a quarter, unless told otherwise (the
     // defaults of Glm4MoeConfig / Qwen3NextConfig).
     let default_partial = match fam {
@@ -127,10 +133,8 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         "longrope" => longrope(hf, params, max_pos)?,
         other => return Err(fail(format!("unsupported rope type '{other}'"))),
     };
-    let _ = head_dim;
-    // ERNIE-4.5 rotates interleaved pairs (its apply_rotary_pos_emb: cos/sin repeat_interleave'd,
-    // GLM's rotate_half).
-    let interleaved = (deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?) || fam == Family::Ernie45Moe;
+    // ERNIE-4.5 rotates interleaved pairs (cos/sin repeat_interleave'd, GLM's rotate_half).
+    let interleaved = fam == Family::Ernie45Moe || (deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?);
     Ok(Rope { theta, partial_rotary_factor: partial, scaling, interleaved })
 }
 
@@ -188,7 +192,8 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
         | Family::DeepseekV2
         | Family::DeepseekV3
         | Family::Qwen3Next
-        | Family::Ernie45Moe => vec![None; n_layers],
+        | Family::Ernie45Moe
+        | Family::HunyuanV1Moe => vec![None; n_layers],
         Family::Dots1 => dots1::default_windows(hf, window, n_layers)?,
         // GptOssConfig's default layer_types: sliding, full, sliding, …
         Family::GptOss => (0..n_layers).map(|i| if i % 2 == 0 { window } else { None }).collect(),
@@ -238,6 +243,7 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         Family::DeepseekV2 | Family::DeepseekV3 => deepseek::ffn_sizes(hf, fam)?,
         Family::Dots1 => return dots1::moe(hf, n_experts, top_k),
         Family::Ernie45Moe => return ernie::moe(hf), // (config_from_hf calls it directly)
+        Family::HunyuanV1Moe => return hunyuan::moe(hf), // (likewise)
     };
     let glm = fam == Family::Glm4Moe;
     let groups = match (opt_usize(hf, "n_group")?, opt_usize(hf, "topk_group")?) {
@@ -383,12 +389,15 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
     };
     // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's; GPT-OSS's and Phi-MoE's on q/k/v/o.
     if attention_bias
-        && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss | Family::Phimoe | Family::Dots1)
+        && !matches!(
+            fam,
+            Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss | Family::Phimoe | Family::Dots1 | Family::HunyuanV1Moe
+        )
     {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
-        Family::Qwen3Moe | Family::Qwen3Next | Family::Dots1 => QkNorm::PerHead,
+        Family::Qwen3Moe | Family::Qwen3Next | Family::Dots1 | Family::HunyuanV1Moe => QkNorm::PerHead,
         Family::Glm4Moe if opt_bool(hf, "use_qk_norm")?.unwrap_or(false) => QkNorm::PerHead,
         Family::Olmoe => QkNorm::Full,
         _ => QkNorm::None,
@@ -420,9 +429,6 @@ fn mxfp4_experts(hf: &Value, fam: Family) -> bool {
 /// Build the colibri config from a parsed config.json.
 pub fn config_from_hf(hf: &Value) -> Result<Config> {
     let fam = family(hf)?;
-    if fam == Family::Ernie45Moe {
-        ernie::check_unsupported(hf)?;
-    }
     // GPT-OSS's MXFP4 experts are read as they are; of the other schemes only DeepSeek's
     // block-scaled fp8 is read (and dequantised); any other is refused.
     if !mxfp4_experts(hf, fam) {
@@ -449,7 +455,11 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
     };
     let max_pos = opt_usize(hf, "max_position_embeddings")?.unwrap_or(4096);
     // ERNIE-4.5 names its expert counts differently (moe_num_experts, moe_k).
-    let (moe, dense_ffn) = if fam == Family::Ernie45Moe { ernie::moe(hf)? } else { moe_config(hf, fam)? };
+    let (moe, dense_ffn) = match fam {
+        Family::Ernie45Moe => ernie::moe(hf)?,
+        Family::HunyuanV1Moe => hunyuan::moe(hf)?,
+        _ => moe_config(hf, fam)?,
+    };
     let layers = layer_specs(hf, fam, n_layers, moe.n_experts)?;
     let (attention_bias, qk_norm) = attention_config(hf, fam)?;
     let config = Config {
@@ -464,7 +474,8 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         rope: rope(hf, fam, head_dim, max_pos)?,
         max_position_embeddings: max_pos,
         attention_bias,
-        attention_out_bias: attention_bias && matches!(fam, Family::Phimoe | Family::GptOss | Family::Dots1),
+        attention_out_bias: attention_bias
+            && matches!(fam, Family::Phimoe | Family::GptOss | Family::Dots1 | Family::HunyuanV1Moe),
         // PhimoeDecoderLayer / PhimoeModel: nn.LayerNorm(eps=rms_norm_eps).
         norm: if fam == Family::Phimoe { NormKind::LayerNorm } else { NormKind::Rms },
         lm_head_bias: fam == Family::Phimoe && opt_bool(hf, "lm_head_bias")?.unwrap_or(false),
@@ -487,6 +498,7 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         // is zero-centred (gain 1 + weight).
         attn_output_gate: fam == Family::Qwen3Next,
         norm_offset: if fam == Family::Qwen3Next { 1.0 } else { 0.0 },
+        qk_norm_after_rope: fam == Family::HunyuanV1Moe,
     };
     Ok(config)
 }

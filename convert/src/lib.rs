@@ -15,6 +15,7 @@ mod fp8;
 pub mod gguf;
 mod gpt_oss;
 mod hf_config;
+mod hunyuan;
 mod json_keys;
 mod metadata;
 mod piece;

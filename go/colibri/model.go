@@ -32,6 +32,7 @@ const (
 	FamilyQwen3Next  Family = C.COLIBRI_FAMILY_QWEN3_NEXT
 	FamilyDots1      Family = C.COLIBRI_FAMILY_DOTS1
 	FamilyERNIE45MoE Family = C.COLIBRI_FAMILY_ERNIE4_5_MOE
+	FamilyHunyuanMoE Family = C.COLIBRI_FAMILY_HUNYUAN_V1_MOE
 )
 
 func (f Family) String() string {
@@ -62,6 +63,8 @@ func (f Family) String() string {
 		return "dots1"
 	case FamilyERNIE45MoE:
 		return "ernie4_5_moe"
+	case FamilyHunyuanMoE:
+		return "hunyuan_v1_moe"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

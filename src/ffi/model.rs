@@ -75,6 +75,8 @@ pub const COLIBRI_FAMILY_QWEN3_NEXT: colibri_family = 10;
 pub const COLIBRI_FAMILY_DOTS1: colibri_family = 11;
 /// ERNIE-4.5-MoE (Ernie4_5_MoeForCausalLM).
 pub const COLIBRI_FAMILY_ERNIE4_5_MOE: colibri_family = 12;
+/// Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
+pub const COLIBRI_FAMILY_HUNYUAN_V1_MOE: colibri_family = 13;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -92,6 +94,7 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::Qwen3Next => COLIBRI_FAMILY_QWEN3_NEXT,
         crate::Family::Dots1 => COLIBRI_FAMILY_DOTS1,
         crate::Family::Ernie45Moe => COLIBRI_FAMILY_ERNIE4_5_MOE,
+        crate::Family::HunyuanV1Moe => COLIBRI_FAMILY_HUNYUAN_V1_MOE,
     }
 }
 

@@ -133,6 +133,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         delta_net: None,
         attn_output_gate: false,
         norm_offset: 0.0,
+        qk_norm_after_rope: false,
     }
 }
 

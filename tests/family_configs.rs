@@ -1,7 +1,8 @@
-//! Contract of the dots.llm1 and ERNIE-4.5-MoE families beyond the oracle comparisons of
-//! `oracle.rs` (which run their fixtures like every other family's): the C ABI names them
-//! (COLIBRI_FAMILY_DOTS1 = 11, COLIBRI_FAMILY_ERNIE4_5_MOE = 12) with the fixtures' expert
-//! counts, and the stored config keeps what the converter derived from the HF config.
+//! Contract of the dots.llm1, ERNIE-4.5-MoE and Hunyuan-MoE families beyond the oracle
+//! comparisons of `oracle.rs` (which run their fixtures like every other family's): the C ABI
+//! names them (COLIBRI_FAMILY_DOTS1 = 11, COLIBRI_FAMILY_ERNIE4_5_MOE = 12,
+//! COLIBRI_FAMILY_HUNYUAN_V1_MOE = 13) with the fixtures' expert counts, and the stored config
+//! keeps what the converter derived from the HF config.
 
 mod common;
 
@@ -24,6 +25,8 @@ fn the_c_abi_names_both_families() {
     assert_eq!((COLIBRI_FAMILY_DOTS1, COLIBRI_FAMILY_ERNIE4_5_MOE), (11, 12));
     assert_eq!(c_info("dots1_groups_swa"), (COLIBRI_FAMILY_DOTS1, 8, 2));
     assert_eq!(c_info("ernie4_5_moe_tied_interval"), (COLIBRI_FAMILY_ERNIE4_5_MOE, 6, 3));
+    assert_eq!(c_info("hunyuan_moe_alpha"), (colibri::ffi::COLIBRI_FAMILY_HUNYUAN_V1_MOE, 8, 2));
+    assert_eq!(colibri::ffi::COLIBRI_FAMILY_HUNYUAN_V1_MOE, 13);
 }
 
 #[test]
@@ -48,4 +51,7 @@ fn converted_configs_carry_each_familys_rules() {
     );
     assert_eq!(e.layers.iter().map(|l| l.moe).collect::<Vec<_>>(), [false, true, false, false]);
     assert!(e.tie_embeddings && e.moe.shared_expert_ffn == 0);
+    let h = open("hunyuan_moe_tied_bias");
+    assert_eq!((h.family, h.qk_norm, h.qk_norm_after_rope), (Family::HunyuanV1Moe, QkNorm::PerHead, true));
+    assert!(h.attention_bias && h.attention_out_bias && h.moe.shared_expert_ffn == 24);
 }
