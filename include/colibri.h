@@ -578,6 +578,21 @@ typedef struct {
 #define COLIBRI_FAMILY_QWEN3_NEXT 10
 
 /**
+ * dots.llm1 (Dots1ForCausalLM).
+ */
+#define COLIBRI_FAMILY_DOTS1 11
+
+/**
+ * ERNIE-4.5-MoE (Ernie4_5_MoeForCausalLM).
+ */
+#define COLIBRI_FAMILY_ERNIE4_5_MOE 12
+
+/**
+ * Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
+ */
+#define COLIBRI_FAMILY_HUNYUAN_V1_MOE 13
+
+/**
  * The weights as given (f32). What `colibri_moe_init` does.
  */
 #define COLIBRI_MOE_F32 0

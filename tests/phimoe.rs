@@ -204,16 +204,8 @@ fn the_c_abi_names_the_family() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("m.colibri");
     convert(&fixture("phimoe_hub"), &file, "bf16");
-    let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
-    unsafe {
-        let mut m = std::ptr::null_mut();
-        assert_eq!(colibri_model_open(path.as_ptr(), std::ptr::null(), &mut m), COLIBRI_STATUS_OK);
-        let mut info = std::mem::zeroed::<colibri_model_info>();
-        colibri_model_info_init(&mut info);
-        assert_eq!(colibri_model_get_info(m, &mut info), COLIBRI_STATUS_OK);
-        assert_eq!((info.family, COLIBRI_FAMILY_PHIMOE, info.n_experts, info.top_k), (9, 9, 6, 2));
-        colibri_model_free(m);
-    }
+    let info = common::c_model_info(&file);
+    assert_eq!((info.family, COLIBRI_FAMILY_PHIMOE, info.n_experts, info.top_k), (9, 9, 6, 2));
 }
 
 /// phimoe_long converted with `original_max_position_embeddings` set to `original`.

@@ -77,6 +77,10 @@ from transformers import (  # noqa: E402
     DeepseekV2ForCausalLM,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
+    Dots1Config,
+    Dots1ForCausalLM,
+    Ernie4_5_MoeConfig,
+    Ernie4_5_MoeForCausalLM,
     GenerationConfig,
     Glm4MoeConfig,
     GptOssConfig,
@@ -84,6 +88,8 @@ from transformers import (  # noqa: E402
     Glm4MoeForCausalLM,
     GraniteMoeConfig,
     GraniteMoeForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
@@ -426,10 +432,15 @@ FAMILIES = {
     "gpt_oss": (GptOssConfig, GptOssForCausalLM),
     "phimoe": (PhimoeConfig, PhimoeForCausalLM),
     "qwen3_next": (Qwen3NextConfig, Qwen3NextForCausalLM),
+    "dots1": (Dots1Config, Dots1ForCausalLM),
+    "ernie4_5_moe": (Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM),
+    "hunyuan_v1_moe": (HunYuanMoEV1Config, HunYuanMoEV1ForCausalLM),
 }
 
 # Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
-SIGMOID_FAMILIES = ("glm4_moe", "deepseek_v3")
+SIGMOID_FAMILIES = ("glm4_moe", "deepseek_v3", "dots1")
+# Softmax routers with a choice bias added to the probabilities (ERNIE-4.5-MoE's moe_statics).
+BIASED_SOFTMAX_FAMILIES = ("ernie4_5_moe",)
 
 SP_IDS = {"unk": 0, "bos": 1, "eos": 2}
 BL_IDS = {"endoftext": 395, "im_start": 396, "im_end": 397, "think": 398, "think_end": 399}
@@ -890,6 +901,126 @@ FIXTURES += [
     ),
 ]
 
+# dots.llm1 and ERNIE-4.5-MoE
+FIXTURES += [
+    dict(
+        name="dots1_groups_swa",
+        family="dots1",
+        tokenizer="bytelevel_bpe",
+        seed=14141,
+        T=20,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
+            n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1,
+            norm_topk_prob=True, sliding_window=6, max_window_layers=2, max_position_embeddings=4096,
+            rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="dots.llm1: per-head q/k RMSNorm, GQA 4/2 heads of 16; DeepSeek-V3 routing (sigmoid scores + random "
+        "e_score_correction_bias for choosing only, 8 experts in 2 groups by top-2 sums, topk_group 1, top-2 "
+        "renormalised then x2.5), one ungated shared expert, first_k_dense_replace=1; sliding_window 6 from "
+        "max_window_layers=2 on (layer_types full, full, sliding) with a 20-token input; hub per-expert layout.",
+    ),
+    dict(
+        name="dots1_plain_bias",
+        family="dots1",
+        tokenizer="bytelevel_bpe",
+        seed=15151,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=40, moe_intermediate_size=24, num_hidden_layers=2,
+            num_attention_heads=3, num_key_value_heads=1, head_dim=16, n_routed_experts=6, num_experts_per_tok=3,
+            n_shared_experts=2, n_group=1, topk_group=1, routed_scaling_factor=1.0, first_k_dense_replace=0,
+            norm_topk_prob=False, attention_bias=True, sliding_window=None, max_position_embeddings=4096,
+            rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="dots.llm1 without groups: 6 experts top-3 by biased sigmoid scores, weights the raw scores "
+        "(norm_topk_prob false), two shared experts, every layer sparse, MQA 3/1 with head_dim 16 != 48/3, "
+        "attention_bias (q/k/v/o biases), no sliding window; fused layout.",
+    ),
+    dict(
+        name="ernie4_5_moe_hub",
+        family="ernie4_5_moe",
+        tokenizer="bytelevel_bpe",
+        seed=16161,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, moe_num_experts=8, moe_k=2,
+            moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=-1, moe_layer_interval=1,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="ERNIE-4.5-MoE: RoPE on interleaved pairs, GQA 4/2 heads of 16, softmax router + random "
+        "e_score_correction_bias added to the probabilities for choosing only (hub name mlp.moe_statics.*, [1, E]), "
+        "8 experts top-2 renormalised, one ungated shared expert, layer 0 dense (moe_layer_start_index 1); "
+        "hub per-expert layout.",
+    ),
+    dict(
+        name="ernie4_5_moe_tied_interval",
+        family="ernie4_5_moe",
+        tokenizer="bytelevel_bpe",
+        seed=17171,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=40, moe_intermediate_size=24, num_hidden_layers=4,
+            num_attention_heads=6, num_key_value_heads=2, head_dim=8, moe_num_experts=6, moe_k=3,
+            moe_num_shared_experts=0, moe_layer_start_index=0, moe_layer_end_index=2, moe_layer_interval=2,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395,
+            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="ERNIE-4.5-MoE with MoE layers by interval 2 between 0 and 2 (only layer 1 sparse; 0, 2, 3 dense), "
+        "no shared experts, 6 experts top-3, GQA 6/2 heads of 8, rope_theta 500000, tied embeddings; fused layout "
+        "(mlp.gate.moe_statics.e_score_correction_bias).",
+    ),
+    dict(
+        name="hunyuan_moe_alpha",
+        family="hunyuan_v1_moe",
+        tokenizer="bytelevel_bpe",
+        seed=18181,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=64, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_experts=8, moe_topk=2, max_position_embeddings=4096,
+            rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "dynamic", "alpha": 50.0, "factor": 1.0, "rope_theta": 10000.0},
+        ),
+        layout="per_expert", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Hunyuan-MoE as transformers ports it: per-head q/k RMSNorm (query_layernorm / key_layernorm) AFTER RoPE, "
+        "GQA 4/2 heads of 16, router mlp.gate.wg (softmax, top-2 of 8 renormalised), ungated shared MLP "
+        "(mlp.shared_mlp, intermediate_size 16 like the experts) in every layer, RoPE 'dynamic' with alpha 50 "
+        "(NTK-alpha: base 10000 * 50^(16/14)); hub per-expert layout.",
+    ),
+    dict(
+        name="hunyuan_moe_tied_bias",
+        family="hunyuan_v1_moe",
+        tokenizer="bytelevel_bpe",
+        seed=19191,
+        T=16,
+        config=dict(
+            vocab_size=400, hidden_size=48, intermediate_size=24, num_hidden_layers=3, num_attention_heads=6,
+            num_key_value_heads=1, head_dim=8, num_experts=6, moe_topk=3, attention_bias=True,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=395, pad_token_id=395,
+            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        layout="fused", sharded=False, dtype="float32", config_style="transformers5",
+        chat=None,
+        notes="Hunyuan-MoE with q/k/v/o biases (attention_bias), MQA 6/1 heads of 8, 6 experts top-3, plain RoPE, "
+        "tied embeddings; fused layout.",
+    ),
+]
+
 # design constants
 DELTA = 0.9  # router logit spacing (absolute, before the rms(h)/rms(e) rescale)
 F_ROUTER = 0.25  # fraction of embedding energy inside the router subspace
@@ -908,7 +1039,7 @@ SPARSEMIXER_MIN_MASK = 0.03  # asserted (Phi-MoE): min |(m - s) / max(|s|, m) - 
 def router_min_rel(spec):
     """The relative router margin a fixture must keep: sigmoid routers (GLM-4.5) choose on scores in
     (0, 1) + a small bias, where max|key| ~ 1 and an absolute gap of 0.04 is far beyond rounding."""
-    return 0.04 if spec["family"] in SIGMOID_FAMILIES else ROUTER_MIN_REL
+    return 0.04 if spec["family"] in SIGMOID_FAMILIES + BIASED_SOFTMAX_FAMILIES else ROUTER_MIN_REL
 
 
 def moe_block(layer):
@@ -919,6 +1050,11 @@ def moe_block(layer):
 def router_of(block):
     """The router module of a MoE block: `gate` (most families) or `router` (Granite)."""
     return block.gate if hasattr(block, "gate") else block.router
+
+
+def router_weight(router):
+    """The router's [E, H] weight: `weight`, or Hunyuan's `wg.weight`."""
+    return router.wg.weight if hasattr(router, "wg") else router.weight
 
 
 def moe_layers(model):
@@ -980,7 +1116,7 @@ def design_weights(model, spec, seed):
         put(layer.post_attention_layernorm.weight, g - centre)
         g_post[i] = g
         at = getattr(layer, "self_attn", None)
-        for nm in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm"):
+        for nm in ("q_norm", "k_norm", "q_a_layernorm", "kv_a_layernorm", "query_layernorm", "key_layernorm"):
             if getattr(at, nm, None) is not None:
                 w = getattr(at, nm).weight
                 put(w, 1 - centre + 0.15 * nrm(w.shape[0], 1))
@@ -991,7 +1127,7 @@ def design_weights(model, spec, seed):
 
     # 2. router subspace
     moe = moe_layers(model)
-    E = router_of(moe_block(model.model.layers[moe[0]])).weight.shape[0]
+    E = router_weight(router_of(moe_block(model.model.layers[moe[0]]))).shape[0]
     k = cfg.num_experts_per_tok
     W = {i: nrm((E, H), 1.0) for i in moe}
     layer_norm = getattr(layers[moe[0]].post_attention_layernorm, "bias", None) is not None
@@ -1017,7 +1153,7 @@ def design_weights(model, spec, seed):
             design_deltanet(la, H, Q, BRANCH * emb_rms, nrm, put, rng)
             continue
         at = layer.self_attn
-        qk_gain = 1.0 if hasattr(at, "q_norm") else 1.6
+        qk_gain = 1.0 if hasattr(at, "q_norm") or hasattr(at, "query_layernorm") else 1.6
         qk_gain /= (cfg.rope_parameters or {}).get("short_mscale", 1.0)  # LongRoPE scales q and k: keep the scores
         projs = (("q_proj", qk_gain), ("k_proj", qk_gain), ("v_proj", 1.0))
         if hasattr(at, "kv_b_proj"):  # MLA: each projection's input has unit rms (x, or a normed latent)
@@ -1063,11 +1199,15 @@ def design_weights(model, spec, seed):
             if hasattr(mlp, "shared_expert"):
                 mlp_weights(mlp.shared_expert, scale=0.8)
                 put(mlp.shared_expert_gate.weight, nrm((1, H), 1.5 / math.sqrt(H)))
-            if hasattr(mlp, "shared_experts"):  # GLM-4.5: added as it is
+            if getattr(mlp, "shared_experts", None) is not None:  # GLM-4.5: added as it is (ERNIE: may be None)
                 mlp_weights(mlp.shared_experts, scale=0.3)
+            if hasattr(mlp, "shared_mlp"):  # Hunyuan: added as it is
+                mlp_weights(mlp.shared_mlp, scale=0.3)
             bias = getattr(router_of(mlp), "e_score_correction_bias", None)
+            statics = getattr(router_of(mlp), "moe_statics", None)  # ERNIE-4.5: [1, E]
+            bias = statics.e_score_correction_bias if statics is not None else bias
             if bias is not None:  # small, for choosing only: the oracle shows its effect
-                put(bias, rng.uniform(-0.03, 0.03, bias.shape[0]))
+                put(bias, rng.uniform(-0.03, 0.03, bias.numel()))
         else:
             mlp_weights(mlp)
 
@@ -1100,7 +1240,7 @@ def design_weights(model, spec, seed):
     put(model.model.embed_tokens.weight, Emb)
     kappa = DELTA / a
     for i in moe:
-        put(router_of(moe_block(layers[i])).weight, kappa * W[i])
+        put(router_weight(router_of(moe_block(layers[i]))), kappa * W[i])
     if spec.get("layout") == "mxfp4":  # the hub's MXFP4 holds exactly these expert values
         gpt_oss_fixtures.round_experts_to_mxfp4(model)
 
@@ -1177,6 +1317,9 @@ def choice_keys(router, logits: torch.Tensor) -> torch.Tensor:
     sigmoid routers sigmoid(logits) + e_score_correction_bias, with the losing groups' experts put
     at (the k-th best winning key - the group margin): the margin at position k then also covers
     the choice of groups."""
+    statics = getattr(router, "moe_statics", None)
+    if statics is not None:  # ERNIE-4.5: softmax probabilities + the bias
+        return logits.softmax(-1) + statics.e_score_correction_bias.float().reshape(-1)
     bias = getattr(router, "e_score_correction_bias", None)
     if bias is None:
         return logits
@@ -1363,6 +1506,8 @@ def _np_rope(c, hd, T):
     theta = rp.get("rope_theta", c.get("rope_theta"))
     sc = c.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
     hd = int(hd * rp.get("partial_rotary_factor", 1.0))  # the rotated leading dims (GLM-4.5: a part)
+    if rp.get("alpha"):  # Hunyuan's NTK-alpha: a fixed larger base
+        theta, sc = theta * rp["alpha"] ** (hd / (hd - 2)), None
     inv = 1.0 / (theta ** (np.arange(0, hd, 2) / hd))
     att = 1.0
     if sc and sc.get("rope_type", sc.get("type")) == "longrope":  # the set chosen by this call's length
@@ -1478,7 +1623,7 @@ def independent_forward(d: Path, ids):
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
     eps, T = c["rms_norm_eps"], len(ids)
-    k = c["num_experts_per_tok"]
+    k = c.get("num_experts_per_tok") or c.get("moe_k") or c["moe_topk"]  # ERNIE-4.5: moe_k; Hunyuan: moe_topk
     cos, sin = _np_rope(c, hd, T)
     sw = c.get("sliding_window") if (fam == "mixtral" or c.get("use_sliding_window")) else None
     granite = fam == "granitemoe"
@@ -1511,17 +1656,23 @@ def independent_forward(d: Path, ids):
             q = _np_rms(q, W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, W[p + "self_attn.k_norm.weight"], eps)
         q, kk, v = q.reshape(T, nh, -1), kk.reshape(T, nkv, -1), v.reshape(T, nkv, -1)
-        if fam in ("qwen3_moe", "glm4_moe", "qwen3_next") and p + "self_attn.q_norm.weight" in W:  # per head
+        if fam in ("qwen3_moe", "glm4_moe", "qwen3_next", "dots1") and p + "self_attn.q_norm.weight" in W:  # per head
             q = _np_rms(q, off + W[p + "self_attn.q_norm.weight"], eps)
             kk = _np_rms(kk, off + W[p + "self_attn.k_norm.weight"], eps)
         r = cos.shape[-1]  # rotate the leading r dims of each head, pass the rest
-        q = np.concatenate([q[..., :r] * cos[:, None] + _np_rot(q[..., :r]) * sin[:, None], q[..., r:]], -1)
-        kk = np.concatenate([kk[..., :r] * cos[:, None] + _np_rot(kk[..., :r]) * sin[:, None], kk[..., r:]], -1)
+        il = fam == "ernie4_5_moe"  # ERNIE-4.5: interleaved pairs
+        q = np.concatenate([_np_rope_apply(q[..., :r], cos, sin, il), q[..., r:]], -1)
+        kk = np.concatenate([_np_rope_apply(kk[..., :r], cos, sin, il), kk[..., r:]], -1)
+        if fam == "hunyuan_v1_moe":  # per-head q/k norm after RoPE
+            q = _np_rms(q, W[p + "self_attn.query_layernorm.weight"], eps)
+            kk = _np_rms(kk, W[p + "self_attn.key_layernorm.weight"], eps)
         kk, v = np.repeat(kk, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
         sc = np.einsum("qhd,khd->hqk", q, kk) * att_scale
         qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
         mask = kj <= qi
-        if sw:
+        if fam == "dots1" and c["layer_types"][L] == "sliding_attention":
+            mask &= kj > qi - c["sliding_window"]
+        elif sw:
             mask &= kj > qi - sw
         sc = np.where(mask[None], sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
@@ -1578,7 +1729,7 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     """The dense MLP or MoE block of one layer on normed h: (x + its output, the layer's routing)."""
     hub_moe = fam in ("mixtral", "granitemoe") or (fam == "phimoe" and p + "block_sparse_moe.gate.weight" in W)
     pre = p + ("block_sparse_moe." if hub_moe else "mlp.")
-    router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight") if pre + r in W), None)
+    router = next((pre + r for r in ("gate.weight", "router.weight", "router.layer.weight", "gate.wg.weight") if pre + r in W), None)
     if granite and pre + "input_linear.weight" in W:  # Granite hub names of the fused stacks
         W[pre + "experts.gate_up_proj"] = W[pre + "input_linear.weight"]
         W[pre + "experts.down_proj"] = W[pre + "output_linear.weight"]
@@ -1609,6 +1760,9 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
         pr = np.exp(lg - lg.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
         keys = pr.copy()
+        for name in ("moe_statics.e_score_correction_bias", "gate.moe_statics.e_score_correction_bias"):
+            if pre + name in W:  # ERNIE-4.5: choose by probability + bias
+                keys = keys + W[pre + name].reshape(-1)
         if c.get("topk_method") == "group_limited_greedy":  # DeepSeek-V2: groups scored by their best
             g = c["n_group"]
             gs = keys.reshape(T, g, -1).max(-1)
@@ -1618,9 +1772,11 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
                     keys[t, gi * (keys.shape[-1] // g):(gi + 1) * (keys.shape[-1] // g)] = -np.inf
         top = np.argsort(-keys, -1, kind="stable")[:, :k]
         tw = np.take_along_axis(pr, top, -1)
+        order = np.argsort(-tw, -1, kind="stable")  # listed by weight
+        top, tw = np.take_along_axis(top, order, -1), np.take_along_axis(tw, order, -1)
         if fam == "deepseek_v2":  # never renormalised; x routed_scaling_factor
             tw = tw * c.get("routed_scaling_factor", 1.0)
-    if fam in ("mixtral", "granitemoe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
+    if fam in ("mixtral", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe") or (fam not in SIGMOID_FAMILIES + ("deepseek_v2",) and c.get("norm_topk_prob")):  # Granite: softmax over the top-k logits
         tw = tw / tw.sum(-1, keepdims=True)
     rt = top.tolist()
     y = np.zeros_like(x)
@@ -1639,6 +1795,8 @@ def _np_ffn(c, W, p, fam, h, x, T, k, granite, res_mult):
     if pre + "shared_expert_gate.weight" in W:
         se = (_np_silu(h @ W[pre + "shared_expert.gate_proj.weight"].T) * (h @ W[pre + "shared_expert.up_proj.weight"].T)) @ W[pre + "shared_expert.down_proj.weight"].T
         y += se / (1 + np.exp(-(h @ W[pre + "shared_expert_gate.weight"].T)))
+    if pre + "shared_mlp.gate_proj.weight" in W:  # Hunyuan: ungated
+        y += (_np_silu(h @ W[pre + "shared_mlp.gate_proj.weight"].T) * (h @ W[pre + "shared_mlp.up_proj.weight"].T)) @ W[pre + "shared_mlp.down_proj.weight"].T
     if pre + "shared_experts.gate_proj.weight" in W:  # GLM-4.5: ungated
         y += (_np_silu(h @ W[pre + "shared_experts.gate_proj.weight"].T) * (h @ W[pre + "shared_experts.up_proj.weight"].T)) @ W[pre + "shared_experts.down_proj.weight"].T
     return x + res_mult * y, rt

@@ -233,10 +233,11 @@ fn print_model(o: &mut impl Write, r: &Value, model: &Model) -> std::io::Result<
     }
     writeln!(
         o,
-        "rope         theta {}, partial {}, scaling {}",
+        "rope         theta {}, partial {}, scaling {}{}",
         c.rope.theta,
         c.rope.partial_rotary_factor,
-        plain(&c.rope.scaling)
+        plain(&c.rope.scaling),
+        if c.rope.interleaved { ", interleaved pairs" } else { "" }
     )?;
     writeln!(
         o,
@@ -391,11 +392,12 @@ fn plain(v: &impl std::fmt::Debug) -> String {
 /// The `attention` line of the text report.
 fn attention_line(c: &Config) -> String {
     format!(
-        "attention    bias {}{}{}, qk_norm {}, norm {}, lm_head bias {}, sliding windows {}",
+        "attention    bias {}{}{}, qk_norm {}{}, norm {}, lm_head bias {}, sliding windows {}",
         c.attention_bias,
         if c.attention_out_bias { " (o too)" } else { "" },
         if c.attention_sinks { ", sinks" } else { "" },
         plain(&c.qk_norm),
+        if c.qk_norm_after_rope { " after rope" } else { "" },
         plain(&c.norm),
         c.lm_head_bias,
         windows(c.layers.iter().map(|l| l.sliding_window))

@@ -2,9 +2,9 @@
 //! special-token ids gathered from config.json, generation_config.json and tokenizer_config.json.
 //! Family rules mirror transformers' configuration_<family>.py and modeling_<family>.py.
 
-use crate::deepseek;
 use crate::error::{fail, Result};
 use crate::json_keys::{get, opt_bool, opt_f64, opt_usize, usize_key};
+use crate::{deepseek, dots1, ernie, hunyuan};
 use colibri::model::{
     Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, MoeConfig, NormKind,
     QkNorm, Rope, RopeScaling, Scales, Scoring,
@@ -37,12 +37,16 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("GptOssForCausalLM"), _) | (None, Some("gpt_oss")) => Family::GptOss,
         (Some("PhimoeForCausalLM"), _) | (None, Some("phimoe")) => Family::Phimoe,
         (Some("Qwen3NextForCausalLM"), _) | (None, Some("qwen3_next")) => Family::Qwen3Next,
+        (Some("Dots1ForCausalLM"), _) | (None, Some("dots1")) => Family::Dots1,
+        (Some("Ernie4_5_MoeForCausalLM"), _) | (None, Some("ernie4_5_moe")) => Family::Ernie45Moe,
+        (Some("HunYuanMoEV1ForCausalLM"), _) | (None, Some("hunyuan_v1_moe")) => Family::HunyuanV1Moe,
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
                  GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, \
-                 PhimoeForCausalLM, Qwen3NextForCausalLM",
+                 PhimoeForCausalLM, Qwen3NextForCausalLM, Dots1ForCausalLM, Ernie4_5_MoeForCausalLM, \
+                 HunYuanMoEV1ForCausalLM",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -71,9 +75,14 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
     let default_theta = match fam {
         Family::Mixtral | Family::Phimoe => 1e6,
         Family::GptOss => 150000.0,
+        Family::Ernie45Moe => 500000.0,
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
+    if fam == Family::HunyuanV1Moe {
+        let theta = hunyuan::rope_theta(params, theta, head_dim)?;
+        return Ok(Rope { theta, partial_rotary_factor: 1.0, scaling: RopeScaling::None, interleaved: false });
+    }
     // GLM-4.5 rotates half of each head, Qwen3-Next a quarter, unless told otherwise (the
     // defaults of Glm4MoeConfig / Qwen3NextConfig).
     let default_partial = match fam {
@@ -124,8 +133,8 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         "longrope" => longrope(hf, params, max_pos)?,
         other => return Err(fail(format!("unsupported rope type '{other}'"))),
     };
-    let _ = head_dim;
-    let interleaved = deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?;
+    // ERNIE-4.5 rotates interleaved pairs (cos/sin repeat_interleave'd, GLM's rotate_half).
+    let interleaved = fam == Family::Ernie45Moe || (deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?);
     Ok(Rope { theta, partial_rotary_factor: partial, scaling, interleaved })
 }
 
@@ -178,9 +187,14 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
     }
     Ok(match fam {
         Family::Mixtral | Family::Phimoe => vec![window; n_layers],
-        Family::GraniteMoe | Family::Glm4Moe | Family::DeepseekV2 | Family::DeepseekV3 | Family::Qwen3Next => {
-            vec![None; n_layers]
-        }
+        Family::GraniteMoe
+        | Family::Glm4Moe
+        | Family::DeepseekV2
+        | Family::DeepseekV3
+        | Family::Qwen3Next
+        | Family::Ernie45Moe
+        | Family::HunyuanV1Moe => vec![None; n_layers],
+        Family::Dots1 => dots1::default_windows(hf, window, n_layers)?,
         // GptOssConfig's default layer_types: sliding, full, sliding, …
         Family::GptOss => (0..n_layers).map(|i| if i % 2 == 0 { window } else { None }).collect(),
         Family::Qwen3Moe => vec![if use_sw == Some(true) { window } else { None }; n_layers],
@@ -227,6 +241,9 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
             (f, opt_usize(hf, "intermediate_size")?.unwrap_or(0), f * n_shared)
         }
         Family::DeepseekV2 | Family::DeepseekV3 => deepseek::ffn_sizes(hf, fam)?,
+        Family::Dots1 => return dots1::moe(hf, n_experts, top_k),
+        Family::Ernie45Moe => return ernie::moe(hf), // (config_from_hf calls it directly)
+        Family::HunyuanV1Moe => return hunyuan::moe(hf), // (likewise)
     };
     let glm = fam == Family::Glm4Moe;
     let groups = match (opt_usize(hf, "n_group")?, opt_usize(hf, "topk_group")?) {
@@ -311,6 +328,8 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
             // modeling_glm4_moe: the first `first_k_dense_replace` layers are dense.
             Family::Glm4Moe => Ok(i >= opt_usize(hf, "first_k_dense_replace")?.unwrap_or(1)),
             Family::DeepseekV2 | Family::DeepseekV3 => deepseek::moe_layer(hf, fam, i),
+            Family::Dots1 => dots1::moe_layer(hf, i),
+            Family::Ernie45Moe => ernie::moe_layer(hf, i, n_layers),
             Family::Qwen2Moe | Family::Qwen3Moe | Family::Qwen3Next => {
                 let step = opt_usize(hf, "decoder_sparse_step")?.unwrap_or(1).max(1);
                 let mlp_only: Vec<u64> = get(hf, "mlp_only_layers")
@@ -369,11 +388,16 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
         _ => opt_bool(hf, "attention_bias")?.unwrap_or(false),
     };
     // GLM-4.5's attention_bias is on q/k/v only, as Qwen2-MoE's; GPT-OSS's and Phi-MoE's on q/k/v/o.
-    if attention_bias && !matches!(fam, Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss | Family::Phimoe) {
+    if attention_bias
+        && !matches!(
+            fam,
+            Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss | Family::Phimoe | Family::Dots1 | Family::HunyuanV1Moe
+        )
+    {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
     }
     let qk_norm = match fam {
-        Family::Qwen3Moe | Family::Qwen3Next => QkNorm::PerHead,
+        Family::Qwen3Moe | Family::Qwen3Next | Family::Dots1 | Family::HunyuanV1Moe => QkNorm::PerHead,
         Family::Glm4Moe if opt_bool(hf, "use_qk_norm")?.unwrap_or(false) => QkNorm::PerHead,
         Family::Olmoe => QkNorm::Full,
         _ => QkNorm::None,
@@ -430,7 +454,12 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         None
     };
     let max_pos = opt_usize(hf, "max_position_embeddings")?.unwrap_or(4096);
-    let (moe, dense_ffn) = moe_config(hf, fam)?;
+    // ERNIE-4.5 names its expert counts differently (moe_num_experts, moe_k).
+    let (moe, dense_ffn) = match fam {
+        Family::Ernie45Moe => ernie::moe(hf)?,
+        Family::HunyuanV1Moe => hunyuan::moe(hf)?,
+        _ => moe_config(hf, fam)?,
+    };
     let layers = layer_specs(hf, fam, n_layers, moe.n_experts)?;
     let (attention_bias, qk_norm) = attention_config(hf, fam)?;
     let config = Config {
@@ -441,11 +470,12 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         n_heads,
         n_kv_heads,
         head_dim,
-        rms_norm_eps: opt_f64(hf, "rms_norm_eps")?.unwrap_or(1e-6),
+        rms_norm_eps: opt_f64(hf, "rms_norm_eps")?.unwrap_or(if fam == Family::Ernie45Moe { 1e-5 } else { 1e-6 }),
         rope: rope(hf, fam, head_dim, max_pos)?,
         max_position_embeddings: max_pos,
         attention_bias,
-        attention_out_bias: attention_bias && matches!(fam, Family::Phimoe | Family::GptOss),
+        attention_out_bias: attention_bias
+            && matches!(fam, Family::Phimoe | Family::GptOss | Family::Dots1 | Family::HunyuanV1Moe),
         // PhimoeDecoderLayer / PhimoeModel: nn.LayerNorm(eps=rms_norm_eps).
         norm: if fam == Family::Phimoe { NormKind::LayerNorm } else { NormKind::Rms },
         lm_head_bias: fam == Family::Phimoe && opt_bool(hf, "lm_head_bias")?.unwrap_or(false),
@@ -454,7 +484,8 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         moe,
         dense_ffn,
         layers,
-        tie_embeddings: opt_bool(hf, "tie_word_embeddings")?.unwrap_or(false),
+        // Ernie4_5_MoeConfig ties them unless told otherwise.
+        tie_embeddings: opt_bool(hf, "tie_word_embeddings")?.unwrap_or(fam == Family::Ernie45Moe),
         hidden_act: get(hf, "hidden_act").and_then(|a| a.as_str()).unwrap_or("silu").to_string(),
         bos_token_id: ids(get(hf, "bos_token_id")).first().copied(),
         eos_token_ids: ids(get(hf, "eos_token_id")),
@@ -467,6 +498,7 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         // is zero-centred (gain 1 + weight).
         attn_output_gate: fam == Family::Qwen3Next,
         norm_offset: if fam == Family::Qwen3Next { 1.0 } else { 0.0 },
+        qk_norm_after_rope: fam == Family::HunyuanV1Moe,
     };
     Ok(config)
 }

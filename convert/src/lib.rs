@@ -8,11 +8,14 @@
 pub mod cast;
 mod deepseek;
 mod disk;
+mod dots1;
+mod ernie;
 mod error;
 mod fp8;
 pub mod gguf;
 mod gpt_oss;
 mod hf_config;
+mod hunyuan;
 mod json_keys;
 mod metadata;
 mod piece;
@@ -134,9 +137,9 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     let resolved = sources::resolve(&ck, &config, &specs)?;
     warn_unused_sources(&ck, &resolved, &config, &mut warnings);
     // Routers transformers keeps f32 whatever the dtype (`_keep_in_fp32_modules_strict`):
-    // sigmoid routers and DeepSeek-V2's.
-    let routers_f32 =
-        config.moe.scoring == colibri::model::Scoring::Sigmoid || config.family == colibri::model::Family::DeepseekV2;
+    // sigmoid routers, DeepSeek-V2's and ERNIE-4.5's.
+    let routers_f32 = config.moe.scoring == colibri::model::Scoring::Sigmoid
+        || matches!(config.family, colibri::model::Family::DeepseekV2 | colibri::model::Family::Ernie45Moe);
     let plan = plan::plan(&resolved, args.dtype, args.quantize.as_ref(), routers_f32, &mut warnings)?;
     meta.push(metadata::provenance(dir, &config, args, plan.provenance(args.quantize.as_ref())));
     meta.extend(metadata::user_blob(args)?);

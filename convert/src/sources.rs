@@ -148,6 +148,15 @@ fn degrouped(ck: &Checkpoint, c: &Config, l: usize, sfx: &str, spec: &TensorSpec
     }
 }
 
+/// ERNIE-4.5-MoE's choice bias, [1, n_experts] in the checkpoint: `mlp.moe_statics.*` as the
+/// hub (and save_pretrained) writes it, `mlp.gate.moe_statics.*` as transformers names it.
+fn ernie_choice_bias(ck: &Checkpoint, l: usize, want: &[u64]) -> Result<Vec<Piece>> {
+    let names =
+        ["mlp.moe_statics", "mlp.gate.moe_statics"].map(|p| format!("model.layers.{l}.{p}.e_score_correction_bias"));
+    let name = names.iter().find(|n| ck.tensors.contains_key(*n)).unwrap_or(&names[0]);
+    squeezed(ck, name, want)
+}
+
 /// The MoE sub-module prefixes a family's checkpoints use for layer `l`.
 fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
     let base = format!("model.layers.{l}");
@@ -252,6 +261,15 @@ fn kv_b_heads(ck: &Checkpoint, c: &Config, l: usize, values: bool) -> Result<Vec
         .collect())
 }
 
+/// The tensors outside the layers: colibri name → checkpoint name.
+const GLOBAL_SOURCES: [(&str, &str); 5] = [
+    (EMBEDDING, "model.embed_tokens.weight"),
+    (FINAL_NORM, "model.norm.weight"),
+    (FINAL_NORM_BIAS, "model.norm.bias"),
+    (LM_HEAD, "lm_head.weight"),
+    (LM_HEAD_BIAS, "lm_head.bias"),
+];
+
 /// Resolve every tensor the config implies; errors name the missing or mis-shaped tensor.
 pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<Resolved>> {
     use suffix::*;
@@ -259,16 +277,8 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
     for spec in specs {
         let shape = spec.shape.clone();
         let one = |names: Vec<String>| -> Result<Vec<Piece>> { Ok(vec![required(ck, &names, &shape, &spec.name)?]) };
-        let pieces = if spec.name == EMBEDDING {
-            one(vec!["model.embed_tokens.weight".into()])?
-        } else if spec.name == FINAL_NORM {
-            one(vec!["model.norm.weight".into()])?
-        } else if spec.name == FINAL_NORM_BIAS {
-            one(vec!["model.norm.bias".into()])?
-        } else if spec.name == LM_HEAD {
-            one(vec!["lm_head.weight".into()])?
-        } else if spec.name == LM_HEAD_BIAS {
-            one(vec!["lm_head.bias".into()])?
+        let pieces = if let Some(&(_, source)) = GLOBAL_SOURCES.iter().find(|(name, _)| spec.name == *name) {
+            one(vec![source.into()])?
         } else {
             let rest = spec.name.strip_prefix("layers.").ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
             let (l, sfx) = rest.split_once('.').ok_or_else(|| fail(format!("internal: {}", spec.name)))?;
@@ -276,9 +286,12 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
             let base = format!("model.layers.{l}");
             let attn = |leaf: &str| vec![format!("{base}.self_attn.{leaf}")];
             let moe = |leaf: &str| moe_prefixes(c.family, l).into_iter().map(|p| format!("{p}.{leaf}")).collect();
-            // Qwen2-MoE's `shared_expert`, GLM-4.5's `shared_experts`.
+            // Qwen2-MoE's `shared_expert`, GLM-4.5's `shared_experts`, Hunyuan-MoE's `shared_mlp`.
             let shared = |proj: &str| -> Vec<String> {
-                [moe(&format!("shared_expert.{proj}.weight")), moe(&format!("shared_experts.{proj}.weight"))].concat()
+                ["shared_expert", "shared_experts", "shared_mlp"]
+                    .iter()
+                    .flat_map(|m| moe(&format!("{m}.{proj}.weight")))
+                    .collect()
             };
             match sfx {
                 ATTN_NORM => one(vec![format!("{base}.input_layernorm.weight")])?,
@@ -304,8 +317,8 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 EXPERTS_GATE_BIAS => gpt_oss::expert_bias(ck, l, gpt_oss::Proj::Gate, spec)?,
                 EXPERTS_UP_BIAS => gpt_oss::expert_bias(ck, l, gpt_oss::Proj::Up, spec)?,
                 EXPERTS_DOWN_BIAS => gpt_oss::expert_bias(ck, l, gpt_oss::Proj::Down, spec)?,
-                Q_NORM => one(attn("q_norm.weight"))?,
-                K_NORM => one(attn("k_norm.weight"))?,
+                Q_NORM => one([attn("q_norm.weight"), attn("query_layernorm.weight")].concat())?,
+                K_NORM => one([attn("k_norm.weight"), attn("key_layernorm.weight")].concat())?,
                 Q_A => one(attn("q_a_proj.weight"))?,
                 Q_A_NORM => one(attn("q_a_layernorm.weight"))?,
                 Q_B => one(attn("q_b_proj.weight"))?,
@@ -313,7 +326,11 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 KV_A_NORM => one(attn("kv_a_layernorm.weight"))?,
                 K_B => kv_b_heads(ck, c, l, false)?,
                 V_B => kv_b_heads(ck, c, l, true)?,
-                ROUTER => one([moe("gate.weight"), moe("router.weight"), moe("router.layer.weight")].concat())?,
+                ROUTER => one(["gate", "router", "router.layer", "gate.wg"]
+                    .iter()
+                    .flat_map(|r| moe(&format!("{r}.weight")))
+                    .collect())?,
+                ROUTER_BIAS if c.family == Family::Ernie45Moe => ernie_choice_bias(ck, l, &shape)?,
                 ROUTER_BIAS => one(moe("gate.e_score_correction_bias"))?,
                 EXPERTS_GATE => expert_stack(ck, c.family, l, Proj::Gate, spec)?,
                 EXPERTS_UP => expert_stack(ck, c.family, l, Proj::Up, spec)?,

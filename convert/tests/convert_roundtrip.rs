@@ -77,10 +77,13 @@ fn every_tensor_reads_back_equal_to_its_source() {
                 model.verify().unwrap();
                 for rec in &model.parsed().tensors {
                     let view = model.tensor(&rec.name).unwrap();
-                    // Sigmoid routers and their choice bias (and DeepSeek-V2's softmax router, which
-                    // transformers also keeps f32) stay f32 whatever --dtype says.
+                    // Sigmoid routers and their choice bias (and DeepSeek-V2's and ERNIE-4.5's softmax
+                    // routers, which transformers also keeps f32) stay f32 whatever --dtype says.
                     let sigmoid = model.config().moe.scoring == colibri::model::Scoring::Sigmoid
-                        || model.config().family == colibri::model::Family::DeepseekV2;
+                        || matches!(
+                            model.config().family,
+                            colibri::model::Family::DeepseekV2 | colibri::model::Family::Ernie45Moe
+                        );
                     let routerish = rec.kind == TensorKind::Router || rec.name.ends_with(".moe.router_bias");
                     // MXFP4 experts (GPT-OSS as the hub ships it) stay MXFP4 whatever --dtype says.
                     let mxfp4 = rec.kind == TensorKind::Experts && src.keys().any(|k| k.ends_with("_blocks"));

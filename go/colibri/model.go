@@ -30,6 +30,9 @@ const (
 	FamilyGPTOSS     Family = C.COLIBRI_FAMILY_GPT_OSS
 	FamilyPhiMoE     Family = C.COLIBRI_FAMILY_PHIMOE
 	FamilyQwen3Next  Family = C.COLIBRI_FAMILY_QWEN3_NEXT
+	FamilyDots1      Family = C.COLIBRI_FAMILY_DOTS1
+	FamilyERNIE45MoE Family = C.COLIBRI_FAMILY_ERNIE4_5_MOE
+	FamilyHunyuanMoE Family = C.COLIBRI_FAMILY_HUNYUAN_V1_MOE
 )
 
 func (f Family) String() string {
@@ -56,6 +59,12 @@ func (f Family) String() string {
 		return "phimoe"
 	case FamilyQwen3Next:
 		return "qwen3_next"
+	case FamilyDots1:
+		return "dots1"
+	case FamilyERNIE45MoE:
+		return "ernie4_5_moe"
+	case FamilyHunyuanMoE:
+		return "hunyuan_v1_moe"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

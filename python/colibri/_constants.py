@@ -77,6 +77,15 @@ COLIBRI_FAMILY_PHIMOE = 9
 
 COLIBRI_FAMILY_QWEN3_NEXT = 10
 
+#: dots.llm1 (Dots1ForCausalLM).
+COLIBRI_FAMILY_DOTS1 = 11
+
+#: ERNIE-4.5-MoE (Ernie4_5_MoeForCausalLM).
+COLIBRI_FAMILY_ERNIE4_5_MOE = 12
+
+#: Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
+COLIBRI_FAMILY_HUNYUAN_V1_MOE = 13
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

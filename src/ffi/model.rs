@@ -71,6 +71,12 @@ pub const COLIBRI_FAMILY_GPT_OSS: colibri_family = 8;
 /// Phi-3.5-MoE (PhimoeForCausalLM).
 pub const COLIBRI_FAMILY_PHIMOE: colibri_family = 9;
 pub const COLIBRI_FAMILY_QWEN3_NEXT: colibri_family = 10;
+/// dots.llm1 (Dots1ForCausalLM).
+pub const COLIBRI_FAMILY_DOTS1: colibri_family = 11;
+/// ERNIE-4.5-MoE (Ernie4_5_MoeForCausalLM).
+pub const COLIBRI_FAMILY_ERNIE4_5_MOE: colibri_family = 12;
+/// Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
+pub const COLIBRI_FAMILY_HUNYUAN_V1_MOE: colibri_family = 13;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -86,6 +92,9 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::GptOss => COLIBRI_FAMILY_GPT_OSS,
         crate::Family::Phimoe => COLIBRI_FAMILY_PHIMOE,
         crate::Family::Qwen3Next => COLIBRI_FAMILY_QWEN3_NEXT,
+        crate::Family::Dots1 => COLIBRI_FAMILY_DOTS1,
+        crate::Family::Ernie45Moe => COLIBRI_FAMILY_ERNIE4_5_MOE,
+        crate::Family::HunyuanV1Moe => COLIBRI_FAMILY_HUNYUAN_V1_MOE,
     }
 }
 

@@ -4,7 +4,8 @@
 //! and causal (optionally sliding-window) GQA attention over its own cache; the output
 //! projection (+ bias) again over all rows. GPT-OSS's attention sinks join each softmax.
 //! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`,
-//! and `Qwen3NextAttention` (zero-centred q/k norms, the output × sigmoid(gate)).
+//! and `Qwen3NextAttention` (zero-centred q/k norms, the output × sigmoid(gate)), and
+//! `HunYuanMoEV1Attention` (per-head q/k norms after RoPE).
 
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
@@ -35,7 +36,7 @@ pub fn attention(
     // q, k, v = xn·W{q,k,v}ᵀ (+ bias, q/k norm, clipping), over all rows at once.
     project_qkv(c, kern, w, n, b);
     // Per sequence: RoPE at its own positions, then K/V appended to its cache.
-    rope_and_cache(c, layer, rope, seqs, b);
+    rope_and_cache(c, layer, rope, w, seqs, b);
     // att = softmax(q·Kᵀ / √d)·V for each (row, head) over the row's own cache.
     attend(c, kern, lw, layer, seqs, b, n);
     // att ×= sigmoid(xn·W_gateᵀ) (Qwen3-Next's output gate; q is spent, its buffer takes the gate).
@@ -66,7 +67,7 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut
             kernels::add_bias(buf, *bias);
         }
     }
-    if c.qk_norm != QkNorm::None {
+    if c.qk_norm != QkNorm::None && !c.qk_norm_after_rope {
         if let (Some(qn), Some(kn)) = (w.q_norm, w.k_norm) {
             rmsnorm_heads(q, qn, c.norm_offset as f32, eps);
             rmsnorm_heads(k, kn, c.norm_offset as f32, eps);
@@ -80,12 +81,17 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut
     }
 }
 
-/// RoPE on every head of q and k at each row's position, then each row's K/V into its
-/// sequence's cache.
-fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, seqs: &mut [Lane<'_>], b: &mut Scratch) {
+/// RoPE on every head of q and k at each row's position (then their per-head RMSNorm, when it
+/// follows RoPE: Hunyuan-MoE), then each row's K/V into its sequence's cache.
+fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, w: &GqaWeights<'_>, seqs: &mut [Lane<'_>], b: &mut Scratch) {
     let hd = c.head_dim;
     let (nq, nkv) = (c.n_heads * hd, c.n_kv_heads * hd);
     let half = rope.half();
+    let post_norm = match (w.q_norm, w.k_norm) {
+        (Some(qn), Some(kn)) if c.qk_norm_after_rope => Some((qn, kn)),
+        _ => None,
+    };
+    let (shift, eps) = (c.norm_offset as f32, c.rms_norm_eps as f32);
     let (q, k, v) = (&mut b.q, &mut b.k, &b.v);
     for s in seqs.iter_mut() {
         for t in s.rows.clone() {
@@ -95,6 +101,10 @@ fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, seqs: &mut [Lane<'_>], 
             }
             for head in k[t * nkv..(t + 1) * nkv].chunks_exact_mut(hd) {
                 rope.apply(head, ct, st);
+            }
+            if let Some((qn, kn)) = post_norm {
+                rmsnorm_heads(&mut q[t * nq..(t + 1) * nq], qn, shift, eps);
+                rmsnorm_heads(&mut k[t * nkv..(t + 1) * nkv], kn, shift, eps);
             }
             let p = s.pos0 + (t - s.rows.start);
             s.kv.write(layer, p, &k[t * nkv..(t + 1) * nkv], &v[t * nkv..(t + 1) * nkv]);

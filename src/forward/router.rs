@@ -22,7 +22,9 @@ pub enum RoutingMode {
     /// softmax over the chosen logits (Mixtral, Granite, GPT-OSS — whose logits include its
     /// router bias): weights = softmax over the k chosen un-noised logits. With sigmoid scoring
     /// the noise is added to the logit before the sigmoid, and the choice bias and the group
-    /// scores are computed from those perturbed scores.
+    /// scores are computed from those perturbed scores. With softmax scoring and a choice bias
+    /// (ERNIE-4.5, whose bias is added to the probabilities) the keys are the softmax of the
+    /// perturbed logits plus the bias.
     /// With sparsemixer routing (Phi-MoE) each of its steps picks the largest jitter-masked
     /// logit + noise, as transformers' training mode samples, and weighs it by the un-noised
     /// masked softmax.
@@ -169,6 +171,9 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
                     let noisy = li + (-(-u.ln()).ln()) as f32;
                     *key = if rule.scoring == Scoring::Sigmoid { sigmoid(noisy) } else { noisy };
                 }
+                if rule.scoring == Scoring::Softmax && rule.bias.is_some() {
+                    kernels::softmax(&mut keys);
+                }
             }
         }
         if let Some(b) = rule.bias {
@@ -184,8 +189,8 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         let chosen = &mut order[..k];
         let at = routes.weights.len();
         if rule.scoring == Scoring::Softmax && rule.renormalise {
-            if choice.mode == RoutingMode::Gumbel {
-                // Chosen by noisy keys: list them by their weights (the un-noised logits).
+            if choice.mode == RoutingMode::Gumbel || rule.bias.is_some() {
+                // Chosen by noisy or biased keys: list them by their weights (the plain logits).
                 chosen.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap_or(std::cmp::Ordering::Equal));
             }
             // Softmax over the chosen logits, max taken over the chosen ones.
@@ -287,5 +292,28 @@ mod tests {
             assert!(r.weights[0] >= r.weights[1], "seed {seed}: listed by decreasing weight");
         }
         assert!(differs > 0, "the noise never changed the choice");
+    }
+
+    /// ERNIE-4.5's router: the choice bias is added to the softmax probabilities for choosing
+    /// only; the chosen are weighed by their renormalised probabilities and listed by weight.
+    #[test]
+    fn a_choice_bias_on_softmax_probabilities_changes_the_choice_not_the_weights() {
+        let logits = [2.0f32, 1.0, 0.6, -1.0];
+        // p ≈ [0.61, 0.22, 0.15, 0.03]: the bias lifts expert 2 over expert 1 and expert 3
+        // over both, while expert 0 stays first by weight.
+        let bias = [0.0f32, 0.0, 0.1, 0.3];
+        let rule = Rule { renormalise: true, scoring: Scoring::Softmax, bias: Some(&bias), groups: None, scale: 1.0 };
+        let mut rng = Rng::new(0);
+        let mut routes = Routes::default();
+        select(&logits, 4, &rule, &mut Choice { k: 2, mode: RoutingMode::TopK, rng: &mut rng }, &mut routes);
+        assert_eq!(routes.experts, [0, 3]);
+        assert!(is_softmax_of(&routes.weights, &routes.experts, &logits), "{:?}", routes.weights);
+        // Chosen by biased key (3 first) yet listed by weight.
+        let bias = [0.0f32, 0.0, 0.0, 0.9];
+        let rule = Rule { bias: Some(&bias), ..rule };
+        let mut routes = Routes::default();
+        select(&logits, 4, &rule, &mut Choice { k: 2, mode: RoutingMode::TopK, rng: &mut rng }, &mut routes);
+        assert_eq!(routes.experts, [0, 3]);
+        assert!(routes.weights[0] > routes.weights[1]);
     }
 }

@@ -37,6 +37,18 @@ pub enum Family {
     /// Qwen3NextForCausalLM (Gated DeltaNet linear attention in most layers, gated full attention
     /// in the rest, zero-centred RMSNorm, Qwen2-MoE's gated shared expert)
     Qwen3Next,
+    /// Dots1ForCausalLM (dots.llm1: Qwen3's attention with per-head q/k norm, DeepSeek-V3's
+    /// sigmoid routing with a choice bias and top-2-sum groups, ungated shared experts, leading
+    /// dense layers)
+    Dots1,
+    /// Ernie4_5_MoeForCausalLM (ERNIE-4.5-MoE: RoPE on interleaved pairs, softmax routing with a
+    /// choice bias added to the probabilities, renormalised top-k, ungated shared experts, MoE
+    /// layers by start/end/interval)
+    #[serde(rename = "ernie4_5_moe")]
+    Ernie45Moe,
+    /// HunYuanMoEV1ForCausalLM (Hunyuan-MoE as transformers ports it: per-head q/k norm after
+    /// RoPE, softmax top-k renormalised, an ungated shared MLP in every layer, NTK-alpha RoPE)
+    HunyuanV1Moe,
 }
 
 impl Family {
@@ -54,6 +66,9 @@ impl Family {
             Family::GptOss => "GptOssForCausalLM",
             Family::Phimoe => "PhimoeForCausalLM",
             Family::Qwen3Next => "Qwen3NextForCausalLM",
+            Family::Dots1 => "Dots1ForCausalLM",
+            Family::Ernie45Moe => "Ernie4_5_MoeForCausalLM",
+            Family::HunyuanV1Moe => "HunYuanMoEV1ForCausalLM",
         }
     }
 
@@ -71,6 +86,9 @@ impl Family {
             Family::GptOss => "gpt_oss",
             Family::Phimoe => "phimoe",
             Family::Qwen3Next => "qwen3_next",
+            Family::Dots1 => "dots1",
+            Family::Ernie45Moe => "ernie4_5_moe",
+            Family::HunyuanV1Moe => "hunyuan_v1_moe",
         }
     }
 }
@@ -293,6 +311,27 @@ impl Default for Scales {
 }
 
 impl MoeConfig {
+    /// `n_experts` routed SwiGLU experts of `expert_ffn`, `top_k` per token by softmax scores,
+    /// weights not renormalised, and nothing else: what a family adds goes on top
+    /// (`MoeConfig { norm_topk_prob: true, ..MoeConfig::plain(n, k, f) }`).
+    pub fn plain(n_experts: usize, top_k: usize, expert_ffn: usize) -> MoeConfig {
+        MoeConfig {
+            n_experts,
+            top_k,
+            expert_ffn,
+            norm_topk_prob: false,
+            shared_expert_ffn: 0,
+            shared_expert_gate: false,
+            scoring: Scoring::Softmax,
+            choice_bias: false,
+            groups: None,
+            routed_scaling: 1.0,
+            router_bias: false,
+            expert_bias: false,
+            expert_act: ExpertAct::Silu,
+        }
+    }
+
     /// How many experts a token can choose among: all, or those of the `topk_group` groups.
     pub fn choosable(&self) -> usize {
         self.groups.map_or(self.n_experts, |g| g.topk_group * (self.n_experts / g.n_group.max(1)))
@@ -429,6 +468,9 @@ pub struct Config {
     /// zero-centred norms: 1; 0 elsewhere).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub norm_offset: f64,
+    /// The per-head q/k RMSNorm follows RoPE instead of preceding it (Hunyuan-MoE).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_after_rope: bool,
 }
 
 impl Config {

@@ -162,6 +162,10 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
             return found;
         }
     }
+    // The first of `leaves` the checkpoint has (families spell some tensors differently).
+    let first = |leaves: &[String]| -> String {
+        leaves.iter().find(|l| src.contains_key(&format!("{base}.{l}"))).unwrap_or(&leaves[0]).clone()
+    };
     let leaf = match sfx {
         "attn_norm" => "input_layernorm.weight".to_string(),
         "ffn_norm" => "post_attention_layernorm.weight".to_string(),
@@ -172,7 +176,11 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
             let p = &s[5..];
             match p {
                 "q_bias" | "k_bias" | "v_bias" | "o_bias" => format!("self_attn.{}_proj.bias", &p[..1]),
-                "q_norm" | "k_norm" => format!("self_attn.{p}.weight"),
+                // Hunyuan-MoE: query_layernorm / key_layernorm.
+                "q_norm" | "k_norm" => first(&[
+                    format!("self_attn.{p}.weight"),
+                    format!("self_attn.{}_layernorm.weight", if p == "q_norm" { "query" } else { "key" }),
+                ]),
                 "q_a_norm" | "kv_a_norm" => format!("self_attn.{}_layernorm.weight", &p[..p.len() - 5]),
                 "kv_a" => "self_attn.kv_a_proj_with_mqa.weight".to_string(),
                 _ => format!("self_attn.{p}_proj.weight"),
@@ -180,15 +188,14 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
         }
         "mlp.gate" | "mlp.up" | "mlp.down" => format!("mlp.{}_proj.weight", &sfx[4..]),
         "moe.shared.gate" | "moe.shared.up" | "moe.shared.down" => {
-            // Qwen2-MoE's shared_expert, GLM-4.5's shared_experts.
-            let qwen = format!("mlp.shared_expert.{}_proj.weight", &sfx[11..]);
-            if src.contains_key(&format!("{base}.{qwen}")) {
-                qwen
-            } else {
-                format!("mlp.shared_experts.{}_proj.weight", &sfx[11..])
-            }
+            // Qwen2-MoE's shared_expert, GLM-4.5's shared_experts, Hunyuan's shared_mlp.
+            let proj = &sfx[11..];
+            first(&["shared_expert", "shared_experts", "shared_mlp"].map(|m| format!("mlp.{m}.{proj}_proj.weight")))
         }
-        "moe.router_bias" => "mlp.gate.e_score_correction_bias".to_string(),
+        // ERNIE-4.5: moe_statics ([1, E], the same bytes).
+        "moe.router_bias" => first(
+            &["mlp.gate", "mlp.moe_statics", "mlp.gate.moe_statics"].map(|m| format!("{m}.e_score_correction_bias")),
+        ),
         "moe.shared_expert_gate" => "mlp.shared_expert_gate.weight".to_string(),
         "moe.router" => {
             let s = [
@@ -197,6 +204,7 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
                 "block_sparse_moe.gate",
                 "block_sparse_moe.router",
                 "block_sparse_moe.router.layer",
+                "mlp.gate.wg",
             ]
             .iter()
             .find_map(|leaf| src.get(&format!("{base}.{leaf}.weight")))

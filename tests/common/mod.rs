@@ -133,6 +133,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         delta_net: None,
         attn_output_gate: false,
         norm_offset: 0.0,
+        qk_norm_after_rope: false,
     }
 }
 
@@ -487,4 +488,20 @@ pub fn open_default_model_c() -> *mut colibri::ffi::colibri_model {
     let st = unsafe { colibri::ffi::colibri_model_open(path.as_ptr(), std::ptr::null(), &mut m) };
     assert_eq!(st, colibri::ffi::COLIBRI_STATUS_OK);
     m
+}
+
+/// `colibri_model_get_info` of the .colibri file at `path`, opened and freed through the C ABI.
+pub fn c_model_info(path: &Path) -> colibri::ffi::colibri_model_info {
+    use colibri::ffi::*;
+    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string and out-pointers; the model is freed before returning.
+    unsafe {
+        let mut m = std::ptr::null_mut();
+        assert_eq!(colibri_model_open(path.as_ptr(), std::ptr::null(), &mut m), COLIBRI_STATUS_OK);
+        let mut info = std::mem::zeroed::<colibri_model_info>();
+        colibri_model_info_init(&mut info);
+        assert_eq!(colibri_model_get_info(m, &mut info), COLIBRI_STATUS_OK);
+        colibri_model_free(m);
+        info
+    }
 }

@@ -4,9 +4,7 @@
 use crate::error::{fail, Result};
 use crate::gguf::file::GgufFile;
 use crate::gguf::value::{Metadata, Value};
-use colibri::model::{
-    Config, ExpertAct, Family, LayerKind, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
-};
+use colibri::model::{Config, Family, LayerKind, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales};
 
 /// Most layers a file may claim before the config is validated.
 const MAX_LAYERS: usize = 1 << 12;
@@ -141,20 +139,11 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
     let layers: Vec<LayerSpec> = (0..n_layers).map(layer).collect();
     let any_dense = layers.iter().any(|l| !l.moe);
     let moe = MoeConfig {
-        n_experts: h.need("expert_count")?,
-        top_k: h.need("expert_used_count")?,
-        expert_ffn,
         norm_topk_prob: h.b("expert_weights_norm")?.unwrap_or(d.norm_topk),
         shared_expert_ffn: h.u("expert_shared_feed_forward_length")?.unwrap_or(0),
         shared_expert_gate: h.has("blk.0.ffn_gate_inp_shexp.weight")
             || layers.iter().enumerate().any(|(l, _)| h.has(&format!("blk.{l}.ffn_gate_inp_shexp.weight"))),
-        scoring: Scoring::Softmax,
-        choice_bias: false,
-        groups: None,
-        routed_scaling: 1.0,
-        router_bias: false,
-        expert_bias: false,
-        expert_act: ExpertAct::Silu,
+        ..MoeConfig::plain(h.need("expert_count")?, h.need("expert_used_count")?, expert_ffn)
     };
     Ok(Config {
         family: d.family,
@@ -187,5 +176,6 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         delta_net: None,
         attn_output_gate: false,
         norm_offset: 0.0,
+        qk_norm_after_rope: false,
     })
 }
