@@ -13,7 +13,7 @@
 //!   Zen 4 runs a zmm `vpdpbusd` as two 256-bit halves, so this does not add multiply-adds per
 //!   cycle; it halves the broadcasts, the scaling instructions and the address registers per
 //!   multiply-add, which is what bounded the one-group kernel (q4r8 512 × 2048 × 1408: 115 →
-//!   155 G multiply-adds/s on one Zen 4 core, `cargo bench --bench kernels -- gemm_512`).
+//!   155 G multiply-adds/s of thread CPU time on one Zen 4 core; docs/performance.md).
 //!
 //! The integer block sums equal the AVX2 kernels' (and the reference's) exactly, and they are
 //! scaled and summed in the same float operations: results are bit-identical to the AVX2 path.
