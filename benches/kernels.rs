@@ -94,7 +94,7 @@ fn gemv_14336x4096_n4(b: Bencher, dtype: &'static str) {
 }
 
 /// A Qwen-MoE expert gate projection (1408 × 2048) over 512 tokens: prefill GEMM.
-#[divan::bench(args = ["f32", "bf16", "q8", "q4", "q4r8"], sample_count = 10)]
+#[divan::bench(args = ["f32", "bf16", "q8", "q4", "q8r8", "q4r8"], sample_count = 10)]
 fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 1408, 2048);
     let x = values(512 * 2048);

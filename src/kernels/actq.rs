@@ -10,6 +10,7 @@
 //!   `vec_dot_mxfp4_q8_0` with these activation blocks)
 //! An activation block holding NaN gets a NaN scale, so NaN propagates as in the float paths.
 
+use super::actpanel::ActPanels;
 use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, Q4, Q8, QK};
 use crate::format::ggml::{self, Block, Unpacked};
@@ -67,6 +68,8 @@ pub struct QuantizedActs {
     pub d: Vec<f32>,
     /// Block sums Σ_i qx_i (what the q4 offset of 8 contributes, divided by −8).
     pub sums: Vec<i32>,
+    /// The same rows in panels (`actpanel`), built on first use by a kernel that reads them.
+    panels: OnceLock<ActPanels>,
 }
 
 impl QuantizedActs {
@@ -79,6 +82,15 @@ impl QuantizedActs {
         self.d.resize(nb, 0.0);
         self.sums.resize(nb, 0);
         f(&x[..n * cols], &mut self.qs, &mut self.d, &mut self.sums);
+        self.panels = OnceLock::new();
+    }
+
+    /// The rows in panels of 8 (`actpanel`): built by the first caller, shared by the rest.
+    pub(crate) fn panels(&self) -> &ActPanels {
+        self.panels.get_or_init(|| {
+            let n = self.qs.len() / self.cols.max(1);
+            ActPanels::new(&self.qs, &self.d, &self.sums, n, self.cols)
+        })
     }
 
     /// The activations as the integer path sees them: out[i] = dx_b · qx_i ([n, cols]).

@@ -8,9 +8,11 @@
 //! (the portable path) ← `x86` (arch tables, registered over the portable rows) ← `dispatch`
 //! (the choice, and `Kernels`) ← `gemm` (the product strategies; bf16 × bf16 products in
 //! `gemm_bf16`), both splitting work with `par` (tasks, per-thread buffers, blocking). `mat` is
-//! the operand type, `actq` the int8 activation blocks and the activation modes, `bf16act` the
+//! the operand type, `actq` the int8 activation blocks and the activation modes (`actpanel`: the
+//! same in panels of 8 rows for the AVX-512 prefill kernels), `bf16act` the
 //! bf16 activations of bf16 weights, `reference` the scalar specification.
 
+mod actpanel;
 pub mod actq;
 pub mod bf16act;
 mod delta;

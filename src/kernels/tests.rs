@@ -212,8 +212,11 @@ fn results_do_not_depend_on_the_thread_count() {
     // 296 rows: whole groups of 8, but not of the 64-row tasks.
     let s = Stored::new(296, 256, 8);
     let x = sample(20 * 256, 9);
-    for path in available_paths() {
-        let k = kernels(path, QuantActivations::Float);
+    // Reduced mode: the int8 kernels (on avx512 the two-group ones over activation panels).
+    for (path, mode) in
+        available_paths().into_iter().flat_map(|p| [(p, QuantActivations::Float), (p, QuantActivations::Reduced)])
+    {
+        let k = kernels(path, mode);
         for (name, w, _) in s.mats() {
             for n in [1, 20] {
                 let run = |threads: usize| {
@@ -222,7 +225,7 @@ fn results_do_not_depend_on_the_thread_count() {
                     pool.install(|| k.matmul(w, &x, n, &mut y));
                     y
                 };
-                assert_eq!(run(1), run(3), "{path:?} {name} n {n}");
+                assert_eq!(run(1), run(3), "{path:?} {mode:?} {name} n {n}");
             }
         }
     }
@@ -470,33 +473,36 @@ fn w4a8_is_exact_in_integers_even_with_outliers_and_biased_activations() {
 fn interleaved_products_take_any_row_range() {
     let (rows, cols) = (24, 96);
     let s = Stored::new(rows, cols, 31);
-    let x = sample(3 * cols, 32);
     let generic = table_for(CpuPath::Generic).expect("generic");
-    let mut xa = QuantizedActs::default();
-    xa.quantize_with(generic.quantize, &x, 3, cols);
-    for path in available_paths() {
-        let t = table_for(path).expect("available");
-        for (name, w, _) in s.mats().into_iter().filter(|m| m.0.ends_with("r8")) {
-            let (_, mag) = exact(w, &x, 3);
-            let (ops, reference) = (t.mat(w.dtype()), generic.mat(w.dtype()));
-            for range in [0..1, 5..6, 3..21, 8..16, 7..24, 0..24] {
-                let len = range.len();
-                for int8 in [false, true] {
-                    let (mut got, mut want) = (vec![0f32; 3 * len], vec![0f32; 3 * len]);
-                    if int8 {
-                        (ops.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, 3, &mut got);
-                        (reference.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, 3, &mut want);
-                    } else {
-                        (ops.gemv)(w, range.clone(), &x, 3, &mut got);
-                        (reference.gemv)(w, range.clone(), &x, 3, &mut want);
-                    }
-                    for tok in 0..3 {
-                        for (i, r) in range.clone().enumerate() {
-                            let (g, e) = (got[tok * len + i], want[tok * len + i]);
-                            assert!(
-                                f64::from((g - e).abs()) <= QUANT_TOL * mag[tok * rows + r],
-                                "{path:?} {name} rows {range:?} int8 {int8}: row {r} token {tok}: {g} vs {e}"
-                            );
+    // 3 activation rows: the one-group kernels; 11: the AVX-512 two-group ones over panels of 8.
+    for n in [3, 11] {
+        let x = sample(n * cols, 32);
+        let mut xa = QuantizedActs::default();
+        xa.quantize_with(generic.quantize, &x, n, cols);
+        for path in available_paths() {
+            let t = table_for(path).expect("available");
+            for (name, w, _) in s.mats().into_iter().filter(|m| m.0.ends_with("r8")) {
+                let (_, mag) = exact(w, &x, n);
+                let (ops, reference) = (t.mat(w.dtype()), generic.mat(w.dtype()));
+                for range in [0..1, 5..6, 3..21, 8..16, 7..24, 0..24] {
+                    let len = range.len();
+                    for int8 in [false, true] {
+                        let (mut got, mut want) = (vec![0f32; n * len], vec![0f32; n * len]);
+                        if int8 {
+                            (ops.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, n, &mut got);
+                            (reference.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, n, &mut want);
+                        } else {
+                            (ops.gemv)(w, range.clone(), &x, n, &mut got);
+                            (reference.gemv)(w, range.clone(), &x, n, &mut want);
+                        }
+                        for tok in 0..n {
+                            for (i, r) in range.clone().enumerate() {
+                                let (g, e) = (got[tok * len + i], want[tok * len + i]);
+                                assert!(
+                                    f64::from((g - e).abs()) <= QUANT_TOL * mag[tok * rows + r],
+                                    "{path:?} {name} rows {range:?} n {n} int8 {int8}: row {r} token {tok}: {g} vs {e}"
+                                );
+                            }
                         }
                     }
                 }
@@ -571,7 +577,7 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
     };
     for (rows, cols) in [(8, 32), (24, 96), (72, 32 * 9), (16, 4096 + 32)] {
         let s = Stored::new(rows, cols, (rows * cols) as u64);
-        for n in [1, 3, 4, 7, 8, 9, 17, 70] {
+        for n in [1, 3, 4, 7, 8, 9, 15, 17, 70] {
             let x = sample(n * cols, n as u64 + 40);
             for (name, w, _) in s.mats().into_iter().filter(|m| m.1.dtype().is_quantized()) {
                 let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);

@@ -39,7 +39,7 @@ pub(super) struct Grouped {
 impl Grouped {
     /// The parts of interleaved `w` (q8r8 or q4r8; whole 8-row groups, one scale per block, as
     /// binding guarantees).
-    fn of(w: Mat<'_>) -> Grouped {
+    pub(super) fn of(w: Mat<'_>) -> Grouped {
         let q4 = w.dtype().encoding() == DType::Q4;
         let (qs, d, layout, bb) = if q4 {
             let q = w.q4();
@@ -75,17 +75,19 @@ fn split(rows: Range<usize>) -> (Range<usize>, Range<usize>, Range<usize>) {
 
 /// Activation rows per pass over a task's row groups: the task's weights (64 rows) and this
 /// many int8 activation rows (64 × cols bytes) stay in L2 while every group meets them.
-const TOKEN_BLOCK: usize = 64;
+pub(super) const TOKEN_BLOCK: usize = 64;
 
-/// Run `ragged(rows, out)` on the ragged ends of `rows` and `group(g, at, out, tokens)` for each
-/// whole group g and each block of activation rows, whose 8 results per row t go to
+/// Run `ragged(rows, out)` on the ragged ends of `rows` and `group(g, k, at, out, tokens)` for
+/// each run of k ≤ `step` whole groups from g (k < step only at the end) and each block of
+/// activation rows (starting at multiples of `TOKEN_BLOCK`), whose 8·k results per row t go to
 /// out[t·len + at ..].
-fn by_groups(
+pub(super) fn by_groups(
     rows: Range<usize>,
     n: usize,
+    step: usize,
     out: &mut [f32],
     ragged: impl Fn(Range<usize>, &mut [f32]),
-    mut group: impl FnMut(usize, usize, &mut [f32], Range<usize>),
+    mut group: impl FnMut(usize, usize, usize, &mut [f32], Range<usize>),
 ) {
     let len = rows.len();
     let (head, groups, tail) = split(rows.clone());
@@ -102,8 +104,9 @@ fn by_groups(
         }
     }
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
-        for r in groups.clone().step_by(GROUP_ROWS) {
-            group(r / GROUP_ROWS, r - rows.start, out, t0..(t0 + TOKEN_BLOCK).min(n));
+        for r in groups.clone().step_by(GROUP_ROWS * step) {
+            let k = ((groups.end - r) / GROUP_ROWS).min(step);
+            group(r / GROUP_ROWS, k, r - rows.start, out, t0..(t0 + TOKEN_BLOCK).min(n));
         }
     }
 }
@@ -172,9 +175,10 @@ pub(super) fn gemv_i8_with<K: GroupI8>(w: Mat<'_>, rows: Range<usize>, xa: &Quan
     by_groups(
         rows,
         n,
+        1,
         out,
         |r, o| generic::gemv_i8(w, r, xa, n, o),
-        |grp, at, out, tokens| {
+        |grp, _, at, out, tokens| {
             // Activation rows in passes of K::MAX_T (then halves) share each weight load and its
             // unpacking.
             let mut t = tokens.start;
@@ -303,9 +307,10 @@ pub fn gemv(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]
     by_groups(
         rows,
         n,
+        1,
         out,
         |r, o| generic::gemv(w, r, x, n, o),
-        |grp, at, out, tokens| {
+        |grp, _, at, out, tokens| {
             for t in tokens {
                 let xt = x[t * cols..].as_ptr();
                 let mut o = [0f32; GROUP_ROWS];
