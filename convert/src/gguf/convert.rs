@@ -69,7 +69,7 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
 }
 
 /// Special-token ids from the vocabulary (ids outside the model's vocabulary are dropped with a
-/// warning).
+/// warning; no bos for the vocabularies llama.cpp takes none from, `GgufVocab::bos`).
 fn special_ids(config: &mut Config, v: &GgufVocab, warnings: &mut Vec<String>) {
     let n = config.vocab_size as u32;
     let mut keep = |what: &str, id: u32| {
@@ -78,7 +78,7 @@ fn special_ids(config: &mut Config, v: &GgufVocab, warnings: &mut Vec<String>) {
         }
         id < n
     };
-    config.bos_token_id = v.bos_id.filter(|&i| keep("bos token", i));
+    config.bos_token_id = v.bos().filter(|&i| keep("bos token", i));
     config.pad_token_id = v.pad_id.filter(|&i| keep("pad token", i));
     for id in v.eos_id.iter().chain(&v.eot_ids) {
         if keep("eos token", *id) && !config.eos_token_ids.contains(id) {
@@ -205,4 +205,41 @@ pub fn is_gguf(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 4];
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == super::parse::MAGIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GLM-4 vocabulary's recorded bos is not the model's (llama.cpp and HF take none); its
+    /// eos and pad are.
+    #[test]
+    fn glm_vocabularies_give_the_config_no_bos() {
+        let json = serde_json::json!({
+            "family": "mixtral", "vocab_size": 16, "hidden_size": 16, "n_layers": 1, "n_heads": 2,
+            "n_kv_heads": 1, "head_dim": 8, "rms_norm_eps": 1e-5, "rope": {"theta": 10000.0},
+            "max_position_embeddings": 64, "attention_bias": false, "qk_norm": "none",
+            "moe": {"n_experts": 2, "top_k": 1, "expert_ffn": 8, "norm_topk_prob": true},
+            "dense_ffn": 0, "layers": [{"moe": true}], "tie_embeddings": false, "hidden_act": "silu",
+            "bos_token_id": null, "eos_token_ids": [], "pad_token_id": null,
+        });
+        let base = Config::from_json(json.to_string().as_bytes()).unwrap();
+        for (pre, bos) in [("glm4", None), ("chatglm-bpe", None), ("qwen2", Some(3))] {
+            let v = GgufVocab {
+                pre: Some(pre.into()),
+                bos_id: Some(3),
+                eos_id: Some(4),
+                pad_id: Some(4),
+                ..GgufVocab::default()
+            };
+            let (mut config, mut warnings) = (base.clone(), Vec::new());
+            special_ids(&mut config, &v, &mut warnings);
+            assert_eq!(
+                (config.bos_token_id, config.eos_token_ids.clone(), config.pad_token_id),
+                (bos, vec![4], Some(4)),
+                "{pre}"
+            );
+            assert!(warnings.is_empty());
+        }
+    }
 }
