@@ -14,12 +14,12 @@ use crate::error::{fail, Result};
 use crate::metadata::{self, MetaEntry};
 use crate::{disk, ConvertArgs, ConvertReport, Progress};
 use colibri::format::{DType, FileWriter, MetaKind, PlannedTensor};
-use colibri::model::{meta_keys, param_count, tensor_specs, Config};
+use colibri::model::{meta_keys, param_count, tensor_specs, Config, Role};
 use std::time::Instant;
 
 /// The colibri dtype of every planned tensor: its GGUF type, the same for all its pieces. A
-/// block-typed tensor colibri keeps in float (the embedding, norms, routers) is stored as f32,
-/// ggml's own dequantisation of it: `widen` holds its source dtype.
+/// block-typed tensor colibri keeps in float (norms, routers) is stored as f32, ggml's own
+/// dequantisation of it: `widen` holds its source dtype. The embedding keeps its block type.
 fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<PlannedTensor>, Vec<Option<DType>>)> {
     let (mut planned, mut widen, mut widened) = (Vec::new(), Vec::new(), Vec::new());
     for r in resolved {
@@ -43,9 +43,11 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
                 r.spec.name, r.spec.shape
             )));
         }
-        // MLA's per-head W_UK / W_UV keep self-contained block types (the binding slices rows).
-        let per_head = colibri::model::is_per_head(&r.spec) && src.rows_self_contained();
-        let float_only = src.is_quantized() && r.spec.quant.is_none() && !per_head;
+        // MLA's per-head W_UK / W_UV (the binding slices rows) and the embedding (the forward
+        // pass dequantises the rows it looks up) keep self-contained block types.
+        let by_rows = colibri::model::is_per_head(&r.spec) || r.spec.role == Role::Embedding;
+        let keep = by_rows && src.rows_self_contained();
+        let float_only = src.is_quantized() && r.spec.quant.is_none() && !keep;
         if float_only {
             widened.push(format!("{} ({src})", r.spec.name));
         }
