@@ -6,7 +6,7 @@
 
 mod common;
 
-use colibri::format::{DType, FileWriter, PlannedTensor, TensorKind};
+use colibri::format::DType;
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::kernels::QuantActivations;
 use colibri::model::tensor_specs;
@@ -14,7 +14,6 @@ use colibri::model::Config;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use common::{f32_twin, max_diff, quant_config, sized_config, write_file, FileSpec};
-use std::path::Path;
 
 /// Logits of every position of `ids` with activations `act`.
 fn logits(model: &Model, act: QuantActivations, ids: &[u32]) -> Vec<f32> {

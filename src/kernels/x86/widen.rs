@@ -105,8 +105,7 @@ fn for_blocks<B: Block>(bytes: &[u8], out: &mut [f32], mut each: impl FnMut(&B, 
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q4k(bytes: &[u8], out: &mut [f32]) {
-    // SAFETY (all run functions): reached through the AVX2 table only; every load is inside
-    // the block `b`, every store inside its QK outputs.
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ4K>(bytes, out, |b, o| unsafe {
         let (d, dm) = (h(b.d), -h(b.dmin));
         let (sc, mn) = scales_mins_k4(&b.scales);
@@ -120,6 +119,7 @@ unsafe fn run_q4k(bytes: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q5k(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ5K>(bytes, out, |b, o| unsafe {
         let (d, dm) = (h(b.d), -h(b.dmin));
         let (sc, mn) = scales_mins_k4(&b.scales);
@@ -134,6 +134,7 @@ unsafe fn run_q5k(bytes: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q6k(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ6K>(bytes, out, |b, o| unsafe {
         let d = h(b.d);
         for s in 0..8 {
@@ -149,6 +150,7 @@ unsafe fn run_q6k(bytes: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q3k(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ3K>(bytes, out, |b, o| unsafe {
         let (d, sc) = (h(b.d), q3k_scales(&b.scales));
         for s in 0..8 {
@@ -163,6 +165,7 @@ unsafe fn run_q3k(bytes: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q2k(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ2K>(bytes, out, |b, o| unsafe {
         let (d, dm) = (h(b.d), -h(b.dmin));
         for s in 0..8 {
@@ -176,6 +179,7 @@ unsafe fn run_q2k(bytes: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_iq4xs(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockIq4Xs>(bytes, out, |b, o| unsafe {
         let d = h(b.d);
         for ib in 0..8 {
@@ -205,21 +209,25 @@ unsafe fn legacy(d: [u8; 2], m: Option<[u8; 2]>, qs: *const u8, qh: Option<*cons
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q4_0(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ4_0>(bytes, out, |b, o| unsafe { legacy(b.d, None, b.qs.as_ptr(), None, 8, o) })
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q4_1(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ4_1>(bytes, out, |b, o| unsafe { legacy(b.d, Some(b.m), b.qs.as_ptr(), None, 0, o) })
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q5_0(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ5_0>(bytes, out, |b, o| unsafe { legacy(b.d, None, b.qs.as_ptr(), Some(b.qh.as_ptr()), 16, o) })
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_q5_1(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockQ5_1>(bytes, out, |b, o| unsafe {
         legacy(b.d, Some(b.m), b.qs.as_ptr(), Some(b.qh.as_ptr()), 0, o)
     })
@@ -227,6 +235,7 @@ unsafe fn run_q5_1(bytes: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_iq4nl(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: reached through the AVX2 table only; loads inside block b, stores in its outputs.
     for_blocks::<BlockIq4Nl>(bytes, out, |b, o| unsafe {
         let d = h(b.d);
         emit(iq4_levels(b.qs.as_ptr()), [d, d], None, o)

@@ -6,7 +6,6 @@
 use super::super::super::dispatch::table_for;
 use super::super::super::table::CpuPath;
 use super::super::super::Mat;
-use crate::format::ggml::Block;
 use crate::format::DType;
 
 /// The dtypes this file widens.
