@@ -105,8 +105,9 @@ fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
     });
 }
 
-/// An expert's share of a 512-token prompt with 64 experts top-8 (64 tokens).
-#[divan::bench(args = ["bf16", "q4"], sample_count = 20)]
+/// An expert's share of a 512-token prompt with 64 experts top-8 (64 tokens); GGUF's types
+/// widen for the FMA GEMM with float activations (`COLIBRI_QUANT_ACT=float`).
+#[divan::bench(args = ["bf16", "q4", "q4_k", "q6_k", "q5_k", "iq4_xs"], sample_count = 20)]
 fn gemm_64x2048x1024(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 1024, 2048);
     let x = values(64 * 2048);

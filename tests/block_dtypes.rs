@@ -6,15 +6,14 @@
 
 mod common;
 
-use colibri::format::{DType, FileWriter, PlannedTensor, TensorKind};
+use colibri::format::DType;
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::kernels::QuantActivations;
 use colibri::model::tensor_specs;
 use colibri::model::Config;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
-use common::{max_diff, quant_config, sized_config, write_file, FileSpec};
-use std::path::Path;
+use common::{f32_twin, max_diff, quant_config, sized_config, write_file, FileSpec};
 
 /// Logits of every position of `ids` with activations `act`.
 fn logits(model: &Model, act: QuantActivations, ids: &[u32]) -> Vec<f32> {
@@ -23,38 +22,6 @@ fn logits(model: &Model, act: QuantActivations, ids: &[u32]) -> Vec<f32> {
     forward(model, &mut s, Input::Tokens(ids), &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
         .unwrap();
     s.logits().to_vec()
-}
-
-/// `model` rewritten with every block-quantised tensor stored as f32 holding its dequantised
-/// values (everything else copied).
-fn dequantised_twin(model: &Model, path: &Path) -> Model {
-    let p = model.parsed();
-    let meta: Vec<_> =
-        p.metadata.iter().map(|e| (e.key.clone(), e.kind, model.meta(&e.key).unwrap().to_vec())).collect();
-    let plan: Vec<PlannedTensor> = p
-        .tensors
-        .iter()
-        .map(|t| PlannedTensor {
-            name: t.name.clone(),
-            dtype: if t.dtype.is_quantized() { DType::F32 } else { t.dtype },
-            shape: t.shape.clone(),
-            kind: t.kind,
-        })
-        .collect();
-    let h = &p.header;
-    let mut w = FileWriter::create(path, h.num_layers, h.num_experts, h.top_k, &meta, plan).unwrap();
-    for t in &p.tensors {
-        let view = model.tensor(&t.name).unwrap();
-        assert!(t.kind != TensorKind::Experts || t.dtype.is_quantized(), "float stacks are not in this model");
-        let bytes = if t.dtype.is_quantized() {
-            DType::F32.encode(&view.to_f32_vec(), view.cols())
-        } else {
-            view.bytes.to_vec()
-        };
-        w.tensor(&t.name, &bytes).unwrap();
-    }
-    w.finish().unwrap();
-    Model::open(path, &LoadOptions::default()).unwrap()
 }
 
 /// `quant_config`, or for dtypes with longer blocks (the K-quants' 256) the same model with
@@ -95,7 +62,7 @@ fn every_block_dtype_gives_the_logits_of_its_dequantised_values() {
         let q = Model::open(&qpath, &LoadOptions::default()).unwrap();
         q.verify().unwrap();
         assert_eq!(q.tensor("layers.0.moe.experts.up").unwrap().dtype, d);
-        let f = dequantised_twin(&q, &dir.path().join(format!("{d}-f32.colibri")));
+        let f = f32_twin(&q, &dir.path().join(format!("{d}-f32.colibri")), &|t| t.dtype.is_quantized());
         let want = logits(&f, QuantActivations::Float, &ids);
         let scale = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
         let float = max_diff(&logits(&q, QuantActivations::Float, &ids), &want) / scale;

@@ -21,7 +21,7 @@ use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
 use colibri_convert::gguf::tokenizer::HfTokenizerFiles;
 use colibri_convert::{ConvertArgs, Progress};
-use fixtures::{argmax, convert_as, ids, meta, models_root};
+use fixtures::{argmax, convert_as, f32_twin, ids, meta, models_root};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
@@ -139,9 +139,6 @@ fn q8_0_gguf_keeps_its_types_and_values() {
                     let q8 = amax / 127.0 * 0.5 + amax * 1e-3;
                     let tol = match g.dtype {
                         DType::Q8_0 => q8,
-                        // llama.cpp stored the embedding as Q8_0; colibri keeps it as f32, ggml's
-                        // exact dequantisation.
-                        DType::F32 if g.name == "tok_embeddings" => q8,
                         DType::F16 => amax * 1e-3,
                         _ => 0.0,
                     };
@@ -177,6 +174,42 @@ fn q8_0_gguf_keeps_its_types_and_values() {
         // The HF path's tolerance for rounded weights (tests/oracle.rs), and the same greedy tokens.
         assert!(diff <= 2e-2 * max_abs, "{name}: q8_0 logits differ by {diff} (max |logit| {max_abs})");
         assert_eq!(same_argmax, input.len(), "{name}: greedy tokens");
+    }
+}
+
+/// llama.cpp's Q8_0 files store token_embd as Q8_0: the import keeps it so (the forward pass
+/// dequantises the rows it looks up) and gives, in prefill and token by token with float and
+/// int8 activations, the logits bit for bit of the same file with an f32 embedding (the former
+/// import), which is larger.
+#[test]
+fn a_block_typed_embedding_keeps_its_type_and_the_logits() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["mixtral_gqa", "deepseek_v2_greedy", "qwen3_next_hybrid"] {
+        let (dir, out) = (models_root().join(name), tmp.path().join(format!("{name}.colibri")));
+        convert_gguf(&gguf_root().join(format!("{name}.q8_0.gguf")), &dir, &out);
+        let gg = Model::open(&out, &LoadOptions::default()).unwrap();
+        gg.verify().unwrap();
+        let wide_path = tmp.path().join(format!("{name}.f32-embedding.colibri"));
+        let wide = f32_twin(&gg, &wide_path, &|t| t.name == "tok_embeddings");
+        let dtype = |m: &Model| m.parsed().tensor("tok_embeddings").map(|t| t.dtype);
+        assert_eq!((dtype(&gg), dtype(&wide)), (Some(DType::Q8_0), Some(DType::F32)), "{name}");
+        let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+        eprintln!("{name}: {} bytes with the Q8_0 embedding, {} with it as f32", size(&out), size(&wide_path));
+        assert!(size(&out) < size(&wide_path), "{name}");
+        let input = ids(&meta(&dir)["input_ids"]);
+        for act in [QuantActivations::Float, QuantActivations::default()] {
+            let (a, b) = (logits_with(&gg, &input, act), logits_with(&wide, &input, act));
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} {act:?}: prefill logits");
+            let last = |m: &Model| {
+                let opts = SessionOptions { n_ctx: 256, quant_act: act, ..Default::default() };
+                let mut s = Session::new(m.config(), &opts).unwrap();
+                for id in &input {
+                    forward(m, &mut s, Input::Tokens(std::slice::from_ref(id)), &ForwardOptions::default()).unwrap();
+                }
+                s.logits().to_vec()
+            };
+            assert_eq!(last(&gg), last(&wide), "{name} {act:?}: decoded logits");
+        }
     }
 }
 

@@ -79,7 +79,7 @@ fn vocab_in(dir: &Path) -> GgufVocab {
     }
 }
 
-/// A model config fitting `v`, with the bos / eos ids a GGUF-built config would take.
+/// A model config fitting `v`, with the bos / eos ids a GGUF-built config takes.
 fn config(v: &GgufVocab) -> Config {
     let eos: Vec<u32> = v.eos_id.iter().chain(&v.eot_ids).copied().collect();
     let json = serde_json::json!({
@@ -88,7 +88,7 @@ fn config(v: &GgufVocab) -> Config {
         "max_position_embeddings": 64, "attention_bias": false, "qk_norm": "none",
         "moe": {"n_experts": 2, "top_k": 1, "expert_ffn": 8, "norm_topk_prob": true},
         "dense_ffn": 0, "layers": [{"moe": true}], "tie_embeddings": false, "hidden_act": "silu",
-        "bos_token_id": v.bos_id, "eos_token_ids": eos, "pad_token_id": null,
+        "bos_token_id": v.bos(), "eos_token_ids": eos, "pad_token_id": null,
     });
     Config::from_json(json.to_string().as_bytes()).expect("test config")
 }
@@ -239,6 +239,31 @@ fn add_bos_defaults_follow_llama_cpp() {
     assert_ne!(first(&v), v.bos_id);
     let tc: Value = serde_json::from_str(&hf_files(&v).expect("build").tokenizer_config_json).expect("json");
     assert_eq!(tc["bos_token"], Value::Null);
+}
+
+/// A GLM-4 GGUF recording a bos (llama.cpp's converter writes `[gMASK]`) and add_bos: the model
+/// has no bos (HF's GLM tokenizer and config have none) and every text's ids, with and without
+/// special tokens, are still HF's.
+#[test]
+fn glm4_takes_no_bos_from_the_file() {
+    let dir = fixture_dir("glm4");
+    let mut v = vocab_in(&dir);
+    v.bos_id = v.tokens.iter().position(|t| t == "[gMASK]").map(|i| i as u32);
+    v.add_bos = Some(true);
+    assert!(v.bos_id.is_some());
+    assert_eq!(v.bos(), None);
+    let files = hf_files(&v).expect("build");
+    let tok =
+        Tokenizer::from_json(&files.tokenizer_json, Some(&files.tokenizer_config_json), &config(&v)).expect("load");
+    assert_eq!(tok.bos_id(), None);
+    let expected = read_json(&dir, "expected.json");
+    for case in expected["cases"].as_array().expect("cases") {
+        let text = case["text"].as_str().expect("text");
+        assert_eq!(tok.encode(text, true).expect("encode"), ids(&case["ids_with_special"]), "{text:?}");
+    }
+    let mut other = vocab("qwen2");
+    other.bos_id = Some(3);
+    assert_eq!(other.bos(), Some(3), "only the GLM vocabularies drop it");
 }
 
 /// The texts of dir/expected.json that do not decode back to themselves.

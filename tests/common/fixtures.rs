@@ -1,11 +1,12 @@
 //! Shared by the converter and engine tests: the fixture checkpoints, their tensors read with
 //! the independent `safetensors` crate, the HF → colibri name mapping restated independently of
 //! the converter (so a wrong mapping in the converter fails the tests), the fixtures' oracle
-//! metadata, conversion through the converter library, argmax. A submodule of `common` for the
+//! metadata, conversion through the converter library, argmax, f32 twins of converted files. A submodule of `common` for the
 //! library's tests; the converter's and the CLI's tests include this file by path.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use colibri::format::DType;
+use colibri::format::{DType, FileWriter, PlannedTensor, TensorKind, TensorRecord};
+use colibri::{LoadOptions, Model};
 use colibri_convert::{ConvertArgs, ConvertReport};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
@@ -419,4 +420,39 @@ pub fn argmax(x: &[f32]) -> u32 {
 pub fn max_diff(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "lengths differ");
     a.iter().zip(b).fold(0f64, |m, (&x, &y)| m.max((f64::from(x) - f64::from(y)).abs()))
+}
+
+/// `model` rewritten at `path` with the block-quantised tensors `widen` picks stored as f32
+/// holding their dequantised values (everything else copied), opened.
+pub fn f32_twin(model: &Model, path: &Path, widen: &dyn Fn(&TensorRecord) -> bool) -> Model {
+    let p = model.parsed();
+    let meta: Vec<_> =
+        p.metadata.iter().map(|e| (e.key.clone(), e.kind, model.meta(&e.key).unwrap().to_vec())).collect();
+    let wide = |t: &TensorRecord| t.dtype.is_quantized() && widen(t);
+    let plan: Vec<PlannedTensor> = p
+        .tensors
+        .iter()
+        .map(|t| PlannedTensor {
+            name: t.name.clone(),
+            dtype: if wide(t) { DType::F32 } else { t.dtype },
+            shape: t.shape.clone(),
+            kind: t.kind,
+        })
+        .collect();
+    let h = &p.header;
+    let mut w = FileWriter::create(path, h.num_layers, h.num_experts, h.top_k, &meta, plan).unwrap();
+    for t in &p.tensors {
+        let view = model.tensor(&t.name).unwrap();
+        let bytes = if wide(t) {
+            DType::F32.encode(&view.to_f32_vec(), view.cols())
+        } else if t.kind == TensorKind::Experts {
+            // Each expert's bytes without the per-expert padding (the writer re-pads them).
+            (0..view.n_experts()).flat_map(|e| view.expert(e).unwrap().bytes.to_vec()).collect()
+        } else {
+            view.bytes.to_vec()
+        };
+        w.tensor(&t.name, &bytes).unwrap();
+    }
+    w.finish().unwrap();
+    Model::open(path, &LoadOptions::default()).unwrap()
 }

@@ -14,12 +14,12 @@ use crate::error::{fail, Result};
 use crate::metadata::{self, MetaEntry};
 use crate::{disk, ConvertArgs, ConvertReport, Progress};
 use colibri::format::{DType, FileWriter, MetaKind, PlannedTensor};
-use colibri::model::{meta_keys, param_count, tensor_specs, Config};
+use colibri::model::{meta_keys, param_count, tensor_specs, Config, Role};
 use std::time::Instant;
 
 /// The colibri dtype of every planned tensor: its GGUF type, the same for all its pieces. A
-/// block-typed tensor colibri keeps in float (the embedding, norms, routers) is stored as f32,
-/// ggml's own dequantisation of it: `widen` holds its source dtype.
+/// block-typed tensor colibri keeps in float (norms, routers) is stored as f32, ggml's own
+/// dequantisation of it: `widen` holds its source dtype. The embedding keeps its block type.
 fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<PlannedTensor>, Vec<Option<DType>>)> {
     let (mut planned, mut widen, mut widened) = (Vec::new(), Vec::new(), Vec::new());
     for r in resolved {
@@ -43,9 +43,11 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
                 r.spec.name, r.spec.shape
             )));
         }
-        // MLA's per-head W_UK / W_UV keep self-contained block types (the binding slices rows).
-        let per_head = colibri::model::is_per_head(&r.spec) && src.rows_self_contained();
-        let float_only = src.is_quantized() && r.spec.quant.is_none() && !per_head;
+        // MLA's per-head W_UK / W_UV (the binding slices rows) and the embedding (the forward
+        // pass dequantises the rows it looks up) keep self-contained block types.
+        let by_rows = colibri::model::is_per_head(&r.spec) || r.spec.role == Role::Embedding;
+        let keep = by_rows && src.rows_self_contained();
+        let float_only = src.is_quantized() && r.spec.quant.is_none() && !keep;
         if float_only {
             widened.push(format!("{} ({src})", r.spec.name));
         }
@@ -69,7 +71,7 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
 }
 
 /// Special-token ids from the vocabulary (ids outside the model's vocabulary are dropped with a
-/// warning).
+/// warning; no bos for the vocabularies llama.cpp takes none from, `GgufVocab::bos`).
 fn special_ids(config: &mut Config, v: &GgufVocab, warnings: &mut Vec<String>) {
     let n = config.vocab_size as u32;
     let mut keep = |what: &str, id: u32| {
@@ -78,7 +80,7 @@ fn special_ids(config: &mut Config, v: &GgufVocab, warnings: &mut Vec<String>) {
         }
         id < n
     };
-    config.bos_token_id = v.bos_id.filter(|&i| keep("bos token", i));
+    config.bos_token_id = v.bos().filter(|&i| keep("bos token", i));
     config.pad_token_id = v.pad_id.filter(|&i| keep("pad token", i));
     for id in v.eos_id.iter().chain(&v.eot_ids) {
         if keep("eos token", *id) && !config.eos_token_ids.contains(id) {
@@ -205,4 +207,41 @@ pub fn is_gguf(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 4];
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == super::parse::MAGIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GLM-4 vocabulary's recorded bos is not the model's (llama.cpp and HF take none); its
+    /// eos and pad are.
+    #[test]
+    fn glm_vocabularies_give_the_config_no_bos() {
+        let json = serde_json::json!({
+            "family": "mixtral", "vocab_size": 16, "hidden_size": 16, "n_layers": 1, "n_heads": 2,
+            "n_kv_heads": 1, "head_dim": 8, "rms_norm_eps": 1e-5, "rope": {"theta": 10000.0},
+            "max_position_embeddings": 64, "attention_bias": false, "qk_norm": "none",
+            "moe": {"n_experts": 2, "top_k": 1, "expert_ffn": 8, "norm_topk_prob": true},
+            "dense_ffn": 0, "layers": [{"moe": true}], "tie_embeddings": false, "hidden_act": "silu",
+            "bos_token_id": null, "eos_token_ids": [], "pad_token_id": null,
+        });
+        let base = Config::from_json(json.to_string().as_bytes()).unwrap();
+        for (pre, bos) in [("glm4", None), ("chatglm-bpe", None), ("qwen2", Some(3))] {
+            let v = GgufVocab {
+                pre: Some(pre.into()),
+                bos_id: Some(3),
+                eos_id: Some(4),
+                pad_id: Some(4),
+                ..GgufVocab::default()
+            };
+            let (mut config, mut warnings) = (base.clone(), Vec::new());
+            special_ids(&mut config, &v, &mut warnings);
+            assert_eq!(
+                (config.bos_token_id, config.eos_token_ids.clone(), config.pad_token_id),
+                (bos, vec![4], Some(4)),
+                "{pre}"
+            );
+            assert!(warnings.is_empty());
+        }
+    }
 }

@@ -31,3 +31,15 @@ pub struct GgufVocab {
     /// `tokenizer.chat_template`.
     pub chat_template: Option<String>,
 }
+
+/// `tokenizer.ggml.pre` names whose bos token llama.cpp drops (ChatGLM / GLM-4: the hub
+/// tokenizers have none, their chat templates write `[gMASK]<sop>` themselves).
+pub const NO_BOS_PRE: [&str; 3] = ["glm4", "glm5", "chatglm-bpe"];
+
+impl GgufVocab {
+    /// The bos id the model uses: `bos_id`, except for the `NO_BOS_PRE` vocabularies (none,
+    /// whatever the file records).
+    pub fn bos(&self) -> Option<u32> {
+        self.bos_id.filter(|_| !self.pre.as_deref().is_some_and(|p| NO_BOS_PRE.contains(&p)))
+    }
+}

@@ -79,3 +79,34 @@ fn q4_k_scale_packing_round_trips() {
         assert_eq!(scale_min_k4(j, &p), (ls[j], lm[j]), "pair {j}");
     }
 }
+
+/// GGUF's Q8_0 and Q4_0 blocks hold colibri's q8 / q4 blocks (f16 scale; i8 quants, value
+/// d·q; q4: element j in the low nibble of byte j, j + 16 in its high one, value d·(q − 8)):
+/// their quants and scales moved into q8 / q4's two regions (all quants, then all scales)
+/// dequantise to the same values bit for bit, for any quant bytes (−128 and every nibble).
+#[test]
+fn q8_0_and_q4_0_blocks_are_q8_and_q4_blocks() {
+    use crate::format::DType;
+    let (rows, cols) = (3, 128);
+    let n = rows * cols / 32;
+    let mut s = 0x1234_5678_9ABC_DEF1u64;
+    for (gguf, colibri, bb) in [(DType::Q8_0, DType::Q8, 34), (DType::Q4_0, DType::Q4, 18)] {
+        let mut bytes: Vec<u8> = (0..n * bb)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        for (i, blk) in bytes.chunks_exact_mut(bb).enumerate() {
+            blk[..2].copy_from_slice(&to_h(0.001 * (i as f32 - 5.5)));
+        }
+        let (scales, quants): (Vec<&[u8]>, Vec<&[u8]>) = bytes.chunks_exact(bb).map(|b| b.split_at(2)).unzip();
+        let split: Vec<u8> = quants.concat().into_iter().chain(scales.concat()).collect();
+        let (mut want, mut got) = (vec![0f32; rows * cols], vec![1f32; rows * cols]);
+        gguf.dequantize(&bytes, cols, 0, &mut want);
+        colibri.dequantize(&split, cols, 0, &mut got);
+        assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{gguf} as {colibri}");
+    }
+}

@@ -33,7 +33,7 @@ pub fn gemv_i8<const KIND: u8>(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedAct
 /// The 32 nibbles of 16 bytes at `p` in element order (low nibbles, then high ones).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     // SAFETY: the caller passes 16 readable bytes (AVX2 reached through its table only).
     unsafe {
         let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
@@ -45,7 +45,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 /// The iq4 levels of 16 bytes of nibbles at `p`, in element order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_levels(p: *const u8) -> __m256i {
+pub(super) unsafe fn iq4_levels(p: *const u8) -> __m256i {
     // SAFETY: the caller passes 16 readable bytes (AVX2 reached through its table only).
     unsafe {
         let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
@@ -90,7 +90,7 @@ unsafe fn row_iq4xs(wr: &[u8], x: &Acts<'_>) -> f32 {
 /// 0x10 in byte j where bit j of the 32-bit mask at `p` is set.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn fifth_bits(p: *const u8) -> __m256i {
+pub(super) unsafe fn fifth_bits(p: *const u8) -> __m256i {
     // SAFETY: the caller passes 4 readable bytes (AVX2 reached through its table only).
     unsafe {
         let bits = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());

@@ -4,7 +4,8 @@
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
 //!   kernels of gemv / qdot / qgroup / tile / actq / mxfp4, and int8-activation ones for GGUF's
-//!   q2_k … q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy).
+//!   q2_k … q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy), and
+//!   the float-activation (widening) ones of those but q8_0 (widen).
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
@@ -20,6 +21,7 @@ mod qdot;
 mod qgroup;
 mod tile;
 mod vnni;
+mod widen;
 
 use super::generic;
 use super::table::{Bf16Kernels, CpuPath, MatKernels, Table};
@@ -51,7 +53,7 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Mxfp4.index()] =
         MatKernels { gemv: mxfp4::gemv, gemv_i8: Some(mxfp4::gemv_i8), widen: mxfp4::widen, int8_at_any_n: false };
     // GGUF's block types: int8-activation kernels for the K-quants of Q4_K_M files and the
-    // common 32-element ones (float activations stay on the portable kernels).
+    // common 32-element ones ...
     m[DType::Q2K.index()].gemv_i8 = Some(kquant::gemv_i8_q2k);
     m[DType::Q3K.index()].gemv_i8 = Some(kquant::gemv_i8_q3k);
     m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
@@ -64,8 +66,27 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Q4_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_1 }>);
     m[DType::Q5_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_1 }>);
     m[DType::Iq4Xs.index()].gemv_i8 = Some(legacy::gemv_i8_iq4xs);
+    // ... and their float-activation kernels: SIMD widening (`widen`).
+    use crate::format::ggml::*;
+    float_widen::<BlockQ4K>(&mut m[DType::Q4K.index()]);
+    float_widen::<BlockQ6K>(&mut m[DType::Q6K.index()]);
+    float_widen::<BlockQ5K>(&mut m[DType::Q5K.index()]);
+    float_widen::<BlockQ3K>(&mut m[DType::Q3K.index()]);
+    float_widen::<BlockQ2K>(&mut m[DType::Q2K.index()]);
+    float_widen::<BlockIq4Xs>(&mut m[DType::Iq4Xs.index()]);
+    float_widen::<BlockIq4Nl>(&mut m[DType::Iq4Nl.index()]);
+    float_widen::<BlockQ5_0>(&mut m[DType::Q5_0.index()]);
+    float_widen::<BlockQ5_1>(&mut m[DType::Q5_1.index()]);
+    float_widen::<BlockQ4_0>(&mut m[DType::Q4_0.index()]);
+    float_widen::<BlockQ4_1>(&mut m[DType::Q4_1.index()]);
     m
 };
+
+/// A GGUF block type's float-activation kernels: `widen`'s SIMD dequantisation.
+const fn float_widen<B: widen::Widen>(k: &mut MatKernels) {
+    k.gemv = widen::gemv::<B>;
+    k.widen = widen::widen::<B>;
+}
 
 /// The AVX-512 rows: the AVX2 ones with VNNI int8 kernels for q8r8 / q4r8.
 const MATS_512: [MatKernels; DType::COUNT] = {

@@ -24,7 +24,7 @@ pub(super) fn pipeline(v: &GgufVocab, types: &[i32]) -> Result<Pipeline> {
         model,
         decoder: json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}),
         byte_level: true,
-        bos: v.bos_id.filter(|_| !pre.no_bos),
+        bos: v.bos(),
         add_bos: v.add_bos.unwrap_or(pre.add_bos_default) && !pre.no_bos,
         add_eos: v.add_eos.unwrap_or(false),
     })

@@ -82,7 +82,7 @@ pub(super) fn pre_tokenizer(name: Option<&str>) -> Result<PreTokenizer> {
         normalizer,
         pre_tokenizer,
         ignore_merges: matches!(name, "llama-bpe" | "llama3" | "llama-v3" | "glm4" | "glm5" | "tekken"),
-        no_bos: matches!(name, "glm4" | "glm5" | "chatglm-bpe"),
+        no_bos: crate::gguf::vocab::NO_BOS_PRE.contains(&name),
         add_bos_default: matches!(name, "llama-bpe" | "llama3" | "llama-v3" | "tekken"),
     })
 }
