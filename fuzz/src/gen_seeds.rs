@@ -50,6 +50,7 @@ fn base(
         norm: Default::default(),
         lm_head_bias: false,
         qk_norm: QkNorm::None,
+        qk_norm_after_rope: false,
         clip_qkv: None,
         moe: MoeConfig {
             n_experts: e,
