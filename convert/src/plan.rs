@@ -67,6 +67,19 @@ impl Plan {
     }
 }
 
+/// The dtype MXFP4 blocks are stored as in a tensor of `shape` (a matrix or an expert stack):
+/// mxfp4r8 when its rows are whole 8-row groups and `interleave` allows it, else mxfp4 (the
+/// same values either way).
+pub fn mxfp4_dtype(shape: &[u64], interleave: bool) -> DType {
+    let rows = shape.len().checked_sub(2).map_or(1, |i| shape[i]);
+    let r8 = DType::Mxfp4.interleaved();
+    if interleave && rows.is_multiple_of(r8.row_group() as u64) {
+        r8
+    } else {
+        DType::Mxfp4
+    }
+}
+
 /// Plan every resolved tensor; `warnings` gets the kept-float matrices and selected classes the
 /// model does not have.
 pub fn plan(
@@ -80,11 +93,11 @@ pub fn plan(
     let classes = quantize.map(Quantize::classes).unwrap_or_default();
     for r in resolved {
         // MXFP4 experts (GPT-OSS as the hub ships it) stay MXFP4 whatever --dtype / --quantize
-        // say: re-encoding them would lose precision for no smaller file.
+        // say: re-encoding them would lose precision for no smaller file (see `mxfp4_dtype`).
         if r.pieces.iter().any(|p| p.is_mxfp4()) {
             out.tensors.push(PlannedTensor {
                 name: r.spec.name.clone(),
-                dtype: DType::Mxfp4,
+                dtype: mxfp4_dtype(&r.spec.shape, quantize.is_none_or(|q| q.interleave)),
                 shape: r.spec.shape.clone(),
                 kind: r.spec.kind,
             });
@@ -148,4 +161,17 @@ pub fn plan(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mxfp4_matrices_of_whole_row_groups_are_interleaved_unless_asked_not_to() {
+        assert_eq!(mxfp4_dtype(&[32, 2880, 2880], true), DType::Mxfp4R8);
+        assert_eq!(mxfp4_dtype(&[16, 64], true), DType::Mxfp4R8);
+        assert_eq!(mxfp4_dtype(&[4, 12, 64], true), DType::Mxfp4);
+        assert_eq!(mxfp4_dtype(&[32, 2880, 2880], false), DType::Mxfp4);
+    }
 }

@@ -126,22 +126,35 @@ impl Streamer {
         let PieceLayout::Mxfp4 { scales, first_row, row_step, rows, groups, .. } = &piece.layout else {
             return Err(fail("internal: mxfp4_piece of a float piece"));
         };
-        if p.dtype != DType::Mxfp4 {
+        if p.dtype.encoding() != DType::Mxfp4 {
             return Err(fail(format!("internal: {} planned as {} from MXFP4 blocks", p.name, p.dtype)));
+        }
+        // Rows written together: a row group for mxfp4r8 (interleaved once complete), else one.
+        let group = p.dtype.row_group() as u64;
+        if !rows.is_multiple_of(group) {
+            return Err(fail(format!("internal: {} planned as {} with {rows} rows", p.name, p.dtype)));
         }
         let g = *groups as usize;
         let (mut blocks, mut sc) = (vec![0u8; 16 * g], vec![0u8; g]);
+        self.out.clear();
         for r in 0..*rows {
             let src = first_row + r * row_step;
             ck.read(&piece.tensor, src * 16 * *groups, &mut blocks)?;
             ck.read(scales, src * *groups, &mut sc)?;
-            self.out.clear();
             for (b, &s) in blocks.chunks_exact(16).zip(&sc) {
                 let hf: &[u8; 16] = b.try_into().map_err(|_| fail("internal: a 16-byte block"))?;
                 self.out.extend_from_slice(&mxfp4::from_hf_block(hf, s));
             }
-            writer.write(&self.out)?;
-            progress(self.out.len() as u64);
+            if (r + 1) % group == 0 {
+                if p.dtype.is_interleaved() {
+                    self.src.resize(self.out.len(), 0);
+                    mxfp4::interleave(&self.out, g, &mut self.src);
+                    std::mem::swap(&mut self.src, &mut self.out);
+                }
+                writer.write(&self.out)?;
+                progress(self.out.len() as u64);
+                self.out.clear();
+            }
         }
         Ok(())
     }

@@ -50,6 +50,8 @@ pub enum DType {
     Q6K,
     Iq4Nl,
     Iq4Xs,
+    /// MXFP4 blocks in 8-row interleaved units (`mxfp4`); rows a multiple of 8.
+    Mxfp4R8,
 }
 
 /// How a dtype lays out the bytes of one matrix.
@@ -59,7 +61,8 @@ pub enum Packing {
     Elements,
     /// All blocks' quants (`quant_bytes` per block), then all blocks' f16 scales (`blocks`).
     Split { quant_bytes: u32 },
-    /// Whole blocks one after another, each its scale and quants together (ggml's way).
+    /// Whole blocks one after another, each its scale and quants together (ggml's way); an
+    /// interleaved dtype of them (mxfp4r8) keeps 8 rows' blocks of a column in one unit.
     Blocks,
 }
 
@@ -134,7 +137,7 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         packing: Packing::Blocks,
         align: 1,
         row_major: DType::Mxfp4,
-        interleaved: DType::Mxfp4,
+        interleaved: DType::Mxfp4R8,
         dequantize: |bytes, _, start, out| mxfp4::dequantize(bytes, start, out),
         find_nonfinite: mxfp4::find_nan_scale,
         encode: |x, _| mxfp4::quantize(x),
@@ -150,6 +153,24 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
     ggml_row::<ggml::BlockQ6K>(DType::Q6K, 46, "q6_k"),
     ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl, 52, "iq4_nl"),
     ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs, 55, "iq4_xs"),
+    DTypeInfo {
+        dtype: DType::Mxfp4R8,
+        id: 24,
+        name: "mxfp4r8",
+        aliases: &[],
+        block: GROUP,
+        block_bytes: mxfp4::BLOCK_BYTES as u32,
+        row_group: blocks::GROUP_ROWS as u32,
+        packing: Packing::Blocks,
+        align: 1,
+        row_major: DType::Mxfp4,
+        interleaved: DType::Mxfp4R8,
+        dequantize: |bytes, cols, start, out| {
+            mxfp4::dequantize_in(bytes, Layout::Interleaved { nb: cols / QK }, start, out)
+        },
+        find_nonfinite: mxfp4::find_nan_scale_r8,
+        encode: mxfp4::quantize_r8,
+    },
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -275,6 +296,7 @@ impl DType {
         DType::Q6K,
         DType::Iq4Nl,
         DType::Iq4Xs,
+        DType::Mxfp4R8,
     ];
     /// Number of dtypes (rows of the table).
     pub const COUNT: usize = DType::ALL.len();
@@ -530,7 +552,7 @@ mod tests {
             // About half a step of the grid the dtype's bits allow (q2_k: 2 bits, q3_k: 3; q4's
             // d/2 = max/16; FP4's widest gap: 2 · 2^(e−128) ≤ max/4).
             let step = match d.bits_per_weight() {
-                _ if d == DType::Mxfp4 => 50.0 / 64.0 / 4.0,
+                _ if d.encoding() == DType::Mxfp4 => 50.0 / 64.0 / 4.0,
                 b if b < 3.0 => 0.3,
                 b if b < 4.0 => 0.25,
                 b if b < 16.0 => 50.0 / 64.0 / 7.0,

@@ -14,8 +14,18 @@
 //! non-finite scale by the format's scan. The HuggingFace layout (transformers
 //! `integrations/mxfp4.py`) stores a block's 16 bytes with element 2i in the low nibble and
 //! 2i+1 in the high nibble of byte i, and its scales in a separate tensor.
+//!
+//! mxfp4r8 holds the same blocks, bytes and scales in 8-row interleaved units (rows a multiple
+//! of 8), as q4r8 interleaves q4 (`blocks`): for row group g (rows 8g .. 8g+8) and block column b
+//! (nb = cols/32 per row) the unit at byte (g·nb + b)·136 is the 8 blocks' nibble bytes, byte i
+//! of row 8g + j at ((i / 4)·8 + j)·4 + i % 4 (one 32-byte load: 4 bytes of each of the 8 rows),
+//! then their 8 E8M0 bytes (row j at 128 + j). Same length as mxfp4, same values.
+//!
+//! ```text
+//! mxfp4r8 unit: qs u8 [4][8][4] (chunk c, row j, byte 4c..4c+4), e u8 [8]       (136 bytes)
+//! ```
 
-use super::blocks::QK;
+use super::blocks::{Layout, GROUP_ROWS, QK};
 use super::finite::NonFinite;
 
 /// Bytes of one block: its E8M0 exponent, then 16 bytes of nibbles.
@@ -32,18 +42,40 @@ pub fn e8m0_to_f32_half(e: u8) -> f32 {
     f32::from_bits(bits)
 }
 
-/// Scale and nibbles of block `b` of an mxfp4 matrix's bytes.
+/// Bytes of one mxfp4r8 unit: 8 rows' blocks of one block column.
+pub const UNIT_BYTES: usize = GROUP_ROWS * BLOCK_BYTES;
+/// Offset of the 8 E8M0 bytes inside an mxfp4r8 unit.
+pub const UNIT_SCALES: usize = GROUP_ROWS * QK / 2;
+
+/// E8M0 byte and 16 nibble bytes of row-major block `blk` (= r·nb + b) of a matrix stored in
+/// `layout` (`Rows`: mxfp4; `Interleaved`: mxfp4r8).
 #[inline]
-pub fn block(bytes: &[u8], b: usize) -> (f32, &[u8]) {
-    let blk = &bytes[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-    (e8m0_to_f32_half(blk[0]), &blk[1..])
+pub fn block_in(bytes: &[u8], layout: Layout, blk: usize) -> (u8, [u8; QK / 2]) {
+    match layout {
+        Layout::Rows => {
+            let b = &bytes[blk * BLOCK_BYTES..(blk + 1) * BLOCK_BYTES];
+            (b[0], std::array::from_fn(|i| b[1 + i]))
+        }
+        Layout::Interleaved { nb } => {
+            let (r, b) = (blk / nb, blk % nb);
+            let unit = &bytes[((r / GROUP_ROWS) * nb + b) * UNIT_BYTES..][..UNIT_BYTES];
+            let j = r % GROUP_ROWS;
+            (unit[UNIT_SCALES + j], std::array::from_fn(|i| unit[((i / 4) * GROUP_ROWS + j) * 4 + i % 4]))
+        }
+    }
 }
 
 /// Dequantise `out.len()` elements of an mxfp4 matrix from element `start` (both multiples of
 /// 32): `dequantize_row_mxfp4` of ggml-quants.c.
 pub fn dequantize(bytes: &[u8], start: usize, out: &mut [f32]) {
+    dequantize_in(bytes, Layout::Rows, start, out)
+}
+
+/// `dequantize` of a matrix stored in `layout` (mxfp4 or mxfp4r8): the same values.
+pub fn dequantize_in(bytes: &[u8], layout: Layout, start: usize, out: &mut [f32]) {
     for (i, ob) in out.chunks_exact_mut(QK).enumerate() {
-        let (d, qs) = block(bytes, start / QK + i);
+        let (e, qs) = block_in(bytes, layout, start / QK + i);
+        let d = e8m0_to_f32_half(e);
         for (j, &q) in qs.iter().enumerate() {
             ob[j] = f32::from(KVALUES[usize::from(q & 15)]) * d;
             ob[j + QK / 2] = f32::from(KVALUES[usize::from(q >> 4)]) * d;
@@ -90,9 +122,43 @@ pub fn from_hf_block(hf: &[u8; QK / 2], scale: u8) -> [u8; BLOCK_BYTES] {
     out
 }
 
+/// The mxfp4r8 bytes of whole row groups of mxfp4 rows (`rows`: row-major blocks of rows with
+/// `nb` blocks each, a multiple of 8 rows) into `out` (the same length). Only moves bytes.
+pub fn interleave(rows: &[u8], nb: usize, out: &mut [u8]) {
+    assert!(nb > 0 && rows.len() == out.len() && rows.len().is_multiple_of(nb * UNIT_BYTES));
+    for (u, unit) in out.chunks_exact_mut(UNIT_BYTES).enumerate() {
+        let (g, b) = (u / nb, u % nb);
+        for j in 0..GROUP_ROWS {
+            let blk = &rows[((g * GROUP_ROWS + j) * nb + b) * BLOCK_BYTES..][..BLOCK_BYTES];
+            unit[UNIT_SCALES + j] = blk[0];
+            for (i, &q) in blk[1..].iter().enumerate() {
+                unit[((i / 4) * GROUP_ROWS + j) * 4 + i % 4] = q;
+            }
+        }
+    }
+}
+
+/// mxfp4r8 bytes of x ([x.len() / cols, cols], whole row groups): `quantize`, interleaved.
+pub fn quantize_r8(x: &[f32], cols: usize) -> Vec<u8> {
+    let rows = quantize(x);
+    let mut out = vec![0u8; rows.len()];
+    interleave(&rows, cols / QK, &mut out);
+    out
+}
+
 /// The first block whose scale is E8M0's NaN (255).
 pub fn find_nan_scale(bytes: &[u8], _cols: usize) -> Option<NonFinite> {
     bytes.chunks_exact(BLOCK_BYTES).position(|b| b[0] == 255).map(|p| NonFinite::Scale(p as u64))
+}
+
+/// `find_nan_scale` of an mxfp4r8 matrix, reporting the row-major block index.
+pub fn find_nan_scale_r8(bytes: &[u8], cols: usize) -> Option<NonFinite> {
+    let nb = (cols / QK).max(1);
+    bytes.chunks_exact(UNIT_BYTES).enumerate().find_map(|(u, unit)| {
+        let j = unit[UNIT_SCALES..].iter().position(|&e| e == 255)?;
+        let (g, b) = (u / nb, u % nb);
+        Some(NonFinite::Scale(((g * GROUP_ROWS + j) * nb + b) as u64))
+    })
 }
 
 #[cfg(test)]
@@ -122,6 +188,35 @@ mod tests {
         let mut y = vec![0f32; 32];
         dequantize(&b, 0, &mut y);
         assert_eq!(x, y);
+    }
+
+    #[test]
+    fn interleaved_units_hold_the_same_blocks_and_values() {
+        // 16 rows × 3 blocks of arbitrary bytes (every nibble and scale value occurs).
+        let (rows, nb) = (16, 3);
+        let plain: Vec<u8> =
+            (0..rows * nb * BLOCK_BYTES).map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let mut r8 = vec![0u8; plain.len()];
+        interleave(&plain, nb, &mut r8);
+        let grouped = Layout::Interleaved { nb };
+        for blk in 0..rows * nb {
+            assert_eq!(block_in(&r8, grouped, blk), block_in(&plain, Layout::Rows, blk), "block {blk}");
+        }
+        // Byte 5 of row 10's block 2: unit (1, 2), chunk 1, row 2, byte 1.
+        assert_eq!(r8[(nb + 2) * UNIT_BYTES + (8 + 2) * 4 + 1], plain[(10 * nb + 2) * BLOCK_BYTES + 1 + 5]);
+        let (mut a, mut b) = (vec![0f32; rows * nb * QK], vec![0f32; rows * nb * QK]);
+        dequantize(&plain, 0, &mut a);
+        dequantize_in(&r8, grouped, 0, &mut b);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b));
+        let mut part = vec![0f32; 2 * QK];
+        dequantize_in(&r8, grouped, 9 * nb * QK + QK, &mut part);
+        assert_eq!(bits(&part), bits(&a[9 * nb * QK + QK..][..2 * QK]));
+        let mut nan = plain.clone();
+        nan[(13 * nb + 1) * BLOCK_BYTES] = 255;
+        interleave(&nan, nb, &mut r8);
+        assert_eq!(find_nan_scale_r8(&r8, nb * QK), find_nan_scale(&nan, nb * QK));
+        assert_eq!(find_nan_scale_r8(&r8, nb * QK), Some(NonFinite::Scale((13 * nb + 1) as u64)));
     }
 
     #[test]

@@ -160,13 +160,14 @@ pub fn dot_q8_0_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     acc
 }
 
-/// Reference W4A8 dot of row r of an mxfp4 `w` with activation row t of `xa`.
+/// Reference W4A8 dot of row r of an mxfp4 (or mxfp4r8) `w` with activation row t of `xa`.
 pub fn dot_mxfp4_i8(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     let (xq, xd) = xa.row(t);
     let nb = xa.cols / QK;
     let mut acc = 0f32;
     for b in 0..nb {
-        let (dw, qs) = mxfp4::block(w.bytes(), r * nb + b);
+        let (e, qs) = mxfp4::block_in(w.bytes(), w.layout(), r * nb + b);
+        let dw = mxfp4::e8m0_to_f32_half(e);
         let xb = &xq[b * QK..(b + 1) * QK];
         let s: i32 = qs
             .iter()

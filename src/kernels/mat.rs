@@ -161,7 +161,10 @@ impl<'a> Mat<'a> {
         let info = self.dtype.info();
         let (block, block_bytes) = (info.block as usize, info.block_bytes as usize);
         let first = (r * self.cols + k0) / block;
+        // Bytes of one row's block in the stream the row range reads (mxfp4r8's units hold the
+        // whole blocks, q8r8 / q4r8's their quants).
         let quant_bytes = match info.packing {
+            Packing::Blocks if self.dtype.is_interleaved() => block_bytes,
             Packing::Elements | Packing::Blocks => {
                 return (base.wrapping_add(first * block_bytes), (k1 - k0) / block * block_bytes)
             }

@@ -145,13 +145,14 @@ pub fn dot_q8_0(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     acc
 }
 
-/// Reference dot of row `r` of an mxfp4 matrix with f32 activations: Σ_b d_b · Σ_j (v_j·x_j +
+/// Reference dot of row `r` of an mxfp4 (or mxfp4r8) matrix with f32 activations: Σ_b d_b · Σ_j (v_j·x_j +
 /// v_{j+16}·x_{j+16}) over the block's 16 bytes in order, v the doubled e2m1 values.
 pub fn dot_mxfp4(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
-    let (cols, bytes) = (w.cols(), w.bytes());
+    let (cols, bytes, layout) = (w.cols(), w.bytes(), w.layout());
     let mut acc = 0f32;
     for (b, xb) in x[..cols].chunks_exact(QK).enumerate() {
-        let (d, qs) = mxfp4::block(bytes, r * cols / QK + b);
+        let (e, qs) = mxfp4::block_in(bytes, layout, r * cols / QK + b);
+        let d = mxfp4::e8m0_to_f32_half(e);
         let mut s = 0f32;
         for (j, &q) in qs.iter().enumerate() {
             let (lo, hi) = (mxfp4::KVALUES[usize::from(q & 15)], mxfp4::KVALUES[usize::from(q >> 4)]);
@@ -229,6 +230,7 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     ggml_row::<ggml::BlockQ6K>(DType::Q6K),
     ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl),
     ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs),
+    RefKernels { dtype: DType::Mxfp4R8, dot: dot_mxfp4, dot_i8: Some(actq::dot_mxfp4_i8) },
 ];
 
 /// The reference row of GGUF block type `B`.

@@ -675,21 +675,47 @@ fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
 }
 
 /// MXFP4 against int8 activations: the integer block sums and their accumulation order are the
-/// reference's, so every path gives its bits.
+/// reference's, so every path gives its bits, row-major (mxfp4) and interleaved (mxfp4r8: 1, 2,
+/// 4 and 8 activation rows per pass, past a block of 64 activation rows, any row range).
 #[test]
 fn mxfp4_int8_products_are_the_reference_bit_for_bit() {
     let generic = kernels(CpuPath::Generic, QuantActivations::Reduced);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let shapes = [(3, 32, 1), (9, 256, 2), (17, 32 * 9, 5), (5, 64, 8), (7, 96, 11), (8, 32, 1), (16, 256, 3)];
+    let shapes_r8 = [(24, 32 * 9, 8), (8, 96, 11), (16, 64, 70), (32, 2880, 15)];
+    let cases = shapes.iter().map(|s| (DType::Mxfp4, s));
+    let cases = cases.chain(shapes.iter().chain(&shapes_r8).filter(|s| s.0 % 8 == 0).map(|s| (DType::Mxfp4R8, s)));
     for path in available_paths() {
         let k = kernels(path, QuantActivations::Reduced);
-        for &(rows, cols, n) in &[(3, 32, 1), (9, 256, 2), (17, 32 * 9, 5), (5, 64, 8), (7, 96, 11)] {
-            let w = DType::Mxfp4.encode(&sample(rows * cols, 11), cols);
-            let w = Mat::new(DType::Mxfp4, rows, cols, &w).unwrap();
+        for (dtype, &(rows, cols, n)) in cases.clone() {
+            let w = dtype.encode(&sample(rows * cols, 11), cols);
+            let w = Mat::new(dtype, rows, cols, &w).unwrap();
             let x = sample(n * cols, 12);
             let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
-            generic.matmul(w, &x, n, &mut want);
-            k.matmul(w, &x, n, &mut got);
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "{path:?} {rows}x{cols} n {n}");
+            if n < GEMM_MIN_ROWS {
+                generic.matmul(w, &x, n, &mut want);
+                k.matmul(w, &x, n, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{path:?} {dtype} {rows}x{cols} n {n}");
+            }
+            // Straight through the int8 kernels, every row range (starting and ending inside row
+            // groups too).
+            let mut xa = QuantizedActs::default();
+            xa.quantize_with(table_for(CpuPath::Generic).expect("generic").quantize, &x, n, cols);
+            let (ops, reference) = (table_for(path).expect("available").mat(dtype), generic_row(dtype));
+            for range in [0..rows, 0..1, 5..6, 3..rows.saturating_sub(3), 7..rows]
+                .into_iter()
+                .filter(|r| r.start < r.end && r.end <= rows)
+            {
+                let (mut got, mut want) = (vec![0f32; n * range.len()], vec![0f32; n * range.len()]);
+                (ops.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, n, &mut got);
+                (reference.gemv_i8.expect("int8 kernel"))(w, range.clone(), &xa, n, &mut want);
+                assert_eq!(bits(&got), bits(&want), "{path:?} {dtype} {rows}x{cols} n {n} rows {range:?}");
+            }
         }
     }
+}
+
+/// The generic path's kernels of `dtype`.
+fn generic_row(dtype: DType) -> &'static super::table::MatKernels {
+    table_for(CpuPath::Generic).expect("generic").mat(dtype)
 }

@@ -52,7 +52,11 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
             widened.push(format!("{} ({src})", r.spec.name));
         }
         widen.push(float_only.then_some(src));
-        let dtype = if float_only { DType::F32 } else { src };
+        let dtype = match src {
+            _ if float_only => DType::F32,
+            DType::Mxfp4 => mxfp4_dtype(r),
+            _ => src,
+        };
         planned.push(PlannedTensor {
             name: r.spec.name.clone(),
             dtype,
@@ -68,6 +72,20 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
         ));
     }
     Ok((planned, widen))
+}
+
+/// MXFP4 experts are stored interleaved (mxfp4r8, the same blocks) when every piece is whole
+/// 8-row groups of whole rows, copied as they are otherwise.
+fn mxfp4_dtype(r: &Resolved) -> DType {
+    let whole_groups = r.pieces.iter().all(|p| {
+        let group = p.row_bytes * DType::Mxfp4R8.row_group() as u64;
+        p.permute.is_none() && p.map.is_none() && group > 0 && p.bytes.is_multiple_of(group)
+    });
+    if whole_groups {
+        crate::plan::mxfp4_dtype(&r.spec.shape, true)
+    } else {
+        DType::Mxfp4
+    }
 }
 
 /// Special-token ids from the vocabulary (ids outside the model's vocabulary are dropped with a
@@ -175,8 +193,8 @@ pub fn convert(
     disk::ensure_space(&args.output, writer.header().file_size)?;
     progress.start(payload);
     let mut buf = Vec::new();
-    for (r, from) in resolved.iter().zip(&widen) {
-        stream::tensor(&file, &mut writer, r, *from, &mut buf, &|n| progress.advance(n))?;
+    for ((r, from), p) in resolved.iter().zip(&widen).zip(&planned) {
+        stream::tensor(&file, &mut writer, r, *from, p.dtype, &mut buf, &|n| progress.advance(n))?;
     }
     let summary = writer.finish()?;
     progress.finish();

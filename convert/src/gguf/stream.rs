@@ -11,20 +11,23 @@ use colibri::format::{DType, FileWriter};
 /// Bytes read per step (bounds the buffer: peak memory stays far below the model size).
 const CHUNK: u64 = 8 << 20;
 
-/// Write every piece of `r` as tensor `r.spec.name` (dequantised from `widen` to f32 if given);
-/// `progress` gets the bytes written.
+/// Write every piece of `r` as tensor `r.spec.name` of dtype `to` (dequantised from `widen` to
+/// f32 if given; mxfp4r8 interleaved from MXFP4); `progress` gets the bytes written.
 pub fn tensor(
     f: &GgufFile,
     w: &mut FileWriter,
     r: &Resolved,
     widen: Option<DType>,
+    to: DType,
     buf: &mut Vec<u8>,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
     w.begin(&r.spec.name)?;
     let cols = r.spec.shape.last().copied().unwrap_or(1) as usize;
     for p in &r.pieces {
-        if let Some(map) = p.map {
+        if to == DType::Mxfp4R8 {
+            interleaved(f, w, p, cols, buf, progress)?;
+        } else if let Some(map) = p.map {
             mapped(f, w, p, map, buf, progress)?;
         } else if let Some(src) = widen {
             widened(f, w, p, src, cols, buf, progress)?;
@@ -72,6 +75,44 @@ fn permuted(f: &GgufFile, w: &mut FileWriter, p: &Piece, buf: &mut Vec<u8>, prog
         w.write(buf)?;
         progress(n * rb);
         r += n;
+    }
+    Ok(())
+}
+
+/// MXFP4 piece `p` (rows of `cols` elements) as mxfp4r8, whole 8-row groups at a time.
+fn interleaved(
+    f: &GgufFile,
+    w: &mut FileWriter,
+    p: &Piece,
+    cols: usize,
+    buf: &mut Vec<u8>,
+    progress: &dyn Fn(u64),
+) -> Result<()> {
+    let nb = cols / colibri::format::GROUP as usize;
+    let group = p.row_bytes * DType::Mxfp4R8.row_group() as u64;
+    if p.tensor.info.ggml.dtype() != Some(DType::Mxfp4)
+        || p.permute.is_some()
+        || nb == 0
+        || DType::Mxfp4.bytes_for(cols as u64) != Some(p.row_bytes)
+        || !p.bytes.is_multiple_of(group)
+    {
+        return Err(fail(format!(
+            "{}: cannot interleave {} bytes as mxfp4r8 rows of {cols}",
+            p.tensor.info.name, p.bytes
+        )));
+    }
+    let per_chunk = (CHUNK / group).max(1) * group;
+    let mut out = Vec::new();
+    let mut done = 0;
+    while done < p.bytes {
+        let n = (p.bytes - done).min(per_chunk);
+        buf.resize(n as usize, 0);
+        f.read(&p.tensor, p.byte_offset + done, buf)?;
+        out.resize(buf.len(), 0);
+        colibri::format::mxfp4::interleave(buf, nb, &mut out);
+        w.write(&out)?;
+        progress(n);
+        done += n;
     }
     Ok(())
 }

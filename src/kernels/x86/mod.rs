@@ -3,11 +3,11 @@
 //! every feature it needs: the library itself is built for the baseline x86-64 target.
 //!
 //! * `avx2` (AVX2 + FMA + F16C): starts from the portable rows and registers, per dtype, the
-//!   kernels of gemv / qdot / qgroup / tile / actq / mxfp4, and int8-activation ones for GGUF's
+//!   kernels of gemv / qdot / qgroup / tile / actq / mxfp4 / mxfp4r8, and int8-activation ones for GGUF's
 //!   q2_k … q6_k (kquant) and q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / iq4_xs (legacy), and
 //!   the float-activation (widening) ones of those but q8_0 (widen).
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
-//!   int8 kernels of the interleaved block types with VNNI ones (`vnni`); where the CPU also has
+//!   int8 kernels of the interleaved block types with VNNI ones (`vnni`, `mxfp4r8`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
 
 mod actq;
@@ -17,6 +17,7 @@ mod gemv;
 mod kquant;
 mod legacy;
 mod mxfp4;
+mod mxfp4r8;
 mod qdot;
 mod qgroup;
 mod tile;
@@ -52,6 +53,8 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Q4R8.index()] = grouped;
     m[DType::Mxfp4.index()] =
         MatKernels { gemv: mxfp4::gemv, gemv_i8: Some(mxfp4::gemv_i8), widen: mxfp4::widen, int8_at_any_n: false };
+    m[DType::Mxfp4R8.index()] =
+        MatKernels { gemv: mxfp4r8::gemv, gemv_i8: Some(mxfp4r8::gemv_i8), widen: mxfp4r8::widen, int8_at_any_n: true };
     // GGUF's block types: int8-activation kernels for the K-quants of Q4_K_M files and the
     // common 32-element ones ...
     m[DType::Q2K.index()].gemv_i8 = Some(kquant::gemv_i8_q2k);
@@ -88,11 +91,12 @@ const fn float_widen<B: widen::Widen>(k: &mut MatKernels) {
     k.widen = widen::widen::<B>;
 }
 
-/// The AVX-512 rows: the AVX2 ones with VNNI int8 kernels for q8r8 / q4r8.
+/// The AVX-512 rows: the AVX2 ones with VNNI int8 kernels for q8r8 / q4r8 / mxfp4r8.
 const MATS_512: [MatKernels; DType::COUNT] = {
     let mut m = MATS;
     m[DType::Q8R8.index()].gemv_i8 = Some(vnni::gemv_i8);
     m[DType::Q4R8.index()].gemv_i8 = Some(vnni::gemv_i8);
+    m[DType::Mxfp4R8.index()].gemv_i8 = Some(mxfp4r8::gemv_i8_vnni);
     m
 };
 
