@@ -188,7 +188,7 @@ fn gemv_i8_with<const VNNI: bool>(w: Mat<'_>, rows: Range<usize>, xa: &Quantized
         Acts { q: xq.as_ptr(), d: xd.as_ptr(), sums: xa.row_sums(t).as_ptr() }
     };
     let ragged = |r: Range<usize>, o: &mut [f32]| generic::gemv_i8(w, r, xa, n, o);
-    by_groups(rows, n, out, ragged, |grp, at, out, tokens| {
+    by_groups(rows, n, 1, out, ragged, |grp, _, at, out, tokens| {
         let mut res = [[0f32; GROUP_ROWS]; 8];
         let mut t = tokens.start;
         while t < tokens.end {
