@@ -80,7 +80,7 @@ const TOKEN_BLOCK: usize = 64;
 /// Run `ragged(rows, out)` on the ragged ends of `rows` and `group(g, at, out, tokens)` for each
 /// whole group g and each block of activation rows, whose 8 results per row t go to
 /// out[t·len + at ..].
-fn by_groups(
+pub(super) fn by_groups(
     rows: Range<usize>,
     n: usize,
     out: &mut [f32],
