@@ -6,6 +6,7 @@
 use super::arch::{self, Hparams};
 use super::file::GgufFile;
 use super::provenance::{self, dtype_names};
+use super::relayout;
 use super::sources::{self, Resolved};
 use super::stream;
 use super::tokenizer::{hf_files, HfTokenizerFiles};
@@ -50,7 +51,7 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
             widened.push(format!("{} ({src})", r.spec.name));
         }
         widen.push(float_only.then_some(src));
-        let dtype = if float_only { DType::F32 } else { src };
+        let dtype = if float_only { DType::F32 } else { interleaved(src, &r.spec) };
         planned.push(PlannedTensor {
             name: r.spec.name.clone(),
             dtype,
@@ -66,6 +67,19 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
         ));
     }
     Ok((planned, widen))
+}
+
+/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8: what the int8 kernels read
+/// fastest) for a matrix whose rows are whole groups and that is not split per head; else `src`.
+fn interleaved(src: DType, spec: &colibri::model::TensorSpec) -> DType {
+    let il = src.interleaved();
+    let rows = spec.shape.len().checked_sub(2).map(|i| spec.shape[i]);
+    match rows {
+        Some(rows) if il != src && !colibri::model::is_per_head(spec) && rows.is_multiple_of(il.row_group() as u64) => {
+            il
+        }
+        _ => src,
+    }
 }
 
 /// Special-token ids from the vocabulary (ids outside the model's vocabulary are dropped with a
@@ -173,8 +187,12 @@ pub fn convert(
     disk::ensure_space(&args.output, writer.header().file_size)?;
     progress.start(payload);
     let mut buf = Vec::new();
-    for (r, from) in resolved.iter().zip(&widen) {
-        stream::tensor(&file, &mut writer, r, *from, &mut buf, &|n| progress.advance(n))?;
+    for ((r, from), t) in resolved.iter().zip(&widen).zip(&planned) {
+        if t.dtype.is_interleaved() {
+            relayout::tensor(&file, &mut writer, r, t.dtype, &mut buf, &|n| progress.advance(n))?;
+        } else {
+            stream::tensor(&file, &mut writer, r, *from, &mut buf, &|n| progress.advance(n))?;
+        }
     }
     let summary = writer.finish()?;
     progress.finish();
