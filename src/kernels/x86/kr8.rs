@@ -103,26 +103,28 @@ unsafe fn q4k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
             prefetch(u.wrapping_add(AHEAD_UNITS * Q4K_UNIT), Q4K_UNIT);
             let d = _mm256_cvtph_ps(_mm_loadu_si128(u.cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(u.add(16).cast()));
-            let word = |k: usize| _mm256_loadu_si256(u.add(32 + 32 * k).cast());
-            let (u0, u1, u2) = (word(0), word(1), word(2));
+            let u0 = _mm256_loadu_si256(u.add(32).cast());
+            let u1 = _mm256_loadu_si256(u.add(64).cast());
+            let u2 = _mm256_loadu_si256(u.add(96).cast());
             // ggml's scale_min_k4 on 8 rows at once: byte k of lane r of sc[0] is row r's scale
             // of sub-block k, of sc[1] sub-block 4 + k; mn likewise.
-            let high = |w: __m256i| _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 6), m3), 4);
-            let sc = [_mm256_and_si256(u0, m1), _mm256_or_si256(_mm256_and_si256(u2, m2), high(u0))];
-            let mn =
-                [_mm256_and_si256(u1, m1), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m2), high(u1))];
+            let high0 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m3), 4);
+            let high1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m3), 4);
+            let sc = [_mm256_and_si256(u0, m1), _mm256_or_si256(_mm256_and_si256(u2, m2), high0)];
+            let mn = [_mm256_and_si256(u1, m1), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m2), high1)];
             for p in 0..4 {
-                let mut s = [[_mm256_setzero_si256(); 2]; T];
+                // Sums of sub-blocks 2p (low nibbles) and 2p + 1 (high), per activation row.
+                let (mut s0, mut s1) = ([_mm256_setzero_si256(); T], [_mm256_setzero_si256(); T]);
                 for c in 0..8 {
                     let q = _mm256_loadu_si256(u.add(128 + 32 * (8 * p + c)).cast());
                     let (lo, hi) = (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
                     for t in 0..T {
                         let xb = x[t].q.add(QK_K * b + 64 * p + 4 * c);
-                        s[t][0] = D::dot(s[t][0], lo, bcast4(xb));
-                        s[t][1] = D::dot(s[t][1], hi, bcast4(xb.add(QK)));
+                        s0[t] = D::dot(s0[t], lo, bcast4(xb));
+                        s1[t] = D::dot(s1[t], hi, bcast4(xb.add(QK)));
                     }
                 }
-                for hf in 0..2 {
+                for (hf, s) in [s0, s1].iter().enumerate() {
                     let j = 2 * p + hf;
                     let dsc = _mm256_mul_ps(d, byte_ps(sc[j / 4], j % 4));
                     let dmn = _mm256_mul_ps(dmin, byte_ps(mn[j / 4], j % 4));
@@ -130,7 +132,7 @@ unsafe fn q4k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
                         let k = 8 * b + j;
                         let dx = *x[t].d.add(k);
                         let f = _mm256_mul_ps(dsc, _mm256_set1_ps(dx));
-                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][hf]), f, acc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), f, acc[t]);
                         acc[t] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(dx * *x[t].sums.add(k) as f32), acc[t]);
                     }
                 }
@@ -146,7 +148,6 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
     // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
-        let (m4, m2) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * Q6K_UNIT);
@@ -154,31 +155,53 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
             let d = _mm256_cvtph_ps(_mm_loadu_si128(u.add(1664).cast()));
             for s in 0..8 {
                 let (n, i) = (s / 4, s % 4);
-                let mut a = [[_mm256_setzero_si256(); 2]; T];
-                for c in 0..8 {
-                    let ql = _mm256_loadu_si256(u.add(32 * (16 * n + 8 * (i % 2) + c)).cast());
-                    let qh = _mm256_loadu_si256(u.add(1024 + 32 * (8 * n + c)).cast());
-                    let lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (i / 2) as i32)), m4);
-                    let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i as i32)), m2);
-                    let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                    for t in 0..T {
-                        a[t][c / 4] = D::dot(a[t][c / 4], q, bcast4(x[t].q.add(QK_K * b + QK * s + 4 * c)));
-                    }
-                }
-                let k = [0, 1]
-                    .map(|hf| _mm256_cvtepi8_epi32(_mm_loadl_epi64(u.add(1536 + 8 * (8 * n + 2 * i + hf)).cast())));
+                let sh = (_mm_cvtsi32_si128(4 * (i / 2) as i32), _mm_cvtsi32_si128(2 * i as i32));
+                let ql = u.add(32 * (16 * n + 8 * (i % 2)));
+                let qh = u.add(1024 + 32 * 8 * n);
+                let xq: [*const i8; T] = std::array::from_fn(|t| x[t].q.add(QK_K * b + QK * s));
+                let a = [q6_half::<D, T>(ql, qh, &xq, 0, sh), q6_half::<D, T>(ql, qh, &xq, 4, sh)];
+                let ks = u.add(1536 + 8 * (8 * n + 2 * i));
+                let k = [
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(ks.cast())),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(ks.add(8).cast())),
+                ];
                 for t in 0..T {
                     let hs = x[t].halves.add(16 * b + 2 * s);
-                    let e = [0, 1].map(|hf| {
-                        let off = _mm256_sub_epi32(a[t][hf], _mm256_set1_epi32(32 * *hs.add(hf)));
-                        _mm256_mullo_epi32(off, k[hf])
-                    });
+                    let e0 = _mm256_mullo_epi32(_mm256_sub_epi32(a[0][t], _mm256_set1_epi32(32 * *hs)), k[0]);
+                    let e1 = _mm256_mullo_epi32(_mm256_sub_epi32(a[1][t], _mm256_set1_epi32(32 * *hs.add(1))), k[1]);
                     let f = _mm256_mul_ps(d, _mm256_set1_ps(*x[t].d.add(8 * b + s)));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(e[0], e[1])), f, acc[t]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(e0, e1)), f, acc[t]);
                 }
             }
         }
         store(acc, out)
+    }
+}
+
+/// Σ q·qx per activation row over chunks c0..c0 + 4 (one half of a q6_k sub-block): the 6-bit
+/// quants from the ql chunks at `ql` (nibble shift sh.0) and qh chunks at `qh` (shift sh.1),
+/// against the activation bytes from xq[t] + 4c.
+#[inline(always)]
+unsafe fn q6_half<D: Dot, const T: usize>(
+    ql: *const u8,
+    qh: *const u8,
+    xq: &[*const i8; T],
+    c0: usize,
+    sh: (__m128i, __m128i),
+) -> [__m256i; T] {
+    // SAFETY: the caller's contract (`Kern`): the unit's chunks and the activation bytes exist.
+    unsafe {
+        let (m4, m2) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
+        let mut a = [_mm256_setzero_si256(); T];
+        for c in c0..c0 + 4 {
+            let lo = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql.add(32 * c).cast()), sh.0), m4);
+            let hi = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(qh.add(32 * c).cast()), sh.1), m2);
+            let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            for t in 0..T {
+                a[t] = D::dot(a[t], q, bcast4(xq[t].add(4 * c)));
+            }
+        }
+        a
     }
 }
 
