@@ -64,9 +64,9 @@ impl Weights {
 
 /// The format's own dtypes, then GGUF's block types with int8-activation kernels (q4_k and
 /// q6_k: what Q4_K_M files are made of).
-const DTYPES: [&str; 15] = [
-    "f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q6_k", "q5_k", "q4_0", "q5_0", "q8_0", "iq4_nl",
-    "iq4_xs",
+const DTYPES: [&str; 17] = [
+    "f32", "bf16", "f16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q6_k", "q4_kr8", "q6_kr8", "q5_k", "q4_0", "q5_0",
+    "q8_0", "iq4_nl", "iq4_xs",
 ];
 
 /// One Mixtral expert projection (14336 × 4096) times one activation row: decode.
@@ -107,7 +107,7 @@ fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
 
 /// An expert's share of a 512-token prompt with 64 experts top-8 (64 tokens); GGUF's types
 /// widen for the FMA GEMM with float activations (`COLIBRI_QUANT_ACT=float`).
-#[divan::bench(args = ["bf16", "q4", "q4_k", "q6_k", "q5_k", "iq4_xs"], sample_count = 20)]
+#[divan::bench(args = ["bf16", "q4", "q4r8", "q4_k", "q4_kr8", "q6_k", "q6_kr8", "q5_k", "iq4_xs"], sample_count = 20)]
 fn gemm_64x2048x1024(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 1024, 2048);
     let x = values(64 * 2048);
@@ -144,7 +144,7 @@ fn gemv_2048x2048_bf16(b: Bencher) {
 
 /// An OLMoE expert projection (1024 × 2048) against one activation row: short rows, many
 /// row groups — where prefetching across row groups shows.
-#[divan::bench(args = ["bf16", "q8", "q4", "q8r8", "q4r8"], sample_count = 50)]
+#[divan::bench(args = ["bf16", "q8", "q4", "q8r8", "q4r8", "q4_k", "q4_kr8", "q6_k", "q6_kr8"], sample_count = 50)]
 fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
     // 64 distinct matrices so that, as in a decode step, the weights come from memory.
     let ws: Vec<Weights> = (0..64).map(|_| Weights::new(dtype, 1024, 2048)).collect();

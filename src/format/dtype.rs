@@ -10,6 +10,7 @@
 use super::blocks::{self, Layout, Q4, Q8, QK};
 use super::finite::{self, NonFinite};
 use super::ggml::{self, Block};
+use super::kr8;
 use super::mxfp4;
 
 /// Elements per quantisation block of the block-quantised dtypes (the table's `group_size`).
@@ -52,6 +53,9 @@ pub enum DType {
     Iq4Xs,
     /// MXFP4 blocks in 8-row interleaved units (`mxfp4`); rows a multiple of 8.
     Mxfp4R8,
+    /// q4_k / q6_k blocks in 8-row interleaved units (`kr8`); rows a multiple of 8.
+    Q4KR8,
+    Q6KR8,
 }
 
 /// How a dtype lays out the bytes of one matrix.
@@ -148,9 +152,9 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
     ggml_row::<ggml::BlockQ5_1>(DType::Q5_1, 39, "q5_1"),
     ggml_row::<ggml::BlockQ2K>(DType::Q2K, 42, "q2_k"),
     ggml_row::<ggml::BlockQ3K>(DType::Q3K, 43, "q3_k"),
-    ggml_row::<ggml::BlockQ4K>(DType::Q4K, 44, "q4_k"),
+    DTypeInfo { interleaved: DType::Q4KR8, ..ggml_row::<ggml::BlockQ4K>(DType::Q4K, 44, "q4_k") },
     ggml_row::<ggml::BlockQ5K>(DType::Q5K, 45, "q5_k"),
-    ggml_row::<ggml::BlockQ6K>(DType::Q6K, 46, "q6_k"),
+    DTypeInfo { interleaved: DType::Q6KR8, ..ggml_row::<ggml::BlockQ6K>(DType::Q6K, 46, "q6_k") },
     ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl, 52, "iq4_nl"),
     ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs, 55, "iq4_xs"),
     DTypeInfo {
@@ -171,6 +175,9 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         find_nonfinite: mxfp4::find_nan_scale_r8,
         encode: mxfp4::quantize_r8,
     },
+    // Interleaved K-quants: the first free ids ≥ 20 two bits from every 4.5 / 6.5625-bit dtype.
+    kr8_row::<ggml::BlockQ4K>(DType::Q4KR8, DType::Q4K, 23, "q4_kr8"),
+    kr8_row::<ggml::BlockQ6K>(DType::Q6KR8, DType::Q6K, 25, "q6_kr8"),
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -261,6 +268,23 @@ const fn ggml_row<B: Block>(dtype: DType, id: u32, name: &'static str) -> DTypeI
     }
 }
 
+/// A row of the 8-row interleaved layout of K-quant `B` (`kr8`), twin of `row_major`.
+const fn kr8_row<B: kr8::Interleave>(dtype: DType, row_major: DType, id: u32, name: &'static str) -> DTypeInfo {
+    DTypeInfo {
+        row_group: kr8::ROWS as u32,
+        row_major,
+        interleaved: dtype,
+        dequantize: kr8::dequantize::<B>,
+        find_nonfinite: scan_kr8::<B>,
+        encode: kr8::encode::<B>,
+        ..ggml_row::<B>(dtype, id, name)
+    }
+}
+
+fn scan_kr8<B: kr8::Interleave>(bytes: &[u8], cols: usize) -> Option<NonFinite> {
+    kr8::find_bad_scale::<B>(bytes, cols).map(NonFinite::Scale)
+}
+
 fn deq_ggml<B: Block>(bytes: &[u8], _cols: usize, start: usize, out: &mut [f32]) {
     ggml::dequantize::<B>(bytes, start, out)
 }
@@ -297,6 +321,8 @@ impl DType {
         DType::Iq4Nl,
         DType::Iq4Xs,
         DType::Mxfp4R8,
+        DType::Q4KR8,
+        DType::Q6KR8,
     ];
     /// Number of dtypes (rows of the table).
     pub const COUNT: usize = DType::ALL.len();

@@ -3,7 +3,7 @@
 //! copied freely. Kernels trust its invariants and never re-validate it (the block views
 //! `q8()` / `q4()` only split the checked bytes).
 
-use crate::format::blocks::{Layout, Q4, Q8, QK};
+use crate::format::blocks::{Layout, Q4, Q8};
 use crate::format::{DType, Packing};
 
 /// A row-major matrix as stored: `rows × cols` elements of `dtype`, laid out as the dtype's row
@@ -161,20 +161,20 @@ impl<'a> Mat<'a> {
         let info = self.dtype.info();
         let (block, block_bytes) = (info.block as usize, info.block_bytes as usize);
         let first = (r * self.cols + k0) / block;
-        // Bytes of one row's block in the stream the row range reads (mxfp4r8's units hold the
-        // whole blocks, q8r8 / q4r8's their quants).
-        let quant_bytes = match info.packing {
-            Packing::Blocks if self.dtype.is_interleaved() => block_bytes,
+        // Bytes of one row's block in the stream the row range reads (mxfp4r8's and the K-quant
+        // r8 units hold whole blocks, q8r8 / q4r8's their quants).
+        let (quant_bytes, group) = match info.packing {
+            Packing::Split { quant_bytes } => (quant_bytes as usize, self.dtype.row_group()),
+            // Whole blocks in interleaved units (`format::kr8`).
+            Packing::Blocks if self.dtype.is_interleaved() => (block_bytes, self.dtype.row_group()),
             Packing::Elements | Packing::Blocks => {
                 return (base.wrapping_add(first * block_bytes), (k1 - k0) / block * block_bytes)
             }
-            Packing::Split { quant_bytes } => quant_bytes as usize,
         };
-        let group = self.dtype.row_group();
         match self.layout() {
-            Layout::Interleaved { nb } if r.is_multiple_of(group) => {
-                let unit = (r / group * nb + k0 / QK) * group * quant_bytes;
-                (base.wrapping_add(unit), (k1 - k0) / QK * group * quant_bytes)
+            Layout::Interleaved { .. } if r.is_multiple_of(group) => {
+                let unit = (r / group * (self.cols / block) + k0 / block) * group * quant_bytes;
+                (base.wrapping_add(unit), (k1 - k0) / block * group * quant_bytes)
             }
             Layout::Interleaved { .. } => (base, 0),
             Layout::Rows => (base.wrapping_add(first * quant_bytes), (k1 - k0) / block * quant_bytes),

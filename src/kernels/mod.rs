@@ -20,6 +20,7 @@ mod dispatch;
 mod gemm;
 mod gemm_bf16;
 mod generic;
+mod kr8ref;
 mod mat;
 mod par;
 pub mod reference;
@@ -132,5 +133,7 @@ pub fn swiglu(g: &mut [f32], u: &[f32]) {
     }
 }
 
+#[cfg(test)]
+mod kr8_tests;
 #[cfg(test)]
 mod tests;

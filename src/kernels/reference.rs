@@ -2,6 +2,7 @@
 //! RMSNorm, softmax, SiLU, and one row per dtype with its reference products (`ROWS`).
 
 use super::actq::{self, QuantizedActs};
+use super::kr8ref;
 use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, QK};
 use crate::format::ggml::{self, Block, QK_K};
@@ -231,6 +232,8 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl),
     ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs),
     RefKernels { dtype: DType::Mxfp4R8, dot: dot_mxfp4, dot_i8: Some(actq::dot_mxfp4_i8) },
+    RefKernels { dtype: DType::Q4KR8, dot: kr8ref::dot::<ggml::BlockQ4K>, dot_i8: Some(kr8ref::dot_i8_q4k) },
+    RefKernels { dtype: DType::Q6KR8, dot: kr8ref::dot::<ggml::BlockQ6K>, dot_i8: Some(kr8ref::dot_i8_q6k) },
 ];
 
 /// The reference row of GGUF block type `B`.

@@ -6,6 +6,7 @@
 use super::arch::{self, Hparams};
 use super::file::GgufFile;
 use super::provenance::{self, dtype_names};
+use super::relayout;
 use super::sources::{self, Resolved};
 use super::stream;
 use super::tokenizer::{hf_files, HfTokenizerFiles};
@@ -52,10 +53,13 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
             widened.push(format!("{} ({src})", r.spec.name));
         }
         widen.push(float_only.then_some(src));
+        // Row-sliced tensors keep their type; the others take their 8-row interleaved twin
+        // where one exists and the rows allow it.
         let dtype = match src {
             _ if float_only => DType::F32,
+            _ if by_rows => src,
             DType::Mxfp4 => mxfp4_dtype(r),
-            _ => src,
+            _ => interleaved(src, &r.spec),
         };
         planned.push(PlannedTensor {
             name: r.spec.name.clone(),
@@ -85,6 +89,19 @@ fn mxfp4_dtype(r: &Resolved) -> DType {
         crate::plan::mxfp4_dtype(&r.spec.shape, true)
     } else {
         DType::Mxfp4
+    }
+}
+
+/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8: what the int8 kernels read
+/// fastest) for a matrix whose rows are whole groups and that is not split per head; else `src`.
+fn interleaved(src: DType, spec: &colibri::model::TensorSpec) -> DType {
+    let il = src.interleaved();
+    let rows = spec.shape.len().checked_sub(2).map(|i| spec.shape[i]);
+    match rows {
+        Some(rows) if il != src && !colibri::model::is_per_head(spec) && rows.is_multiple_of(il.row_group() as u64) => {
+            il
+        }
+        _ => src,
     }
 }
 
@@ -194,7 +211,11 @@ pub fn convert(
     progress.start(payload);
     let mut buf = Vec::new();
     for ((r, from), p) in resolved.iter().zip(&widen).zip(&planned) {
-        stream::tensor(&file, &mut writer, r, *from, p.dtype, &mut buf, &|n| progress.advance(n))?;
+        if matches!(p.dtype, DType::Q4KR8 | DType::Q6KR8) {
+            relayout::tensor(&file, &mut writer, r, p.dtype, &mut buf, &|n| progress.advance(n))?;
+        } else {
+            stream::tensor(&file, &mut writer, r, *from, p.dtype, &mut buf, &|n| progress.advance(n))?;
+        }
     }
     let summary = writer.finish()?;
     progress.finish();

@@ -9,12 +9,15 @@
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`, `mxfp4r8`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
+//! * both: the interleaved K-quants q4_kr8 / q6_kr8 take `kr8`'s int8 kernels (one body per
+//!   dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every activation-row count.
 
 mod actq;
 mod bf16;
 mod delta;
 mod gemv;
 mod kquant;
+mod kr8;
 mod legacy;
 mod mxfp4;
 mod mxfp4r8;
@@ -82,6 +85,11 @@ const MATS: [MatKernels; DType::COUNT] = {
     float_widen::<BlockQ5_1>(&mut m[DType::Q5_1.index()]);
     float_widen::<BlockQ4_0>(&mut m[DType::Q4_0.index()]);
     float_widen::<BlockQ4_1>(&mut m[DType::Q4_1.index()]);
+    // The interleaved K-quants (`kr8`): int8 kernels meeting several activation rows per unpack.
+    m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k);
+    m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k);
+    m[DType::Q4KR8.index()].int8_at_any_n = true;
+    m[DType::Q6KR8.index()].int8_at_any_n = true;
     m
 };
 
@@ -97,6 +105,8 @@ const MATS_512: [MatKernels; DType::COUNT] = {
     m[DType::Q8R8.index()].gemv_i8 = Some(vnni::gemv_i8);
     m[DType::Q4R8.index()].gemv_i8 = Some(vnni::gemv_i8);
     m[DType::Mxfp4R8.index()].gemv_i8 = Some(mxfp4r8::gemv_i8_vnni);
+    m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k_vnni);
+    m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k_vnni);
     m
 };
 

@@ -1,0 +1,288 @@
+//! Int8-activation kernels of the interleaved K-quants (q4_kr8 / q6_kr8, `format::kr8`), AVX2
+//! and AVX-512 VNNI from one body each: a 32-byte load of a unit holds 4 quant bytes of each of
+//! 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
+//! one `vpdpbusd` on VNNI), and the 8 rows' sums live in the 8 i32 lanes of one vector: no
+//! horizontal adds anywhere. One pass over a group's units serves up to 4 (AVX2) or 8 (VNNI)
+//! activation rows, so prefill unpacks each weight once per pass; the unit two ahead is
+//! prefetched.
+//!
+//! * q4_kr8, per sub-block pair p: 8 loads, low nibbles (sub-block 2p) and high (2p + 1) against
+//!   their activation bytes; the 8 rows' 6-bit scales and mins come out of the three
+//!   interleaved scale words with ggml's word shuffle, 8 rows at once.
+//! * q6_kr8, per sub-block s = 4n + i: 8 loads of ql and of qh make the 6-bit quants; each half
+//!   of 16 sums apart, the offset −32 taken off as 32 · (the activations' half sum), then
+//!   multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵).
+//!
+//! The integer sums are the reference's (`kernels::kr8ref`) and every float operation is the
+//! reference's in the same order on each lane: the results are its bits, on both sets.
+
+use super::super::actq::QuantizedActs;
+use super::super::generic;
+use super::super::mat::Mat;
+use super::qgroup::{bcast4, by_groups, store};
+use crate::format::blocks::QK;
+use crate::format::ggml::QK_K;
+use crate::format::kr8::ROWS;
+use core::arch::x86_64::*;
+use std::ops::Range;
+
+/// Unit bytes (8 blocks) of q4_kr8 and q6_kr8.
+const Q4K_UNIT: usize = 1152;
+const Q6K_UNIT: usize = 1680;
+/// Units ahead of the one being read that are prefetched.
+const AHEAD_UNITS: usize = 2;
+
+/// One int8 activation row: quants, block scales and sums (per 32), half sums (per 16; q6_k).
+#[derive(Clone, Copy)]
+struct Acts {
+    q: *const i8,
+    d: *const f32,
+    sums: *const i32,
+    halves: *const i32,
+}
+
+/// A kernel: out[t][j] = row 8·grp + j · activation row x[t] for the group whose first unit is
+/// at `g` (nb units), x.len() activation rows (the kernel's T).
+type Kern = unsafe fn(g: *const u8, nb: usize, x: &[Acts], out: &mut [[f32; ROWS]]);
+
+/// The integer step of an instruction set: acc + Σ over each 4-byte lane of u8 w × i8 x.
+trait Dot {
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i;
+}
+
+struct Avx2;
+impl Dot for Avx2 {
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: inlined only into the AVX2 kernels below (the CPU has AVX2). Pair sums of
+        // vpmaddubsw stay in i16: 2 · 63 · 128 < 2¹⁵.
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))) }
+    }
+}
+
+struct Vnni;
+impl Dot for Vnni {
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: inlined only into the VNNI kernels below (the CPU has AVX-512 VL + VNNI).
+        unsafe { _mm256_dpbusd_epi32(acc, w, x) }
+    }
+}
+
+/// Prefetch the `bytes` bytes at p (a hint: never faults, any address is fine).
+#[inline(always)]
+unsafe fn prefetch(p: *const u8, bytes: usize) {
+    for line in (0..bytes).step_by(64) {
+        // SAFETY: a prefetch reads nothing architecturally.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
+    }
+}
+
+/// Byte k (< 4) of each i32 lane of v, as f32.
+#[inline(always)]
+unsafe fn byte_ps(v: __m256i, k: usize) -> __m256 {
+    // SAFETY: inlined only into the kernels below (AVX2 at least).
+    unsafe {
+        let b = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(8 * k as i32)), _mm256_set1_epi32(0xFF));
+        _mm256_cvtepi32_ps(b)
+    }
+}
+
+/// q4_kr8 for T activation rows (see `Kern`).
+#[inline(always)]
+unsafe fn q4k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out: &mut [[f32; ROWS]]) {
+    // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
+    unsafe {
+        let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let m4 = _mm256_set1_epi8(15);
+        let (m1, m2, m3) =
+            (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..nb {
+            let u = g.add(b * Q4K_UNIT);
+            prefetch(u.wrapping_add(AHEAD_UNITS * Q4K_UNIT), Q4K_UNIT);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(u.cast()));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(u.add(16).cast()));
+            let u0 = _mm256_loadu_si256(u.add(32).cast());
+            let u1 = _mm256_loadu_si256(u.add(64).cast());
+            let u2 = _mm256_loadu_si256(u.add(96).cast());
+            // ggml's scale_min_k4 on 8 rows at once: byte k of lane r of sc[0] is row r's scale
+            // of sub-block k, of sc[1] sub-block 4 + k; mn likewise.
+            let high0 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m3), 4);
+            let high1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m3), 4);
+            let sc = [_mm256_and_si256(u0, m1), _mm256_or_si256(_mm256_and_si256(u2, m2), high0)];
+            let mn = [_mm256_and_si256(u1, m1), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m2), high1)];
+            for p in 0..4 {
+                // Sums of sub-blocks 2p (low nibbles) and 2p + 1 (high), per activation row.
+                let (mut s0, mut s1) = ([_mm256_setzero_si256(); T], [_mm256_setzero_si256(); T]);
+                for c in 0..8 {
+                    let q = _mm256_loadu_si256(u.add(128 + 32 * (8 * p + c)).cast());
+                    let (lo, hi) = (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+                    for t in 0..T {
+                        let xb = x[t].q.add(QK_K * b + 64 * p + 4 * c);
+                        s0[t] = D::dot(s0[t], lo, bcast4(xb));
+                        s1[t] = D::dot(s1[t], hi, bcast4(xb.add(QK)));
+                    }
+                }
+                for (hf, s) in [s0, s1].iter().enumerate() {
+                    let j = 2 * p + hf;
+                    let dsc = _mm256_mul_ps(d, byte_ps(sc[j / 4], j % 4));
+                    let dmn = _mm256_mul_ps(dmin, byte_ps(mn[j / 4], j % 4));
+                    for t in 0..T {
+                        let k = 8 * b + j;
+                        let dx = *x[t].d.add(k);
+                        let f = _mm256_mul_ps(dsc, _mm256_set1_ps(dx));
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), f, acc[t]);
+                        acc[t] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(dx * *x[t].sums.add(k) as f32), acc[t]);
+                    }
+                }
+            }
+        }
+        store(acc, out)
+    }
+}
+
+/// q6_kr8 for T activation rows (see `Kern`).
+#[inline(always)]
+unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out: &mut [[f32; ROWS]]) {
+    // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
+    unsafe {
+        let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..nb {
+            let u = g.add(b * Q6K_UNIT);
+            prefetch(u.wrapping_add(AHEAD_UNITS * Q6K_UNIT), Q6K_UNIT);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(u.add(1664).cast()));
+            for s in 0..8 {
+                let (n, i) = (s / 4, s % 4);
+                let sh = (_mm_cvtsi32_si128(4 * (i / 2) as i32), _mm_cvtsi32_si128(2 * i as i32));
+                let ql = u.add(32 * (16 * n + 8 * (i % 2)));
+                let qh = u.add(1024 + 32 * 8 * n);
+                let xq: [*const i8; T] = std::array::from_fn(|t| x[t].q.add(QK_K * b + QK * s));
+                let a = [q6_half::<D, T>(ql, qh, &xq, 0, sh), q6_half::<D, T>(ql, qh, &xq, 4, sh)];
+                let ks = u.add(1536 + 8 * (8 * n + 2 * i));
+                let k = [
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(ks.cast())),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(ks.add(8).cast())),
+                ];
+                for t in 0..T {
+                    let hs = x[t].halves.add(16 * b + 2 * s);
+                    let e0 = _mm256_mullo_epi32(_mm256_sub_epi32(a[0][t], _mm256_set1_epi32(32 * *hs)), k[0]);
+                    let e1 = _mm256_mullo_epi32(_mm256_sub_epi32(a[1][t], _mm256_set1_epi32(32 * *hs.add(1))), k[1]);
+                    let f = _mm256_mul_ps(d, _mm256_set1_ps(*x[t].d.add(8 * b + s)));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(e0, e1)), f, acc[t]);
+                }
+            }
+        }
+        store(acc, out)
+    }
+}
+
+/// Σ q·qx per activation row over chunks c0..c0 + 4 (one half of a q6_k sub-block): the 6-bit
+/// quants from the ql chunks at `ql` (nibble shift sh.0) and qh chunks at `qh` (shift sh.1),
+/// against the activation bytes from xq[t] + 4c.
+#[inline(always)]
+unsafe fn q6_half<D: Dot, const T: usize>(
+    ql: *const u8,
+    qh: *const u8,
+    xq: &[*const i8; T],
+    c0: usize,
+    sh: (__m128i, __m128i),
+) -> [__m256i; T] {
+    // SAFETY: the caller's contract (`Kern`): the unit's chunks and the activation bytes exist.
+    unsafe {
+        let (m4, m2) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
+        let mut a = [_mm256_setzero_si256(); T];
+        for c in c0..c0 + 4 {
+            let lo = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql.add(32 * c).cast()), sh.0), m4);
+            let hi = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(qh.add(32 * c).cast()), sh.1), m2);
+            let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            for t in 0..T {
+                a[t] = D::dot(a[t], q, bcast4(xq[t].add(4 * c)));
+            }
+        }
+        a
+    }
+}
+
+/// The kernels of `body` on one instruction set, for 1, 2, 4 (and 8) activation rows.
+macro_rules! kernels {
+    ($name:ident, $features:literal, $dot:ty, $body:ident) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const T: usize>(g: *const u8, nb: usize, x: &[Acts], out: &mut [[f32; ROWS]]) {
+            // SAFETY: the caller's contract (`Kern`); reached only through a table whose CPU has
+            // these features.
+            unsafe { $body::<$dot, T>(g, nb, x, out) }
+        }
+    };
+}
+
+kernels!(q4k_avx2, "avx2,fma,f16c", Avx2, q4k);
+kernels!(q6k_avx2, "avx2,fma,f16c", Avx2, q6k);
+kernels!(q4k_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Vnni, q4k);
+kernels!(q6k_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Vnni, q6k);
+
+/// out[t·rows.len() + i] = w[rows.start + i] · activation row t with `kerns[l]` taking 2^l
+/// activation rows per pass (the ragged ends of `rows`: the reference).
+fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32], kerns: &[Kern], q6: bool) {
+    let cols = w.cols();
+    let (nb, unit) = (cols / QK_K, w.dtype().info().block_bytes as usize * ROWS);
+    assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * cols / QK);
+    assert!(out.len() >= n * rows.len() && rows.end <= w.rows() && w.bytes().len() >= w.rows() / ROWS * nb * unit);
+    // q6_k's offset meets the activations per half block of 16.
+    let halves: Vec<i32> = if q6 {
+        xa.qs[..n * cols].chunks_exact(16).map(|c| c.iter().map(|&v| i32::from(v)).sum()).collect()
+    } else {
+        Vec::new()
+    };
+    let acts = |t: usize| {
+        let (q, d) = xa.row(t);
+        let halves = halves.as_ptr().wrapping_add(t * cols / 16);
+        Acts { q: q.as_ptr(), d: d.as_ptr(), sums: xa.row_sums(t).as_ptr(), halves }
+    };
+    let len = rows.len();
+    by_groups(
+        rows,
+        n,
+        1,
+        out,
+        |r, o| generic::gemv_i8(w, r, xa, n, o),
+        |grp, _, at, out, tokens| {
+            let g = w.bytes().as_ptr().wrapping_add(grp * nb * unit);
+            let mut res = [[0f32; ROWS]; 8];
+            let mut t = tokens.start;
+            while t < tokens.end {
+                let level = (tokens.end - t).min(1 << (kerns.len() - 1)).ilog2() as usize;
+                let take = 1 << level;
+                let x: [Acts; 8] = std::array::from_fn(|k| acts((t + k).min(t + take - 1)));
+                // SAFETY: the kernels' table only on CPUs with their features; group grp lies
+                // inside the matrix (asserted above) and every activation row holds nb blocks.
+                unsafe { kerns[level](g, nb, &x[..take], &mut res[..take]) };
+                for (k, r) in res[..take].iter().enumerate() {
+                    out[(t + k) * len + at..(t + k) * len + at + ROWS].copy_from_slice(r);
+                }
+                t += take;
+            }
+        },
+    );
+}
+
+/// q4_kr8 · int8 activations (see `table::GemvI8Fn`), AVX2.
+pub fn gemv_i8_q4k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, &[q4k_avx2::<1>, q4k_avx2::<2>, q4k_avx2::<4>], false)
+}
+
+/// q6_kr8 · int8 activations, AVX2.
+pub fn gemv_i8_q6k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, &[q6k_avx2::<1>, q6k_avx2::<2>, q6k_avx2::<4>], true)
+}
+
+/// q4_kr8 · int8 activations, AVX-512 VNNI (eight activation rows per pass: 32 registers).
+pub fn gemv_i8_q4k_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, &[q4k_vnni::<1>, q4k_vnni::<2>, q4k_vnni::<4>, q4k_vnni::<8>], false)
+}
+
+/// q6_kr8 · int8 activations, AVX-512 VNNI.
+pub fn gemv_i8_q6k_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    drive(w, rows, xa, n, out, &[q6k_vnni::<1>, q6k_vnni::<2>, q6k_vnni::<4>, q6k_vnni::<8>], true)
+}
