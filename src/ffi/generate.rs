@@ -190,6 +190,7 @@ fn decode_params(p: &colibri_generate_params) -> Result<DecodeParams, Failure> {
         ignore_eos: p.ignore_eos != 0,
         stop,
         grammar: None,
+        end_ids: Vec::new(),
     })
 }
 
