@@ -252,6 +252,17 @@ mod tests {
     }
 
     #[test]
+    fn end_ids_end_the_generation_as_end_of_sequence_does() {
+        let p = DecodeParams { end_ids: vec![3, 7], ..greedy(5, false) };
+        let mut d = Decoder::new(&p, &[7], &[], None).unwrap();
+        assert_eq!(d.next(None, &peak(10, 4)).unwrap().finish, None);
+        let end = d.next(None, &peak(10, 3)).unwrap();
+        assert_eq!((end.token, end.finish), (3, Some(Finish::Eos)));
+        let mut d = Decoder::new(&greedy(5, false), &[7], &[], None).unwrap();
+        assert_eq!(d.next(None, &peak(10, 3)).unwrap().finish, None, "not without end_ids");
+    }
+
+    #[test]
     fn stop_strings_need_a_tokenizer_and_the_last_logits_are_kept() {
         let with_stop = DecodeParams { stop: vec!["x".into()], ..greedy(4, false) };
         assert!(Decoder::new(&with_stop, &[], &[], None).is_err());
