@@ -177,6 +177,31 @@ fn step_document(bencher: Bencher) {
     });
 }
 
+/// The steps of a reply under a tool grammar with `tool_choice: "auto"` (Hermes syntax): free
+/// text, where the mask is computed too (no lazy grammar), then a call (items: its tokens).
+#[divan::bench(sample_count = 20)]
+fn step_tool_reply(bencher: Bencher) {
+    use colibri::chat_output::{tool_grammar, CallOptions, Syntax, ToolMode, ToolSpec, ToolTags};
+    let doc = b"Let me check the weather in Paris for you, one moment please.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
+    let tokens = greedy_tokens(&setup().words, doc);
+    let params = json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"], "additionalProperties": false});
+    let tools = [ToolSpec { name: "get_weather".into(), parameters: params }];
+    let options = CallOptions { mode: ToolMode::Auto, parallel: true, in_reasoning: false };
+    let syntax = Syntax::Tagged { think: false, tools: ToolTags::Hermes };
+    let lark = tool_grammar(syntax, "", &tools, &options, &|_| None).expect("grammar").expect("a call syntax");
+    let fresh = setup().vocab.compile(&ResponseFormat::Lark(lark)).expect("compile");
+    let mut logits = vec![0.0f32; setup().words.len()];
+    bencher.counter(ItemsCount::new(tokens.len())).bench_local(|| {
+        let mut g = fresh.clone();
+        for &t in &tokens {
+            apply_mask(&mut logits, g.allowed().expect("mask"));
+            g.commit(t).expect("the reply's tokens are allowed");
+        }
+        assert!(g.is_complete());
+    });
+}
+
 fn bench_steps(bencher: Bencher, format: ResponseFormat) {
     let fresh = setup().vocab.compile(&format).expect("compile");
     let mut logits = vec![0.0f32; setup().words.len()];

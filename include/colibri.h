@@ -205,8 +205,9 @@ typedef struct {
   /**
    * Constrain the output to this grammar (colibri_grammar_new, made for the session's
    * model; read during the call only), NULL for none (default). It cannot be combined with
-   * stop strings or ignore_eos (COLIBRI_STATUS_INVALID_ARGUMENT). The generation then ends
-   * on end-of-sequence (COLIBRI_FINISH_EOS) only with a complete, valid document.
+   * ignore_eos (COLIBRI_STATUS_INVALID_ARGUMENT). The generation then ends on
+   * end-of-sequence (COLIBRI_FINISH_EOS) only with a complete, valid document; a stop string
+   * still ends it (COLIBRI_FINISH_STOP), the document then incomplete.
    */
   const colibri_grammar *grammar;
 } colibri_generate_params;

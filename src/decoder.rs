@@ -40,9 +40,13 @@ pub struct DecodeParams {
     pub ignore_eos: bool,
     /// Stop when the text contains one of these (the stop string itself is never emitted).
     pub stop: Vec<String>,
-    /// Constrain the output to this grammar (at its start); it cannot be combined with stop
-    /// strings or `ignore_eos`, which would cut or run past its document.
+    /// Constrain the output to this grammar (at its start). Stop strings still end the output
+    /// (which may then be an incomplete document); `ignore_eos` cannot be combined with it
+    /// (once the document is complete only end-of-sequence ids are allowed).
     pub grammar: Option<Grammar>,
+    /// Further ids that end the generation as end-of-sequence does (a chat template's
+    /// end-of-turn token, `chat_output::end_of_turn_ids`).
+    pub end_ids: Vec<u32>,
 }
 
 impl Default for DecodeParams {
@@ -53,6 +57,7 @@ impl Default for DecodeParams {
             ignore_eos: false,
             stop: Vec::new(),
             grammar: None,
+            end_ids: Vec::new(),
         }
     }
 }
@@ -96,19 +101,25 @@ impl Decoder {
         if tokenizer.is_none() && !params.stop.is_empty() {
             return Err(Error::InvalidArgument { reason: "stop strings need the model's tokenizer".into() });
         }
-        if params.grammar.is_some() && (params.ignore_eos || !params.stop.is_empty()) {
+        if params.grammar.is_some() && params.ignore_eos {
             return Err(Error::InvalidArgument {
-                reason: "a grammar cannot be combined with stop strings or ignore_eos (they would cut its document \
-                         or run past its end)"
+                reason: "a grammar cannot be combined with ignore_eos (once its document is complete only \
+                         end-of-sequence ids are allowed)"
                     .into(),
             });
+        }
+        let mut eos = eos.to_vec();
+        for &id in &params.end_ids {
+            if !eos.contains(&id) {
+                eos.push(id);
+            }
         }
         Ok(Decoder {
             sampler: Sampler::new(params.sampler.clone())?,
             history: prompt.to_vec(),
             text: DecodeState::new(true),
             stop: StopMatcher::new(params.stop.clone()),
-            eos: eos.to_vec(),
+            eos,
             ignore_eos: params.ignore_eos,
             max_tokens: params.max_tokens,
             generated: 0,
@@ -134,12 +145,13 @@ impl Decoder {
                 *x = if b <= BAN_BIAS { f32::NEG_INFINITY } else { *x + b };
             }
         }
+        if let Some(g) = self.grammar.as_mut() {
+            apply_mask(&mut self.work, g.allowed()?);
+        }
+        // After the mask: log-probabilities are those of the distribution sampled from.
         if let Some(kept) = self.kept.as_mut() {
             kept.clear();
             kept.extend_from_slice(&self.work);
-        }
-        if let Some(g) = self.grammar.as_mut() {
-            apply_mask(&mut self.work, g.allowed()?);
         }
         let token = self.sampler.sample(&mut self.work, &self.history)?;
         if let Some(g) = self.grammar.as_mut() {
@@ -195,7 +207,8 @@ impl Decoder {
         self.kept.get_or_insert_with(Vec::new);
     }
 
-    /// The logits the last step sampled from (undecodable ids at −∞) when kept, else empty.
+    /// The logits the last step sampled from (undecodable ids, and ids a grammar did not allow,
+    /// at −∞) when kept, else empty.
     pub fn last_logits(&self) -> &[f32] {
         self.kept.as_deref().unwrap_or(&[])
     }
@@ -236,6 +249,17 @@ mod tests {
         assert_eq!(steps, vec![None, None, Some(Finish::Length)]);
         assert_eq!(d.generated(), 3);
         assert_eq!(d.finish(None, Finish::Length), (String::new(), Finish::Length));
+    }
+
+    #[test]
+    fn end_ids_end_the_generation_as_end_of_sequence_does() {
+        let p = DecodeParams { end_ids: vec![3, 7], ..greedy(5, false) };
+        let mut d = Decoder::new(&p, &[7], &[], None).unwrap();
+        assert_eq!(d.next(None, &peak(10, 4)).unwrap().finish, None);
+        let end = d.next(None, &peak(10, 3)).unwrap();
+        assert_eq!((end.token, end.finish), (3, Some(Finish::Eos)));
+        let mut d = Decoder::new(&greedy(5, false), &[7], &[], None).unwrap();
+        assert_eq!(d.next(None, &peak(10, 3)).unwrap().finish, None, "not without end_ids");
     }
 
     #[test]

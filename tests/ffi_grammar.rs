@@ -1,7 +1,8 @@
 //! The C ABI's structured output on the default model: colibri_grammar_new's statuses and last
 //! errors for NULL, garbage and refused schemas; colibri_generate under a grammar ending on
 //! end-of-sequence only with a document of the schema, over many seeds; the older
-//! colibri_generate_params size; a grammar refused with stop strings or another model's session.
+//! colibri_generate_params size; stop strings end a grammar's output; a grammar refused with
+//! ignore_eos or another model's session.
 
 mod common;
 
@@ -85,13 +86,17 @@ fn generations_that_end_on_end_of_sequence_are_documents_of_the_schema() {
     }
     assert!(finished >= 12, "{finished}/16 seeds finished a document");
 
-    // The size before `grammar` is still read (no grammar); stop strings with one are refused.
+    // The size before `grammar` is still read (no grammar).
     let mut old = colibri_generate_params { max_tokens: 4, ..Default::default() };
     old.struct_size = std::mem::offset_of!(colibri_generate_params, grammar) as u32;
     assert_eq!(generate(s, &old).0, COLIBRI_STATUS_OK);
-    let stop = CString::new("}").unwrap();
+    // A stop string ends the output under a grammar (the document is then incomplete: `{"` is
+    // the only start the schema allows); ignore_eos is refused.
+    let stop = CString::new("\"").unwrap();
     let stops = [stop.as_ptr()];
     let p = colibri_generate_params { grammar: g, stop: stops.as_ptr(), n_stop: 1, ..Default::default() };
+    assert_eq!(generate(s, &p), (COLIBRI_STATUS_OK, "{".to_string(), COLIBRI_FINISH_STOP));
+    let p = colibri_generate_params { grammar: g, ignore_eos: 1, ..Default::default() };
     assert_eq!(generate(s, &p).0, COLIBRI_STATUS_INVALID_ARGUMENT);
 
     // A grammar of another model's vocabulary is refused.

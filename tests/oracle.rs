@@ -134,6 +134,7 @@ fn greedy_generate(model: &Model, mut s: Session, prompt: &[u32]) -> Vec<u32> {
         ignore_eos: true,
         stop: Vec::new(),
         grammar: None,
+        end_ids: Vec::new(),
     };
     let params = GenerateParams { decode, ..Default::default() };
     generate(model, &mut s, None, Input::Tokens(prompt), &params, |_| true).unwrap().tokens

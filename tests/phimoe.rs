@@ -97,6 +97,7 @@ fn generate_re_encodes_the_sequence_where_it_first_crosses_the_original_context(
         ignore_eos: true,
         stop: Vec::new(),
         grammar: None,
+        end_ids: Vec::new(),
     };
     let params = GenerateParams { decode, ..Default::default() };
     let mut g = session(&model, 0);

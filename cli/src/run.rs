@@ -145,6 +145,7 @@ fn params(a: &RunArgs) -> GenerateParams {
             ignore_eos: a.ignore_eos,
             stop: a.stop.clone(),
             grammar: None,
+            end_ids: Vec::new(),
         },
         routing: RoutingOptions {
             mode: if a.routing == "gumbel" { RoutingMode::Gumbel } else { RoutingMode::TopK },
@@ -270,7 +271,10 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
         return chat_loop(a, &model, &tokenizer);
     }
     let mut s = session(a, &model)?;
-    let p = params(a);
+    let mut p = params(a);
+    if a.chat {
+        p.decode.end_ids = chat_end_ids(&model, &tokenizer);
+    }
     let prompt = match &a.embedding {
         Some(path) => Prompt::Embeddings(read_embedding(path, model.config().hidden_size)?),
         None => Prompt::Tokens(prompt_ids(a, &model, &tokenizer, s.n_ctx())?),
@@ -305,6 +309,12 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// The chat template's end-of-turn tokens: with --chat they end the reply as end-of-sequence
+/// does (the default model's template ends turns with `<|im_end|>`, its only EOS is id 0).
+fn chat_end_ids(model: &Model, tok: &Tokenizer) -> Vec<u32> {
+    model.chat_template().map(|t| colibri::chat_output::end_of_turn_ids(t, tok)).unwrap_or_default()
+}
+
 /// The conversation through the model's chat template, as prompt ids (message text stays text:
 /// special-token strings typed in a message are not control tokens).
 fn chat_ids(model: &Model, tok: &Tokenizer, msgs: &[ChatMessage]) -> Result<Vec<u32>, Error> {
@@ -317,7 +327,8 @@ fn chat_ids(model: &Model, tok: &Tokenizer, msgs: &[ChatMessage]) -> Result<Vec<
 /// only the new tokens.
 fn chat_loop(a: &RunArgs, model: &Model, tok: &Tokenizer) -> Result<(), Error> {
     let mut s = session(a, model)?;
-    let p = params(a);
+    let mut p = params(a);
+    p.decode.end_ids = chat_end_ids(model, tok);
     let mut msgs = Vec::new();
     if let Some(sys) = &a.system {
         msgs.push(ChatMessage::new("system", sys.as_str()));

@@ -1,7 +1,9 @@
 //! `colibri serve`'s `response_format` on the shipped default model: `json_schema` and
 //! `json_object` on chat and completions (whole and streamed), every answer that finishes with
-//! "stop" a document of the schema over many seeds, and unsupported types, bad schemas and
-//! combinations that could cut the document refused with a 400 naming the field.
+//! "stop" a document of the schema over many seeds, a stop string ending a grammar's output,
+//! unsupported types, bad schemas and `ignore_eos` refused with a 400 naming the field; and
+//! `tool_choice` "required" / a named function on a Hermes template: calls whose arguments hold
+//! to their tool's schema.
 
 mod serve_support;
 
@@ -100,6 +102,44 @@ fn unsupported_formats_and_bad_schemas_are_400_naming_the_field() {
     assert_eq!(chat(json!({"response_format": remote})), (400, field.clone()));
     assert_eq!(chat(json!({"response_format": {"type": "json_schema"}})), (400, field));
     let object = json!({"type": "json_object"});
-    assert_eq!(chat(json!({"response_format": object, "stop": ["}"]})), (400, json!("stop")));
+    assert_eq!(chat(json!({"response_format": object, "stop": ["}"]})).0, 200);
     assert_eq!(chat(json!({"response_format": object, "ignore_eos": true})), (400, json!("ignore_eos")));
+}
+
+#[test]
+fn required_and_named_tool_calls_hold_to_the_schema() {
+    let template = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    let model = serve_support::default_model();
+    let args = ["-m", model.to_str().unwrap(), "-c", "2048", "--chat-template-file", template.to_str().unwrap()];
+    let s = Server::start(&args);
+    let params = json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
+        "additionalProperties": false});
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": params}},
+        {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "additionalProperties": false}}}]);
+    for (choice, only) in [
+        (json!("required"), None),
+        (json!({"type": "function", "function": {"name": "get_weather"}}), Some("get_weather")),
+    ] {
+        for seed in 0..4 {
+            let req = json!({"messages": [{"role": "user", "content": "Weather?"}], "tools": tools, "tool_choice": choice,
+                "parallel_tool_calls": false, "max_tokens": 100, "seed": seed, "temperature": 1.0});
+            let v = s.post("/v1/chat/completions", &req).json();
+            let c = &v["choices"][0];
+            assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+            let calls = c["message"]["tool_calls"].as_array().expect("tool calls");
+            assert_eq!(calls.len(), 1, "{v}");
+            let (name, args) = (&calls[0]["function"]["name"], &calls[0]["function"]["arguments"]);
+            let args: Value = serde_json::from_str(args.as_str().unwrap()).unwrap();
+            assert!(only.is_none_or(|o| name == o), "{v}");
+            if name == "get_weather" {
+                let days = args["days"].as_i64().unwrap();
+                assert!(matches!(args["city"].as_str(), Some("Paris" | "Rome")) && (1..=7).contains(&days), "{v}");
+                assert_eq!(args.as_object().unwrap().len(), 2, "{v}");
+            } else {
+                assert_eq!((name, &args), (&json!("noop"), &json!({})), "{v}");
+            }
+        }
+    }
 }

@@ -50,7 +50,8 @@ type GenerateParams struct {
 	// Stop strings need the model's tokenizer (ErrUnsupported without one).
 	Stop []string
 	// Grammar, when set, holds the output to a JSON format (Model.NewGrammar); it cannot be
-	// combined with Stop or IgnoreEOS (ErrInvalidArgument).
+	// combined with IgnoreEOS (ErrInvalidArgument). A Stop string still ends the output (the
+	// document then incomplete).
 	Grammar *Grammar
 }
 

@@ -226,8 +226,8 @@ class Generating(OwnedHandle):
         held-back text); return a truthy value to stop (finish reason "callback"), None / False
         to go on. An exception raised in it stops generation and is re-raised here.
         ``grammar``: a :class:`colibri.Grammar` of this session's model; the output is held to
-        it (not with ``stop`` or ``ignore_eos``), and finish reason "eos" means a complete,
-        valid document."""
+        it (not with ``ignore_eos``), and finish reason "eos" means a complete, valid document
+        (a ``stop`` string still ends the output: "stop", the document then incomplete)."""
         callable_or_none("callback", callback)
         arr, n = self._prompt_ids(prompt, add_special)
         gp = self._generate_params(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,

@@ -14,10 +14,14 @@
 //! that does not parse stays in `content`, unchanged, rather than being lost.
 
 mod calls;
+mod grammar;
 mod harmony;
 mod tagged;
+mod turn;
 
 pub use calls::ToolCall;
+pub use grammar::{tool_grammar, CallOptions, ToolMode, ToolSpec};
+pub use turn::end_of_turn_ids;
 
 /// How a model marks reasoning and tool calls in its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

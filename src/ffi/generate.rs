@@ -82,8 +82,9 @@ pub struct colibri_generate_params {
     pub n_stop: usize,
     /// Constrain the output to this grammar (colibri_grammar_new, made for the session's
     /// model; read during the call only), NULL for none (default). It cannot be combined with
-    /// stop strings or ignore_eos (COLIBRI_STATUS_INVALID_ARGUMENT). The generation then ends
-    /// on end-of-sequence (COLIBRI_FINISH_EOS) only with a complete, valid document.
+    /// ignore_eos (COLIBRI_STATUS_INVALID_ARGUMENT). The generation then ends on
+    /// end-of-sequence (COLIBRI_FINISH_EOS) only with a complete, valid document; a stop string
+    /// still ends it (COLIBRI_FINISH_STOP), the document then incomplete.
     pub grammar: *const colibri_grammar,
 }
 
@@ -190,6 +191,7 @@ fn decode_params(p: &colibri_generate_params) -> Result<DecodeParams, Failure> {
         ignore_eos: p.ignore_eos != 0,
         stop,
         grammar: None,
+        end_ids: Vec::new(),
     })
 }
 

@@ -40,11 +40,13 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// The engine for `tokenizer`'s vocabulary; its end-of-sequence ids end a grammar.
-    /// Unsupported when the tokenizer has no end-of-sequence id or a decoder kind that is not
-    /// byte-level or sentencepiece.
-    pub fn new(tokenizer: &Tokenizer) -> Result<Engine> {
-        Engine::from_token_bytes(token_bytes(tokenizer)?, tokenizer.eos_ids())
+    /// The engine for `tokenizer`'s vocabulary; its end-of-sequence ids and `also` end a
+    /// grammar. Unsupported when the tokenizer has no end-of-sequence id or a decoder kind that
+    /// is not byte-level or sentencepiece.
+    pub fn new(tokenizer: &Tokenizer, also: &[u32]) -> Result<Engine> {
+        let mut eos = tokenizer.eos_ids().to_vec();
+        eos.extend(also.iter().filter(|id| !tokenizer.eos_ids().contains(id)));
+        Engine::from_token_bytes(token_bytes(tokenizer)?, &eos)
     }
 
     /// The engine over `words` [vocab] (each id's bytes; special tokens behind the 0xFF
@@ -81,10 +83,12 @@ impl Engine {
     /// A matcher at the start of `format`'s language; InvalidArgument for a schema the engine
     /// refuses (the reason names what is wrong).
     pub fn matcher(&self, format: &ResponseFormat) -> Result<Matcher> {
-        let schema = format.engine_schema()?;
+        let grammar = match format {
+            ResponseFormat::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+            _ => TopLevelGrammar::from_json_schema(format.engine_schema()?),
+        };
         guarded(invalid, || {
-            let parser =
-                self.factory.create_parser(TopLevelGrammar::from_json_schema(schema)).map_err(|e| e.to_string())?;
+            let parser = self.factory.create_parser(grammar).map_err(|e| e.to_string())?;
             let m = Matcher::new(Ok(parser));
             match m.get_error() {
                 Some(e) => Err(e),

@@ -32,6 +32,10 @@ pub enum ResponseFormat {
     /// JSON valid against this JSON Schema (OpenAI's `json_schema`; `$ref`s must be local,
     /// `#/...`).
     JsonSchema(Value),
+    /// A grammar in llguidance's Lark syntax (JSON Schemas inside it with `%json {…}`, special
+    /// tokens by id as `<[id]>`): how [`crate::chat_output::tool_grammar`] forces a model's
+    /// tool-call syntax.
+    Lark(String),
 }
 
 /// Most bytes of a JSON Schema's text.
@@ -53,9 +57,12 @@ impl ResponseFormat {
 
     /// The schema handed to the engine: `{"type": "object"}` for any object, the output-form
     /// options in `x-guidance`. InvalidArgument for a schema that is neither an object nor a
-    /// boolean.
-    fn engine_schema(&self) -> Result<Value> {
+    /// boolean, or a Lark grammar.
+    pub fn engine_schema(&self) -> Result<Value> {
         let mut schema = match self {
+            ResponseFormat::Lark(_) => {
+                return Err(Error::InvalidArgument { reason: "a Lark grammar is not a JSON Schema".into() })
+            }
             ResponseFormat::JsonObject => json!({"type": "object"}),
             ResponseFormat::JsonSchema(Value::Bool(true)) => json!({}),
             ResponseFormat::JsonSchema(Value::Bool(false)) => {
@@ -97,7 +104,14 @@ impl GrammarVocab {
     /// sentencepiece.
     #[cfg(feature = "grammar")]
     pub fn new(tokenizer: &crate::tokenizer::Tokenizer) -> Result<GrammarVocab> {
-        Ok(GrammarVocab { engine: engine::Engine::new(tokenizer)? })
+        GrammarVocab::ending_with(tokenizer, &[])
+    }
+
+    /// [`GrammarVocab::new`] whose documents may also end with the ids `also` (a chat
+    /// template's end-of-turn token).
+    #[cfg(feature = "grammar")]
+    pub fn ending_with(tokenizer: &crate::tokenizer::Tokenizer, also: &[u32]) -> Result<GrammarVocab> {
+        Ok(GrammarVocab { engine: engine::Engine::new(tokenizer, also)? })
     }
 
     /// A vocabulary from each id's bytes (`words` [vocab]: special tokens behind
@@ -110,6 +124,12 @@ impl GrammarVocab {
     /// Unsupported: this build lacks the `grammar` feature.
     #[cfg(not(feature = "grammar"))]
     pub fn new(_tokenizer: &crate::tokenizer::Tokenizer) -> Result<GrammarVocab> {
+        Err(Error::Unsupported { what: "grammars (this build lacks the `grammar` feature)".into() })
+    }
+
+    /// Unsupported: this build lacks the `grammar` feature.
+    #[cfg(not(feature = "grammar"))]
+    pub fn ending_with(_tokenizer: &crate::tokenizer::Tokenizer, _also: &[u32]) -> Result<GrammarVocab> {
         Err(Error::Unsupported { what: "grammars (this build lacks the `grammar` feature)".into() })
     }
 
@@ -138,8 +158,14 @@ impl VocabCache {
     /// The vocabulary of `tokenizer` (the same tokenizer on every call), built on the first call;
     /// Unsupported (every time) when it cannot be built.
     pub fn get(&self, tokenizer: &crate::tokenizer::Tokenizer) -> Result<Arc<GrammarVocab>> {
+        self.get_ending_with(tokenizer, &[])
+    }
+
+    /// [`VocabCache::get`] with [`GrammarVocab::ending_with`]`(tokenizer, also)` (the same
+    /// `also` on every call).
+    pub fn get_ending_with(&self, tokenizer: &crate::tokenizer::Tokenizer, also: &[u32]) -> Result<Arc<GrammarVocab>> {
         let built = self.0.get_or_init(|| {
-            GrammarVocab::new(tokenizer).map(Arc::new).map_err(|e| match e {
+            GrammarVocab::ending_with(tokenizer, also).map(Arc::new).map_err(|e| match e {
                 Error::Unsupported { what } => what,
                 other => other.to_string(),
             })

@@ -4,12 +4,14 @@
 //! `tool_choice`), `reasoning_effort`, `chat_template_kwargs`.
 //!
 //! `tool_choice`: absent or "auto" renders the tools and reads calls back; "none" renders no
-//! tools and reads none. "required" and a named function need constrained decoding to be kept,
-//! which this server does not do yet: 400 naming `tool_choice`.
+//! tools and reads none; "required" and a named function (`{type: "function", function:
+//! {name}}`, one of `tools`) render all tools and ask for calls only (to that function only),
+//! which serve/format.rs keeps by a grammar of the template's call syntax.
 
 use super::engine::Engine;
 use super::error::ApiError;
 use super::params::Fields;
+use colibri::chat_output::{ToolMode, ToolSpec};
 use colibri::tokenizer::ChatMessage;
 use serde_json::{Map, Value};
 
@@ -29,6 +31,18 @@ pub struct ChatInput {
     pub read_tools: bool,
     /// `parallel_tool_calls` (default true): false keeps only the first call.
     pub parallel: bool,
+    /// With `read_tools`: what the reply may hold, and the tools it may call (all for "auto"
+    /// and "required", the named one for a named function).
+    pub mode: ToolMode,
+    pub callable: Vec<ToolSpec>,
+}
+
+/// `tool_choice` as asked.
+enum Choice {
+    None,
+    Auto,
+    Required,
+    Named(String),
 }
 
 fn bad(param: &str, m: impl Into<String>) -> ApiError {
@@ -146,20 +160,38 @@ fn tools<'a>(f: &Fields<'a>) -> Result<Option<&'a Vec<Value>>, ApiError> {
     Ok(Some(list))
 }
 
-/// Whether the tools are rendered and read (see the module doc).
-fn tool_choice(f: &Fields<'_>) -> Result<bool, ApiError> {
+/// `tool_choice` (see the module doc).
+fn tool_choice(f: &Fields<'_>) -> Result<Choice, ApiError> {
+    let shape = "tool_choice must be \"none\", \"auto\", \"required\" or {type: \"function\", function: {name}}";
     match f.get("tool_choice") {
-        None => Ok(true),
-        Some(Value::String(s)) if s == "auto" => Ok(true),
-        Some(Value::String(s)) if s == "none" => Ok(false),
-        Some(Value::String(s)) if s == "required" => Err(bad(
-            "tool_choice",
-            "tool_choice \"required\" needs constrained decoding, which this server does not do yet",
-        )),
-        Some(Value::Object(_)) => {
-            Err(bad("tool_choice", "a named tool_choice needs constrained decoding, which this server does not do yet"))
+        None => Ok(Choice::Auto),
+        Some(Value::String(s)) if s == "auto" => Ok(Choice::Auto),
+        Some(Value::String(s)) if s == "none" => Ok(Choice::None),
+        Some(Value::String(s)) if s == "required" => Ok(Choice::Required),
+        Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            match o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
+                Some(name) => Ok(Choice::Named(name.to_string())),
+                None => Err(bad("tool_choice", shape)),
+            }
         }
-        Some(_) => Err(bad("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {type, function}")),
+        Some(_) => Err(bad("tool_choice", shape)),
+    }
+}
+
+/// The mode and callable tools of `choice` over `tools`; 400 naming `tool_choice` for a
+/// function that is not among them.
+fn callable(choice: &Choice, tools: &[Value]) -> Result<(ToolMode, Vec<ToolSpec>), ApiError> {
+    let all: Vec<ToolSpec> = tools.iter().filter_map(ToolSpec::of).collect();
+    match choice {
+        Choice::Named(name) => match all.into_iter().find(|t| &t.name == name) {
+            Some(t) => Ok((ToolMode::Required, vec![t])),
+            None => {
+                let shown: String = name.chars().take(64).collect();
+                Err(bad("tool_choice", format!("tool_choice names {shown:?}, which is not one of the tools")))
+            }
+        },
+        Choice::Required => Ok((ToolMode::Required, all)),
+        Choice::Auto | Choice::None => Ok((ToolMode::Auto, all)),
     }
 }
 
@@ -176,13 +208,22 @@ pub fn read(f: &Fields<'_>, engine: &Engine) -> Result<ChatInput, ApiError> {
         return Err(bad("chat_template_kwargs", "chat_template_kwargs must be an object"));
     }
     let tools = tools(f)?;
-    if !tool_choice(f)? || tools.is_none() {
-        // tool_choice without tools (or "none") asks for nothing.
-    } else if !engine.chat.tools {
-        return Err(bad("tools", "this model's chat template does not support tools"));
-    } else {
-        extra.insert("tools".into(), Value::Array(tools.cloned().unwrap_or_default()));
-        read_tools = true;
+    let choice = tool_choice(f)?;
+    let (mut mode, mut callable_tools) = (ToolMode::Auto, Vec::new());
+    match tools {
+        Some(list) if !matches!(choice, Choice::None) => {
+            if !engine.chat.tools {
+                return Err(bad("tools", "this model's chat template does not support tools"));
+            }
+            (mode, callable_tools) = callable(&choice, list)?;
+            extra.insert("tools".into(), Value::Array(list.clone()));
+            read_tools = true;
+        }
+        None if matches!(choice, Choice::Required | Choice::Named(_)) => {
+            return Err(bad("tool_choice", "tool_choice asks for a tool call, but no tools are given"));
+        }
+        // tool_choice "none" (or "auto" without tools) asks for nothing.
+        _ => {}
     }
     if let Some(effort) = f.str("reasoning_effort")? {
         if !matches!(effort, "low" | "medium" | "high") {
@@ -194,5 +235,5 @@ pub fn read(f: &Fields<'_>, engine: &Engine) -> Result<ChatInput, ApiError> {
         extra.insert("reasoning_effort".into(), Value::from(effort));
     }
     let parallel = f.get("parallel_tool_calls").is_none() || f.bool("parallel_tool_calls")?;
-    Ok(ChatInput { messages, extra, read_tools, parallel })
+    Ok(ChatInput { messages, extra, read_tools, parallel, mode, callable: callable_tools })
 }

@@ -36,13 +36,19 @@ pub struct Reply {
     id: String,
 }
 
+/// Whether the prompt leaves the model inside a reasoning block (its generation prompt opened
+/// `<think>`).
+pub fn starts_in_reasoning(engine: &Engine, prompt: &[u32]) -> bool {
+    let tail_ids = &prompt[prompt.len().saturating_sub(8)..];
+    let tail = engine.tokenizer.decode(tail_ids, false).unwrap_or_default();
+    engine.chat.syntax.starts_in_reasoning(&tail)
+}
+
 impl Reply {
     /// The reply reader of a request whose prompt is `prompt` and stop strings `stop`.
     pub fn new(engine: &Arc<Engine>, input: &ChatInput, prompt: &[u32], stop: Vec<String>, id: &str) -> Reply {
-        let tail_ids = &prompt[prompt.len().saturating_sub(8)..];
-        let tail = engine.tokenizer.decode(tail_ids, false).unwrap_or_default();
         let caps = engine.chat;
-        let options = ParseOptions { tools: input.read_tools, in_reasoning: caps.syntax.starts_in_reasoning(&tail) };
+        let options = ParseOptions { tools: input.read_tools, in_reasoning: starts_in_reasoning(engine, prompt) };
         let raw = caps.raw_text.then(|| Raw {
             engine: engine.clone(),
             text: DecodeState::new(false),

@@ -3,7 +3,7 @@
 //! Shared as `Arc<Engine>`: a request keeps the engine it started with, so a reload never
 //! changes the model under a running sequence, and the mapping goes when the last user does.
 
-use colibri::chat_output::{Syntax, ToolTags};
+use colibri::chat_output::{end_of_turn_ids, Syntax, ToolTags};
 use colibri::grammar::VocabCache;
 use colibri::session::{kv_bytes_per_token, SessionOptions, DEFAULT_CTX_CAP};
 use colibri::threads::ThreadOptions;
@@ -54,8 +54,13 @@ pub struct Engine {
     pub created: u64,
     /// KV-cache bytes per token of the scheduler's sessions (their default KV type).
     pub kv_bytes_per_token: usize,
-    /// The vocabulary prepared for `response_format` grammars, built on the first such request.
+    /// The vocabulary prepared for `response_format` and tool grammars, built on the first
+    /// such request (its documents may end with `end_ids` too).
     pub grammar: VocabCache,
+    /// The chat template's source ("" without one).
+    pub template_source: String,
+    /// The template's end-of-turn tokens: they end a chat reply as end-of-sequence does.
+    pub end_ids: Vec<u32>,
 }
 
 impl Engine {
@@ -73,7 +78,9 @@ impl Engine {
             what: "this model file carries no tokenizer (tokenizer.json)".into(),
         })?;
         let template = usable.template;
-        let chat = ChatCaps::of(model.chat_template().unwrap_or_default(), &tokenizer.special_strings());
+        let template_source = model.chat_template().unwrap_or_default().to_string();
+        let chat = ChatCaps::of(&template_source, &tokenizer.special_strings());
+        let end_ids = end_of_turn_ids(&template_source, &tokenizer);
         let trained = model.config().max_position_embeddings;
         let n_ctx = if ctx == 0 { trained.min(DEFAULT_CTX_CAP) } else { ctx };
         if n_ctx < 2 {
@@ -83,7 +90,20 @@ impl Engine {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let kv_bytes_per_token = kv_bytes_per_token(model.config(), SessionOptions::default().kv_dtype);
         let grammar = VocabCache::default();
-        Ok(Engine { model, tokenizer, template, chat, id, generation, n_ctx, created, kv_bytes_per_token, grammar })
+        Ok(Engine {
+            model,
+            tokenizer,
+            template,
+            chat,
+            id,
+            generation,
+            n_ctx,
+            created,
+            kv_bytes_per_token,
+            grammar,
+            template_source,
+            end_ids,
+        })
     }
 
     /// Experts per layer (0 for a dense layer), for the metrics.
@@ -114,6 +134,8 @@ impl Engine {
         if let Some(source) = source {
             self.template = Some(ChatTemplate::new(source)?);
             self.chat = ChatCaps::of(source, &self.tokenizer.special_strings());
+            self.template_source = source.to_string();
+            self.end_ids = end_of_turn_ids(source, &self.tokenizer);
         }
         Ok(self)
     }

@@ -1,13 +1,23 @@
 //! `response_format` of the OpenAI endpoints: `text` (nothing asked), `json_object` (any JSON
 //! object) and `json_schema` (JSON valid against `json_schema.schema`, strict or not: the output
 //! is always held to it) become a grammar compiled against the engine's vocabulary (built once
-//! per loaded model). Every other type, a schema the grammar engine refuses, or a combination
-//! that could cut the document (`stop`, `ignore_eos`) is a 400 naming the field.
+//! per loaded model). Every other type, a schema the grammar engine refuses, or `ignore_eos`
+//! (once the document is complete only end-of-sequence ids are allowed) is a 400 naming the
+//! field. `stop` strings still end the output (finish reason "stop"): the document may then be
+//! incomplete, as with OpenAI and llama.cpp; only a reply that ended by itself is complete.
+//!
+//! Tools (`apply_tools`): "required" and a named function are kept by a grammar of the
+//! template's tool-call syntax (colibri::chat_output::tool_grammar); with "auto", a call the
+//! model starts is held to it too (free text before it), unless `response_format` (its grammar
+//! wins) or `ignore_eos` (no grammar: nothing would end it) is given.
 
+use super::chat_input::ChatInput;
+use super::chat_reply::starts_in_reasoning;
 use super::engine::Engine;
 use super::error::ApiError;
 use super::job::JobParams;
 use super::params::Fields;
+use colibri::chat_output::{tool_grammar, CallOptions, ToolMode};
 use colibri::grammar::ResponseFormat;
 use colibri::Error;
 use serde_json::Value;
@@ -45,25 +55,58 @@ fn parse(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
     }
 }
 
-/// Read `response_format` and put its grammar into `params` (whose stop strings and
-/// `ignore_eos` are already read).
+/// Read `response_format` and put its grammar into `params` (whose `ignore_eos` is already
+/// read).
 pub fn apply(f: &Fields<'_>, engine: &Engine, params: &mut JobParams) -> Result<(), ApiError> {
     let Some(format) = parse(f)? else { return Ok(()) };
-    if !params.decode.stop.is_empty() {
+    if params.decode.ignore_eos {
         return Err(ApiError::invalid(
-            "stop",
-            "stop cannot be combined with response_format: it could cut the document",
+            "ignore_eos",
+            "ignore_eos cannot be combined with response_format (once the document is complete only \
+             end-of-sequence tokens are allowed)",
         ));
     }
-    if params.decode.ignore_eos {
-        return Err(ApiError::invalid("ignore_eos", "ignore_eos cannot be combined with response_format"));
-    }
+    params.decode.grammar = Some(compile(engine, &format, FIELD)?);
+    Ok(())
+}
+
+/// `format` compiled against the engine's vocabulary; errors name `field`.
+fn compile(engine: &Engine, format: &ResponseFormat, field: &str) -> Result<colibri::grammar::Grammar, ApiError> {
     // The first request builds the vocabulary (seconds for 150k tokens): off the async workers.
-    let compiled = tokio::task::block_in_place(|| engine.grammar.get(&engine.tokenizer)?.compile(&format));
-    params.decode.grammar = Some(compiled.map_err(|e| match e {
-        Error::InvalidArgument { reason } => ApiError::invalid(FIELD, reason),
-        other => ApiError::invalid(FIELD, other.to_string()),
-    })?);
+    let compiled = tokio::task::block_in_place(|| {
+        engine.grammar.get_ending_with(&engine.tokenizer, &engine.end_ids)?.compile(format)
+    });
+    compiled.map_err(|e| match e {
+        Error::InvalidArgument { reason } => ApiError::invalid(field, reason),
+        other => ApiError::invalid(field, other.to_string()),
+    })
+}
+
+/// Put the grammar of `input`'s tool calls into `params` (after `apply`; see the module doc).
+pub fn apply_tools(engine: &Engine, input: &ChatInput, prompt: &[u32], params: &mut JobParams) -> Result<(), ApiError> {
+    if !input.read_tools {
+        return Ok(());
+    }
+    let required = input.mode == ToolMode::Required;
+    if params.decode.grammar.is_some() || params.decode.ignore_eos {
+        if !required {
+            return Ok(());
+        }
+        let (field, what) = match params.decode.ignore_eos {
+            true => ("ignore_eos", "ignore_eos: once the calls are complete only end-of-sequence tokens are allowed"),
+            false => ("response_format", "response_format: the reply cannot be both a document and tool calls"),
+        };
+        return Err(ApiError::invalid(field, format!("a required tool call cannot be combined with {what}")));
+    }
+    let tok = &engine.tokenizer;
+    let special = |s: &str| tok.token_id(s).filter(|&id| tok.is_special(id));
+    let options =
+        CallOptions { mode: input.mode, parallel: input.parallel, in_reasoning: starts_in_reasoning(engine, prompt) };
+    let lark = tool_grammar(engine.chat.syntax, &engine.template_source, &input.callable, &options, &special)
+        .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+    if let Some(lark) = lark {
+        params.decode.grammar = Some(compile(engine, &ResponseFormat::Lark(lark), "tools")?);
+    }
     Ok(())
 }
 

@@ -1,10 +1,12 @@
 //! Log-probabilities of a step under the model's distribution: log-softmax of the raw logits
-//! (before penalties, filters and temperature, as OpenAI reports them).
+//! (before penalties, filters and temperature, as OpenAI reports them) — under a grammar, of the
+//! logits it allows (the renormalised distribution sampled from, as llama.cpp reports it).
 
 use super::job::TokenLogprob;
 
 /// The chosen id's log-probability and the `n` most likely (id, logprob), most likely first,
-/// ties by id. `logits` entries that are −∞ or NaN count as probability 0.
+/// ties by id; ids of probability 0 (`logits` entries that are −∞ or NaN: banned, or not allowed
+/// by a grammar) are never among them.
 pub fn token_logprob(logits: &[f32], chosen: u32, n: usize) -> TokenLogprob {
     let max = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().filter(|x| !x.is_nan()).map(|&x| f64::from(x - max).exp()).sum();
@@ -23,7 +25,7 @@ pub fn token_logprob(logits: &[f32], chosen: u32, n: usize) -> TokenLogprob {
             idx.truncate(n);
         }
         idx.sort_by(|a, b| key(b).partial_cmp(&key(a)).unwrap_or(std::cmp::Ordering::Equal));
-        top = idx.into_iter().map(|i| (i, lp(logits[i as usize]))).collect();
+        top = idx.into_iter().map(|i| (i, lp(logits[i as usize]))).filter(|p| p.1.is_finite()).collect();
     }
     TokenLogprob { logprob: logits.get(chosen as usize).map_or(f32::NEG_INFINITY, |&x| lp(x)), top }
 }
@@ -40,5 +42,6 @@ mod tests {
         assert_eq!(t.top.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1, 3, 0]);
         assert!((t.top[2].1 - (0.2f32).ln()).abs() < 1e-6);
         assert!(token_logprob(&l, 2, 0).logprob == f32::NEG_INFINITY);
+        assert_eq!(token_logprob(&l, 1, 4).top.len(), 3, "the −∞ entry is left out");
     }
 }

@@ -236,6 +236,7 @@ pub fn job_params(
             stop: f.stops()?,
             ignore_eos: f.bool("ignore_eos")?,
             grammar: None,
+            end_ids: Vec::new(),
         },
         routing: RoutingOptions { mode, top_k },
         routing_seed: f.uint("routing_seed", u64::MAX)?.unwrap_or(seed),

@@ -478,6 +478,7 @@ mod tests {
                 stop: Vec::new(),
                 ignore_eos: true,
                 grammar: None,
+                end_ids: Vec::new(),
             };
             let params = JobParams {
                 decode,

@@ -46,6 +46,8 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     let defaults = Defaults::openai(Some(state.config.default_max_tokens));
     let mut params = job_params(&f, &defaults, &engine, prompt.len(), cap)?;
     crate::serve::format::apply(&f, &engine, &mut params)?;
+    crate::serve::format::apply_tools(&engine, &input, &prompt, &mut params)?;
+    params.decode.end_ids = engine.end_ids.clone();
     let top = f.uint("top_logprobs", MAX_TOP_LOGPROBS)?;
     if f.bool("logprobs")? {
         params.logprobs = Some(top.unwrap_or(0) as usize);
