@@ -16,7 +16,9 @@ impl<'a> Weights<'a> {
         }
         visit_norm(&self.norm, f);
         f(&self.lm_head);
-        self.lm_head_bias.iter().for_each(|m| f(m));
+        if let Some(m) = &self.lm_head_bias {
+            f(m);
+        }
     }
 }
 
@@ -26,8 +28,12 @@ impl<'a> LayerWeights<'a> {
         visit_norm(&self.attn_norm, f);
         match &self.attn {
             AttnWeights::Gqa(a) => {
-                [&a.wq, &a.wk, &a.wv].into_iter().for_each(|m| f(m));
-                [&a.bq, &a.bk, &a.bv, &a.q_norm, &a.k_norm, &a.gate].into_iter().flatten().for_each(|m| f(m));
+                for m in [&a.wq, &a.wk, &a.wv] {
+                    f(m);
+                }
+                for m in [&a.bq, &a.bk, &a.bv, &a.q_norm, &a.k_norm, &a.gate].into_iter().flatten() {
+                    f(m);
+                }
             }
             AttnWeights::Mla(a) => {
                 f(&a.q);
@@ -37,7 +43,9 @@ impl<'a> LayerWeights<'a> {
                 }
                 f(&a.kv_a);
                 f(&a.kv_a_norm);
-                a.k_b.iter().chain(&a.v_b).for_each(|m| f(m));
+                for m in a.k_b.iter().chain(&a.v_b) {
+                    f(m);
+                }
             }
             AttnWeights::DeltaNet(a) => {
                 f(&a.in_qkvz);
@@ -45,12 +53,16 @@ impl<'a> LayerWeights<'a> {
             }
         }
         f(&self.wo);
-        self.bo.iter().for_each(|m| f(m));
+        if let Some(m) = &self.bo {
+            f(m);
+        }
         visit_norm(&self.ffn_norm, f);
         match &self.ffn {
             FfnWeights::Moe(moe) => {
                 f(&moe.router);
-                [&moe.shared_gate, &moe.router_bias].into_iter().flatten().for_each(|m| f(m));
+                for m in [&moe.shared_gate, &moe.router_bias].into_iter().flatten() {
+                    f(m);
+                }
                 moe.experts.iter().chain(&moe.shared).for_each(|mlp| visit_mlp(mlp, f));
             }
             FfnWeights::Dense(mlp) => visit_mlp(mlp, f),
@@ -60,14 +72,20 @@ impl<'a> LayerWeights<'a> {
 
 fn visit_norm<'a>(n: &NormWeights<'a>, f: &mut dyn FnMut(&Mat<'a>)) {
     f(&n.weight);
-    n.bias.iter().for_each(|m| f(m));
+    if let Some(m) = &n.bias {
+        f(m);
+    }
 }
 
 /// The three projections; the bias tensors of GPT-OSS's experts are shared by all experts of
 /// the layer, so they are visited with each expert (row `bias.row` is that expert's).
 fn visit_mlp<'a>(mlp: &MlpWeights<'a>, f: &mut dyn FnMut(&Mat<'a>)) {
-    [&mlp.gate, &mlp.up, &mlp.down].into_iter().for_each(|m| f(m));
+    for m in [&mlp.gate, &mlp.up, &mlp.down] {
+        f(m);
+    }
     if let Some(b) = &mlp.bias {
-        [&b.gate, &b.up, &b.down].into_iter().for_each(|m| f(m));
+        for m in [&b.gate, &b.up, &b.down] {
+            f(m);
+        }
     }
 }
