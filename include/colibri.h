@@ -347,8 +347,9 @@ typedef struct {
    */
   uint32_t n_attention_layers;
   /**
-   * Bytes of recurrent state each session holds whatever its length (the state and its copy
-   * at the start of each call), on top of the KV cache's bytes per token; 0 when none.
+   * Bytes of recurrent state each session holds whatever its length (the state, and the state
+   * at the start of the last call kept beside it for undoing that call), on top of the KV
+   * cache's bytes per token; 0 when none.
    */
   uint64_t session_state_bytes;
 } colibri_model_info;

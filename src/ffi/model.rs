@@ -125,8 +125,9 @@ pub struct colibri_model_info {
     pub n_recurrent_layers: u32,
     /// Layers with softmax attention (and a KV cache).
     pub n_attention_layers: u32,
-    /// Bytes of recurrent state each session holds whatever its length (the state and its copy
-    /// at the start of each call), on top of the KV cache's bytes per token; 0 when none.
+    /// Bytes of recurrent state each session holds whatever its length (the state, and the state
+    /// at the start of the last call kept beside it for undoing that call), on top of the KV
+    /// cache's bytes per token; 0 when none.
     pub session_state_bytes: u64,
 }
 
