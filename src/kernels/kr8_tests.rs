@@ -3,20 +3,9 @@
 
 use super::actq::QuantizedActs;
 use super::dispatch::{available_paths, table_for};
+use super::tests::sample;
 use super::{reference, Mat};
 use crate::format::DType;
-
-fn sample(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
 
 const DTYPES: [DType; 2] = [DType::Q4KR8, DType::Q6KR8];
 

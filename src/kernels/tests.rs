@@ -16,7 +16,8 @@ const FLOAT_TOL: f64 = 2e-6;
 /// The same for quantised weights with float activations: per-block partial sums add one rounding.
 const QUANT_TOL: f64 = 4e-6;
 
-fn sample(n: usize, seed: u64) -> Vec<f32> {
+/// n deterministic values in [-1, 1) (xorshift from `seed`).
+pub(super) fn sample(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
