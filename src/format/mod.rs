@@ -104,7 +104,6 @@ pub mod kr8;
 mod le;
 mod metadata;
 pub mod mxfp4;
-mod pace;
 mod parse;
 mod table;
 mod writer;

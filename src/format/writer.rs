@@ -4,7 +4,6 @@
 
 use super::header::{prefix_checksum, Header, FLAG_PREFIX_CHECKSUM, HEADER_SIZE, VERSION};
 use super::metadata::{self, MetaKind};
-use super::pace::Pacer;
 use super::table::{TensorKind, TensorRecord, RECORD_SIZE};
 use super::{align_up, DType, EXPERT_ALIGN};
 use crate::error::{Error, Result};
@@ -48,7 +47,6 @@ pub struct FileWriter {
     payload: u64,
     hasher: Xxh64,
     pos: u64,
-    pacer: Pacer,
 }
 
 fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -171,7 +169,6 @@ impl FileWriter {
             payload: 0,
             hasher: Xxh64::new(0),
             pos: 0,
-            pacer: Pacer::default(),
         };
         w.write_prefix()?;
         Ok(w)
@@ -192,10 +189,6 @@ impl FileWriter {
             self.out.as_mut().ok_or_else(|| Error::InvalidArgument { reason: "writer already finished".into() })?;
         out.write_all(bytes).map_err(io("write output file"))?;
         self.pos += bytes.len() as u64;
-        if self.pacer.due(self.pos) {
-            out.flush().map_err(io("write output file"))?;
-            self.pacer.kick(out.get_ref(), self.pos);
-        }
         Ok(())
     }
 

@@ -37,7 +37,6 @@ fn open_one(path: &Path) -> Result<(File, Header)> {
     if !meta.is_file() {
         return Err(fail(format!("{} is not a regular file", path.display())));
     }
-    advise(&file, 0, 0, Advice::Sequential);
     let reader = BufReader::with_capacity(1 << 20, &file);
     let header = parse::parse(reader, meta.len()).map_err(|e| fail(format!("{}: {}", path.display(), reason(e))))?;
     Ok((file, header))
@@ -143,37 +142,6 @@ impl GgufFile {
         if offset.checked_add(buf.len() as u64).is_none_or(|end| end > t.info.bytes) {
             return Err(fail(format!("internal: read past tensor {}", t.info.name)));
         }
-        let at = t.info.offset + offset;
-        file.read_exact_at(buf, at).map_err(|e| fail(format!("reading {}: {e}", path.display())))?;
-        let rest = t.info.bytes - offset - buf.len() as u64;
-        advise(file, at + buf.len() as u64, rest.min(READ_AHEAD), Advice::WillNeed);
-        Ok(())
+        file.read_exact_at(buf, t.info.offset + offset).map_err(|e| fail(format!("reading {}: {e}", path.display())))
     }
-}
-
-/// Bytes of a tensor asked for ahead of each read: the disk reads the next chunks while the
-/// current one is converted and written (with the writer's writeback pacing, reading and
-/// writing overlap instead of alternating).
-const READ_AHEAD: u64 = 32 << 20;
-
-enum Advice {
-    Sequential,
-    WillNeed,
-}
-
-/// posix_fadvise: a hint, so its result is ignored (nothing on other systems).
-fn advise(file: &File, offset: u64, len: u64, advice: Advice) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let advice = match advice {
-            Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
-            Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
-        };
-        let as_off = |v: u64| libc::off_t::try_from(v).unwrap_or(libc::off_t::MAX);
-        // SAFETY: a hint syscall on an open descriptor; it reads no user memory.
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), as_off(offset), as_off(len), advice) };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (file, offset, len, advice);
 }
