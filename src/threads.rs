@@ -224,6 +224,7 @@ impl Pool {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .start_handler(move |_| {
+                crate::kernels::prepare_thread();
                 let (count, cv) = &*signal;
                 *count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                 cv.notify_all();

@@ -264,6 +264,7 @@ fn quiet_broken_pipe(cli: &Cli) {
 }
 
 fn main() -> ExitCode {
+    colibri::kernels::prepare_thread();
     let cli = parse();
     quiet_broken_pipe(&cli);
     match run(cli) {

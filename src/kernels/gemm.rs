@@ -197,3 +197,11 @@ fn gemm_packed(t: &Table, ops: &MatKernels, w: Mat<'_>, xp: &[f32], n: usize, y:
         });
     });
 }
+
+/// Touch this thread's buffers so that their destructors are registered now (see
+/// `kernels::prepare_thread`).
+pub(super) fn prepare_thread() {
+    SCRATCH.with(|_| ());
+    PANELS.with(|_| ());
+    ACTS.with(|_| ());
+}

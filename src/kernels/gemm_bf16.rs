@@ -120,3 +120,11 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
         });
     });
 }
+
+/// Touch this thread's buffers so that their destructors are registered now (see
+/// `kernels::prepare_thread`).
+pub(super) fn prepare_thread() {
+    ACTS.with(|_| ());
+    ROUNDED.with(|_| ());
+    OUT.with(|_| ());
+}

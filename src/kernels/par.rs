@@ -86,3 +86,9 @@ pub(super) fn gemv_by(
         });
     });
 }
+
+/// Touch this thread's buffers so that their destructors are registered now (see
+/// `kernels::prepare_thread`).
+pub(super) fn prepare_thread() {
+    GEMV_OUT.with(|_| ());
+}
