@@ -158,6 +158,23 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
     });
 }
 
+/// bf16 decode products of 4 MiB matrices with rows of 2–16 KiB (512 … 8192 columns): short
+/// rows are read one at a time, long ones eight in lockstep (`x86::bf16`); 64 distinct
+/// matrices so the weights come from memory.
+#[divan::bench(args = [512, 1024, 2048, 4096, 8192], sample_count = 50)]
+fn gemv_bf16_row_width(b: Bencher, cols: usize) {
+    let rows = (2 << 20) / cols;
+    let ws: Vec<Weights> = (0..64).map(|_| Weights::new("bf16", rows, cols)).collect();
+    let x = values(cols);
+    let mut y = vec![0f32; rows];
+    let mut i = 0;
+    b.counter(BytesCount::new(ws[0].len)).bench_local(|| {
+        i = (i + 1) % ws.len();
+        Kernels::default().matmul(ws[i].mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
 /// Strategy crossover: a 16384 × 2048 matrix (bigger than the 32 MiB L3 at bf16, like a decode
 /// step's weights) times n activation rows; `matmul` picks GEMV below `GEMM_MIN_ROWS`, GEMM from it.
 fn matmul_n(b: Bencher, dtype: &'static str, n: usize) {

@@ -4,8 +4,10 @@
 //! weights need no widening.
 //!
 //! * Matrix-vector: 32 columns per step, weight and activation vectors in their natural order
-//!   (lane i pairs columns 2i, 2i + 1); up to 8 weight rows or 4 × 4 rows × activation rows in
-//!   flight; the row tail by masked loads (zeros add nothing); 16 lanes summed at the end.
+//!   (lane i pairs columns 2i, 2i + 1); one activation row against rows of up to 4 KiB: one
+//!   row at a time (one sequential stream, 4 chains); otherwise up to 8 weight rows or 4 × 4
+//!   rows × activation rows in flight; the row tail by masked loads (zeros add nothing); 16
+//!   lanes summed at the end.
 //! * GEMM micro-tile: for each column pair of the block, one load of a panel (16 activation rows'
 //!   pairs) meets a broadcast of each of 8 weight rows' pair, read straight from the stored rows.
 //!   One chain per output over the pairs in ascending order.
@@ -18,6 +20,13 @@ use std::ops::Range;
 
 /// Prefetch distance of the matrix-vector kernel: the next row group's line at this column.
 const LINE: usize = 32;
+
+/// Rows up to this many columns (4 KiB) are read one at a time by a decode product: eight of
+/// them in lockstep are eight streams too short for the hardware prefetchers. Zen 4, one
+/// thread, `cargo bench --bench kernels -- gemv_bf16_row_width` (median GB/s, one at a time vs
+/// eight in lockstep): 512 columns 21–23 vs 10–11, 1024 23 vs 12.5, 2048 25 vs 16.7; at 8192
+/// lockstep wins (22–23 vs 14–18); 4096 is within the noise either way.
+const SHORT_ROW: usize = 2048;
 
 /// acc + pairwise bf16 products of a and b (lane i: a[2i]·b[2i] + a[2i+1]·b[2i+1]).
 #[inline]
@@ -44,6 +53,12 @@ unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u1
     let mut r = rows.start;
     // SAFETY: the caller's bounds: rows < the matrix's, n activation rows of cols.
     unsafe {
+        if n == 1 && cols <= SHORT_ROW {
+            for (i, r) in rows.enumerate() {
+                out[i] = row_alone(w.add(r * cols), cols, x);
+            }
+            return;
+        }
         while r < rows.end {
             let (base, i) = (w.add(r * cols), r - rows.start);
             if n == 1 && rows.end - r >= 8 {
@@ -73,6 +88,32 @@ unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u1
                 r += 1;
             }
         }
+    }
+}
+
+/// One short row against one activation row, as one sequential stream (4 chains of 32 columns,
+/// the tail by masked loads).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn row_alone(w: *const u16, cols: usize, x: *const u16) -> f32 {
+    // SAFETY: `cols` elements of w and x are readable (the caller's bounds).
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 128 <= cols {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let at = i + 32 * j;
+                *a = dp(*a, _mm512_loadu_si512(w.add(at).cast()), _mm512_loadu_si512(x.add(at).cast()));
+            }
+            i += 128;
+        }
+        while i < cols {
+            let m = if cols - i >= 32 { !0 } else { (1u32 << (cols - i)) - 1 };
+            acc[0] =
+                dp(acc[0], _mm512_maskz_loadu_epi16(m, w.add(i).cast()), _mm512_maskz_loadu_epi16(m, x.add(i).cast()));
+            i += 32;
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])))
     }
 }
 
@@ -124,9 +165,10 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
                 }
             }
         };
+        let prefetch = super::tune::prefetch_row_groups();
         let mut i = 0;
         while i < full {
-            if i % LINE == 0 {
+            if prefetch && i % LINE == 0 {
                 for r in 0..R {
                     _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((r + R) * cols + i).cast());
                 }

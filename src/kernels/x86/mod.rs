@@ -24,6 +24,7 @@ mod mxfp4r8;
 mod qdot;
 mod qgroup;
 mod tile;
+mod tune;
 mod vnni;
 mod widen;
 

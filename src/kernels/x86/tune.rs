@@ -1,0 +1,45 @@
+//! Memory-access tuning of the matrix-vector kernels that depends on the microarchitecture,
+//! not on the instruction set: whether a float kernel prefetches the next row group.
+//!
+//! The float matrix-vector kernels read R rows in lockstep; with short rows every group
+//! restarts R hardware streams, and on Zen 3 a software prefetch of the next group's line at
+//! the current column was added for that. On Zen 4 the same prefetch costs bandwidth (bf16
+//! 14336 × 4096 at one thread: 25–27 GB/s without, 19.5–20.6 with; f32 25.5–26.2 vs
+//! 19.2–19.9; neutral for 4 KiB rows), so it is off there and on elsewhere, where it was
+//! measured. `COLIBRI_PREFETCH=on|off` overrides the choice (read once per process).
+
+use std::sync::OnceLock;
+
+/// Whether the float matrix-vector kernels prefetch the next row group (see the module).
+pub(super) fn prefetch_row_groups() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("COLIBRI_PREFETCH").ok().as_deref().map(str::trim) {
+        Some("on" | "1") => true,
+        Some("off" | "0") => false,
+        _ => !zen4_or_later(),
+    })
+}
+
+/// AMD family 19h model ≥ 10h (Zen 4; family 19h below that is Zen 3) or a later family.
+fn zen4_or_later() -> bool {
+    let (vendor, sig) = (core::arch::x86_64::__cpuid(0), core::arch::x86_64::__cpuid(1).eax);
+    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
+    let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
+    let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
+    amd && (family > 0x19 || (family == 0x19 && model >= 0x10))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_cpu_is_classified() {
+        // The VM these figures come from is family 25 model 17 (Zen 4): the decoder must
+        // see it as such; any CPU gives a definite answer.
+        let sig = core::arch::x86_64::__cpuid(1).eax;
+        let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
+        let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
+        if (family, model) == (25, 17) {
+            assert!(super::zen4_or_later());
+        }
+    }
+}
