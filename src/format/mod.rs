@@ -96,6 +96,7 @@
 //! scales) are done by the full validation.
 
 pub mod blocks;
+mod chunked;
 mod dtype;
 mod finite;
 pub mod ggml;

@@ -2,13 +2,14 @@
 //! data is streamed tensor by tensor (checksummed on the way), the table is rewritten with the
 //! checksums at the end, and the file appears under its final name only after fsync + rename.
 
+use super::chunked::ChunkedOut;
 use super::header::{prefix_checksum, Header, FLAG_PREFIX_CHECKSUM, HEADER_SIZE, VERSION};
 use super::metadata::{self, MetaKind};
 use super::table::{TensorKind, TensorRecord, RECORD_SIZE};
 use super::{align_up, DType, EXPERT_ALIGN};
 use crate::error::{Error, Result};
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh64::Xxh64;
 
@@ -33,7 +34,7 @@ pub struct WriteSummary {
 pub struct FileWriter {
     final_path: PathBuf,
     tmp_path: PathBuf,
-    out: Option<BufWriter<File>>,
+    out: Option<ChunkedOut>,
     header: Header,
     records: Vec<TensorRecord>,
     meta: Vec<u8>,
@@ -158,7 +159,7 @@ impl FileWriter {
         let mut w = FileWriter {
             final_path: path.to_path_buf(),
             tmp_path,
-            out: Some(BufWriter::with_capacity(1 << 20, file)),
+            out: Some(ChunkedOut::new(file)),
             header,
             records,
             meta: meta_bytes,
@@ -319,7 +320,7 @@ impl FileWriter {
         let out = self.out.take().ok_or_else(|| Error::InvalidArgument { reason: "writer already finished".into() })?;
         let tmp = self.tmp_path.clone();
         let publish = || -> Result<()> {
-            let mut file = out.into_inner().map_err(|e| Error::io("flush output file", e.into_error()))?;
+            let mut file = out.into_inner().map_err(io("flush output file"))?;
             file.seek(SeekFrom::Start(0)).map_err(io("seek output file"))?;
             file.write_all(&prefix).map_err(io("write header and tensor table"))?;
             file.sync_all().map_err(io("fsync output file"))?;
