@@ -4,7 +4,7 @@
 //! weights need no widening.
 //!
 //! * Matrix-vector: 32 columns per step, weight and activation vectors in their natural order
-//!   (lane i pairs columns 2i, 2i + 1); one activation row against rows of up to 4 KiB: one
+//!   (lane i pairs columns 2i, 2i + 1); one activation row against rows of up to 8 KiB: one
 //!   row at a time (one sequential stream, 2 chains); otherwise up to 8 weight rows or 4 × 4
 //!   rows × activation rows in flight; the row tail by masked loads (zeros add nothing); 16
 //!   lanes summed at the end.
@@ -21,12 +21,14 @@ use std::ops::Range;
 /// Prefetch distance of the matrix-vector kernel: the next row group's line at this column.
 const LINE: usize = 32;
 
-/// Rows up to this many columns (4 KiB) are read one at a time by a decode product: eight of
+/// Rows up to this many columns (8 KiB) are read one at a time by a decode product: eight of
 /// them in lockstep are eight streams too short for the hardware prefetchers. Zen 4, one
 /// thread, `cargo bench --bench kernels -- gemv_bf16_row_width` (median GB/s, one at a time vs
-/// eight in lockstep): 512 columns 21–23 vs 10–11, 1024 23 vs 12.5, 2048 25 vs 16.7; at 8192
-/// lockstep wins (22–23 vs 14–18); 4096 is within the noise either way.
-const SHORT_ROW: usize = 2048;
+/// eight in lockstep, 4 KiB pages, load 1): 512 columns 21–23 vs 10–11, 1024 23 vs 12.5, 2048
+/// 25 vs 16.7, 4096 within the noise; at 8192 lockstep wins (22–23 vs 14–18). Through 2 MiB
+/// pages (a C probe of both loops, load 7) one at a time wins up to 4096 columns (2880: 14–22
+/// vs 11–13 GB/s; 4096: 13–18.5 vs 10–13) and ties at 8192.
+const SHORT_ROW: usize = 4096;
 
 /// acc + pairwise bf16 products of a and b (lane i: a[2i]·b[2i] + a[2i+1]·b[2i+1]).
 #[inline]
