@@ -21,7 +21,10 @@ pub struct Context {
 #[derive(Clone, Copy, Debug)]
 pub struct Probe {
     pub threads: usize,
+    /// Through 4 KiB pages.
     pub gbs: f64,
+    /// Through 2 MiB pages (transparent huge pages where the kernel gives them).
+    pub gbs_huge: f64,
     /// Size of the buffer read.
     pub bytes: usize,
 }
@@ -30,7 +33,8 @@ pub struct Probe {
 pub struct Row {
     pub test: Test,
     pub samples_ns: Vec<u64>,
-    /// Probe bandwidth at this row's thread count (None with --no-probe).
+    /// Probe bandwidth at this row's thread count, the two page sizes mixed as the weights are
+    /// mapped (None with --no-probe).
     pub bandwidth_gbs: Option<f64>,
 }
 
@@ -57,19 +61,29 @@ fn size(bytes: u64) -> String {
 }
 
 /// The markdown report: CPU path, probe lines, then the table.
-pub fn markdown(cx: &Context, probes: &[Probe], rows: &[Row]) -> String {
+pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &[Row]) -> String {
     let f = &cx.footprint;
     let mut out = format!("cpu path: {}\n", cx.cpu_path);
     for p in probes {
         out += &format!(
-            "memory bandwidth: {:.2} GB/s with {} threads (best of 5 passes over {} MiB)\n",
+            "memory bandwidth: {:.2} GB/s through 4 KiB pages, {:.2} through 2 MiB pages, with {} threads (best of 5 \
+             passes over {} MiB)\n",
             p.gbs,
+            p.gbs_huge,
             p.threads,
             p.bytes >> 20
         );
     }
     if probes.is_empty() {
         out += "memory bandwidth: not measured (--no-probe)\n";
+    } else {
+        out += &match huge_share {
+            Some(h) => format!(
+                "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so\n",
+                h * 100.0
+            ),
+            None => "weights: page sizes unknown; bw eff is against the 4 KiB-page probe\n".to_string(),
+        };
     }
     out += "\n";
     let header = ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "bw eff"];
@@ -189,17 +203,18 @@ mod tests {
         let test = Test { n_prompt: 0, n_gen: 10, n_depth: 0, n_threads: 1 };
         // 10 tokens in 1 ms: 10 000 tokens/s × 1 MiB ≈ 10.5 GB/s.
         let row = |gbs: f64| Row { test, samples_ns: vec![1_000_000], bandwidth_gbs: Some(gbs) };
-        let probe = [Probe { threads: 1, gbs: 5.0, bytes: 64 << 20 }];
-        let md = markdown(&cx, &probe, &[row(5.0)]);
+        let probe = [Probe { threads: 1, gbs: 5.0, gbs_huge: 6.0, bytes: 64 << 20 }];
+        let md = markdown(&cx, &probe, Some(0.25), &[row(5.0)]);
         assert!(
             md.contains("209.7 % *") && md.contains("\n* above 100 %: the active weights per token (1.00 MiB)"),
             "{md}"
         );
-        assert!(md.contains("over 64 MiB)"), "{md}");
+        assert!(md.contains("over 64 MiB)") && md.contains("6.00 through 2 MiB pages"), "{md}");
+        assert!(md.contains("weights: 25 % of the resident bytes mapped with 2 MiB pages"), "{md}");
         let js = json(&cx, &[row(5.0), row(50.0)]);
         assert!(js[0]["bw_efficiency_note"].as_str().is_some_and(|n| n.contains("CPU caches")));
         assert!(js[1]["bw_efficiency_note"].is_null());
-        let md = markdown(&cx, &probe, &[row(50.0)]);
+        let md = markdown(&cx, &probe, None, &[row(50.0)]);
         assert!(md.contains("21.0 %") && !md.contains('*'), "{md}");
     }
 }
