@@ -396,6 +396,24 @@ fn matches_oracle(m: &Model, name: &str) {
     assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
 }
 
+/// Fixture `name`'s llama.cpp f32 GGUF gives the checkpoint's config, its tensors bit for bit and
+/// bit-identical logits, which match transformers as the HF path must.
+fn is_the_checkpoint_bit_for_bit(name: &str, tmp: &Path) {
+    let (hf, gg, input) = both(name, "f32", tmp);
+    let (want, got) = configs(&hf, &gg);
+    assert_eq!(got, want, "{name}: config");
+    for r in &hf.parsed().tensors {
+        let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
+        assert_eq!((g.dtype, &g.shape), (r.dtype, &r.shape), "{name}: {}", r.name);
+        let same = hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes;
+        assert!(same, "{name}: {} bytes differ", r.name);
+    }
+    assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
+    let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+    matches_oracle(&gg, name);
+}
+
 /// DeepSeek-V2 (softmax, no q LoRA, two shared experts, a leading dense layer) and V3
 /// (sigmoid + choice bias, top-2-sum groups, q LoRA, normalised ×2.5, its MTP block dropped),
 /// GPT-OSS (MXFP4 experts copied as they are, sinks, biases, alternating windows, YaRN):
@@ -405,19 +423,41 @@ fn matches_oracle(m: &Model, name: &str) {
 fn mla_and_gpt_oss_ggufs_are_the_checkpoint_bit_for_bit() {
     let tmp = tempfile::tempdir().unwrap();
     for name in ["deepseek_v2_greedy", "deepseek_v2_groups_yarn", "deepseek_v3_mtp", "gpt_oss_mxfp4"] {
-        let (hf, gg, input) = both(name, "f32", tmp.path());
-        let (want, got) = configs(&hf, &gg);
-        assert_eq!(got, want, "{name}: config");
-        for r in &hf.parsed().tensors {
-            let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
-            assert_eq!((g.dtype, &g.shape), (r.dtype, &r.shape), "{name}: {}", r.name);
-            let same = hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes;
-            assert!(same, "{name}: {} bytes differ", r.name);
-        }
-        assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
-        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
-        assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
-        matches_oracle(&gg, name);
+        is_the_checkpoint_bit_for_bit(name, tmp.path());
+    }
+}
+
+/// dots1 (sigmoid + choice bias with no gating-function key, per-head q/k norms, two shared
+/// experts, q/k/v/o biases), ernie4_5-moe (interleaved RoPE without llama.cpp's q/k permutation,
+/// softmax + a choice bias on the probabilities, a leading dense layer, the shared expert's width
+/// from its tensors: the converter writes intermediate_size / head_count_kv = 24 for 16 here) and
+/// hunyuan-moe (q/k norms after RoPE, the shared MLP, q/k/v/o biases, tied embeddings; converted
+/// from the per-expert layout its llama.cpp converter reads): llama.cpp's f32 GGUFs are the
+/// checkpoint bit for bit, and match transformers as the HF path does.
+#[test]
+fn dots1_ernie_and_hunyuan_ggufs_are_the_checkpoint_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dots1_plain_bias", "ernie4_5_moe_hub", "hunyuan_moe_tied_bias"] {
+        is_the_checkpoint_bit_for_bit(name, tmp.path());
+    }
+}
+
+/// dots1 with expert groups (top-2 sums, one of two groups), a leading dense layer and a sliding
+/// layer (`max_window_layers`): the GGUF is the checkpoint — groups, dense layer, every tensor bit
+/// for bit — up to what llama.cpp's dots1 does not have, the sliding window: its config equals
+/// the checkpoint's with the window removed.
+#[test]
+fn dots1_gguf_is_the_checkpoint_up_to_its_sliding_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (hf, gg, _) = both("dots1_groups_swa", "f32", tmp.path());
+    let (mut want, got) = configs(&hf, &gg);
+    let windows = |c: &colibri::model::Config| c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>();
+    assert_eq!((windows(&want), windows(&got)), (vec![None, None, Some(6)], vec![None; 3]));
+    assert!(want.moe.groups.is_some_and(|g| (g.n_group, g.topk_group) == (2, 1)) && !want.layers[0].moe);
+    want.layers[2].sliding_window = None;
+    assert_eq!(got, want);
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
     }
 }
 
@@ -531,7 +571,8 @@ fn unknown_deepseek2_gating_functions_are_refused() {
 #[test]
 fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["deepseek_v2_greedy", "gpt_oss_mxfp4"] {
+    for name in ["deepseek_v2_greedy", "gpt_oss_mxfp4", "dots1_plain_bias", "ernie4_5_moe_hub", "hunyuan_moe_tied_bias"]
+    {
         let dir = models_root().join(name);
         let (a, b) = (tmp.path().join(format!("{name}.hf.colibri")), tmp.path().join(format!("{name}.gg.colibri")));
         convert_as(&dir, &a, Some(DType::BF16));
