@@ -320,4 +320,46 @@ mod tests {
         assert_eq!(routes.experts, [0, 3]);
         assert!(routes.weights[0] > routes.weights[1]);
     }
+
+    /// Llama-4's router: any per-call k chooses the k largest logits, each weighted by the sigmoid
+    /// of its own logit (not renormalised) and listed by weight; Gumbel chooses by logit + noise
+    /// (the RNG's draws in expert order) and keeps those weights.
+    #[test]
+    fn sigmoid_of_top_k_weighs_the_chosen_logits_by_their_own_sigmoid() {
+        let logits = [0.3f32, 2.0, -1.0, 1.2, 0.9, -0.4];
+        let rule = Rule { renormalise: false, scoring: Scoring::SigmoidOfTopK, bias: None, groups: None, scale: 1.0 };
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        let own_sigmoid =
+            |r: &Routes| r.experts.iter().zip(&r.weights).all(|(&e, &w)| w == sigmoid(logits[e as usize]));
+        for k in 1..=logits.len() {
+            let mut rng = Rng::new(0);
+            let mut r = Routes::default();
+            select(&logits, logits.len(), &rule, &mut Choice { k, mode: RoutingMode::TopK, rng: &mut rng }, &mut r);
+            assert_eq!(r.experts, order[..k], "k {k}");
+            assert!(own_sigmoid(&r), "k {k}: {:?}", r.weights);
+        }
+        let mut differs = 0;
+        for seed in 1..20 {
+            let mut rng = Rng::new(seed);
+            let mut r = Routes::default();
+            select(
+                &logits,
+                logits.len(),
+                &rule,
+                &mut Choice { k: 2, mode: RoutingMode::Gumbel, rng: &mut rng },
+                &mut r,
+            );
+            let mut rng = Rng::new(seed);
+            let keys: Vec<f64> = logits.iter().map(|&l| f64::from(l) - (-rng.next_open01().ln()).ln()).collect();
+            let mut by_key: Vec<u32> = (0..logits.len() as u32).collect();
+            by_key.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
+            let mut chosen = r.experts.clone();
+            chosen.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
+            assert_eq!(chosen, by_key[..2], "seed {seed}");
+            assert!(own_sigmoid(&r) && r.weights[0] >= r.weights[1], "seed {seed}: {:?}", r.weights);
+            differs += usize::from(r.experts != order[..2]);
+        }
+        assert!(differs > 0, "the noise never changed the choice");
+    }
 }
