@@ -44,6 +44,7 @@ FIXTURES = [
     ("dots1_groups_swa", ["f32"]),
     ("ernie4_5_moe_hub", ["f32", "bf16"]),
     ("hunyuan_moe_tied_bias", ["f32", "bf16"]),
+    ("llama4_chunked_nope", ["f32"]),
 ]
 
 # What the fixture checkpoints' config.json lack against the hub's, which llama.cpp's converter

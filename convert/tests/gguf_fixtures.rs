@@ -605,3 +605,42 @@ fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
         assert!(rel <= 2e-2 && same, "{name} bf16: {rel:e}");
     }
 }
+
+/// Llama-4: llama.cpp's `llama4` fixes what its GGUF does not carry — chunks of 8192 on the RoPE
+/// layers of each group of 4, NoPE every 4th layer, the NoPE temperature (8192, 0.1), the
+/// weightless q/k norm below 128 experts — whatever the checkpoint said (chunks of 8, temperature
+/// 4 / 0.5 in llama4_chunked_nope). Its f32 GGUF is exactly that checkpoint with llama.cpp's
+/// numbers: config, tensors (the de-transposed experts) and logits bit for bit against the
+/// conversion of a copy whose config.json says them.
+#[test]
+fn llama4_gguf_is_the_checkpoint_with_llama_cpp_s_chunks_and_temperature() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "llama4_chunked_nope";
+    let dir = models_root().join(name);
+    let gguf_out = tmp.path().join("llama4.gguf.colibri");
+    convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
+    let gg = Model::open(&gguf_out, &LoadOptions::default()).unwrap();
+    let copy = tmp.path().join(name);
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().is_file()) {
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    (cfg["attention_chunk_size"], cfg["floor_scale"], cfg["attn_scale"]) = (8192.into(), 8192.into(), 0.1.into());
+    std::fs::write(copy.join("config.json"), cfg.to_string()).unwrap();
+    let hf_out = tmp.path().join("llama4.hf.colibri");
+    convert_as(&copy, &hf_out, None);
+    let hf = Model::open(&hf_out, &LoadOptions::default()).unwrap();
+    let (want, got) = configs(&hf, &gg);
+    assert_eq!(got, want, "{name}: config");
+    assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len());
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+    let input = ids(&meta(&dir)["input_ids"]);
+    let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+    let (rel, same, _) = against_oracle(&gg, &dir);
+    eprintln!("{name} GGUF vs transformers (chunks of 8 and temperature 4 / 0.5 there): {rel:.3e} × max|logit|, argmax equal: {same}");
+}
