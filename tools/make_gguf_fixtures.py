@@ -45,6 +45,7 @@ FIXTURES = [
     ("ernie4_5_moe_hub", ["f32", "bf16"]),
     ("hunyuan_moe_tied_bias", ["f32", "bf16"]),
     ("llama4_chunked_nope", ["f32"]),
+    ("llama4_moe_llama3_tied", ["f32"]),
 ]
 
 # What the fixture checkpoints' config.json lack against the hub's, which llama.cpp's converter

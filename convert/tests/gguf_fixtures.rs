@@ -606,6 +606,39 @@ fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
     }
 }
 
+/// Fixture `name`'s f32 GGUF and the conversion of a copy of its checkpoint whose config.json
+/// `edit` changed.
+fn gguf_and_edited_checkpoint(name: &str, edit: &dyn Fn(&mut serde_json::Value), tmp: &Path) -> (Model, Model) {
+    let dir = models_root().join(name);
+    let gguf_out = tmp.join(format!("{name}.gguf.colibri"));
+    convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
+    let copy = tmp.join(name);
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().is_file()) {
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(copy.join("config.json"), cfg.to_string()).unwrap();
+    let hf_out = tmp.join(format!("{name}.hf.colibri"));
+    convert_as(&copy, &hf_out, None);
+    let open = |p: &Path| Model::open(p, &LoadOptions::default()).unwrap();
+    (open(&hf_out), open(&gguf_out))
+}
+
+/// The two models hold the same tensors bit for bit and give bit-identical logits over `name`'s
+/// input.
+fn same_tensors_and_logits(hf: &Model, gg: &Model, name: &str) {
+    assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len());
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+    let input = ids(&meta(&models_root().join(name))["input_ids"]);
+    let (lw, lg) = (logits(hf, &input), logits(gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+}
+
 /// Llama-4: llama.cpp's `llama4` fixes what its GGUF does not carry — chunks of 8192 on the RoPE
 /// layers of each group of 4, NoPE every 4th layer, the NoPE temperature (8192, 0.1), the
 /// weightless q/k norm below 128 experts — whatever the checkpoint said (chunks of 8, temperature
@@ -616,31 +649,40 @@ fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
 fn llama4_gguf_is_the_checkpoint_with_llama_cpp_s_chunks_and_temperature() {
     let tmp = tempfile::tempdir().unwrap();
     let name = "llama4_chunked_nope";
-    let dir = models_root().join(name);
-    let gguf_out = tmp.path().join("llama4.gguf.colibri");
-    convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
-    let gg = Model::open(&gguf_out, &LoadOptions::default()).unwrap();
-    let copy = tmp.path().join(name);
-    std::fs::create_dir(&copy).unwrap();
-    for f in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().is_file()) {
-        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
-    }
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-    (cfg["attention_chunk_size"], cfg["floor_scale"], cfg["attn_scale"]) = (8192.into(), 8192.into(), 0.1.into());
-    std::fs::write(copy.join("config.json"), cfg.to_string()).unwrap();
-    let hf_out = tmp.path().join("llama4.hf.colibri");
-    convert_as(&copy, &hf_out, None);
-    let hf = Model::open(&hf_out, &LoadOptions::default()).unwrap();
+    let edit = |c: &mut serde_json::Value| {
+        (c["attention_chunk_size"], c["floor_scale"], c["attn_scale"]) = (8192.into(), 8192.into(), 0.1.into());
+    };
+    let (hf, gg) = gguf_and_edited_checkpoint(name, &edit, tmp.path());
     let (want, got) = configs(&hf, &gg);
     assert_eq!(got, want, "{name}: config");
-    assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len());
-    for r in &hf.parsed().tensors {
-        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
-    }
-    let input = ids(&meta(&dir)["input_ids"]);
-    let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
-    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
-    let (rel, same, _) = against_oracle(&gg, &dir);
+    same_tensors_and_logits(&hf, &gg, name);
+    let (rel, same, _) = against_oracle(&gg, &models_root().join(name));
     eprintln!("{name} GGUF vs transformers (chunks of 8 and temperature 4 / 0.5 there): {rel:.3e} × max|logit|, argmax equal: {same}");
+}
+
+/// Llama-4 with llama3 RoPE scaling (Scout's equal frequency factors): llama.cpp writes its
+/// per-dimension divisors as `rope_freqs` ([1, 16, 16, 16] here), read as one LongRoPE factor set;
+/// with llama.cpp's layer rules (every layer RoPE and chunked within 3 layers, q/k norm on below 128
+/// experts, the temperature constants) the GGUF is the checkpoint bit for bit — config but for
+/// the RoPE scaling's form, tensors, logits.
+#[test]
+fn llama4_gguf_reads_llama_cpp_s_rope_freqs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "llama4_moe_llama3_tied";
+    let edit = |c: &mut serde_json::Value| {
+        (c["no_rope_layers"], c["use_qk_norm"], c["attn_temperature_tuning"]) =
+            (vec![1; 3].into(), true.into(), true.into());
+        (c["attention_chunk_size"], c["floor_scale"], c["attn_scale"]) = (8192.into(), 8192.into(), 0.1.into());
+        c["layer_types"] = vec!["chunked_attention"; 3].into();
+    };
+    let (hf, gg) = gguf_and_edited_checkpoint(name, &edit, tmp.path());
+    let (mut want, got) = configs(&hf, &gg);
+    let colibri::model::RopeScaling::LongRope { short_factor, long_factor, .. } = &got.rope.scaling else {
+        panic!("{:?}", got.rope.scaling)
+    };
+    assert_eq!((short_factor, long_factor), (&vec![1.0, 16.0, 16.0, 16.0], &vec![1.0, 16.0, 16.0, 16.0]));
+    assert!(matches!(want.rope.scaling, colibri::model::RopeScaling::Llama3 { .. }));
+    want.rope.scaling = got.rope.scaling.clone();
+    assert_eq!(got, want, "{name}: config");
+    same_tensors_and_logits(&hf, &gg, name);
 }
