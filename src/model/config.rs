@@ -49,10 +49,8 @@ pub enum Family {
     /// HunYuanMoEV1ForCausalLM (Hunyuan-MoE as transformers ports it: per-head q/k norm after
     /// RoPE, softmax top-k renormalised, an ungated shared MLP in every layer, NTK-alpha RoPE)
     HunyuanV1Moe,
-    /// Llama4ForCausalLM, the text model of Llama4ForConditionalGeneration (Llama-4 Scout /
-    /// Maverick: NoPE layers with attention temperature, chunked attention on the RoPE layers,
-    /// a weightless q/k norm, sigmoid-of-top-k routing onto the experts' inputs, a shared expert,
-    /// interleaved dense layers)
+    /// Llama4ForCausalLM / Llama4ForConditionalGeneration's text model (Scout, Maverick: NoPE layers,
+    /// chunked attention, weightless q/k norm, sigmoid-of-top-k routing onto the experts' inputs)
     Llama4,
 }
 
@@ -300,8 +298,7 @@ pub struct MoeConfig {
     /// The routed experts' gated activation.
     #[serde(default)]
     pub expert_act: ExpertAct,
-    /// Each chosen expert runs on its input × the routing weight, and its output is added as it
-    /// is (Llama-4), instead of weighting the output.
+    /// Each chosen expert runs on its input × the routing weight, its output added as it is (Llama-4).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub weights_on_input: bool,
 }
@@ -547,11 +544,18 @@ impl Config {
         }
     }
 
-    /// LongRoPE's original context, past which a forward call uses the long factors.
+    /// LongRoPE's original context, past which a forward call uses the long factors (None when
+    /// both sets are one, as Llama-4 GGUFs' `rope_freqs`: nothing is chosen per call).
     pub fn longrope_original(&self) -> Option<usize> {
-        match self.rope.scaling {
-            RopeScaling::LongRope { original_max_position_embeddings, .. } => {
-                Some(usize::try_from(original_max_position_embeddings).unwrap_or(usize::MAX))
+        match &self.rope.scaling {
+            RopeScaling::LongRope {
+                original_max_position_embeddings,
+                short_factor,
+                long_factor,
+                short_mscale,
+                long_mscale,
+            } if short_factor != long_factor || short_mscale != long_mscale => {
+                Some(usize::try_from(*original_max_position_embeddings).unwrap_or(usize::MAX))
             }
             _ => None,
         }
