@@ -595,6 +595,11 @@ typedef struct {
 #define COLIBRI_FAMILY_HUNYUAN_V1_MOE 13
 
 /**
+ * Llama-4 Scout / Maverick text model (Llama4ForCausalLM, Llama4ForConditionalGeneration).
+ */
+#define COLIBRI_FAMILY_LLAMA4 14
+
+/**
  * The weights as given (f32). What `colibri_moe_init` does.
  */
 #define COLIBRI_MOE_F32 0

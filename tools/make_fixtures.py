@@ -90,6 +90,8 @@ from transformers import (  # noqa: E402
     GraniteMoeForCausalLM,
     HunYuanMoEV1Config,
     HunYuanMoEV1ForCausalLM,
+    Llama4ForCausalLM,
+    Llama4TextConfig,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
@@ -111,6 +113,7 @@ except Exception:  # pragma: no cover
     pass
 
 import gpt_oss_fixtures  # noqa: E402  (tools/, next to this script)
+import llama4_fixtures  # noqa: E402
 from transformers.models.phimoe import modeling_phimoe  # noqa: E402
 
 STOCK_PHIMOE_ROPE = modeling_phimoe.PhimoeRotaryEmbedding.forward
@@ -435,6 +438,7 @@ FAMILIES = {
     "dots1": (Dots1Config, Dots1ForCausalLM),
     "ernie4_5_moe": (Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM),
     "hunyuan_v1_moe": (HunYuanMoEV1Config, HunYuanMoEV1ForCausalLM),
+    "llama4": (Llama4TextConfig, Llama4ForCausalLM),
 }
 
 # Sigmoid routers (scores + e_score_correction_bias) need the smaller absolute router margin.
@@ -1021,6 +1025,9 @@ FIXTURES += [
     ),
 ]
 
+# Llama-4 (tools/llama4_fixtures.py)
+FIXTURES += llama4_fixtures.FIXTURES
+
 # design constants
 DELTA = 0.9  # router logit spacing (absolute, before the rms(h)/rms(e) rescale)
 F_ROUTER = 0.25  # fraction of embedding energy inside the router subspace
@@ -1043,8 +1050,8 @@ def router_min_rel(spec):
 
 
 def moe_block(layer):
-    """The layer's MoE (or dense MLP) module: `block_sparse_moe` (Granite) or `mlp`."""
-    return getattr(layer, "block_sparse_moe", None) or layer.mlp
+    """The layer's MoE (or dense MLP) module: `block_sparse_moe` (Granite), `feed_forward` (Llama-4) or `mlp`."""
+    return getattr(layer, "block_sparse_moe", None) or getattr(layer, "feed_forward", None) or layer.mlp
 
 
 def router_of(block):
@@ -1188,6 +1195,9 @@ def design_weights(model, spec, seed):
         if i in moe and spec["family"] == "gpt_oss":
             gpt_oss_fixtures.design_experts(mlp.experts, nrm, put, Q, BRANCH * emb_rms * 1.5)
             put(mlp.router.bias, rng.uniform(-0.05, 0.05, mlp.router.bias.shape[0]))
+        elif i in moe and spec["family"] == "llama4":  # transposed stacks; the shared expert ungated
+            llama4_fixtures.design_experts(mlp.experts, nrm, put, Q, H, BRANCH * emb_rms * 2.5)
+            mlp_weights(mlp.shared_expert, scale=0.8)
         elif i in moe:
             ex = mlp.experts
             Ee, twoF, _ = ex.gate_up_proj.shape
@@ -1296,7 +1306,7 @@ class RouterRecorder:
 
     def _hook(self, i):
         def fn(mod, inp, out):
-            logits, scores, idx = out
+            logits, scores, idx = llama4_fixtures.router_record(mod, out) if len(out) == 2 else out
             scores, idx = scores.detach().float().clone(), idx.detach().clone()
             order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # by weight (GLM: unsorted topk)
             scores, idx = scores.gather(-1, order), idx.gather(-1, order)
@@ -1618,6 +1628,8 @@ def independent_forward(d: Path, ids):
     fam = c["model_type"]
     if fam == "gpt_oss":
         return gpt_oss_fixtures.np_forward(d, ids, _np_rms, _np_rope, _np_rot)
+    if fam == "llama4_text":
+        return llama4_fixtures.np_forward(d, ids)
     nxt = fam == "qwen3_next"
     off = 1.0 if nxt else 0.0  # Qwen3-Next's zero-centred norms: gain 1 + w
     H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
@@ -1977,6 +1989,8 @@ def load_fixture(out: Path, family: str):
         m.set_experts_implementation("eager")
         return m
     cls = FAMILIES[family][1]
+    if family == "llama4":
+        return llama4_fixtures.load(cls, out)
     m = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
     m.eval()
     return m
@@ -2030,7 +2044,8 @@ def build_fixture(spec, tok_texts, log):
         prompt = [int(x) for x in rng.choice(normals, size=5, replace=True)]
         # quick margin check on the in-memory model before writing anything
         model.set_attn_implementation("eager")
-        model.set_experts_implementation("eager")
+        if fam != "llama4":  # Llama-4's experts have one implementation
+            model.set_experts_implementation("eager")
         if spec["dtype"] == "bfloat16":
             model = rounded_copy(model, torch.bfloat16)
         ref = run_variant(model, input_ids, prompt)

@@ -40,6 +40,12 @@ FIXTURES = [
     ("gpt_oss_mxfp4", ["f32", "bf16"]),
     ("phimoe_hub", ["f32"]),
     ("qwen3_next_hybrid", ["f32", "q8_0", "q8_0-gate_up"]),
+    ("dots1_plain_bias", ["f32", "bf16"]),
+    ("dots1_groups_swa", ["f32"]),
+    ("ernie4_5_moe_hub", ["f32", "bf16"]),
+    ("hunyuan_moe_tied_bias", ["f32", "bf16"]),
+    ("llama4_chunked_nope", ["f32"]),
+    ("llama4_moe_llama3_tied", ["f32"]),
 ]
 
 # What the fixture checkpoints' config.json lack against the hub's, which llama.cpp's converter
@@ -48,7 +54,17 @@ FIXTURES = [
 HUB_CONFIG = {
     "deepseek_v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"},
     "phimoe": {"architectures": ["PhiMoEForCausalLM"]},
+    # Hunyuan-A13B's config.json gives these per layer (the transformers port reads ints).
+    "hunyuan_v1_moe": lambda c: {
+        "moe_intermediate_size": [c["intermediate_size"]] * c["num_hidden_layers"],
+        "moe_topk": [c["moe_topk"]] * c["num_hidden_layers"],
+        "num_shared_expert": [1] * c["num_hidden_layers"],
+    },
 }
+
+# Families whose llama.cpp converter reads only the hub's one-tensor-per-expert layout: their
+# fused fixtures are converted from a copy with the stacks split per expert (the same values).
+PER_EXPERT = {"hunyuan_v1_moe"}
 
 PRE = {"GPTNeoXTokenizer": "olmo"}
 
@@ -79,6 +95,11 @@ def main():
     # Phi-3's vocab writer wants a SentencePiece tokenizer.model; ours is a tokenizer.json.
     from conversion import phi
     phi.PhiMoeModel.set_vocab = lambda self: self._set_vocab_gpt2()
+    # ERNIE's wants a SentencePiece tokenizer.model, Hunyuan's a tiktoken tokenizer: ours are
+    # byte-level BPE tokenizer.json files.
+    from conversion import ernie, hunyuan
+    ernie.Ernie4_5Model.set_vocab = lambda self: self._set_vocab_gpt2()
+    hunyuan.HunYuanMoEModel.set_vocab = lambda self: self._set_vocab_gpt2()
     arch = gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN2MOE]
     for t in (gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP, gguf.MODEL_TENSOR.FFN_DOWN):
         if t not in arch:
@@ -112,7 +133,8 @@ def main():
 
 
 def checkpoint(name, tmp):
-    """The fixture checkpoint's directory, or a copy whose config.json has HUB_CONFIG's keys."""
+    """The fixture checkpoint's directory, or a copy whose config.json has HUB_CONFIG's keys
+    (and whose expert stacks are split per expert, for PER_EXPERT families)."""
     import json
     src = ROOT / "tests/fixtures/models" / name
     cfg = json.loads((src / "config.json").read_text())
@@ -121,9 +143,31 @@ def checkpoint(name, tmp):
         return src
     dst = tmp / name
     shutil.copytree(src, dst, dirs_exist_ok=True)
-    cfg.update(extra)
+    cfg.update(extra(cfg) if callable(extra) else extra)
     (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    if cfg["model_type"] in PER_EXPERT:
+        per_expert(dst / "model.safetensors")
     return dst
+
+
+def per_expert(path):
+    """Rewrite `path` with its fused expert stacks (mlp.experts.gate_up_proj [E, 2F, H] = cat(gate,
+    up), down_proj [E, H, F]) as one tensor per expert and projection, as hub checkpoints hold them."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    out = {}
+    for k, v in load_file(str(path)).items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base, f = k[: -len("gate_up_proj")], v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"{base}{e}.gate_proj.weight"] = np.ascontiguousarray(v[e, :f])
+                out[f"{base}{e}.up_proj.weight"] = np.ascontiguousarray(v[e, f:])
+        elif k.endswith("mlp.experts.down_proj"):
+            for e in range(v.shape[0]):
+                out[f"{k[: -len('down_proj')]}{e}.down_proj.weight"] = np.ascontiguousarray(v[e])
+        else:
+            out[k] = v
+    save_file(out, str(path), metadata={"format": "pt"})
 
 
 def merge_qkv(src, dst):

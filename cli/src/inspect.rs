@@ -392,7 +392,7 @@ fn plain(v: &impl std::fmt::Debug) -> String {
 /// The `attention` line of the text report.
 fn attention_line(c: &Config) -> String {
     format!(
-        "attention    bias {}{}{}, qk_norm {}{}, norm {}, lm_head bias {}, sliding windows {}",
+        "attention    bias {}{}{}, qk_norm {}{}, norm {}, lm_head bias {}, sliding windows {}{}",
         c.attention_bias,
         if c.attention_out_bias { " (o too)" } else { "" },
         if c.attention_sinks { ", sinks" } else { "" },
@@ -400,8 +400,25 @@ fn attention_line(c: &Config) -> String {
         if c.qk_norm_after_rope { " after rope" } else { "" },
         plain(&c.norm),
         c.lm_head_bias,
-        windows(c.layers.iter().map(|l| l.sliding_window))
+        windows(c.layers.iter().map(|l| l.sliding_window)),
+        chunks_and_nope(c)
     )
+}
+
+/// Llama-4's attention chunks per layer, NoPE layers and their query temperature ("" without).
+fn chunks_and_nope(c: &Config) -> String {
+    let mut s = String::new();
+    if c.layers.iter().any(|l| l.attention_chunk.is_some()) {
+        s += &format!(", attention chunks {}", windows(c.layers.iter().map(|l| l.attention_chunk)));
+    }
+    let nope: Vec<String> = (0..c.n_layers).filter(|&i| c.layers[i].no_rope).map(|i| i.to_string()).collect();
+    if !nope.is_empty() {
+        s += &format!(", NoPE layers {}", nope.join(","));
+    }
+    if let Some(t) = c.attn_temperature {
+        s += &format!(" (query temperature: floor {}, scale {})", t.floor_scale, t.attn_scale);
+    }
+    s
 }
 
 /// Per-layer sliding windows: "none", or each layer's window ("full" where it has none).

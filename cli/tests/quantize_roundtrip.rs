@@ -398,7 +398,13 @@ fn the_engine_runs_on_quantised_files_and_q8_logits_track_f32() {
         let own_blocks = reference.parsed().tensors.iter().any(|t| t.dtype.is_quantized());
         let mode = if own_blocks { QuantActivations::Float } else { QuantActivations::default() };
         let want = logits_in(&reference, &ids, mode);
-        for (scheme, tolerance) in [("q8", Q8_TOLERANCE), ("w4a16", W4_TOLERANCE)] {
+        // The Llama-4 fixtures scale their NoPE layers' queries by up to 1.7 within these 24
+        // positions (floor_scale 3 and 4, to exercise the temperature; the released models' 8192
+        // leaves it at 1 there): their sharper softmaxes carry the q8 rounding further (0.06 of
+        // the logits' std with the temperature off, 0.08 on).
+        let steep = reference.config().attn_temperature.is_some_and(|t| t.floor_scale < 100.0);
+        let q8 = if steep { Q8_TOLERANCE_STEEP_TEMPERATURE } else { Q8_TOLERANCE };
+        for (scheme, tolerance) in [("q8", q8), ("w4a16", W4_TOLERANCE)] {
             let out = tmp.path().join(format!("{scheme}.colibri"));
             convert(&dir, &out, &["--quantize", scheme, "--dtype", "f32"]);
             let got = logits_in(&open(&out, true), &ids, mode);
@@ -459,4 +465,5 @@ fn interleaved_and_row_major_files_hold_the_same_values_and_give_the_same_logits
 /// q8 0.016–0.042 (qwen2_moe_shared the largest), w4a16 0.27–0.77 (qwen3_moe_fused the largest);
 /// qwen2_moe_odd_bf16 has no quantisable matrix (0). The bounds leave about 2× margin.
 const Q8_TOLERANCE: f64 = 0.08;
+const Q8_TOLERANCE_STEEP_TEMPERATURE: f64 = 0.1;
 const W4_TOLERANCE: f64 = 1.5;

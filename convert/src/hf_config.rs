@@ -4,7 +4,7 @@
 
 use crate::error::{fail, Result};
 use crate::json_keys::{get, opt_bool, opt_f64, opt_usize, usize_key};
-use crate::{deepseek, dots1, ernie, hunyuan};
+use crate::{deepseek, dots1, ernie, hunyuan, llama4};
 use colibri::model::{
     Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, MoeConfig, NormKind,
     QkNorm, Rope, RopeScaling, Scales, Scoring,
@@ -40,13 +40,16 @@ pub fn family(hf: &Value) -> Result<Family> {
         (Some("Dots1ForCausalLM"), _) | (None, Some("dots1")) => Family::Dots1,
         (Some("Ernie4_5_MoeForCausalLM"), _) | (None, Some("ernie4_5_moe")) => Family::Ernie45Moe,
         (Some("HunYuanMoEV1ForCausalLM"), _) | (None, Some("hunyuan_v1_moe")) => Family::HunyuanV1Moe,
+        (Some("Llama4ForCausalLM" | "Llama4ForConditionalGeneration"), _) | (None, Some("llama4_text" | "llama4")) => {
+            Family::Llama4
+        }
         (a, m) => {
             return Err(fail(format!(
                 "unsupported model family (architectures {:?}, model_type {:?}); supported: \
                  MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, \
                  GraniteMoeForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, \
                  PhimoeForCausalLM, Qwen3NextForCausalLM, Dots1ForCausalLM, Ernie4_5_MoeForCausalLM, \
-                 HunYuanMoEV1ForCausalLM",
+                 HunYuanMoEV1ForCausalLM, Llama4ForCausalLM, Llama4ForConditionalGeneration",
                 a.unwrap_or("?"),
                 m.unwrap_or("?")
             )))
@@ -75,7 +78,7 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
     let default_theta = match fam {
         Family::Mixtral | Family::Phimoe => 1e6,
         Family::GptOss => 150000.0,
-        Family::Ernie45Moe => 500000.0,
+        Family::Ernie45Moe | Family::Llama4 => 500000.0,
         _ => 10000.0,
     };
     let theta = pf("rope_theta")?.or(opt_f64(hf, "rope_theta")?).unwrap_or(default_theta);
@@ -133,9 +136,14 @@ fn rope(hf: &Value, fam: Family, head_dim: usize, max_pos: usize) -> Result<Rope
         "longrope" => longrope(hf, params, max_pos)?,
         other => return Err(fail(format!("unsupported rope type '{other}'"))),
     };
-    // ERNIE-4.5 rotates interleaved pairs (cos/sin repeat_interleave'd, GLM's rotate_half).
-    let interleaved = fam == Family::Ernie45Moe || (deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?);
-    Ok(Rope { theta, partial_rotary_factor: partial, scaling, interleaved })
+    Ok(Rope { theta, partial_rotary_factor: partial, scaling, interleaved: interleaved(hf, fam)? })
+}
+
+/// Whether RoPE rotates interleaved pairs: ERNIE-4.5 (cos/sin repeat_interleave'd, GLM's
+/// rotate_half), Llama-4 (complex pairs), DeepSeek (`deepseek::rope_interleaved`).
+fn interleaved(hf: &Value, fam: Family) -> Result<bool> {
+    let deepseek = deepseek::is_deepseek(fam) && deepseek::rope_interleaved(hf, fam)?;
+    Ok(deepseek || matches!(fam, Family::Ernie45Moe | Family::Llama4))
 }
 
 /// LongRoPE's parameters (`_compute_longrope_parameters` + PhimoeRotaryEmbedding): the factor
@@ -179,7 +187,9 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
                     window.map(Some).ok_or_else(|| fail("a sliding_attention layer but no sliding_window"))
                 }
                 // Qwen3-Next's DeltaNet layers have no window (their kind: `layer_kinds`).
+                // Llama-4's chunks are not windows (`llama4::finish` sets them).
                 Some("full_attention") => Ok(None),
+                Some("chunked_attention") if fam == Family::Llama4 => Ok(None),
                 Some("linear_attention") if fam == Family::Qwen3Next => Ok(None),
                 other => Err(fail(format!("unsupported layer type {other:?}"))),
             })
@@ -193,7 +203,8 @@ fn sliding(hf: &Value, fam: Family, n_layers: usize) -> Result<Vec<Option<usize>
         | Family::DeepseekV3
         | Family::Qwen3Next
         | Family::Ernie45Moe
-        | Family::HunyuanV1Moe => vec![None; n_layers],
+        | Family::HunyuanV1Moe
+        | Family::Llama4 => vec![None; n_layers],
         Family::Dots1 => dots1::default_windows(hf, window, n_layers)?,
         // GptOssConfig's default layer_types: sliding, full, sliding, …
         Family::GptOss => (0..n_layers).map(|i| if i % 2 == 0 { window } else { None }).collect(),
@@ -227,6 +238,7 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         Family::Mixtral | Family::Olmoe | Family::GraniteMoe | Family::GptOss | Family::Phimoe => {
             (usize_key(hf, "intermediate_size")?, 0, 0)
         }
+        Family::Llama4 => return llama4::moe(hf, n_experts, top_k),
         Family::Qwen2Moe | Family::Qwen3Next => (
             usize_key(hf, "moe_intermediate_size")?,
             opt_usize(hf, "intermediate_size")?.unwrap_or(0),
@@ -255,19 +267,13 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
     if deepseek::is_deepseek(fam) {
         let r = deepseek::routing(hf, fam)?;
         let moe = MoeConfig {
-            n_experts,
-            top_k,
-            expert_ffn,
             norm_topk_prob: r.norm_topk_prob,
             shared_expert_ffn: shared,
-            shared_expert_gate: false,
             scoring: r.scoring,
             choice_bias: r.choice_bias,
             groups: r.groups,
             routed_scaling: r.routed_scaling,
-            router_bias: false,
-            expert_bias: false,
-            expert_act: ExpertAct::Silu,
+            ..MoeConfig::plain(n_experts, top_k, expert_ffn)
         };
         return Ok((moe, dense_ffn));
     }
@@ -286,6 +292,7 @@ fn moe_config(hf: &Value, fam: Family) -> Result<(MoeConfig, usize)> {
         router_bias: fam == Family::GptOss,
         expert_bias: fam == Family::GptOss,
         expert_act: expert_act(hf, fam)?,
+        weights_on_input: false,
     };
     Ok((moe, dense_ffn))
 }
@@ -330,6 +337,7 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
             Family::DeepseekV2 | Family::DeepseekV3 => deepseek::moe_layer(hf, fam, i),
             Family::Dots1 => dots1::moe_layer(hf, i),
             Family::Ernie45Moe => ernie::moe_layer(hf, i, n_layers),
+            Family::Llama4 => llama4::moe_layer(hf, i),
             Family::Qwen2Moe | Family::Qwen3Moe | Family::Qwen3Next => {
                 let step = opt_usize(hf, "decoder_sparse_step")?.unwrap_or(1).max(1);
                 let mlp_only: Vec<u64> = get(hf, "mlp_only_layers")
@@ -342,7 +350,9 @@ fn layer_specs(hf: &Value, fam: Family, n_layers: usize, n_experts: usize) -> Re
         }
     };
     let kinds = layer_kinds(hf, fam, n_layers)?;
-    (0..n_layers).map(|i| Ok(LayerSpec { moe: moe_layer(i)?, sliding_window: windows[i], kind: kinds[i] })).collect()
+    (0..n_layers)
+        .map(|i| Ok(LayerSpec { sliding_window: windows[i], kind: kinds[i], ..LayerSpec::attention(moe_layer(i)?) }))
+        .collect()
 }
 
 /// Each layer's token mixer: Qwen3-Next's `layer_types` ("linear_attention" = Gated DeltaNet),
@@ -391,7 +401,13 @@ fn attention_config(hf: &Value, fam: Family) -> Result<(bool, QkNorm)> {
     if attention_bias
         && !matches!(
             fam,
-            Family::Qwen2Moe | Family::Glm4Moe | Family::GptOss | Family::Phimoe | Family::Dots1 | Family::HunyuanV1Moe
+            Family::Qwen2Moe
+                | Family::Glm4Moe
+                | Family::GptOss
+                | Family::Phimoe
+                | Family::Dots1
+                | Family::HunyuanV1Moe
+                | Family::Llama4
         )
     {
         return Err(fail("attention_bias=true is not supported for this family (o_proj bias)"));
@@ -426,8 +442,20 @@ fn mxfp4_experts(hf: &Value, fam: Family) -> bool {
     fam == Family::GptOss && method == Some("mxfp4")
 }
 
-/// Build the colibri config from a parsed config.json.
+/// Build the colibri config from a parsed config.json (Llama4ForConditionalGeneration's: from its
+/// `text_config`).
 pub fn config_from_hf(hf: &Value) -> Result<Config> {
+    let text = llama4::text_config(hf);
+    let hf = text.as_ref().unwrap_or(hf);
+    let mut config = config_of(hf)?;
+    if config.family == Family::Llama4 {
+        llama4::finish(hf, &mut config)?;
+    }
+    Ok(config)
+}
+
+/// The config by the rules every family shares, with each family's keys and defaults.
+fn config_of(hf: &Value) -> Result<Config> {
     let fam = family(hf)?;
     // GPT-OSS's MXFP4 experts are read as they are; of the other schemes only DeepSeek's
     // block-scaled fp8 is read (and dequantised); any other is refused.
@@ -470,12 +498,15 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         n_heads,
         n_kv_heads,
         head_dim,
-        rms_norm_eps: opt_f64(hf, "rms_norm_eps")?.unwrap_or(if fam == Family::Ernie45Moe { 1e-5 } else { 1e-6 }),
+        rms_norm_eps: opt_f64(hf, "rms_norm_eps")?.unwrap_or(match fam {
+            Family::Ernie45Moe | Family::Llama4 => 1e-5,
+            _ => 1e-6,
+        }),
         rope: rope(hf, fam, head_dim, max_pos)?,
         max_position_embeddings: max_pos,
         attention_bias,
         attention_out_bias: attention_bias
-            && matches!(fam, Family::Phimoe | Family::GptOss | Family::Dots1 | Family::HunyuanV1Moe),
+            && matches!(fam, Family::Phimoe | Family::GptOss | Family::Dots1 | Family::HunyuanV1Moe | Family::Llama4),
         // PhimoeDecoderLayer / PhimoeModel: nn.LayerNorm(eps=rms_norm_eps).
         norm: if fam == Family::Phimoe { NormKind::LayerNorm } else { NormKind::Rms },
         lm_head_bias: fam == Family::Phimoe && opt_bool(hf, "lm_head_bias")?.unwrap_or(false),
@@ -499,6 +530,7 @@ pub fn config_from_hf(hf: &Value) -> Result<Config> {
         attn_output_gate: fam == Family::Qwen3Next,
         norm_offset: if fam == Family::Qwen3Next { 1.0 } else { 0.0 },
         qk_norm_after_rope: fam == Family::HunyuanV1Moe,
+        attn_temperature: None,
     };
     Ok(config)
 }

@@ -17,6 +17,7 @@ mod gpt_oss;
 mod hf_config;
 mod hunyuan;
 mod json_keys;
+mod llama4;
 mod metadata;
 mod piece;
 mod plan;
@@ -132,6 +133,7 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     config.validate()?;
 
     let mut ck = safetensors::Checkpoint::open(dir)?;
+    llama4::text_only(&mut ck, &mut warnings);
     ck.fp8_block = fp8::block_size(&hf)?;
     let specs = tensor_specs(&config);
     let resolved = sources::resolve(&ck, &config, &specs)?;

@@ -164,6 +164,7 @@ fn moe_prefixes(fam: Family, l: usize) -> Vec<String> {
         Family::Mixtral | Family::GraniteMoe | Family::Phimoe => {
             vec![format!("{base}.block_sparse_moe"), format!("{base}.mlp")]
         }
+        Family::Llama4 => vec![format!("{base}.feed_forward")],
         _ => vec![format!("{base}.mlp")],
     }
 }
@@ -187,6 +188,9 @@ fn gpt_oss_proj(p: Proj) -> gpt_oss::Proj {
 fn expert_stack(ck: &Checkpoint, fam: Family, l: usize, proj: Proj, spec: &TensorSpec) -> Result<Vec<Piece>> {
     if fam == Family::GptOss {
         return gpt_oss::expert_stack(ck, l, gpt_oss_proj(proj), spec);
+    }
+    if fam == Family::Llama4 {
+        return super::llama4::expert_stack(ck, l, gpt_oss_proj(proj), spec);
     }
     let (e_count, rows, cols) = (spec.shape[0], spec.shape[1], spec.shape[2]);
     let per_expert_names: &[&str] = match proj {
@@ -285,6 +289,7 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
             let l: usize = l.parse().map_err(|_| fail(format!("internal: {}", spec.name)))?;
             let base = format!("model.layers.{l}");
             let attn = |leaf: &str| vec![format!("{base}.self_attn.{leaf}")];
+            let dense = |proj: &str| ["mlp", "feed_forward"].map(|m| format!("{base}.{m}.{proj}.weight")).to_vec();
             let moe = |leaf: &str| moe_prefixes(c.family, l).into_iter().map(|p| format!("{p}.{leaf}")).collect();
             // Qwen2-MoE's `shared_expert`, GLM-4.5's `shared_experts`, Hunyuan-MoE's `shared_mlp`.
             let shared = |proj: &str| -> Vec<String> {
@@ -339,9 +344,10 @@ pub fn resolve(ck: &Checkpoint, c: &Config, specs: &[TensorSpec]) -> Result<Vec<
                 SHARED_UP => one(shared("up_proj"))?,
                 SHARED_DOWN => one(shared("down_proj"))?,
                 SHARED_EXPERT_GATE => one(moe("shared_expert_gate.weight"))?,
-                MLP_GATE => one(vec![format!("{base}.mlp.gate_proj.weight")])?,
-                MLP_UP => one(vec![format!("{base}.mlp.up_proj.weight")])?,
-                MLP_DOWN => one(vec![format!("{base}.mlp.down_proj.weight")])?,
+                // Llama-4's dense layers: feed_forward.*.
+                MLP_GATE => one(dense("gate_proj"))?,
+                MLP_UP => one(dense("up_proj"))?,
+                MLP_DOWN => one(dense("down_proj"))?,
                 other => return Err(fail(format!("internal: no source rule for '{other}'"))),
             }
         };

@@ -396,6 +396,24 @@ fn matches_oracle(m: &Model, name: &str) {
     assert_eq!(greedy, ids(&meta(&dir)["greedy_f32"]), "{name}: greedy tokens");
 }
 
+/// Fixture `name`'s llama.cpp f32 GGUF gives the checkpoint's config, its tensors bit for bit and
+/// bit-identical logits, which match transformers as the HF path must.
+fn is_the_checkpoint_bit_for_bit(name: &str, tmp: &Path) {
+    let (hf, gg, input) = both(name, "f32", tmp);
+    let (want, got) = configs(&hf, &gg);
+    assert_eq!(got, want, "{name}: config");
+    for r in &hf.parsed().tensors {
+        let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
+        assert_eq!((g.dtype, &g.shape), (r.dtype, &r.shape), "{name}: {}", r.name);
+        let same = hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes;
+        assert!(same, "{name}: {} bytes differ", r.name);
+    }
+    assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
+    let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+    matches_oracle(&gg, name);
+}
+
 /// DeepSeek-V2 (softmax, no q LoRA, two shared experts, a leading dense layer) and V3
 /// (sigmoid + choice bias, top-2-sum groups, q LoRA, normalised ×2.5, its MTP block dropped),
 /// GPT-OSS (MXFP4 experts copied as they are, sinks, biases, alternating windows, YaRN):
@@ -405,19 +423,41 @@ fn matches_oracle(m: &Model, name: &str) {
 fn mla_and_gpt_oss_ggufs_are_the_checkpoint_bit_for_bit() {
     let tmp = tempfile::tempdir().unwrap();
     for name in ["deepseek_v2_greedy", "deepseek_v2_groups_yarn", "deepseek_v3_mtp", "gpt_oss_mxfp4"] {
-        let (hf, gg, input) = both(name, "f32", tmp.path());
-        let (want, got) = configs(&hf, &gg);
-        assert_eq!(got, want, "{name}: config");
-        for r in &hf.parsed().tensors {
-            let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap_or_else(|| panic!("{}", r.name));
-            assert_eq!((g.dtype, &g.shape), (r.dtype, &r.shape), "{name}: {}", r.name);
-            let same = hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes;
-            assert!(same, "{name}: {} bytes differ", r.name);
-        }
-        assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len(), "{name}: tensor count");
-        let (lw, lg) = (logits(&hf, &input), logits(&gg, &input));
-        assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
-        matches_oracle(&gg, name);
+        is_the_checkpoint_bit_for_bit(name, tmp.path());
+    }
+}
+
+/// dots1 (sigmoid + choice bias with no gating-function key, per-head q/k norms, two shared
+/// experts, q/k/v/o biases), ernie4_5-moe (interleaved RoPE without llama.cpp's q/k permutation,
+/// softmax + a choice bias on the probabilities, a leading dense layer, the shared expert's width
+/// from its tensors: the converter writes intermediate_size / head_count_kv = 24 for 16 here) and
+/// hunyuan-moe (q/k norms after RoPE, the shared MLP, q/k/v/o biases, tied embeddings; converted
+/// from the per-expert layout its llama.cpp converter reads): llama.cpp's f32 GGUFs are the
+/// checkpoint bit for bit, and match transformers as the HF path does.
+#[test]
+fn dots1_ernie_and_hunyuan_ggufs_are_the_checkpoint_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dots1_plain_bias", "ernie4_5_moe_hub", "hunyuan_moe_tied_bias"] {
+        is_the_checkpoint_bit_for_bit(name, tmp.path());
+    }
+}
+
+/// dots1 with expert groups (top-2 sums, one of two groups), a leading dense layer and a sliding
+/// layer (`max_window_layers`): the GGUF is the checkpoint — groups, dense layer, every tensor bit
+/// for bit — up to what llama.cpp's dots1 does not have, the sliding window: its config equals
+/// the checkpoint's with the window removed.
+#[test]
+fn dots1_gguf_is_the_checkpoint_up_to_its_sliding_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (hf, gg, _) = both("dots1_groups_swa", "f32", tmp.path());
+    let (mut want, got) = configs(&hf, &gg);
+    let windows = |c: &colibri::model::Config| c.layers.iter().map(|l| l.sliding_window).collect::<Vec<_>>();
+    assert_eq!((windows(&want), windows(&got)), (vec![None, None, Some(6)], vec![None; 3]));
+    assert!(want.moe.groups.is_some_and(|g| (g.n_group, g.topk_group) == (2, 1)) && !want.layers[0].moe);
+    want.layers[2].sliding_window = None;
+    assert_eq!(got, want);
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
     }
 }
 
@@ -531,7 +571,8 @@ fn unknown_deepseek2_gating_functions_are_refused() {
 #[test]
 fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["deepseek_v2_greedy", "gpt_oss_mxfp4"] {
+    for name in ["deepseek_v2_greedy", "gpt_oss_mxfp4", "dots1_plain_bias", "ernie4_5_moe_hub", "hunyuan_moe_tied_bias"]
+    {
         let dir = models_root().join(name);
         let (a, b) = (tmp.path().join(format!("{name}.hf.colibri")), tmp.path().join(format!("{name}.gg.colibri")));
         convert_as(&dir, &a, Some(DType::BF16));
@@ -563,4 +604,85 @@ fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
         eprintln!("{name} bf16 GGUF vs transformers (bf16 weights): {rel:.3e} × max|logit|, argmax equal: {same}");
         assert!(rel <= 2e-2 && same, "{name} bf16: {rel:e}");
     }
+}
+
+/// Fixture `name`'s f32 GGUF and the conversion of a copy of its checkpoint whose config.json
+/// `edit` changed.
+fn gguf_and_edited_checkpoint(name: &str, edit: &dyn Fn(&mut serde_json::Value), tmp: &Path) -> (Model, Model) {
+    let dir = models_root().join(name);
+    let gguf_out = tmp.join(format!("{name}.gguf.colibri"));
+    convert_gguf(&gguf_root().join(format!("{name}.f32.gguf")), &dir, &gguf_out);
+    let copy = tmp.join(name);
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().is_file()) {
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(copy.join("config.json"), cfg.to_string()).unwrap();
+    let hf_out = tmp.join(format!("{name}.hf.colibri"));
+    convert_as(&copy, &hf_out, None);
+    let open = |p: &Path| Model::open(p, &LoadOptions::default()).unwrap();
+    (open(&hf_out), open(&gguf_out))
+}
+
+/// The two models hold the same tensors bit for bit and give bit-identical logits over `name`'s
+/// input.
+fn same_tensors_and_logits(hf: &Model, gg: &Model, name: &str) {
+    assert_eq!(hf.parsed().tensors.len(), gg.parsed().tensors.len());
+    for r in &hf.parsed().tensors {
+        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
+    }
+    let input = ids(&meta(&models_root().join(name))["input_ids"]);
+    let (lw, lg) = (logits(hf, &input), logits(gg, &input));
+    assert!(lw.iter().zip(&lg).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: logits not bit-identical");
+}
+
+/// Llama-4: llama.cpp's `llama4` fixes what its GGUF does not carry — chunks of 8192 on the RoPE
+/// layers of each group of 4, NoPE every 4th layer, the NoPE temperature (8192, 0.1), the
+/// weightless q/k norm below 128 experts — whatever the checkpoint said (chunks of 8, temperature
+/// 4 / 0.5 in llama4_chunked_nope). Its f32 GGUF is exactly that checkpoint with llama.cpp's
+/// numbers: config, tensors (the de-transposed experts) and logits bit for bit against the
+/// conversion of a copy whose config.json says them.
+#[test]
+fn llama4_gguf_is_the_checkpoint_with_llama_cpp_s_chunks_and_temperature() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "llama4_chunked_nope";
+    let edit = |c: &mut serde_json::Value| {
+        (c["attention_chunk_size"], c["floor_scale"], c["attn_scale"]) = (8192.into(), 8192.into(), 0.1.into());
+    };
+    let (hf, gg) = gguf_and_edited_checkpoint(name, &edit, tmp.path());
+    let (want, got) = configs(&hf, &gg);
+    assert_eq!(got, want, "{name}: config");
+    same_tensors_and_logits(&hf, &gg, name);
+    let (rel, same, _) = against_oracle(&gg, &models_root().join(name));
+    eprintln!("{name} GGUF vs transformers (chunks of 8 and temperature 4 / 0.5 there): {rel:.3e} × max|logit|, argmax equal: {same}");
+}
+
+/// Llama-4 with llama3 RoPE scaling (Scout's equal frequency factors): llama.cpp writes its
+/// per-dimension divisors as `rope_freqs` ([1, 16, 16, 16] here), read as one LongRoPE factor set;
+/// with llama.cpp's layer rules (every layer RoPE and chunked within 3 layers, q/k norm on below 128
+/// experts, the temperature constants) the GGUF is the checkpoint bit for bit — config but for
+/// the RoPE scaling's form, tensors, logits.
+#[test]
+fn llama4_gguf_reads_llama_cpp_s_rope_freqs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "llama4_moe_llama3_tied";
+    let edit = |c: &mut serde_json::Value| {
+        (c["no_rope_layers"], c["use_qk_norm"], c["attn_temperature_tuning"]) =
+            (vec![1; 3].into(), true.into(), true.into());
+        (c["attention_chunk_size"], c["floor_scale"], c["attn_scale"]) = (8192.into(), 8192.into(), 0.1.into());
+        c["layer_types"] = vec!["chunked_attention"; 3].into();
+    };
+    let (hf, gg) = gguf_and_edited_checkpoint(name, &edit, tmp.path());
+    let (mut want, got) = configs(&hf, &gg);
+    let colibri::model::RopeScaling::LongRope { short_factor, long_factor, .. } = &got.rope.scaling else {
+        panic!("{:?}", got.rope.scaling)
+    };
+    assert_eq!((short_factor, long_factor), (&vec![1.0, 16.0, 16.0, 16.0], &vec![1.0, 16.0, 16.0, 16.0]));
+    assert!(matches!(want.rope.scaling, colibri::model::RopeScaling::Llama3 { .. }));
+    want.rope.scaling = got.rope.scaling.clone();
+    assert_eq!(got, want, "{name}: config");
+    same_tensors_and_logits(&hf, &gg, name);
 }

@@ -51,6 +51,7 @@ fn base(
         lm_head_bias: false,
         qk_norm: QkNorm::None,
         qk_norm_after_rope: false,
+        attn_temperature: None,
         clip_qkv: None,
         moe: MoeConfig {
             n_experts: e,
@@ -64,6 +65,7 @@ fn base(
             groups: None,
             routed_scaling: 1.0,
             expert_act: Default::default(),
+            weights_on_input: false,
             expert_bias: false,
             router_bias: false,
         },
@@ -84,7 +86,7 @@ fn base(
 }
 
 fn moe(n: usize) -> Vec<LayerSpec> {
-    (0..n).map(|_| LayerSpec { moe: true, sliding_window: None, kind: Default::default() }).collect()
+    (0..n).map(|_| LayerSpec::attention(true)).collect()
 }
 
 const TOKENIZER: &str = r#"{"version":"1.0","model":{"type":"BPE","vocab":{"<unk>":0,"<s>":1,"</s>":2,"a":3,"b":4},"merges":[]},"added_tokens":[{"id":1,"content":"<s>","special":true}]}"#;

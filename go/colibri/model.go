@@ -33,6 +33,7 @@ const (
 	FamilyDots1      Family = C.COLIBRI_FAMILY_DOTS1
 	FamilyERNIE45MoE Family = C.COLIBRI_FAMILY_ERNIE4_5_MOE
 	FamilyHunyuanMoE Family = C.COLIBRI_FAMILY_HUNYUAN_V1_MOE
+	FamilyLlama4     Family = C.COLIBRI_FAMILY_LLAMA4
 )
 
 func (f Family) String() string {
@@ -65,6 +66,8 @@ func (f Family) String() string {
 		return "ernie4_5_moe"
 	case FamilyHunyuanMoE:
 		return "hunyuan_v1_moe"
+	case FamilyLlama4:
+		return "llama4"
 	}
 	return fmt.Sprintf("Family(%d)", int32(f))
 }

@@ -86,6 +86,9 @@ COLIBRI_FAMILY_ERNIE4_5_MOE = 12
 #: Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
 COLIBRI_FAMILY_HUNYUAN_V1_MOE = 13
 
+#: Llama-4 Scout / Maverick text model (Llama4ForCausalLM, Llama4ForConditionalGeneration).
+COLIBRI_FAMILY_LLAMA4 = 14
+
 #: The weights as given (f32). What `colibri_moe_init` does.
 COLIBRI_MOE_F32 = 0
 

@@ -32,7 +32,7 @@ PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 class ModelInfo:
     """Facts about a model (``colibri_model_info``)."""
 
-    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "glm4_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "phimoe", "qwen3_next", "dots1", "ernie4_5_moe" or "hunyuan_v1_moe" (a ``COLIBRI_FAMILY_*`` name)
+    family: str  #: "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "glm4_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "phimoe", "qwen3_next", "dots1", "ernie4_5_moe", "hunyuan_v1_moe" or "llama4" (a ``COLIBRI_FAMILY_*`` name)
     family_id: int  #: the C value
     vocab_size: int
     n_ctx_train: int  #: trained context length (max_position_embeddings)

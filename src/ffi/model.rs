@@ -77,6 +77,8 @@ pub const COLIBRI_FAMILY_DOTS1: colibri_family = 11;
 pub const COLIBRI_FAMILY_ERNIE4_5_MOE: colibri_family = 12;
 /// Hunyuan-MoE (HunYuanMoEV1ForCausalLM).
 pub const COLIBRI_FAMILY_HUNYUAN_V1_MOE: colibri_family = 13;
+/// Llama-4 Scout / Maverick text model (Llama4ForCausalLM, Llama4ForConditionalGeneration).
+pub const COLIBRI_FAMILY_LLAMA4: colibri_family = 14;
 
 /// The C number of a family.
 fn family_of(f: crate::Family) -> colibri_family {
@@ -95,6 +97,7 @@ fn family_of(f: crate::Family) -> colibri_family {
         crate::Family::Dots1 => COLIBRI_FAMILY_DOTS1,
         crate::Family::Ernie45Moe => COLIBRI_FAMILY_ERNIE4_5_MOE,
         crate::Family::HunyuanV1Moe => COLIBRI_FAMILY_HUNYUAN_V1_MOE,
+        crate::Family::Llama4 => COLIBRI_FAMILY_LLAMA4,
     }
 }
 

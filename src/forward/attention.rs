@@ -4,13 +4,15 @@
 //! and causal (optionally sliding-window) GQA attention over its own cache; the output
 //! projection (+ bias) again over all rows. GPT-OSS's attention sinks join each softmax.
 //! Mirrors `MixtralAttention` / `Qwen2MoeAttention` / `Qwen3MoeAttention` / `OlmoeAttention`,
-//! and `Qwen3NextAttention` (zero-centred q/k norms, the output × sigmoid(gate)), and
-//! `HunYuanMoEV1Attention` (per-head q/k norms after RoPE).
+//! and `Qwen3NextAttention` (zero-centred q/k norms, the output × sigmoid(gate)),
+//! `HunYuanMoEV1Attention` (per-head q/k norms after RoPE) and `Llama4TextAttention` (NoPE layers
+//! whose queries take their position's temperature, a weightless q/k norm after RoPE on the others,
+//! chunked attention: `LayerSpec::first_key`).
 
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
 use crate::kernels::{self, Kernels, Mat};
-use crate::model::{AttnWeights, Config, GqaWeights, LayerWeights, QkNorm};
+use crate::model::{AttnTemperature, AttnWeights, Config, GqaWeights, LayerWeights, QkNorm};
 use crate::session::KvCache;
 use rayon::prelude::*;
 
@@ -81,8 +83,10 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut
     }
 }
 
-/// RoPE on every head of q and k at each row's position (then their per-head RMSNorm, when it
-/// follows RoPE: Hunyuan-MoE), then each row's K/V into its sequence's cache.
+/// RoPE on every head of q and k at each row's position, then their per-head RMSNorm when it
+/// follows RoPE (Hunyuan-MoE's weighted one, Llama-4's weightless one) — or, on Llama-4's NoPE
+/// layers, neither, the queries scaled by their position's temperature instead — then each row's
+/// K/V into its sequence's cache.
 fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, w: &GqaWeights<'_>, seqs: &mut [Lane<'_>], b: &mut Scratch) {
     let hd = c.head_dim;
     let (nq, nkv) = (c.n_heads * hd, c.n_kv_heads * hd);
@@ -91,29 +95,50 @@ fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, w: &GqaWeights<'_>, seq
         (Some(qn), Some(kn)) if c.qk_norm_after_rope => Some((qn, kn)),
         _ => None,
     };
+    let weightless = c.qk_norm == QkNorm::Weightless;
+    let no_rope = c.layers[layer].no_rope;
     let (shift, eps) = (c.norm_offset as f32, c.rms_norm_eps as f32);
     let (q, k, v) = (&mut b.q, &mut b.k, &b.v);
     for s in seqs.iter_mut() {
         for t in s.rows.clone() {
-            let (ct, st) = (&b.cos[t * half..(t + 1) * half], &b.sin[t * half..(t + 1) * half]);
-            for head in q[t * nq..(t + 1) * nq].chunks_exact_mut(hd) {
-                rope.apply(head, ct, st);
-            }
-            for head in k[t * nkv..(t + 1) * nkv].chunks_exact_mut(hd) {
-                rope.apply(head, ct, st);
-            }
-            if let Some((qn, kn)) = post_norm {
-                rmsnorm_heads(&mut q[t * nq..(t + 1) * nq], qn, shift, eps);
-                rmsnorm_heads(&mut k[t * nkv..(t + 1) * nkv], kn, shift, eps);
-            }
             let p = s.pos0 + (t - s.rows.start);
-            s.kv.write(layer, p, &k[t * nkv..(t + 1) * nkv], &v[t * nkv..(t + 1) * nkv]);
+            let (qt, kt) = (&mut q[t * nq..(t + 1) * nq], &mut k[t * nkv..(t + 1) * nkv]);
+            if no_rope {
+                if let Some(temp) = c.attn_temperature {
+                    let f = temperature(temp, p);
+                    qt.iter_mut().for_each(|x| *x *= f);
+                }
+            } else {
+                let (ct, st) = (&b.cos[t * half..(t + 1) * half], &b.sin[t * half..(t + 1) * half]);
+                qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)).for_each(|head| rope.apply(head, ct, st));
+                if let Some((qn, kn)) = post_norm {
+                    rmsnorm_heads(qt, qn, shift, eps);
+                    rmsnorm_heads(kt, kn, shift, eps);
+                } else if weightless {
+                    qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)).for_each(|head| unit_rms(head, eps));
+                }
+            }
+            s.kv.write(layer, p, kt, &v[t * nkv..(t + 1) * nkv]);
         }
     }
 }
 
+/// Llama-4's query scale at position p: ln(1 + floor((p + 1) / floor_scale)) · attn_scale + 1, in
+/// f32 as `Llama4TextAttention` computes it.
+fn temperature(t: AttnTemperature, p: usize) -> f32 {
+    let steps = ((p as f32 + 1.0) / t.floor_scale as f32).floor();
+    steps.ln_1p() * t.attn_scale as f32 + 1.0
+}
+
+/// x · rsqrt(mean(x²) + eps): RMSNorm without a weight (`Llama4TextWeightlessRMSNorm`).
+fn unit_rms(x: &mut [f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let inv = (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// att ([n, heads·head_dim]): each (row, head) pair is independent; a row attends over its own
-/// sequence's cache up to its own position (within the layer's sliding window, if any), with the
+/// sequence's cache up to its own position (from the layer's `first_key` on), with the
 /// head's sink logit in the softmax when the family has sinks.
 fn attend(
     c: &Config,
@@ -126,7 +151,7 @@ fn attend(
 ) {
     let hd = c.head_dim;
     let nq = c.n_heads * hd;
-    let window = c.layers[layer].sliding_window;
+    let spec = &c.layers[layer];
     let group = c.n_heads / c.n_kv_heads;
     let scale = c.scales.attention.map_or(1.0 / (hd as f32).sqrt(), |a| a as f32);
     let q: &[f32] = &b.q;
@@ -135,7 +160,7 @@ fn attend(
         let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
         let kv: &KvCache = &*s.kv;
         let p = s.pos0 + (t - s.rows.start);
-        let lo = window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+        let lo = spec.first_key(p);
         let qh = &q[t * nq + head * hd..t * nq + (head + 1) * hd];
         let kvh = head / group;
         let mut scores: Vec<f32> = (lo..=p).map(|j| kv.k_dot(kern, layer, j, kvh, qh) * scale).collect();

@@ -1,7 +1,8 @@
 //! The MoE block with batched contiguous dispatch: count tokens per expert, prefix-sum offsets,
 //! gather each expert's rows, run every selected expert once over all its rows (its weights are
 //! read once per step), scatter back weighted. Adds the Qwen2-MoE shared expert, scaled by
-//! sigmoid(shared_expert_gate · x). Mirrors `MixtralSparseMoeBlock` / `Qwen2MoeSparseMoeBlock`.
+//! sigmoid(shared_expert_gate · x). Mirrors `MixtralSparseMoeBlock` / `Qwen2MoeSparseMoeBlock`,
+//! and `Llama4TextMoe`, whose routing weights scale the experts' inputs instead of their outputs.
 
 use super::ffn::mlp;
 use super::router::Routes;
@@ -11,8 +12,9 @@ use rayon::prelude::*;
 
 /// out ([n, hidden]) = Σ_chosen w·expert(xn) (+ shared expert) for the n rows of `xn`. Each row
 /// brings its own number of choices (`routes.row(t)`), so rows of sequences with different
-/// top-k share one pass.
-pub fn moe(k: &Kernels, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Routes, out: &mut [f32]) {
+/// top-k share one pass. `on_input`: each chosen expert runs on w·xn and its output is added as it
+/// is (Llama-4).
+pub fn moe(k: &Kernels, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Routes, on_input: bool, out: &mut [f32]) {
     let (h, e_count, slots) = (mw.router.cols(), mw.experts.len(), routes.experts.len());
     debug_assert_eq!(routes.rows(), n);
     // Count and prefix-sum: slot ranges per expert.
@@ -34,8 +36,12 @@ pub fn moe(k: &Kernels, mw: &MoeWeights<'_>, xn: &[f32], n: usize, routes: &Rout
             let s = fill[e as usize];
             fill[e as usize] += 1;
             slot_token[s] = t;
-            slot_weight[s] = wgt;
-            gathered[s * h..(s + 1) * h].copy_from_slice(&xn[t * h..(t + 1) * h]);
+            let row = &mut gathered[s * h..(s + 1) * h];
+            row.copy_from_slice(&xn[t * h..(t + 1) * h]);
+            if on_input {
+                row.iter_mut().for_each(|x| *x *= wgt);
+            }
+            slot_weight[s] = if on_input { 1.0 } else { wgt };
         }
     }
     // One job per selected expert over its gathered rows, plus the shared expert over all rows.

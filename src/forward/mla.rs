@@ -141,14 +141,14 @@ fn absorb_queries(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: us
 }
 
 /// b.att_lat: each row's heads attend over its own sequence's cached latents up to its own
-/// position (within the layer's sliding window, if any), all heads at once (`mla_attend`). The
+/// position (from the layer's `first_key` on: its sliding window, if any), all heads at once (`mla_attend`). The
 /// work is split into (row, range of positions) tasks: rows first, and when there are fewer
 /// rows than threads (decode) each row's positions are split too, at least MIN_SPLIT apiece.
 fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
     const MIN_SPLIT: usize = 256;
     let (rank, heads) = (m.kv_lora_rank, c.n_heads);
     let lat = rank + m.qk_rope_head_dim;
-    let window = c.layers[layer].sliding_window;
+    let spec = &c.layers[layer];
     let scale = c.scales.attention.map_or(1.0 / (c.head_dim as f32).sqrt(), |a| a as f32);
     let threads = crate::threads::current().max(1);
     // (row, positions) of every task, a row's tasks consecutive.
@@ -156,7 +156,7 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
     for s in seqs {
         for t in s.rows.clone() {
             let p = s.pos0 + (t - s.rows.start);
-            let lo = window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+            let lo = spec.first_key(p);
             let splits = threads.div_ceil(n).min((p + 1 - lo).div_ceil(MIN_SPLIT)).max(1);
             let step = (p + 1 - lo).div_ceil(splits);
             tasks.extend((lo..=p).step_by(step).map(|j| (t, j..(j + step).min(p + 1))));

@@ -114,7 +114,8 @@ impl Rope {
                         let wl = 2.0 * std::f64::consts::PI / f;
                         if wl < high_wl {
                             f
-                        } else if wl > low_wl {
+                        } else if wl > low_wl || high_freq_factor <= low_freq_factor {
+                            // Equal factors (Llama-4 Scout): no band between the two.
                             f / factor
                         } else {
                             let smooth = (orig / wl - low_freq_factor) / (high_freq_factor - low_freq_factor);

@@ -3,7 +3,8 @@
 //! and limited to the best expert groups) → combination weights by the family's rule
 //! (renormalised over the chosen experts when `norm_topk_prob`, else the scores themselves; then
 //! × routed_scaling). Mirrors `MixtralTopKRouter` / `Qwen2MoeTopKRouter` / `Glm4MoeTopkRouter`
-//! (= DeepSeek-V3's) / `DeepseekV2TopkRouter`; Phi-MoE's sparsemixer lives in `sparsemixer`.
+//! (= DeepSeek-V3's) / `DeepseekV2TopkRouter` / `Llama4Router` (the k largest logits, each
+//! weighted by its sigmoid); Phi-MoE's sparsemixer lives in `sparsemixer`.
 
 use crate::error::{Error, Result};
 use crate::kernels::{self, Kernels, Mat};
@@ -24,7 +25,8 @@ pub enum RoutingMode {
     /// the noise is added to the logit before the sigmoid, and the choice bias and the group
     /// scores are computed from those perturbed scores. With softmax scoring and a choice bias
     /// (ERNIE-4.5, whose bias is added to the probabilities) the keys are the softmax of the
-    /// perturbed logits plus the bias.
+    /// perturbed logits plus the bias. Llama-4's sigmoid-of-top-k router chooses the k largest
+    /// perturbed logits and weighs them by the sigmoid of their un-noised logits.
     /// With sparsemixer routing (Phi-MoE) each of its steps picks the largest jitter-masked
     /// logit + noise, as transformers' training mode samples, and weighs it by the un-noised
     /// masked softmax.
@@ -160,8 +162,9 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
         match rule.scoring {
             Scoring::Softmax => kernels::softmax(&mut scores),
             Scoring::Sigmoid => scores.iter_mut().for_each(|x| *x = sigmoid(*x)),
+            // Llama-4 chooses by the logits themselves (the sigmoid of the chosen is their weight).
             // Not routed here: `Step::moe` sends sparsemixer layers to `sparsemixer::select`.
-            Scoring::SparseMixer { .. } => {}
+            Scoring::SigmoidOfTopK | Scoring::SparseMixer { .. } => {}
         }
         match choice.mode {
             RoutingMode::TopK => keys.copy_from_slice(&scores),
@@ -199,11 +202,12 @@ pub fn select(logits: &[f32], n_experts: usize, rule: &Rule<'_>, choice: &mut Ch
             let s: f32 = routes.weights[at..].iter().sum();
             routes.weights[at..].iter_mut().for_each(|v| *v /= s);
         } else {
-            if rule.bias.is_some() {
-                // Chosen by biased keys: list them by their weights (the unbiased scores).
+            let of_top_k = rule.scoring == Scoring::SigmoidOfTopK;
+            if rule.bias.is_some() || (of_top_k && choice.mode == RoutingMode::Gumbel) {
+                // Chosen by biased or noisy keys: list them by their weights (the plain scores).
                 chosen.sort_by(|&a, &b| scores[b].partial_cmp(&scores[a]).unwrap_or(std::cmp::Ordering::Equal));
             }
-            routes.weights.extend(chosen.iter().map(|&e| scores[e]));
+            routes.weights.extend(chosen.iter().map(|&e| if of_top_k { sigmoid(scores[e]) } else { scores[e] }));
             if rule.renormalise {
                 let s: f32 = routes.weights[at..].iter().sum::<f32>() + 1e-20;
                 routes.weights[at..].iter_mut().for_each(|v| *v /= s);
@@ -315,5 +319,47 @@ mod tests {
         select(&logits, 4, &rule, &mut Choice { k: 2, mode: RoutingMode::TopK, rng: &mut rng }, &mut routes);
         assert_eq!(routes.experts, [0, 3]);
         assert!(routes.weights[0] > routes.weights[1]);
+    }
+
+    /// Llama-4's router: any per-call k chooses the k largest logits, each weighted by the sigmoid
+    /// of its own logit (not renormalised) and listed by weight; Gumbel chooses by logit + noise
+    /// (the RNG's draws in expert order) and keeps those weights.
+    #[test]
+    fn sigmoid_of_top_k_weighs_the_chosen_logits_by_their_own_sigmoid() {
+        let logits = [0.3f32, 2.0, -1.0, 1.2, 0.9, -0.4];
+        let rule = Rule { renormalise: false, scoring: Scoring::SigmoidOfTopK, bias: None, groups: None, scale: 1.0 };
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        let own_sigmoid =
+            |r: &Routes| r.experts.iter().zip(&r.weights).all(|(&e, &w)| w == sigmoid(logits[e as usize]));
+        for k in 1..=logits.len() {
+            let mut rng = Rng::new(0);
+            let mut r = Routes::default();
+            select(&logits, logits.len(), &rule, &mut Choice { k, mode: RoutingMode::TopK, rng: &mut rng }, &mut r);
+            assert_eq!(r.experts, order[..k], "k {k}");
+            assert!(own_sigmoid(&r), "k {k}: {:?}", r.weights);
+        }
+        let mut differs = 0;
+        for seed in 1..20 {
+            let mut rng = Rng::new(seed);
+            let mut r = Routes::default();
+            select(
+                &logits,
+                logits.len(),
+                &rule,
+                &mut Choice { k: 2, mode: RoutingMode::Gumbel, rng: &mut rng },
+                &mut r,
+            );
+            let mut rng = Rng::new(seed);
+            let keys: Vec<f64> = logits.iter().map(|&l| f64::from(l) - (-rng.next_open01().ln()).ln()).collect();
+            let mut by_key: Vec<u32> = (0..logits.len() as u32).collect();
+            by_key.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
+            let mut chosen = r.experts.clone();
+            chosen.sort_by(|&a, &b| keys[b as usize].total_cmp(&keys[a as usize]));
+            assert_eq!(chosen, by_key[..2], "seed {seed}");
+            assert!(own_sigmoid(&r) && r.weights[0] >= r.weights[1], "seed {seed}: {:?}", r.weights);
+            differs += usize::from(r.experts != order[..2]);
+        }
+        assert!(differs > 0, "the noise never changed the choice");
     }
 }

@@ -151,7 +151,7 @@ impl<'s> Step<'s> {
                 record(trace, &self.routes, r, l, lane.pos0);
             }
         }
-        experts::moe(&self.k, mw, xn, n, &self.routes, &mut self.sc.out[..n * h]);
+        experts::moe(&self.k, mw, xn, n, &self.routes, m.weights_on_input, &mut self.sc.out[..n * h]);
     }
 
     /// End the layers: the residual stream [n, hidden].

@@ -49,6 +49,9 @@ pub enum Family {
     /// HunYuanMoEV1ForCausalLM (Hunyuan-MoE as transformers ports it: per-head q/k norm after
     /// RoPE, softmax top-k renormalised, an ungated shared MLP in every layer, NTK-alpha RoPE)
     HunyuanV1Moe,
+    /// Llama4ForCausalLM / Llama4ForConditionalGeneration's text model (Scout, Maverick: NoPE layers,
+    /// chunked attention, weightless q/k norm, sigmoid-of-top-k routing onto the experts' inputs)
+    Llama4,
 }
 
 impl Family {
@@ -69,6 +72,7 @@ impl Family {
             Family::Dots1 => "Dots1ForCausalLM",
             Family::Ernie45Moe => "Ernie4_5_MoeForCausalLM",
             Family::HunyuanV1Moe => "HunYuanMoEV1ForCausalLM",
+            Family::Llama4 => "Llama4ForCausalLM",
         }
     }
 
@@ -89,6 +93,7 @@ impl Family {
             Family::Dots1 => "dots1",
             Family::Ernie45Moe => "ernie4_5_moe",
             Family::HunyuanV1Moe => "hunyuan_v1_moe",
+            Family::Llama4 => "llama4",
         }
     }
 }
@@ -103,6 +108,9 @@ pub enum QkNorm {
     PerHead,
     /// RMSNorm over the whole projection, weights [n_heads·head_dim] and [n_kv_heads·head_dim] (OLMoE).
     Full,
+    /// RMSNorm over each head without a weight, after RoPE, on the RoPE layers only (Llama-4's
+    /// `use_qk_norm`, `Llama4TextWeightlessRMSNorm` with `rms_norm_eps`); no tensors.
+    Weightless,
 }
 
 /// The normalisation of the layers' inputs and of the final hidden state.
@@ -193,6 +201,9 @@ pub enum Scoring {
     /// logits with those more than 2·jitter_eps (relative to max(|logit|, that largest)) below
     /// the largest masked as well (`router_jitter_noise`).
     SparseMixer { jitter_eps: f64 },
+    /// Llama-4: the k largest logits are chosen, each weighted by the sigmoid of its logit (no
+    /// renormalisation).
+    SigmoidOfTopK,
 }
 
 /// The gated activation of the routed experts.
@@ -287,6 +298,9 @@ pub struct MoeConfig {
     /// The routed experts' gated activation.
     #[serde(default)]
     pub expert_act: ExpertAct,
+    /// Each chosen expert runs on its input × the routing weight, its output added as it is (Llama-4).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub weights_on_input: bool,
 }
 
 /// Scalar multipliers some families put on the residual stream (Granite): all 1 / the usual
@@ -329,6 +343,7 @@ impl MoeConfig {
             router_bias: false,
             expert_bias: false,
             expert_act: ExpertAct::Silu,
+            weights_on_input: false,
         }
     }
 
@@ -368,6 +383,39 @@ pub struct LayerSpec {
     /// The token mixer (attention unless said otherwise; written only when not).
     #[serde(default, skip_serializing_if = "LayerKind::is_attention")]
     pub kind: LayerKind,
+    /// No RoPE on q and k (Llama-4's NoPE layers; `Config::attn_temperature` scales their queries).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_rope: bool,
+    /// Chunked attention (Llama-4's `attention_chunk_size` on RoPE layers): a query attends to the
+    /// positions of its own chunk of this many, counted from 0, up to itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_chunk: Option<usize>,
+}
+
+impl LayerSpec {
+    /// A softmax-attention layer (MoE or dense) without window, chunk or NoPE.
+    pub fn attention(moe: bool) -> LayerSpec {
+        LayerSpec { moe, sliding_window: None, kind: LayerKind::Attention, no_rope: false, attention_chunk: None }
+    }
+
+    /// The first cached position a query at position `p` attends to (the window rule): the last
+    /// `sliding_window` positions, or those of p's own attention chunk, or all.
+    pub fn first_key(&self, p: usize) -> usize {
+        let window = self.sliding_window.map_or(0, |w| (p + 1).saturating_sub(w));
+        let chunk = match self.attention_chunk {
+            Some(c) if c > 0 => p / c * c,
+            _ => 0,
+        };
+        window.max(chunk)
+    }
+}
+
+/// Llama-4's attention temperature tuning of its NoPE layers: the query at position p is scaled by
+/// ln(1 + floor((p + 1) / floor_scale)) · attn_scale + 1 (computed in f32, as transformers does).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttnTemperature {
+    pub floor_scale: f64,
+    pub attn_scale: f64,
 }
 
 /// Gated DeltaNet linear attention (Qwen3-Next `linear_*` keys): q/k heads of `k_head_dim`, v
@@ -468,9 +516,13 @@ pub struct Config {
     /// zero-centred norms: 1; 0 elsewhere).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub norm_offset: f64,
-    /// The per-head q/k RMSNorm follows RoPE instead of preceding it (Hunyuan-MoE).
+    /// The per-head q/k RMSNorm follows RoPE instead of preceding it (Hunyuan-MoE, Llama-4).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub qk_norm_after_rope: bool,
+    /// The queries of the NoPE layers (`LayerSpec::no_rope`) are scaled by their position's
+    /// temperature (Llama-4's `attn_temperature_tuning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_temperature: Option<AttnTemperature>,
 }
 
 impl Config {
@@ -492,11 +544,18 @@ impl Config {
         }
     }
 
-    /// LongRoPE's original context, past which a forward call uses the long factors.
+    /// LongRoPE's original context, past which a forward call uses the long factors (None when
+    /// both sets are one, as Llama-4 GGUFs' `rope_freqs`: nothing is chosen per call).
     pub fn longrope_original(&self) -> Option<usize> {
-        match self.rope.scaling {
-            RopeScaling::LongRope { original_max_position_embeddings, .. } => {
-                Some(usize::try_from(original_max_position_embeddings).unwrap_or(usize::MAX))
+        match &self.rope.scaling {
+            RopeScaling::LongRope {
+                original_max_position_embeddings,
+                short_factor,
+                long_factor,
+                short_mscale,
+                long_mscale,
+            } if short_factor != long_factor || short_mscale != long_mscale => {
+                Some(usize::try_from(*original_max_position_embeddings).unwrap_or(usize::MAX))
             }
             _ => None,
         }

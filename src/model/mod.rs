@@ -9,8 +9,8 @@ mod visit;
 mod weights;
 
 pub use config::{
-    Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, Mla, MoeConfig,
-    NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
+    AttnTemperature, Config, DeltaNetConfig, ExpertAct, ExpertGroups, Family, GroupScore, LayerKind, LayerSpec, Mla,
+    MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales, Scoring,
 };
 pub use names::{
     is_per_head, layer_name, param_count, suffix, tensor_specs, ParamCount, QuantClass, Role, TensorSpec, EMBEDDING,

@@ -211,7 +211,7 @@ pub fn tensor_specs(c: &Config) -> Vec<TensorSpec> {
             v.push(spec(n(V_BIAS), &[kv_out], Plain, Attention));
         }
         match c.qk_norm {
-            QkNorm::None => {}
+            QkNorm::None | QkNorm::Weightless => {}
             QkNorm::PerHead => {
                 v.push(spec(n(Q_NORM), &[hd], Plain, Norm));
                 v.push(spec(n(K_NORM), &[hd], Plain, Norm));

@@ -79,8 +79,15 @@ impl Config {
             within("dense_ffn", self.dense_ffn, 1, MAX_FFN)?;
         }
         for (i, l) in self.layers.iter().enumerate() {
-            if l.sliding_window == Some(0) {
-                return Err(Error::config(format!("layer {i}: sliding window of 0")));
+            if l.sliding_window == Some(0) || l.attention_chunk == Some(0) {
+                return Err(Error::config(format!("layer {i}: sliding window or attention chunk of 0")));
+            }
+        }
+        if let Some(t) = self.attn_temperature {
+            if !(t.floor_scale.is_finite() && t.floor_scale > 0.0 && t.attn_scale.is_finite()) {
+                return Err(Error::config(format!(
+                    "attention temperature {t:?}: floor_scale must be > 0, both finite"
+                )));
             }
         }
         if self.hidden_act != "silu" {
@@ -117,6 +124,9 @@ impl Config {
                     "sparsemixer routing needs a finite jitter_eps >= 0 (got {jitter_eps}) and no choice bias or groups"
                 )));
             }
+        }
+        if m.scoring == Scoring::SigmoidOfTopK && (m.choice_bias || m.groups.is_some() || m.norm_topk_prob) {
+            return Err(Error::config("sigmoid-of-top-k routing takes no choice bias, groups or renormalisation"));
         }
         if !(m.routed_scaling.is_finite() && m.routed_scaling > 0.0) {
             return Err(Error::config(format!("moe.routed_scaling {} must be finite and > 0", m.routed_scaling)));
@@ -207,7 +217,7 @@ impl Config {
                 factor_ok(*factor)
                     && low_freq_factor.is_finite()
                     && high_freq_factor.is_finite()
-                    && high_freq_factor > low_freq_factor
+                    && high_freq_factor >= low_freq_factor
                     && *original_max_position_embeddings > 0
             }
             RopeScaling::LongRope {

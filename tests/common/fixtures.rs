@@ -187,11 +187,18 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
                 _ => format!("self_attn.{p}_proj.weight"),
             }
         }
-        "mlp.gate" | "mlp.up" | "mlp.down" => format!("mlp.{}_proj.weight", &sfx[4..]),
+        // Llama-4's dense layers: feed_forward.*.
+        "mlp.gate" | "mlp.up" | "mlp.down" => {
+            first(&["mlp", "feed_forward"].map(|m| format!("{m}.{}_proj.weight", &sfx[4..])))
+        }
         "moe.shared.gate" | "moe.shared.up" | "moe.shared.down" => {
             // Qwen2-MoE's shared_expert, GLM-4.5's shared_experts, Hunyuan's shared_mlp.
             let proj = &sfx[11..];
-            first(&["shared_expert", "shared_experts", "shared_mlp"].map(|m| format!("mlp.{m}.{proj}_proj.weight")))
+            let mut leaves = ["shared_expert", "shared_experts", "shared_mlp"]
+                .map(|m| format!("mlp.{m}.{proj}_proj.weight"))
+                .to_vec();
+            leaves.push(format!("feed_forward.shared_expert.{proj}_proj.weight"));
+            first(&leaves)
         }
         // ERNIE-4.5: moe_statics ([1, E], the same bytes).
         "moe.router_bias" => first(
@@ -206,6 +213,7 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
                 "block_sparse_moe.router",
                 "block_sparse_moe.router.layer",
                 "mlp.gate.wg",
+                "feed_forward.router",
             ]
             .iter()
             .find_map(|leaf| src.get(&format!("{base}.{leaf}.weight")))
@@ -227,6 +235,9 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
                 if let Some(s) = src.get(&cand) {
                     return (s.dtype, s.bytes.clone());
                 }
+            }
+            if let Some(found) = llama4_expert(src, &base, proj, e, rows) {
+                return found;
             }
             // Fused stacks: transformers 5 (under mlp or Granite's block_sparse_moe) or Granite's hub names.
             let leaves: [&str; 3] = if proj == "down" {
@@ -252,6 +263,31 @@ pub fn expected_bytes(src: &HashMap<String, Src>, name: &str, expert: Option<usi
     };
     let s = &src[&format!("{base}.{leaf}")];
     (s.dtype, s.bytes.clone())
+}
+
+/// Llama-4's expert `e` of projection `proj` (colibri [rows, cols]) gathered from the hub's
+/// transposed stacks: `feed_forward.experts.gate_up_proj` [E, H, 2F] (gate = columns :F, up = F:),
+/// `down_proj` [E, F, H].
+fn llama4_expert(
+    src: &HashMap<String, Src>,
+    base: &str,
+    proj: &str,
+    e: usize,
+    rows: usize,
+) -> Option<(Dtype, Vec<u8>)> {
+    let leaf = if proj == "down" { "down_proj" } else { "gate_up_proj" };
+    let s = src.get(&format!("{base}.feed_forward.experts.{leaf}"))?;
+    let (inner, width) = (s.shape[1], s.shape[2]); // [E, inner, width]: colibri's (r, c) is (c, r + skip)
+    let skip = if proj == "up" { rows } else { 0 };
+    let es = elem_size(s.dtype);
+    let mut out = Vec::with_capacity(rows * inner * es);
+    for r in 0..rows {
+        for c in 0..inner {
+            let at = ((e * inner + c) * width + r + skip) * es;
+            out.extend_from_slice(&s.bytes[at..at + es]);
+        }
+    }
+    Some((s.dtype, out))
 }
 
 /// GPT-OSS's tensors that no other family has: o bias, sinks, router bias, and the experts —

@@ -119,9 +119,10 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
             router_bias: false,
             expert_bias: false,
             expert_act: Default::default(),
+            weights_on_input: false,
         },
         dense_ffn: 0,
-        layers: vec![LayerSpec { moe: true, sliding_window: None, kind: Default::default() }; 2],
+        layers: vec![LayerSpec::attention(true); 2],
         tie_embeddings: false,
         hidden_act: "silu".into(),
         bos_token_id: Some(1),
@@ -134,6 +135,7 @@ pub fn sized_config(hidden: usize, expert_ffn: usize, n_experts: usize, vocab: u
         attn_output_gate: false,
         norm_offset: 0.0,
         qk_norm_after_rope: false,
+        attn_temperature: None,
     }
 }
 

@@ -156,8 +156,9 @@ pub fn resolve(f: &GgufFile, c: &Config, permuted_qk: bool, specs: &[TensorSpec]
     Ok(out)
 }
 
-/// The tensors a mapping reads into the config instead (LongRoPE's factors).
-const READ_INTO_CONFIG: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
+/// The tensors a mapping reads into the config instead (LongRoPE's factors, Llama-4's llama3
+/// divisors).
+const READ_INTO_CONFIG: [&str; 3] = ["rope_factors_long.weight", "rope_factors_short.weight", "rope_freqs.weight"];
 
 /// GGUF tensors neither a colibri tensor nor the config uses (reported as a warning).
 pub fn unused(f: &GgufFile, c: &Config, resolved: &[Resolved]) -> Vec<String> {

@@ -4,7 +4,7 @@
 use crate::error::{fail, Result};
 use crate::gguf::file::GgufFile;
 use crate::gguf::value::{Metadata, Value};
-use colibri::model::{Config, Family, LayerKind, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales};
+use colibri::model::{Config, Family, LayerSpec, MoeConfig, NormKind, QkNorm, Rope, RopeScaling, Scales};
 
 /// Most layers a file may claim before the config is validated.
 const MAX_LAYERS: usize = 1 << 12;
@@ -51,6 +51,20 @@ impl Hparams<'_> {
 
     pub fn has(&self, tensor: &str) -> bool {
         self.file.tensor(tensor).is_some()
+    }
+
+    /// Whether any layer has the tensor `blk.{l}.{leaf}`.
+    pub fn any_layer_has(&self, leaf: &str) -> bool {
+        let n = self.file.tensors.len();
+        (0..n).any(|l| self.has(&format!("blk.{l}.{leaf}")))
+    }
+
+    /// The rows (ne[1]) of the first layer's `blk.{l}.{leaf}` matrix, if any layer has one (the
+    /// shared experts' width, when the metadata does not say it reliably).
+    pub fn rows_of(&self, leaf: &str) -> Option<usize> {
+        let suffix = format!(".{leaf}");
+        let t = self.file.tensors.iter().find(|t| t.info.name.starts_with("blk.") && t.info.name.ends_with(&suffix))?;
+        t.info.ne.get(1).and_then(|&r| usize::try_from(r).ok())
     }
 
     /// The values of a small F32 vector tensor (LongRoPE's factors), if present.
@@ -109,7 +123,6 @@ fn rope(h: &Hparams, head_dim: usize, ctx: usize) -> Result<Rope> {
 
 /// The config every family shares; families adjust what differs.
 pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
-    use LayerKind::Attention as Attn;
     let n_layers = h.need("block_count")?.saturating_sub(h.u("nextn_predict_layers")?.unwrap_or(0));
     // Sized from before `Config::validate` runs: bound it here (validate's own cap is lower).
     if n_layers > MAX_LAYERS {
@@ -135,7 +148,7 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         (None, true) => ffn.ok_or_else(|| fail(format!("GGUF file lacks {}.feed_forward_length", h.arch)))?,
         (None, false) => h.need("expert_feed_forward_length")?,
     };
-    let layer = |l| LayerSpec { moe: h.has(&format!("blk.{l}.ffn_gate_inp.weight")), sliding_window: None, kind: Attn };
+    let layer = |l| LayerSpec::attention(h.has(&format!("blk.{l}.ffn_gate_inp.weight")));
     let layers: Vec<LayerSpec> = (0..n_layers).map(layer).collect();
     let any_dense = layers.iter().any(|l| !l.moe);
     let moe = MoeConfig {
@@ -177,5 +190,6 @@ pub fn base(h: &Hparams, d: &Defaults) -> Result<Config> {
         attn_output_gate: false,
         norm_offset: 0.0,
         qk_norm_after_rope: false,
+        attn_temperature: None,
     })
 }

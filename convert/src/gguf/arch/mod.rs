@@ -1,6 +1,7 @@
 //! llama.cpp architectures → colibri families: one `Mapping` per `general.architecture` value,
 //! each in its own file (`llama` with experts = Mixtral, `qwen2moe`, `qwen3moe`, `olmoe`,
-//! `granitemoe`, `glm4moe`, `deepseek2`, `gpt-oss`, `phimoe`, `qwen3next`). A mapping builds the
+//! `granitemoe`, `glm4moe`, `deepseek2`, `gpt-oss`, `phimoe`, `qwen3next`, `dots1`, `ernie4_5-moe`,
+//! `hunyuan-moe`, `llama4`). A mapping builds the
 //! colibri `Config` from the `{arch}.*` keys and the tensors present, and says which of
 //! llama.cpp's converter transformations to undo; the tensor names are llama.cpp's shared ones
 //! (`sources`, and `special` for those of a few architectures). Adding an architecture is one file with
@@ -8,10 +9,14 @@
 
 mod common;
 mod deepseek2;
+mod dots1;
+mod ernie;
 mod glm4;
 mod gpt_oss;
 mod granite;
+mod hunyuan;
 mod llama;
+mod llama4;
 mod olmoe;
 mod phimoe;
 mod qwen;
@@ -46,6 +51,10 @@ static MAPPINGS: &[&Mapping] = &[
     &gpt_oss::GPT_OSS,
     &phimoe::PHIMOE,
     &qwen3next::QWEN3NEXT,
+    &dots1::DOTS1,
+    &ernie::ERNIE4_5_MOE,
+    &hunyuan::HUNYUAN_MOE,
+    &llama4::LLAMA4,
 ];
 
 /// The mapping of `arch`, or a one-line refusal naming it.
