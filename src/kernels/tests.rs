@@ -475,8 +475,9 @@ fn interleaved_products_take_any_row_range() {
     let (rows, cols) = (24, 96);
     let s = Stored::new(rows, cols, 31);
     let generic = table_for(CpuPath::Generic).expect("generic");
-    // 3 activation rows: the one-group kernels; 11: the AVX-512 two-group ones over panels of 8.
-    for n in [3, 11] {
+    // 1 and 4 activation rows: one kernel call per run of groups (decode); 3: the one-group
+    // kernels group by group; 11: the AVX-512 two-group ones over panels of 8.
+    for n in [1, 3, 4, 11] {
         let x = sample(n * cols, 32);
         let mut xa = QuantizedActs::default();
         xa.quantize_with(generic.quantize, &x, n, cols);

@@ -117,11 +117,13 @@ pub(super) fn by_groups(
 pub(super) trait GroupI8 {
     /// Most activation rows one pass over a group's units takes (what the registers hold).
     const MAX_T: usize;
-    /// out[t][j] = row 8·grp + j · activation row x[t], for t < x.len() ≤ MAX_T (a power of 2).
+    /// out[t·stride + 8·i + j] = row 8·(grps.start + i) + j · activation row x[t], for every
+    /// group of `grps` and t < x.len() ≤ MAX_T (a power of 2): one call runs the whole range,
+    /// so that a decode step's pass over a matrix is one loop.
     ///
-    /// SAFETY: the CPU has the set's features; group `grp` and every activation row's `nb`
-    /// blocks are inside their buffers.
-    unsafe fn rows(g: Grouped, grp: usize, x: &[Acts], out: &mut [[f32; GROUP_ROWS]]);
+    /// SAFETY: the CPU has the set's features; the groups `grps` and every activation row's
+    /// `nb` blocks are inside their buffers; `out` is valid for writes at every index named.
+    unsafe fn run(g: Grouped, grps: Range<usize>, x: &[Acts], out: *mut f32, stride: usize);
 }
 
 /// `out[t] = kernel(x)[t]` for T activation rows (the const-generic kernels' call shape).
@@ -133,6 +135,29 @@ pub(super) fn store<const T: usize>(v: [__m256; T], out: &mut [[f32; GROUP_ROWS]
     }
 }
 
+/// Store `f(grp)` ([T] lanes of 8 results) for each group of `grps` as `GroupI8::run` says: the
+/// const-generic kernels' call shape.
+///
+/// SAFETY: `out` is valid for writes at t·stride + 8·i + j for t < T, i < grps.len(), j < 8.
+#[inline(always)]
+pub(super) unsafe fn each<const T: usize>(
+    grps: Range<usize>,
+    out: *mut f32,
+    stride: usize,
+    mut f: impl FnMut(usize) -> [__m256; T],
+) {
+    for (i, grp) in grps.enumerate() {
+        for (t, v) in f(grp).into_iter().enumerate() {
+            // SAFETY: __m256 and [f32; 8] have the same size (any bits are valid f32); the
+            // index is one the caller vouches for.
+            unsafe {
+                let lanes = std::mem::transmute::<__m256, [f32; GROUP_ROWS]>(v);
+                out.add(t * stride + i * GROUP_ROWS).cast::<[f32; GROUP_ROWS]>().write_unaligned(lanes);
+            }
+        }
+    }
+}
+
 /// The AVX2 group kernels (`vpmaddubsw` + `vpmaddwd`): four activation rows per pass (16 ymm
 /// registers).
 pub(super) struct Avx2;
@@ -141,16 +166,16 @@ impl GroupI8 for Avx2 {
     const MAX_T: usize = 4;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn rows(g: Grouped, grp: usize, x: &[Acts], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn run(g: Grouped, grps: Range<usize>, x: &[Acts], out: *mut f32, stride: usize) {
         // SAFETY: the caller's contract (see the trait).
         unsafe {
             match (g.q4, x.len()) {
-                (true, 4) => store(group_q4_i8::<4>(g, grp, &[x[0], x[1], x[2], x[3]]), out),
-                (true, 2) => store(group_q4_i8::<2>(g, grp, &[x[0], x[1]]), out),
-                (true, _) => store(group_q4_i8::<1>(g, grp, &[x[0]]), out),
-                (false, 4) => store(group_q8_i8::<4>(g, grp, &[x[0], x[1], x[2], x[3]]), out),
-                (false, 2) => store(group_q8_i8::<2>(g, grp, &[x[0], x[1]]), out),
-                (false, _) => store(group_q8_i8::<1>(g, grp, &[x[0]]), out),
+                (true, 4) => each(grps, out, stride, |grp| group_q4_i8::<4>(g, grp, &[x[0], x[1], x[2], x[3]])),
+                (true, 2) => each(grps, out, stride, |grp| group_q4_i8::<2>(g, grp, &[x[0], x[1]])),
+                (true, _) => each(grps, out, stride, |grp| group_q4_i8::<1>(g, grp, &[x[0]])),
+                (false, 4) => each(grps, out, stride, |grp| group_q8_i8::<4>(g, grp, &[x[0], x[1], x[2], x[3]])),
+                (false, 2) => each(grps, out, stride, |grp| group_q8_i8::<2>(g, grp, &[x[0], x[1]])),
+                (false, _) => each(grps, out, stride, |grp| group_q8_i8::<1>(g, grp, &[x[0]])),
             }
         }
     }
@@ -172,27 +197,28 @@ pub(super) fn gemv_i8_with<K: GroupI8>(w: Mat<'_>, rows: Range<usize>, xa: &Quan
         let (xq, xd) = xa.row(t);
         Acts { q: xq.as_ptr(), d: xd.as_ptr(), sums: xa.row_sums(t).as_ptr() }
     };
+    // One pass of activation rows (decode): every whole group in one kernel call. More rows:
+    // group by group, each group's units meeting all passes while they are in L1.
+    let step = if n <= K::MAX_T && n.is_power_of_two() { len / GROUP_ROWS + 1 } else { 1 };
     by_groups(
         rows,
         n,
-        1,
+        step,
         out,
         |r, o| generic::gemv_i8(w, r, xa, n, o),
-        |grp, _, at, out, tokens| {
+        |grp, k, at, out, tokens| {
             // Activation rows in passes of K::MAX_T (then halves) share each weight load and its
             // unpacking.
             let mut t = tokens.start;
-            let mut res = [[0f32; GROUP_ROWS]; 8];
             while t < tokens.end {
                 let take = (tokens.end - t).min(K::MAX_T);
                 let take = 1 << take.ilog2();
-                let x: [Acts; 8] = std::array::from_fn(|k| acts((t + k).min(t + take - 1)));
-                // SAFETY: K's table only on CPUs with K's features; group grp lies inside the
-                // matrix (rows.end ≤ w.rows() asserted) and every activation row holds nb blocks.
-                unsafe { K::rows(g, grp, &x[..take], &mut res[..take]) };
-                for (k, r) in res[..take].iter().enumerate() {
-                    out[(t + k) * len + at..(t + k) * len + at + GROUP_ROWS].copy_from_slice(r);
-                }
+                let x: [Acts; 8] = std::array::from_fn(|i| acts((t + i).min(t + take - 1)));
+                assert!(out.len() >= (t + take - 1) * len + at + k * GROUP_ROWS);
+                // SAFETY: K's table only on CPUs with K's features; groups grp..grp + k lie inside
+                // the matrix (rows.end ≤ w.rows() asserted), every activation row holds nb blocks,
+                // and the last write ends inside `out` (asserted).
+                unsafe { K::run(g, grp..grp + k, &x[..take], out[t * len + at..].as_mut_ptr(), len) };
                 t += take;
             }
         },

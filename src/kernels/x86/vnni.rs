@@ -28,7 +28,7 @@ use super::super::actpanel::{ActPanels, PANEL, PANEL_BLOCK};
 use super::super::actq::QuantizedActs;
 use super::super::generic;
 use super::super::mat::Mat;
-use super::qgroup::{bcast4, by_groups, gemv_i8_with, prefetch_unit, store, Acts, GroupI8, Grouped};
+use super::qgroup::{bcast4, by_groups, each, gemv_i8_with, prefetch_unit, Acts, GroupI8, Grouped};
 use crate::format::blocks::{CHUNK, GROUP_ROWS, QK};
 use core::arch::x86_64::*;
 use std::ops::Range;
@@ -40,19 +40,19 @@ impl GroupI8 for Vnni {
     const MAX_T: usize = 8;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn rows(g: Grouped, grp: usize, x: &[Acts], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn run(g: Grouped, grps: Range<usize>, x: &[Acts], out: *mut f32, stride: usize) {
         // SAFETY: the caller's contract (see the trait).
         unsafe {
             let a = |k: usize| x[k.min(x.len() - 1)];
             match (g.q4, x.len()) {
-                (true, 8) => store(q4::<8>(g, grp, &std::array::from_fn(a)), out),
-                (true, 4) => store(q4::<4>(g, grp, &std::array::from_fn(a)), out),
-                (true, 2) => store(q4::<2>(g, grp, &std::array::from_fn(a)), out),
-                (true, _) => store(q4::<1>(g, grp, &std::array::from_fn(a)), out),
-                (false, 8) => store(q8::<8>(g, grp, &std::array::from_fn(a)), out),
-                (false, 4) => store(q8::<4>(g, grp, &std::array::from_fn(a)), out),
-                (false, 2) => store(q8::<2>(g, grp, &std::array::from_fn(a)), out),
-                (false, _) => store(q8::<1>(g, grp, &std::array::from_fn(a)), out),
+                (true, 8) => each(grps, out, stride, |grp| q4::<8>(g, grp, &std::array::from_fn(a))),
+                (true, 4) => each(grps, out, stride, |grp| q4::<4>(g, grp, &std::array::from_fn(a))),
+                (true, 2) => each(grps, out, stride, |grp| q4::<2>(g, grp, &std::array::from_fn(a))),
+                (true, _) => each(grps, out, stride, |grp| q4::<1>(g, grp, &std::array::from_fn(a))),
+                (false, 8) => each(grps, out, stride, |grp| q8::<8>(g, grp, &std::array::from_fn(a))),
+                (false, 4) => each(grps, out, stride, |grp| q8::<4>(g, grp, &std::array::from_fn(a))),
+                (false, 2) => each(grps, out, stride, |grp| q8::<2>(g, grp, &std::array::from_fn(a))),
+                (false, _) => each(grps, out, stride, |grp| q8::<1>(g, grp, &std::array::from_fn(a))),
             }
         }
     }
@@ -153,12 +153,9 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
                     unsafe { two_groups(g, grp, PanelAt::of(p, t, g.q4), take, &mut res) };
                 } else {
                     let x: [Acts; PANEL] = std::array::from_fn(|i| acts(xa, (t + i).min(t + take - 1)));
-                    let mut one = [[0f32; GROUP_ROWS]; PANEL];
-                    // SAFETY: as above, for group grp and the row-major activation rows.
-                    unsafe { Vnni::rows(g, grp, &x[..take], &mut one[..take]) };
-                    for (r, o) in res.iter_mut().zip(one) {
-                        r[..GROUP_ROWS].copy_from_slice(&o);
-                    }
+                    // SAFETY: as above, for group grp and the row-major activation rows; rows
+                    // t < take of `res` hold 2·GROUP_ROWS floats each.
+                    unsafe { Vnni::run(g, grp..grp + 1, &x[..take], res.as_mut_ptr().cast(), 2 * GROUP_ROWS) };
                 }
                 for (i, r) in res[..take].iter().enumerate() {
                     let o = (t + i) * len + at;
