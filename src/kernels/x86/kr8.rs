@@ -162,10 +162,10 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
                 q6_pair::<D, T, 1>(u, b, n, &x, &mut sums);
             }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(u.add(1664).cast()));
-            for s in 0..8 {
-                for t in 0..T {
-                    let f = _mm256_mul_ps(d, _mm256_set1_ps(*x[t].d.add(8 * b + s)));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t][s]), f, acc[t]);
+            for ((a, xt), st) in acc.iter_mut().zip(&x).zip(&sums) {
+                for (s, &v) in st.iter().enumerate() {
+                    let f = _mm256_mul_ps(d, _mm256_set1_ps(*xt.d.add(8 * b + s)));
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, *a);
                 }
             }
         }
