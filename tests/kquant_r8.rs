@@ -1,13 +1,15 @@
 //! Contract: q4_kr8 / q6_kr8 (`colibri::format::kr8`) are GGUF's q4_k / q6_k blocks re-laid-out,
-//! nothing else. On the blocks llama.cpp's quantiser wrote (tests/fixtures/gguf_blocks, made by
-//! tools/make_gguf_vectors.py) and gguf-py's dequantisation of them:
+//! and q8r8 / q4r8 as the GGUF importer writes them (`blocks::interleave_ggml_blocks`) GGUF's
+//! q8_0 / q4_0 blocks, nothing else. On the blocks llama.cpp's quantiser wrote
+//! (tests/fixtures/gguf_blocks, made by tools/make_gguf_vectors.py) and gguf-py's
+//! dequantisation of them:
 //! * interleaving the rows and dequantising the interleaved matrix gives gguf-py's values bit
 //!   for bit, through the dtype table and through `Mat` (any row);
-//! * a NaN/Inf scale is found and named by its row-major block;
+//! * a NaN/Inf scale is found and named by its row-major block (the K-quants);
 //! * the products on the path this process runs (`COLIBRI_CPU`), int8 and f32 activations,
 //!   agree with dequantise-then-dot, and int8 ones equal the row-major dtype's up to rounding.
 
-use colibri::format::{find_nonfinite_in, kr8, DType, NonFinite};
+use colibri::format::{blocks, find_nonfinite_in, kr8, DType, NonFinite};
 use colibri::kernels::{Kernels, Mat, QuantActivations};
 use std::path::PathBuf;
 
@@ -44,12 +46,29 @@ fn load(name: &str, ggml_type: u32) -> Vectors {
     }
 }
 
-fn each(mut f: impl FnMut(DType, &Vectors, &[u8])) {
-    for (name, t, il) in [("q4_k", 12, DType::Q4KR8), ("q6_k", 14, DType::Q6KR8)] {
+/// The K-quants (`kr8`) and the 32-element types the importer interleaves (`blocks`).
+const KQUANTS: &[(&str, u32, DType)] = &[("q4_k", 12, DType::Q4KR8), ("q6_k", 14, DType::Q6KR8)];
+const ALL: &[(&str, u32, DType)] = &[KQUANTS[0], KQUANTS[1], ("q8_0", 8, DType::Q8R8), ("q4_0", 2, DType::Q4R8)];
+
+/// Row-major GGUF blocks (rows of `cols`) as the importer interleaves them into `il`.
+fn interleave(il: DType, rm: &[u8], cols: usize) -> Result<Vec<u8>, String> {
+    if !matches!(il, DType::Q8R8 | DType::Q4R8) {
+        return kr8::interleave(il, rm, cols);
+    }
+    let (mut qs, mut d) = (Vec::new(), Vec::new());
+    blocks::interleave_ggml_blocks(rm, il.info().block_bytes as usize, cols / 32, &mut qs, &mut d)?;
+    qs.extend(d);
+    Ok(qs)
+}
+
+fn each(types: &[(&str, u32, DType)], mut f: impl FnMut(DType, &Vectors, &[u8])) {
+    for &(name, t, il) in types {
         let v = load(name, t);
-        assert_eq!(v.row_major.interleaved(), il);
-        assert_eq!((il.encoding(), il.row_group()), (v.row_major, 8));
-        let bytes = kr8::interleave(il, &v.blocks, v.cols).unwrap();
+        assert_eq!((il.row_group(), il.info().block_bytes), (8, v.row_major.info().block_bytes), "{il}");
+        if KQUANTS.iter().any(|k| k.2 == il) {
+            assert_eq!((v.row_major.interleaved(), il.encoding()), (il, v.row_major));
+        }
+        let bytes = interleave(il, &v.blocks, v.cols).unwrap();
         assert_eq!(bytes.len(), v.blocks.len(), "{il}: same size as {name}");
         assert_ne!(bytes, v.blocks, "{il}: re-laid-out");
         f(il, &v, &bytes);
@@ -58,7 +77,7 @@ fn each(mut f: impl FnMut(DType, &Vectors, &[u8])) {
 
 #[test]
 fn interleaved_dequantisation_is_gguf_py_bit_for_bit() {
-    each(|il, v, bytes| {
+    each(ALL, |il, v, bytes| {
         let mut out = vec![0f32; v.rows * v.cols];
         il.dequantize(bytes, v.cols, 0, &mut out);
         let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
@@ -69,14 +88,14 @@ fn interleaved_dequantisation_is_gguf_py_bit_for_bit() {
             m.row_to_f32(r, &mut row);
             assert_eq!(bits(&row), bits(&v.deq[r * v.cols..(r + 1) * v.cols]), "{il} row {r}");
         }
-        assert!(kr8::interleave(il, &v.blocks[..v.blocks.len() / 16 * 12], v.cols).is_err(), "12 rows");
+        assert!(interleave(il, &v.blocks[..v.blocks.len() / 16 * 12], v.cols).is_err(), "12 rows");
         assert!(Mat::new(il, 12, v.cols, &bytes[..bytes.len() / 16 * 12]).is_err(), "12 rows bound");
     });
 }
 
 #[test]
 fn a_bad_scale_is_found_by_its_row_major_block() {
-    each(|il, v, _| {
+    each(KQUANTS, |il, v, _| {
         let bb = il.info().block_bytes as usize;
         let nb = v.cols / 256;
         // Row 11's second block: its d (q6_k: at 208) turned to +Inf in the row-major bytes.
@@ -92,7 +111,7 @@ fn a_bad_scale_is_found_by_its_row_major_block() {
 #[test]
 fn products_are_dequantise_then_dot_on_this_path() {
     let x: Vec<f32> = (0..3 * 512).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.5).collect();
-    each(|il, v, bytes| {
+    each(ALL, |il, v, bytes| {
         let m = Mat::new(il, v.rows, v.cols, bytes).unwrap();
         let rm = Mat::new(v.row_major, v.rows, v.cols, &v.blocks).unwrap();
         for act in [QuantActivations::Float, QuantActivations::Reduced] {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """GGUF fixtures for the GGUF reader's tests: llama.cpp's own convert_hf_to_gguf.py run on the HF
-fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q8_0.
+fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q8_0; and (QUANTIZE)
+the f32 file quantised by llama-quantize (a mix of types: Q4_0 where the rows allow it).
 
-    /work/venv/bin/python tools/make_gguf_fixtures.py [--llama DIR] [--only NAME,...]
+    /work/venv/bin/python tools/make_gguf_fixtures.py [--llama DIR] [--llama-bin DIR] [--only NAME,...]
 
 Writes tests/fixtures/gguf/<model>.<outtype>.gguf. Checkpoints whose config.json lacks keys the hub's
 has are converted from a temporary copy with those keys added (HUB_CONFIG); Qwen3-Next with
@@ -25,9 +26,10 @@ DEFAULT_LLAMA = "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"
 
 # (fixture, outtypes): small models whose families llama.cpp converts. "q8_0-split" is the q8_0
 # file split by llama.cpp's --split-max-tensors into NAME.q8_0-split-0000N-of-00002.gguf;
-# "q8_0-gate_up" the q8_0 file with --fuse-gate-up-exps (one ffn_gate_up_exps per layer).
+# "q8_0-gate_up" the q8_0 file with --fuse-gate-up-exps (one ffn_gate_up_exps per layer); the
+# QUANTIZE outtypes are llama-quantize's of the f32 file (made first).
 FIXTURES = [
-    ("mixtral_gqa", ["f32", "q8_0", "q8_0-split"]),
+    ("mixtral_gqa", ["f32", "q8_0", "q8_0-split", "q4_0"]),
     ("qwen2_moe_shared", ["f32"]),
     ("qwen3_moe_yarn", ["f32", "q8_0"]),
     ("olmoe", ["f32"]),
@@ -68,10 +70,14 @@ PER_EXPERT = {"hunyuan_v1_moe"}
 
 PRE = {"GPTNeoXTokenizer": "olmo"}
 
+# outtype -> llama-quantize type (its fallbacks included: Q4_0 falls back for rows of 16).
+QUANTIZE = {"q4_0": "Q4_0"}
+
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", default=DEFAULT_LLAMA)
+    ap.add_argument("--llama-bin", default="/work/llama/build/bin", help="where llama-quantize is")
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(args.llama) / "gguf-py"))
@@ -113,6 +119,10 @@ def main():
             continue
         for outtype in outtypes:
             out = out_dir / f"{name}.{outtype}.gguf"
+            if outtype in QUANTIZE:
+                quantize(args.llama_bin, out_dir / f"{name}.f32.gguf", out, QUANTIZE[outtype])
+                print(f"{out.relative_to(ROOT)}: {os.path.getsize(out)} bytes")
+                continue
             split = outtype.endswith("-split")
             src = checkpoint(name, tmp)
             base_type = outtype.removesuffix("-split").removesuffix("-gate_up")
@@ -130,6 +140,14 @@ def main():
                 legacy_ssm_in(out, out_dir / f"{name}.q8_0-ssm_in.gguf")
             for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
                 print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
+
+
+def quantize(bin_dir, src, dst, qtype):
+    """llama-quantize SRC DST QTYPE, one thread (deterministic)."""
+    import subprocess
+    env = dict(os.environ, LD_LIBRARY_PATH=bin_dir)
+    subprocess.run([f"{bin_dir}/llama-quantize", str(src), str(dst), qtype, "1"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
 
 
 def checkpoint(name, tmp):

@@ -451,7 +451,7 @@ fn inspect_shows_the_gguf_source() {
     let line = text.lines().find(|l| l.starts_with("gguf source")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("v3 llama, file type 7 (MOSTLY_Q8_0)"), "{line}");
     assert!(
-        line.contains("experts f16/q8_0") && line.contains("attention q8_0") && line.contains("norm f32"),
+        line.contains("experts f16/q8r8") && line.contains("attention q8r8") && line.contains("norm f32"),
         "{line}"
     );
 }

@@ -3,7 +3,8 @@
 //! config, tensor list and bytes (every llama.cpp transformation undone exactly: stacked experts,
 //! q/k permutation, shared experts, choice bias, dense layers) and bit-identical logits. Q8_0
 //! GGUFs: the tensors keep their GGUF types (q8_0, the f16 fallbacks, f32 norms) and hold the
-//! checkpoint's values within each type's rounding; logits close to the checkpoint's. Split files
+//! checkpoint's values within each type's rounding (q8_0 matrices of whole 8-row groups as q8r8,
+//! its interleaved twin: tests/gguf_interleaved.rs); logits close to the checkpoint's. Split files
 //! and merged qkv give the same model; unknown architectures and types are refused by name.
 //! deepseek2 (V2 and V3), gpt-oss (MXFP4 experts), qwen3next and phimoe: the same, up to what
 //! llama.cpp's file expresses otherwise (Qwen3-Next's 1 + w norms and −exp(A_log); Phi-MoE's one
@@ -13,57 +14,21 @@
 
 #[path = "../../tests/common/fixtures.rs"]
 mod fixtures;
+#[path = "support/gguf.rs"]
+mod gguf;
 
 use colibri::format::{DType, TensorKind};
-use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
+use colibri::forward::{forward, ForwardOptions, Input};
 use colibri::kernels::QuantActivations;
 use colibri::session::{Session, SessionOptions};
 use colibri::{LoadOptions, Model};
-use colibri_convert::gguf::tokenizer::HfTokenizerFiles;
-use colibri_convert::{ConvertArgs, Progress};
+use colibri_convert::ConvertArgs;
 use fixtures::{argmax, convert_as, f32_twin, ids, meta, models_root};
-use std::cell::Cell;
+use gguf::{convert_gguf, gguf_root, logits_with};
 use std::path::{Path, PathBuf};
-
-fn gguf_root() -> PathBuf {
-    models_root().parent().unwrap().join("gguf")
-}
-
-struct Count(Cell<u64>, Cell<u64>);
-
-impl Progress for Count {
-    fn start(&self, total: u64) {
-        self.0.set(total);
-    }
-    fn advance(&self, bytes: u64) {
-        self.1.set(self.1.get() + bytes);
-    }
-    fn finish(&self) {}
-}
-
-/// `colibri convert FILE.gguf -o OUT`, with the checkpoint's tokenizer files.
-fn convert_gguf(gguf: &Path, hf_dir: &Path, out: &Path) {
-    let read = |f: &str| std::fs::read_to_string(hf_dir.join(f)).unwrap();
-    let tok = HfTokenizerFiles {
-        tokenizer_json: read("tokenizer.json"),
-        tokenizer_config_json: read("tokenizer_config.json"),
-    };
-    let args = ConvertArgs { input: gguf.into(), output: out.into(), dtype: None, quantize: None, user_metadata: None };
-    let count = Count(Cell::new(0), Cell::new(0));
-    colibri_convert::gguf::convert::convert(&args, &count, Some(tok))
-        .unwrap_or_else(|e| panic!("{}: {e}", gguf.display()));
-    assert_eq!(count.0.get(), count.1.get(), "progress: every planned byte reported");
-}
 
 fn logits(model: &Model, input: &[u32]) -> Vec<f32> {
     logits_with(model, input, QuantActivations::default())
-}
-
-fn logits_with(model: &Model, input: &[u32], quant_act: QuantActivations) -> Vec<f32> {
-    let mut s = Session::new(model.config(), &SessionOptions { n_ctx: 256, quant_act, ..Default::default() }).unwrap();
-    forward(model, &mut s, Input::Tokens(input), &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
-        .unwrap();
-    s.logits().to_vec()
 }
 
 /// The HF-converted and the GGUF-converted files of fixture `name`.
@@ -138,7 +103,7 @@ fn q8_0_gguf_keeps_its_types_and_values() {
                     let amax = wb.iter().fold(0f32, |m, x| m.max(x.abs()));
                     let q8 = amax / 127.0 * 0.5 + amax * 1e-3;
                     let tol = match g.dtype {
-                        DType::Q8_0 => q8,
+                        DType::Q8_0 | DType::Q8R8 => q8,
                         DType::F16 => amax * 1e-3,
                         _ => 0.0,
                     };
@@ -148,10 +113,7 @@ fn q8_0_gguf_keeps_its_types_and_values() {
                 }
             }
         }
-        assert!(
-            seen.contains(&DType::Q8_0) && seen.contains(&DType::F16) && seen.contains(&DType::F32),
-            "{name}: {seen:?}"
-        );
+        assert!([DType::Q8R8, DType::F16, DType::F32].iter().all(|d| seen.contains(d)), "{name}: {seen:?}");
         if name == "deepseek_v2_greedy" {
             // llama.cpp's F16 attn_k_b (rows of 16: no Q8_0) and Q8_0 attn_v_b, both kept: MLA's
             // per-head binding slices whole rows of self-contained blocks.

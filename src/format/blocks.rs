@@ -233,6 +233,43 @@ pub fn interleave_stored(bytes: &[u8], bb: usize, nb: usize) -> Vec<u8> {
     out
 }
 
+/// GGUF Q8_0 / Q4_0 blocks of whole 8-row groups (`nb` blocks per row; each block its f16
+/// scale, then the `gb` − 2 quant bytes a q8 / q4 block holds, the same values: see
+/// `q8_0_block`) in the interleaved layout: their quants appended to `qs`, their scales (f16
+/// little-endian) to `d`. Rows starting at a group boundary are one contiguous run of each
+/// region, so a q8r8 / q4r8 matrix is every run's quants, then every run's scales.
+pub fn interleave_ggml_blocks(
+    blocks: &[u8],
+    gb: usize,
+    nb: usize,
+    qs: &mut Vec<u8>,
+    d: &mut Vec<u8>,
+) -> Result<(), String> {
+    let qb = gb.saturating_sub(2);
+    let row = gb * nb;
+    if qb == 0 || !qb.is_multiple_of(CHUNK) || row == 0 || !blocks.len().is_multiple_of(row * GROUP_ROWS) {
+        return Err(format!("{} bytes are not whole 8-row groups of {nb} blocks of {gb} bytes", blocks.len()));
+    }
+    let (q0, d0) = (qs.len(), d.len());
+    let n_blocks = blocks.len() / gb;
+    qs.resize(q0 + n_blocks * qb, 0);
+    d.resize(d0 + n_blocks * 2, 0);
+    for (r, row) in blocks.chunks_exact(row).enumerate() {
+        let (g, j) = (r / GROUP_ROWS, r % GROUP_ROWS);
+        for (b, blk) in row.chunks_exact(gb).enumerate() {
+            let u = g * nb + b;
+            let at = d0 + 2 * (u * GROUP_ROWS + j);
+            d[at..at + 2].copy_from_slice(&blk[..2]);
+            let base = q0 + u * GROUP_ROWS * qb + j * CHUNK;
+            for (c, q) in blk[2..].chunks_exact(CHUNK).enumerate() {
+                let at = base + c * GROUP_ROWS * CHUNK;
+                qs[at..at + CHUNK].copy_from_slice(q);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Quantise one row (len a multiple of 32) to q8: d = max|x|/127 (rounded to f16),
 /// q = round(x/d). Writes len quants and len/32 scales.
 pub fn quantize_row_q8(x: &[f32], qs: &mut [i8], d: &mut [u16]) {
@@ -457,5 +494,26 @@ mod tests {
         assert_eq!(qi[unit + (8 + 1) * 4..unit + (8 + 1) * 4 + 4], q4[(9 * nb + 1) * 16 + 4..(9 * nb + 1) * 16 + 8]);
         assert!(Layout::interleaved(12, cols).is_none() && Layout::interleaved(8, 40).is_none());
         assert!(Q4::from_bytes(&[0u8; q4_bytes(12 * 96)], 12 * 96, Layout::Interleaved { nb }).is_none());
+    }
+
+    /// GGUF blocks interleaved in runs of whole groups are `interleave_stored` of the blocks'
+    /// quants then scales (any bytes), for q8_0 (34-byte blocks) and q4_0 (18).
+    #[test]
+    fn ggml_blocks_interleave_in_runs_as_the_stored_matrix_does() {
+        let (rows, nb) = (24, 3);
+        for gb in [34, 18] {
+            let blocks: Vec<u8> = (0..rows * nb * gb).map(|i| (i * 37 % 251) as u8).collect();
+            let (scales, quants): (Vec<&[u8]>, Vec<&[u8]>) = blocks.chunks_exact(gb).map(|b| b.split_at(2)).unzip();
+            let stored: Vec<u8> = quants.concat().into_iter().chain(scales.concat()).collect();
+            let want = interleave_stored(&stored, gb - 2, nb);
+            let (mut qs, mut d) = (vec![], vec![]);
+            for run in blocks.chunks(16 * nb * gb) {
+                interleave_ggml_blocks(run, gb, nb, &mut qs, &mut d).unwrap();
+            }
+            qs.extend(d);
+            assert_eq!(qs, want, "blocks of {gb} bytes");
+            let err = interleave_ggml_blocks(&blocks[..12 * nb * gb], gb, nb, &mut vec![], &mut vec![]);
+            assert!(err.is_err(), "12 rows are not whole groups");
+        }
     }
 }

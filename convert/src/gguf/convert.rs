@@ -92,10 +92,11 @@ fn mxfp4_dtype(r: &Resolved) -> DType {
     }
 }
 
-/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8: what the int8 kernels read
-/// fastest) for a matrix whose rows are whole groups and that is not split per head; else `src`.
+/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8, q8_0 → q8r8, q4_0 → q4r8:
+/// what the int8 kernels read fastest) for a matrix whose rows are whole groups and that is not
+/// split per head; else `src`.
 fn interleaved(src: DType, spec: &colibri::model::TensorSpec) -> DType {
-    let il = src.interleaved();
+    let il = relayout::twin(src);
     let rows = spec.shape.len().checked_sub(2).map(|i| spec.shape[i]);
     match rows {
         Some(rows) if il != src && !colibri::model::is_per_head(spec) && rows.is_multiple_of(il.row_group() as u64) => {
@@ -211,7 +212,7 @@ pub fn convert(
     progress.start(payload);
     let mut buf = Vec::new();
     for ((r, from), p) in resolved.iter().zip(&widen).zip(&planned) {
-        if matches!(p.dtype, DType::Q4KR8 | DType::Q6KR8) {
+        if relayout::writes(p.dtype) {
             relayout::tensor(&file, &mut writer, r, p.dtype, &mut buf, &|n| progress.advance(n))?;
         } else {
             stream::tensor(&file, &mut writer, r, *from, p.dtype, &mut buf, &|n| progress.advance(n))?;

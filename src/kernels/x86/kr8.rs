@@ -9,9 +9,11 @@
 //! * q4_kr8, per sub-block pair p: 8 loads, low nibbles (sub-block 2p) and high (2p + 1) against
 //!   their activation bytes; the 8 rows' 6-bit scales and mins come out of the three
 //!   interleaved scale words with ggml's word shuffle, 8 rows at once.
-//! * q6_kr8, per sub-block s = 4n + i: 8 loads of ql and of qh make the 6-bit quants; each half
-//!   of 16 sums apart, the offset −32 taken off as 32 · (the activations' half sum), then
-//!   multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵).
+//! * q6_kr8, per half n of the block and P ∈ {0, 1}: one load of each ql chunk makes the 6-bit
+//!   quants of sub-blocks 4n + P (low nibbles) and 4n + P + 2 (high), with the qh chunk loaded
+//!   once for both; each half of 16 sums apart, the offset −32 taken off as 32 · (the
+//!   activations' half sum), then multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵).
+//!   The 8 sub-block sums are then scaled and accumulated in the reference's order.
 //!
 //! The integer sums are the reference's (`kernels::kr8ref`) and every float operation is the
 //! reference's in the same order on each lane: the results are its bits, on both sets.
@@ -152,25 +154,18 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
         for b in 0..nb {
             let u = g.add(b * Q6K_UNIT);
             prefetch(u.wrapping_add(AHEAD_UNITS * Q6K_UNIT), Q6K_UNIT);
+            // The integer sums S of the block's 8 sub-blocks (see `kr8ref::dot_i8_q6k`), per
+            // activation row: one pass per (n, P) makes sub-blocks 4n + P and 4n + P + 2.
+            let mut sums = [[_mm256_setzero_si256(); 8]; T];
+            for n in 0..2 {
+                q6_pair::<D, T, 0>(u, b, n, &x, &mut sums);
+                q6_pair::<D, T, 1>(u, b, n, &x, &mut sums);
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(u.add(1664).cast()));
-            for s in 0..8 {
-                let (n, i) = (s / 4, s % 4);
-                let sh = (_mm_cvtsi32_si128(4 * (i / 2) as i32), _mm_cvtsi32_si128(2 * i as i32));
-                let ql = u.add(32 * (16 * n + 8 * (i % 2)));
-                let qh = u.add(1024 + 32 * 8 * n);
-                let xq: [*const i8; T] = std::array::from_fn(|t| x[t].q.add(QK_K * b + QK * s));
-                let a = [q6_half::<D, T>(ql, qh, &xq, 0, sh), q6_half::<D, T>(ql, qh, &xq, 4, sh)];
-                let ks = u.add(1536 + 8 * (8 * n + 2 * i));
-                let k = [
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(ks.cast())),
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(ks.add(8).cast())),
-                ];
-                for t in 0..T {
-                    let hs = x[t].halves.add(16 * b + 2 * s);
-                    let e0 = _mm256_mullo_epi32(_mm256_sub_epi32(a[0][t], _mm256_set1_epi32(32 * *hs)), k[0]);
-                    let e1 = _mm256_mullo_epi32(_mm256_sub_epi32(a[1][t], _mm256_set1_epi32(32 * *hs.add(1))), k[1]);
-                    let f = _mm256_mul_ps(d, _mm256_set1_ps(*x[t].d.add(8 * b + s)));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(e0, e1)), f, acc[t]);
+            for ((a, xt), st) in acc.iter_mut().zip(&x).zip(&sums) {
+                for (s, &v) in st.iter().enumerate() {
+                    let f = _mm256_mul_ps(d, _mm256_set1_ps(*xt.d.add(8 * b + s)));
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, *a);
                 }
             }
         }
@@ -178,30 +173,56 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
     }
 }
 
-/// Σ q·qx per activation row over chunks c0..c0 + 4 (one half of a q6_k sub-block): the 6-bit
-/// quants from the ql chunks at `ql` (nibble shift sh.0) and qh chunks at `qh` (shift sh.1),
-/// against the activation bytes from xq[t] + 4c.
+/// Adds to sums[t][s] the integer sums of sub-blocks s = 4n + P (ql's low nibbles, qh bits
+/// 2P) and 4n + P + 2 (high nibbles, bits 2P + 4) of the q6_kr8 unit at u (block b): per half
+/// of 16, Σ q·qx over 4 chunks (each ql and qh chunk loaded once for both sub-blocks), the
+/// offset −32 taken off as 32 · (the activations' half sum), times the 8 rows' i8 scales.
 #[inline(always)]
-unsafe fn q6_half<D: Dot, const T: usize>(
-    ql: *const u8,
-    qh: *const u8,
-    xq: &[*const i8; T],
-    c0: usize,
-    sh: (__m128i, __m128i),
-) -> [__m256i; T] {
+unsafe fn q6_pair<D: Dot, const T: usize, const P: usize>(
+    u: *const u8,
+    b: usize,
+    n: usize,
+    x: &[Acts; T],
+    sums: &mut [[__m256i; 8]; T],
+) {
     // SAFETY: the caller's contract (`Kern`): the unit's chunks and the activation bytes exist.
     unsafe {
-        let (m4, m2) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
-        let mut a = [_mm256_setzero_si256(); T];
-        for c in c0..c0 + 4 {
-            let lo = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql.add(32 * c).cast()), sh.0), m4);
-            let hi = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(qh.add(32 * c).cast()), sh.1), m2);
-            let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-            for t in 0..T {
-                a[t] = D::dot(a[t], q, bcast4(xq[t].add(4 * c)));
+        let (m4, m30) = (_mm256_set1_epi8(15), _mm256_set1_epi8(0x30));
+        let ql = u.add(32 * (16 * n + 8 * P));
+        let qh = u.add(1024 + 32 * 8 * n);
+        let sub = [4 * n + P, 4 * n + P + 2];
+        for h in 0..2 {
+            let mut a = [[_mm256_setzero_si256(); 2]; T];
+            for c in 4 * h..4 * h + 4 {
+                let l = _mm256_loadu_si256(ql.add(32 * c).cast());
+                let hb = _mm256_loadu_si256(qh.add(32 * c).cast());
+                // qh's bits 2P and 2P + 4 moved to bits 4..6 of each byte.
+                let (h0, h1) = if P == 0 {
+                    (_mm256_slli_epi16::<4>(hb), hb)
+                } else {
+                    (_mm256_slli_epi16::<2>(hb), _mm256_srli_epi16::<2>(hb))
+                };
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_and_si256(h0, m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l), m4), _mm256_and_si256(h1, m30)),
+                ];
+                for t in 0..T {
+                    let xb = x[t].q.add(QK_K * b + 4 * c);
+                    for j in 0..2 {
+                        a[t][j] = D::dot(a[t][j], q[j], bcast4(xb.add(QK * sub[j])));
+                    }
+                }
+            }
+            for j in 0..2 {
+                let s = sub[j];
+                let k = _mm256_cvtepi8_epi32(_mm_loadl_epi64(u.add(1536 + 8 * (8 * n + 2 * (s % 4) + h)).cast()));
+                for t in 0..T {
+                    let hs = _mm256_set1_epi32(32 * *x[t].halves.add(16 * b + 2 * s + h));
+                    let e = _mm256_mullo_epi32(_mm256_sub_epi32(a[t][j], hs), k);
+                    sums[t][s] = _mm256_add_epi32(sums[t][s], e);
+                }
             }
         }
-        a
     }
 }
 
@@ -235,11 +256,13 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
     } else {
         Vec::new()
     };
-    let acts = |t: usize| {
-        let (q, d) = xa.row(t);
-        let halves = halves.as_ptr().wrapping_add(t * cols / 16);
-        Acts { q: q.as_ptr(), d: d.as_ptr(), sums: xa.row_sums(t).as_ptr(), halves }
-    };
+    let acts: Vec<Acts> = (0..n)
+        .map(|t| {
+            let (q, d) = xa.row(t);
+            let halves = halves.as_ptr().wrapping_add(t * cols / 16);
+            Acts { q: q.as_ptr(), d: d.as_ptr(), sums: xa.row_sums(t).as_ptr(), halves }
+        })
+        .collect();
     let len = rows.len();
     by_groups(
         rows,
@@ -254,7 +277,7 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
             while t < tokens.end {
                 let level = (tokens.end - t).min(1 << (kerns.len() - 1)).ilog2() as usize;
                 let take = 1 << level;
-                let x: [Acts; 8] = std::array::from_fn(|k| acts((t + k).min(t + take - 1)));
+                let x: [Acts; 8] = std::array::from_fn(|k| acts[(t + k).min(t + take - 1)]);
                 // SAFETY: the kernels' table only on CPUs with their features; group grp lies
                 // inside the matrix (asserted above) and every activation row holds nb blocks.
                 unsafe { kerns[level](g, nb, &x[..take], &mut res[..take]) };
