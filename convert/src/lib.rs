@@ -136,8 +136,11 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     let specs = tensor_specs(&config);
     let resolved = sources::resolve(&ck, &config, &specs)?;
     warn_unused_sources(&ck, &resolved, &config, &mut warnings);
-    // Routers kept f32 whatever the dtype: those transformers keeps f32 (sigmoid, DeepSeek-V2,
-    // ERNIE-4.5) and GPT-OSS's, as its GGUF holds it (a bf16 router chose other experts).
+    // Routers kept f32 whatever the dtype: those transformers keeps f32
+    // (`_keep_in_fp32_modules_strict`: sigmoid routers, DeepSeek-V2's and ERNIE-4.5's), and
+    // GPT-OSS's, as llama.cpp's GGUF of the same checkpoint holds it (F32 router and bias): a
+    // bf16 router meets bf16-rounded activations, which moves near-tied experts, so the two
+    // files of one checkpoint chose different experts (`plan`).
     let routers_f32 = config.moe.scoring == colibri::model::Scoring::Sigmoid
         || matches!(
             config.family,
