@@ -136,16 +136,10 @@ pub fn convert(args: &ConvertArgs, progress: Option<&dyn Progress>) -> Result<Co
     let specs = tensor_specs(&config);
     let resolved = sources::resolve(&ck, &config, &specs)?;
     warn_unused_sources(&ck, &resolved, &config, &mut warnings);
-    // Routers kept f32 whatever the dtype: those transformers keeps f32
-    // (`_keep_in_fp32_modules_strict`: sigmoid routers, DeepSeek-V2's and ERNIE-4.5's), and
-    // GPT-OSS's, as llama.cpp's GGUF of the same checkpoint holds it (F32 router and bias): a
-    // bf16 router meets bf16-rounded activations, which moves near-tied experts, so the two
-    // files of one checkpoint chose different experts (`plan`).
+    // Routers transformers keeps f32 whatever the dtype (`_keep_in_fp32_modules_strict`):
+    // sigmoid routers, DeepSeek-V2's and ERNIE-4.5's.
     let routers_f32 = config.moe.scoring == colibri::model::Scoring::Sigmoid
-        || matches!(
-            config.family,
-            colibri::model::Family::DeepseekV2 | colibri::model::Family::Ernie45Moe | colibri::model::Family::GptOss
-        );
+        || matches!(config.family, colibri::model::Family::DeepseekV2 | colibri::model::Family::Ernie45Moe);
     let plan = plan::plan(&resolved, args.dtype, args.quantize.as_ref(), routers_f32, &mut warnings)?;
     meta.push(metadata::provenance(dir, &config, args, plan.provenance(args.quantize.as_ref())));
     meta.extend(metadata::user_blob(args)?);

@@ -120,8 +120,8 @@ pub fn plan(
                 out.kept_float.push(r.spec.name.clone());
                 dtype.unwrap_or(DType::F16)
             }
-            // The routers `routers_f32` names (and their biases) stay f32 whatever --dtype
-            // says: bf16 routers change which experts win.
+            // Sigmoid routers (and their choice bias) stay f32 whatever --dtype says, as
+            // transformers keeps them: bf16 routers change which experts win.
             None if routers_f32 && r.spec.role == colibri::model::Role::Router => DType::F32,
             None => {
                 let src = r.pieces[0].tensor.dtype;

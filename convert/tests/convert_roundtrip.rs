@@ -78,18 +78,13 @@ fn every_tensor_reads_back_equal_to_its_source() {
                 for rec in &model.parsed().tensors {
                     let view = model.tensor(&rec.name).unwrap();
                     // Sigmoid routers and their choice bias (and DeepSeek-V2's and ERNIE-4.5's softmax
-                    // routers, which transformers also keeps f32, and GPT-OSS's router and logit
-                    // bias, as its GGUF holds them) stay f32 whatever --dtype says.
+                    // routers, which transformers also keeps f32) stay f32 whatever --dtype says.
                     let sigmoid = model.config().moe.scoring == colibri::model::Scoring::Sigmoid
                         || matches!(
                             model.config().family,
-                            colibri::model::Family::DeepseekV2
-                                | colibri::model::Family::Ernie45Moe
-                                | colibri::model::Family::GptOss
+                            colibri::model::Family::DeepseekV2 | colibri::model::Family::Ernie45Moe
                         );
-                    let routerish = rec.kind == TensorKind::Router
-                        || rec.name.ends_with(".moe.router_bias")
-                        || rec.name.ends_with(".moe.router_logit_bias");
+                    let routerish = rec.kind == TensorKind::Router || rec.name.ends_with(".moe.router_bias");
                     // MXFP4 experts (GPT-OSS as the hub ships it) stay MXFP4 whatever --dtype says.
                     let mxfp4 = rec.kind == TensorKind::Experts && src.keys().any(|k| k.ends_with("_blocks"));
                     if let Some(want) = dtype {
@@ -119,7 +114,7 @@ fn every_tensor_reads_back_equal_to_its_source() {
                         }
                     } else {
                         let (sd, sb) = expected_bytes(&src, &rec.name, None, view.rows());
-                        if dtype.is_none() && !(sigmoid && routerish) {
+                        if dtype.is_none() {
                             assert_eq!(
                                 format!("{sd:?}").to_lowercase(),
                                 rec.dtype.name(),

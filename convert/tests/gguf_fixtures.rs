@@ -564,26 +564,3 @@ fn bf16_ggufs_hold_the_checkpoint_s_bf16_rounding() {
         assert!(rel <= 2e-2 && same, "{name} bf16: {rel:e}");
     }
 }
-
-/// GPT-OSS's router and its logit bias stay f32 under `--dtype bf16`, as llama.cpp's bf16 GGUF
-/// holds them: the two files of one checkpoint route alike. (A bf16 router meets bf16-rounded
-/// activations and moves near-tied experts: on the benchmark shape the two files' logits
-/// differed by up to 1.38.)
-#[test]
-fn gpt_oss_routers_stay_f32_under_bf16_as_in_the_gguf() {
-    let tmp = tempfile::tempdir().unwrap();
-    let name = "gpt_oss_mxfp4";
-    let dir = models_root().join(name);
-    let (a, b) = (tmp.path().join("hf.colibri"), tmp.path().join("gg.colibri"));
-    convert_as(&dir, &a, Some(DType::BF16));
-    convert_gguf(&gguf_root().join(format!("{name}.bf16.gguf")), &dir, &b);
-    let (hf, gg) =
-        (Model::open(&a, &LoadOptions::default()).unwrap(), Model::open(&b, &LoadOptions::default()).unwrap());
-    let routers: Vec<_> = hf.parsed().tensors.iter().filter(|r| r.name.contains(".moe.router")).collect();
-    assert_eq!(routers.len(), 2 * hf.config().n_layers, "a router and its bias per layer");
-    for r in routers {
-        let g = gg.parsed().tensors.iter().find(|g| g.name == r.name).unwrap();
-        assert_eq!((r.dtype, g.dtype), (DType::F32, DType::F32), "{}", r.name);
-        assert!(hf.tensor(&r.name).unwrap().bytes == gg.tensor(&r.name).unwrap().bytes, "{}", r.name);
-    }
-}
