@@ -224,7 +224,7 @@ impl Pool {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .start_handler(move |_| {
-                crate::kernels::prepare_thread();
+                prepare_thread();
                 let (count, cv) = &*signal;
                 *count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                 cv.notify_all();
@@ -254,6 +254,24 @@ impl Pool {
         drop(done);
         Ok((pool, Workers(handles)))
     }
+}
+
+/// Create now, at thread start (or program start), every thread-local with a destructor that
+/// this thread would otherwise create at a first use in the middle of its work. glibc allocates
+/// a record per thread-local destructor at that first use and aborts the process ("failed to
+/// register TLS destructor: out of memory") when the allocation fails, which under a tight
+/// address-space limit happened whenever the first use came while another thread held nearly
+/// all of it: every other refusal is an error value. The thread-locals: the kernels' buffers
+/// and the per-thread handle of crossbeam's epoch, which rayon's work-stealing deques create at
+/// a worker's first steal or look at its own deque — right after the worker starts, while the
+/// thread that built the pool goes on with its work. (A thread that tokenizes or renders
+/// templates also runs `tokenizer::prepare_thread`.) Each registration was found with a shim of
+/// glibc's `__cxa_thread_atexit_impl` that logs its callers (docs/reliability.md). The pools'
+/// workers run this at start (before the pool is reported built) and the CLI at the start of
+/// `main`.
+pub fn prepare_thread() {
+    crate::kernels::prepare_thread();
+    drop(crossbeam_epoch::pin());
 }
 
 /// Stack of each worker thread.

@@ -264,7 +264,9 @@ fn quiet_broken_pipe(cli: &Cli) {
 }
 
 fn main() -> ExitCode {
-    colibri::kernels::prepare_thread();
+    oom::one_arena_under_address_limit();
+    colibri::threads::prepare_thread();
+    colibri::tokenizer::prepare_thread();
     let cli = parse();
     quiet_broken_pipe(&cli);
     match run(cli) {

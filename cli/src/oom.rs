@@ -70,3 +70,25 @@ unsafe impl GlobalAlloc for ExitOnOom {
         checked(unsafe { System.realloc(ptr, layout, new_size) }, new_size)
     }
 }
+
+/// Under an address-space limit (`ulimit -v`), one malloc arena for the whole process. glibc
+/// gives a thread that allocates while another holds the main arena an arena of its own,
+/// reserving 64 MiB of address space (HEAP_MAX_SIZE) at that moment: which thread gets one, and
+/// when, depends on scheduling, and when a pool worker's reservation left the address space a
+/// page short, glibc's own allocations — the record of a thread-local destructor at thread
+/// start, std's signal stack — failed, and those abort the process (seen under load in
+/// cli_contract's sweep). With one arena the address space follows what is allocated. Without
+/// a limit (or under a cgroup limit, which counts memory, not reservations) nothing changes.
+pub fn one_arena_under_address_limit() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes the struct it is given; mallopt sets a malloc parameter and is
+        // called at the start of main, before any other thread exists.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_AS, &mut lim) == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
+                libc::mallopt(libc::M_ARENA_MAX, 1);
+            }
+        }
+    }
+}

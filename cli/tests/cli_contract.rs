@@ -270,22 +270,11 @@ fn under_limit(kib: u64, args: &[&str]) -> Output {
         .expect("run sh")
 }
 
-/// glibc's message when it cannot register a thread-local destructor (it then aborts).
-const GLIBC_TLS_ABORT: &str = "Fatal glibc error: failed to register TLS destructor: out of memory";
-
 /// A command's outcome under `ulimit -v kib`: success, or exit 1 with one `error:` line — never a
-/// panic (101) or an abort (134). Returns whether it succeeded.
+/// panic (101) or an abort (134; glibc's "failed to register TLS destructor" was one, when a
+/// thread-local was first used mid-work: `threads::prepare_thread`). Returns whether it succeeded.
 fn succeeds_or_fails_cleanly(kib: u64, args: &[&str]) -> bool {
-    let mut o = under_limit(kib, args);
-    if String::from_utf8_lossy(&o.stderr).trim() == GLIBC_TLS_ABORT {
-        // Open defect (seen in 2 of 3 full test-all runs on 2026-12-05, never alone): glibc
-        // aborts when it cannot allocate the record of a thread-local's destructor at its first
-        // use, in some thread the kernels' `prepare_thread` does not cover; in the runs seen it
-        // was a race between threads, not the limit itself. Reported, run once more, and held
-        // to the contract below the second time.
-        eprintln!("KNOWN DEFECT: {args:?} under ulimit -v {kib}: {GLIBC_TLS_ABORT}; running it again");
-        o = under_limit(kib, args);
-    }
+    let o = under_limit(kib, args);
     if o.status.success() {
         return true;
     }

@@ -138,12 +138,9 @@ mod kr8_tests;
 #[cfg(test)]
 mod tests;
 
-/// Register this thread's kernel buffers with the C library now, while memory is plentiful
-/// (thread start, program start). glibc allocates a record for each thread-local destructor at
-/// the first use of the thread-local and aborts the process ("failed to register TLS
-/// destructor") when that allocation fails — which a first product under a tight memory limit
-/// would otherwise hit, where every other refusal is an error value.
-pub fn prepare_thread() {
+/// Register this thread's kernel buffers with the C library now (part of
+/// `threads::prepare_thread`, which says why).
+pub(crate) fn prepare_thread() {
     gemm::prepare_thread();
     gemm_bf16::prepare_thread();
     par::prepare_thread();

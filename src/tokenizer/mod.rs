@@ -18,6 +18,23 @@ use crate::error::{Error, Result};
 use crate::model::{Config, Model};
 use serde_json::Value;
 
+/// A tokenizer.json of one token ("a"), BPE: what `prepare_thread` runs once per thread.
+const ONE_TOKEN_BPE: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+"pre_tokenizer":null,"post_processor":null,"decoder":null,"model":{"type":"BPE","dropout":null,"unk_token":null,
+"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,
+"ignore_merges":false,"vocab":{"a":0},"merges":[]}}"#;
+
+/// Create this thread's thread-locals of the tokenizer and template libraries now, at thread
+/// start (why: `threads::prepare_thread`): a one-token BPE encodes (the `tokenizers` crate's
+/// per-thread BPE cache) and a one-character template compiles (minijinja's compile state).
+/// Without the features this does nothing.
+pub fn prepare_thread() {
+    if let Ok(b) = backend::Backend::load(ONE_TOKEN_BPE) {
+        let _ = b.encode("a", false);
+    }
+    let _ = ChatTemplate::new("a");
+}
+
 /// Metadata key under which the converter stores tokenizer_config.json.
 const TOKENIZER_CONFIG_KEY: &str = "tokenizer_config";
 
