@@ -165,7 +165,7 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
                 }
             }
         };
-        let prefetch = super::tune::prefetch_row_groups();
+        let prefetch = super::tune::software_prefetch();
         let mut i = 0;
         while i < full {
             if prefetch && i % LINE == 0 {

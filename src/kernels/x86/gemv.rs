@@ -74,7 +74,7 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
         let full = cols - cols % 8;
         let mut i = 0;
         let esize = if K == F32 { 4 } else { 2 };
-        let prefetch = super::tune::prefetch_row_groups();
+        let prefetch = super::tune::software_prefetch();
         while i < full {
             if prefetch && i % (64 / esize) == 0 {
                 // The next row group's line at this column (see qdot.rs: short rows restart

@@ -74,6 +74,9 @@ impl Dot for Vnni {
 /// Prefetch the `bytes` bytes at p (a hint: never faults, any address is fine).
 #[inline(always)]
 unsafe fn prefetch(p: *const u8, bytes: usize) {
+    if !super::tune::software_prefetch() {
+        return;
+    }
     for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch reads nothing architecturally.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };

@@ -236,6 +236,9 @@ const PREFETCH: usize = 1024;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_unit(g: Grouped, u: *const u8) {
+    if !super::tune::software_prefetch() {
+        return;
+    }
     let ahead = u.wrapping_add(PREFETCH);
     for line in (0..GROUP_ROWS * g.bb).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());

@@ -1,17 +1,22 @@
 //! Memory-access tuning of the matrix-vector kernels that depends on the microarchitecture,
-//! not on the instruction set: whether a float kernel prefetches the next row group.
+//! not on the instruction set: whether the kernels issue their software prefetches — a float
+//! kernel's next row group, an interleaved int8 kernel's stream 1 KiB ahead (q8r8 / q4r8 in
+//! `qgroup` / `vnni`, q4_kr8 / q6_kr8 in `kr8`; mxfp4r8, not measured, keeps its own).
 //!
 //! The float matrix-vector kernels read R rows in lockstep; with short rows every group
 //! restarts R hardware streams, and on Zen 3 a software prefetch of the next group's line at
 //! the current column was added for that. On Zen 4 the same prefetch costs bandwidth (bf16
 //! 14336 × 4096 at one thread: 25–27 GB/s without, 19.5–20.6 with; f32 25.5–26.2 vs
 //! 19.2–19.9; neutral for 4 KiB rows), so it is off there and on elsewhere, where it was
-//! measured. `COLIBRI_PREFETCH=on|off` overrides the choice (read once per process).
+//! measured. The interleaved int8 kernels' stream prefetch was measured on Zen 3 too (+15–25 %
+//! for q4 decode); on Zen 4 it costs as well (olmoe-4l, one thread, CPU ms per decoded token
+//! with → without: Q4_K_M 19.8–20.4 → 14.5–15.3, q8r8 15.4–16.2 → 14.9–15.2; prefill equal).
+//! `COLIBRI_PREFETCH=on|off` overrides the choice (read once per process).
 
 use std::sync::OnceLock;
 
-/// Whether the float matrix-vector kernels prefetch the next row group (see the module).
-pub(super) fn prefetch_row_groups() -> bool {
+/// Whether the matrix-vector kernels issue their software prefetches (see the module).
+pub(super) fn software_prefetch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| match std::env::var("COLIBRI_PREFETCH").ok().as_deref().map(str::trim) {
         Some("on" | "1") => true,
