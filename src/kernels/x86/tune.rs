@@ -1,7 +1,7 @@
 //! Memory-access tuning of the matrix-vector kernels that depends on the microarchitecture,
 //! not on the instruction set: whether the kernels issue their software prefetches — a float
 //! kernel's next row group, an interleaved int8 kernel's stream 1 KiB ahead (q8r8 / q4r8 in
-//! `qgroup` / `vnni`, q4_kr8 / q6_kr8 in `kr8`; mxfp4r8, not measured, keeps its own).
+//! `qgroup` / `vnni`, q4_kr8 / q6_kr8 in `kr8`; mxfp4r8 keeps its own: no difference measured).
 //!
 //! The float matrix-vector kernels read R rows in lockstep; with short rows every group
 //! restarts R hardware streams, and on Zen 3 a software prefetch of the next group's line at
