@@ -6,7 +6,7 @@
 
 use super::ffn::mlp;
 use super::router::Routes;
-use crate::kernels::{self, Kernels};
+use crate::kernels::Kernels;
 use crate::model::{MlpWeights, MoeWeights};
 use rayon::prelude::*;
 
@@ -94,14 +94,15 @@ struct ExpertJob<'a> {
     y: &'a mut [f32],
 }
 
-/// Run the expert jobs. When every job is a matrix-vector product (a decode step: few rows per
-/// expert), the experts run in parallel with each other — one fork-join per layer instead of
-/// three per expert, and rayon's work stealing splits the rows of a big expert (or the shared
-/// one) when the other threads run out. Larger jobs run one after the other, each using every
-/// thread inside its GEMMs. Every job's result is the same either way.
+/// Run the expert jobs in parallel with each other: one fork-join per layer instead of three per
+/// expert, each expert's weights streamed by one thread, and rayon's work stealing splits the rows
+/// of a big expert (or the shared one) when the other threads run out. This holds for prefill
+/// too (a few to a few hundred rows per expert), where the experts once ran one after the other,
+/// each using every thread inside its GEMMs: DeepSeek-V2-Lite's shape, bf16 pp256 on two Zen 4
+/// threads, five alternating rounds, 412–441 t/s one after the other against 427–444 in
+/// parallel (mean +2 %). Every job's result is the same either way.
 fn run_jobs(k: &Kernels, jobs: Vec<ExpertJob<'_>>) {
-    let small = jobs.iter().all(|j| j.rows < kernels::GEMM_MIN_ROWS);
-    if small && jobs.len() > 1 && crate::threads::current() > 1 {
+    if jobs.len() > 1 && crate::threads::current() > 1 {
         jobs.into_par_iter().for_each(|j| mlp(k, j.w, j.x, j.rows, j.y));
     } else {
         for j in jobs {
