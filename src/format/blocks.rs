@@ -250,20 +250,21 @@ pub fn interleave_ggml_blocks(
     if qb == 0 || !qb.is_multiple_of(CHUNK) || row == 0 || !blocks.len().is_multiple_of(row * GROUP_ROWS) {
         return Err(format!("{} bytes are not whole 8-row groups of {nb} blocks of {gb} bytes", blocks.len()));
     }
-    let (q0, d0) = (qs.len(), d.len());
-    let n_blocks = blocks.len() / gb;
-    qs.resize(q0 + n_blocks * qb, 0);
-    d.resize(d0 + n_blocks * 2, 0);
-    for (r, row) in blocks.chunks_exact(row).enumerate() {
-        let (g, j) = (r / GROUP_ROWS, r % GROUP_ROWS);
-        for (b, blk) in row.chunks_exact(gb).enumerate() {
-            let u = g * nb + b;
-            let at = d0 + 2 * (u * GROUP_ROWS + j);
-            d[at..at + 2].copy_from_slice(&blk[..2]);
-            let base = q0 + u * GROUP_ROWS * qb + j * CHUNK;
-            for (c, q) in blk[2..].chunks_exact(CHUNK).enumerate() {
-                let at = base + c * GROUP_ROWS * CHUNK;
-                qs[at..at + CHUNK].copy_from_slice(q);
+    // Written in output order (appends only, no zero fill first): per 8-row group and block,
+    // the 8 rows' scales, then each 4-byte chunk of the 8 rows' quants in turn.
+    qs.reserve(blocks.len() / gb * qb);
+    d.reserve(blocks.len() / gb * 2);
+    for grp in blocks.chunks_exact(row * GROUP_ROWS) {
+        let rows: [&[u8]; GROUP_ROWS] = std::array::from_fn(|j| &grp[j * row..(j + 1) * row]);
+        for b in 0..nb {
+            let blk: [&[u8]; GROUP_ROWS] = std::array::from_fn(|j| &rows[j][b * gb..(b + 1) * gb]);
+            for x in &blk {
+                d.extend_from_slice(&x[..2]);
+            }
+            for c in (2..gb).step_by(CHUNK) {
+                for x in &blk {
+                    qs.extend_from_slice(&x[c..c + CHUNK]);
+                }
             }
         }
     }
