@@ -263,10 +263,17 @@ fn quiet_broken_pipe(cli: &Cli) {
     }
 }
 
-fn main() -> ExitCode {
-    oom::one_arena_under_address_limit();
+/// Create a thread's thread-locals of the library, the tokenizer and the template engine at
+/// its start, while memory is plentiful (`colibri::threads::prepare_thread`): the main thread,
+/// and the server's runtime and scheduler threads.
+pub(crate) fn prepare_thread() {
     colibri::threads::prepare_thread();
     colibri::tokenizer::prepare_thread();
+}
+
+fn main() -> ExitCode {
+    oom::one_arena_under_address_limit();
+    prepare_thread();
     let cli = parse();
     quiet_broken_pipe(&cli);
     match run(cli) {

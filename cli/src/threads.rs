@@ -15,13 +15,14 @@ pub fn options(threads: Option<usize>) -> ThreadOptions {
     ThreadOptions { n_threads: threads.unwrap_or(0), pin: std::env::var_os("COLIBRI_PIN").is_some_and(|v| v == "1") }
 }
 
-/// A pool of `t` threads.
+/// A pool of `t` threads, each creating its thread-locals at start (`crate::prepare_thread`).
 pub fn pool(t: usize) -> Result<rayon::ThreadPool, Error> {
     if t == 0 || t > MAX_THREADS {
         return Err(Error::InvalidArgument { reason: format!("--threads {t} outside 1..={MAX_THREADS}") });
     }
     rayon::ThreadPoolBuilder::new()
         .num_threads(t)
+        .start_handler(|_| crate::prepare_thread())
         .build()
         .map_err(|e| Error::InvalidArgument { reason: format!("thread pool of {t}: {e}") })
 }

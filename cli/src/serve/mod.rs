@@ -90,6 +90,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     let config = ServeConfig::from_args(a)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .on_thread_start(crate::prepare_thread)
         .enable_all()
         .build()
         .map_err(|e| Error::io("start the async runtime", e))?;
@@ -98,7 +99,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
 
 async fn serve(config: ServeConfig) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::default());
-    let (scheduler, thread) = Scheduler::start(config.parallel, config.prompt_cache, metrics.clone());
+    let (scheduler, thread) = Scheduler::start(config.parallel, config.prompt_cache, metrics.clone())
+        .map_err(|e| Error::io("start the scheduler thread", e))?;
     let signals = reload::Signals::install().map_err(|e| Error::io("install signal handlers", e))?;
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await

@@ -38,17 +38,21 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Start the scheduler thread.
     /// Start the scheduler thread, keeping finished sessions in a prompt cache of at most
-    /// `cache_bytes` bytes (0: none).
-    pub fn start(parallel: usize, cache_bytes: u64, metrics: Arc<Metrics>) -> (Scheduler, JoinHandle<()>) {
+    /// `cache_bytes` bytes (0: none). Its thread-locals are created first
+    /// (`threads::prepare_thread`).
+    pub fn start(
+        parallel: usize,
+        cache_bytes: u64,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<(Scheduler, JoinHandle<()>)> {
         let (tx, rx) = std::sync::mpsc::channel();
         let cache = PromptCache::new(cache_bytes);
-        let handle = std::thread::Builder::new()
-            .name("colibri-scheduler".into())
-            .spawn(move || Loop { rx, parallel, metrics, waiting: VecDeque::new(), active: Vec::new(), cache }.run())
-            .expect("spawn the scheduler thread");
-        (Scheduler { tx }, handle)
+        let handle = std::thread::Builder::new().name("colibri-scheduler".into()).spawn(move || {
+            crate::prepare_thread();
+            Loop { rx, parallel, metrics, waiting: VecDeque::new(), active: Vec::new(), cache }.run()
+        })?;
+        Ok((Scheduler { tx }, handle))
     }
 
     /// Queue a job (its admission ticket was taken by the caller). False if the thread is gone.
