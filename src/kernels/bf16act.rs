@@ -24,6 +24,9 @@ pub fn round_bf16(v: f32) -> u16 {
 /// n activation rows rounded to bf16 (`bits`, [n, cols]) and, for the GEMM, the same values in
 /// panels of NR rows by column pairs: panels[p][q][j] = bits[p·NR + j, 2q] | bits[p·NR + j,
 /// 2q + 1] << 16 ([panels, cols / 2, NR]; zero past n).
+/// From this many activation values on, rounding and packing run on the calling pool.
+const PAR_ELEMENTS: usize = 1 << 16;
+
 #[derive(Default)]
 pub struct Bf16Acts {
     pub cols: usize,
@@ -36,7 +39,16 @@ impl Bf16Acts {
     pub fn round(&mut self, x: &[f32], n: usize, cols: usize) {
         self.cols = cols;
         self.bits.clear();
-        self.bits.extend(x[..n * cols].iter().map(|&v| round_bf16(v)));
+        let x = &x[..n * cols];
+        if x.len() > PAR_ELEMENTS && crate::threads::current() > 1 {
+            use rayon::prelude::*;
+            self.bits.resize(x.len(), 0);
+            self.bits.par_chunks_mut(PAR_ELEMENTS).zip(x.par_chunks(PAR_ELEMENTS)).for_each(|(b, xs)| {
+                b.iter_mut().zip(xs).for_each(|(b, &v)| *b = round_bf16(v));
+            });
+        } else {
+            self.bits.extend(x.iter().map(|&v| round_bf16(v)));
+        }
     }
 
     /// Pack the rounded rows into column-pair panels (cols even).
@@ -47,13 +59,21 @@ impl Bf16Acts {
         let (pairs, panels) = (cols / 2, n.div_ceil(NR));
         self.panels.clear();
         self.panels.resize(panels * pairs * NR, 0);
-        for (p, panel) in self.panels.chunks_exact_mut(pairs * NR).enumerate() {
+        let bits = &self.bits;
+        let pack = |(p, panel): (usize, &mut [u32])| {
             for j in 0..NR.min(n - p * NR) {
-                let row = &self.bits[(p * NR + j) * cols..(p * NR + j + 1) * cols];
+                let row = &bits[(p * NR + j) * cols..(p * NR + j + 1) * cols];
                 for (q, pair) in row.chunks_exact(2).enumerate() {
                     panel[q * NR + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
                 }
             }
+        };
+        // A prefill's panels (hundreds of rows) are packed by the calling pool's threads.
+        if panels > 1 && n * cols > PAR_ELEMENTS && crate::threads::current() > 1 {
+            use rayon::prelude::*;
+            self.panels.par_chunks_exact_mut(pairs * NR).enumerate().for_each(pack);
+        } else {
+            self.panels.chunks_exact_mut(pairs * NR).enumerate().for_each(pack);
         }
     }
 }
@@ -116,5 +136,23 @@ mod tests {
             }
         }
         assert!((n % NR..NR).all(|j| (0..cols / 2).all(|q| at(1, q, j) == 0)), "padding rows are zero");
+    }
+
+    #[test]
+    fn rounding_and_packing_on_a_pool_equal_one_thread() {
+        let (n, cols) = (40, 4096);
+        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 2654435761usize) % 10007) as f32 * 1e-3 - 5.0).collect();
+        let mut one = Bf16Acts::default();
+        one.round(&x, n, cols);
+        one.pack_panels();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        let mut two = Bf16Acts::default();
+        pool.install(|| {
+            assert_eq!(crate::threads::current(), 2);
+            two.round(&x, n, cols);
+            two.pack_panels();
+        });
+        assert!(n * cols > PAR_ELEMENTS, "the input must take the pool's path");
+        assert!(one.bits == two.bits && one.panels == two.panels);
     }
 }

@@ -721,3 +721,22 @@ fn mxfp4_int8_products_are_the_reference_bit_for_bit() {
 fn generic_row(dtype: DType) -> &'static super::table::MatKernels {
     table_for(CpuPath::Generic).expect("generic").mat(dtype)
 }
+
+#[test]
+fn gated_activations_on_a_pool_equal_one_thread() {
+    let len = 5 * super::GATED_CHUNK / 2 + 3;
+    let g: Vec<f32> = (0..len).map(|i| ((i * 7919) % 2001) as f32 * 0.01 - 10.0).collect();
+    let u: Vec<f32> = (0..len).map(|i| ((i * 104729) % 1999) as f32 * 0.01 - 10.0).collect();
+    let (mut a, mut b) = (g.clone(), g.clone());
+    super::swiglu(&mut a, &u);
+    let (mut c, mut d) = (g.clone(), g);
+    super::clamped_swiglu(&mut c, &u, 1.702, 7.0);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+    pool.install(|| {
+        assert_eq!(crate::threads::current(), 2);
+        super::swiglu(&mut b, &u);
+        super::clamped_swiglu(&mut d, &u, 1.702, 7.0);
+    });
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "swiglu differs on the pool");
+    assert!(c.iter().zip(&d).all(|(x, y)| x.to_bits() == y.to_bits()), "clamped swiglu differs on the pool");
+}
