@@ -372,9 +372,9 @@ typedef struct {
    */
   colibri_moe_storage storage;
   /**
-   * Worker threads of a call, at most 1024; 0 (default) = one per physical core the process
-   * may run on. Layers with the same count share one pool, started by the first call (and
-   * again in a forked child).
+   * Threads of a call, at most 1024: the calling thread and n_threads − 1 pool workers; 0
+   * (default) = one per physical core the process may run on. Layers with the same count
+   * share the workers, started by the first call (and again in a forked child).
    */
   uint32_t n_threads;
 } colibri_moe_params;

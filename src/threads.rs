@@ -3,11 +3,13 @@
 //! the parent's pool has no threads). The library never uses rayon's global pool: its entry
 //! points run their parallel regions inside the owner's `Pool::install`, and code reached
 //! outside any pool runs on the calling thread (`current()` is 1 there). This module decides
-//! the pools' size and placement; the kernels decide how work is split.
+//! the pools' size and placement, and how a caller joins its pool's work (`run_parts`); the
+//! kernels decide how work is split.
 
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// Largest worker count a pool accepts.
 pub const MAX_THREADS: usize = 1024;
@@ -176,6 +178,32 @@ impl Pool {
         Ok(self.get()?.pool.install(f))
     }
 
+    /// Run `f` on every part and return when all have run: the first part on the calling
+    /// thread, the others queued on this pool's workers (so n parts want n − 1 workers: the
+    /// caller is one of the n threads). A call of a few tens of microseconds cannot afford a
+    /// sleep and wake-up at its end, so once its own part is done the caller spins for the
+    /// others (up to `SPIN_WAIT`) before it blocks. A panic in any part reaches the caller once
+    /// all have run. Fails, running nothing, when the workers cannot be started.
+    pub fn run_parts<T: Send>(&self, parts: impl IntoIterator<Item = T>, f: impl Fn(T) + Sync) -> Result<()> {
+        let built = self.get()?;
+        let mut parts = parts.into_iter();
+        let Some(first) = parts.next() else { return Ok(()) };
+        let (f, done) = (&f, &AtomicUsize::new(0));
+        built.pool.in_place_scope(|s| {
+            let mut queued = 0;
+            for part in parts {
+                queued += 1;
+                s.spawn(move |_| {
+                    let _count = Done(done);
+                    f(part)
+                });
+            }
+            f(first);
+            spin_until(|| done.load(Ordering::Acquire) == queued);
+        });
+        Ok(())
+    }
+
     /// This process's pool, built now if it has none.
     fn get(&self) -> Result<&Built> {
         let pid = std::process::id();
@@ -253,6 +281,41 @@ impl Pool {
         }
         drop(done);
         Ok((pool, Workers(handles)))
+    }
+}
+
+/// How long a caller of `run_parts` spins for the workers' parts before it blocks, and how
+/// much of that without yielding the CPU.
+const SPIN_WAIT: Duration = Duration::from_micros(100);
+const SPIN_ALONE: Duration = Duration::from_micros(5);
+
+/// Counts a part of `run_parts` as done when dropped (also when the part panics).
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Spin until `ready()` or `SPIN_WAIT` has passed: on the CPU alone for `SPIN_ALONE`, then
+/// yielding it between looks — on a busy machine the worker being waited for is often queued
+/// on this very CPU (the scheduler places a woken thread beside its waker) and runs only when
+/// this one gives way.
+fn spin_until(ready: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        let waited = start.elapsed();
+        if waited >= SPIN_WAIT {
+            return;
+        }
+        if waited < SPIN_ALONE {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -345,6 +408,19 @@ mod tests {
         let cores = physical_cores();
         assert!((1..=allowed_cpus().len()).contains(&cores));
         assert_eq!(Pool::new(ThreadOptions::default()).unwrap().threads(), cores);
+    }
+
+    #[test]
+    fn run_parts_runs_each_part_once_the_first_on_the_caller() {
+        let p = Pool::new(ThreadOptions { n_threads: 2, pin: false }).unwrap();
+        let mut seen = [None; 5];
+        p.run_parts(seen.iter_mut().enumerate(), |(i, s)| *s = Some((i, std::thread::current().id()))).unwrap();
+        assert_eq!(seen[0].map(|(_, t)| t), Some(std::thread::current().id()));
+        assert!(seen.iter().enumerate().all(|(i, s)| s.is_some_and(|(j, _)| j == i)));
+        p.run_parts(std::iter::empty::<usize>(), |_| unreachable!()).unwrap();
+        let part_2_panics = || p.run_parts(0..3, |i| assert_ne!(i, 2, "part 2 panics"));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(part_2_panics));
+        assert!(panicked.is_err(), "a worker's panic reaches the caller");
     }
 
     #[test]

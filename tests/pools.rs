@@ -129,25 +129,29 @@ fn the_c_abi_takes_thread_counts() {
             colibri_free(ctx);
         }
 
-        // The MoE layer: 3 experts of 200 rows, the same output for any thread count.
+        // The MoE layer: 3 experts of 200 rows, the same output for any thread count (the
+        // calling thread and 0, 1 or 2 workers), in every storage.
         let (hidden, rows) = (64usize, 200usize);
         let w: Vec<f32> = (0..3 * rows * hidden).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
         let sizes = [rows as i32; 3];
         let (x, gates) = (vec![0.25f32; hidden], [0.5f32, -1.0, 2.0]);
-        let mut outs = Vec::new();
-        for n_threads in [1, 3] {
-            let mut q = colibri_moe_params::default();
-            colibri_moe_params_init(&mut q);
-            q.n_threads = n_threads;
-            let mut layer = null_mut();
-            let st = colibri_moe_init_params(&mut layer, w.as_ptr(), sizes.as_ptr(), 3, hidden as i32, 2, &q);
-            assert_eq!(st, COLIBRI_STATUS_OK);
-            let mut out = vec![0f32; rows];
-            assert_eq!(colibri_moe_infer(layer, x.as_ptr(), out.as_mut_ptr(), gates.as_ptr()), COLIBRI_STATUS_OK);
-            outs.push(out);
-            colibri_moe_free(layer);
+        for storage in [COLIBRI_MOE_F32, COLIBRI_MOE_BF16, COLIBRI_MOE_Q8] {
+            let mut outs = Vec::new();
+            for n_threads in [1, 2, 3] {
+                let mut q = colibri_moe_params::default();
+                colibri_moe_params_init(&mut q);
+                (q.n_threads, q.storage) = (n_threads, storage);
+                let mut layer = null_mut();
+                let st = colibri_moe_init_params(&mut layer, w.as_ptr(), sizes.as_ptr(), 3, hidden as i32, 2, &q);
+                assert_eq!(st, COLIBRI_STATUS_OK);
+                let mut out = vec![0f32; rows];
+                assert_eq!(colibri_moe_infer(layer, x.as_ptr(), out.as_mut_ptr(), gates.as_ptr()), COLIBRI_STATUS_OK);
+                outs.push(out);
+                colibri_moe_free(layer);
+            }
+            assert_eq!(outs[0], outs[1], "storage {storage}: 1 and 2 threads");
+            assert_eq!(outs[0], outs[2], "storage {storage}: 1 and 3 threads");
         }
-        assert_eq!(outs[0], outs[1], "1 and 3 threads");
         let mut q = colibri_moe_params::default();
         let mut layer = null_mut();
         let init = |layer: *mut *mut colibri_moe, q: *const colibri_moe_params| {

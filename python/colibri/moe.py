@@ -20,8 +20,9 @@ class MoeLayer(OwnedHandle):
     ``colibri.MOE_STORAGES``; the error bound of each is in include/colibri.h, q8 needs `hidden`
     a multiple of 32). ``infer(x, gates)`` returns ``max(rows_e)`` floats: the sum over the
     `top_k` largest `gates` of softmax-over-chosen(gate) · (W_e · x); a shorter expert contributes
-    zeros past its rows. ``n_threads``: worker threads of a call (0: one per physical core;
-    layers with the same count share them). Safe to call from several threads at once."""
+    zeros past its rows. ``n_threads``: threads of a call, the calling one included (0: one
+    per physical core; layers with the same count share the workers). Safe to call from
+    several threads at once."""
 
     _kind = "MoeLayer"
 

@@ -4,9 +4,10 @@
 //!
 //! The weights are copied at init into one 64-byte-aligned buffer, each expert on its own line,
 //! stored as f32, bf16 or q8 (`colibri_moe_storage`). A call splits the output rows into one
-//! range per worker of the layer's pool (`colibri_moe_params.n_threads`; layers with the same
-//! count share one pool) and computes every chosen expert's rows of its range there (one
-//! fork-join per call). The input meets the weights in their own arithmetic (the `Reduced`
+//! range per thread (`colibri_moe_params.n_threads`) and computes every chosen expert's rows of
+//! a range on one thread: the first range on the calling thread, the others on the layer's
+//! n_threads − 1 pool workers (layers with the same count share them), one fork-join per call
+//! (`Pool::run_parts`). The input meets the weights in their own arithmetic (the `Reduced`
 //! activation mode: bf16 products, int8 block products), which is what the stated error bounds
 //! cover, whatever `COLIBRI_QUANT_ACT` says.
 
@@ -16,7 +17,6 @@ use super::status::*;
 use crate::format::DType;
 use crate::kernels::{Kernels, Mat, QuantActivations};
 use crate::threads::{self, Pool, ThreadOptions};
-use rayon::prelude::*;
 use std::sync::Arc;
 
 /// How a layer stores its weights (`colibri_moe_init_with`). Frozen numbers.
@@ -44,9 +44,9 @@ pub struct colibri_moe_params {
     pub struct_size: u32,
     /// How the weights are stored: a COLIBRI_MOE_* value (default COLIBRI_MOE_F32).
     pub storage: colibri_moe_storage,
-    /// Worker threads of a call, at most 1024; 0 (default) = one per physical core the process
-    /// may run on. Layers with the same count share one pool, started by the first call (and
-    /// again in a forked child).
+    /// Threads of a call, at most 1024: the calling thread and n_threads − 1 pool workers; 0
+    /// (default) = one per physical core the process may run on. Layers with the same count
+    /// share the workers, started by the first call (and again in a forked child).
     pub n_threads: u32,
 }
 
@@ -81,8 +81,11 @@ pub struct colibri_moe {
     hidden: usize,
     top_k: usize,
     out_len: usize,
-    /// Where calls run (shared with the layers of the same thread count).
-    pool: Arc<Pool>,
+    /// Threads of a call (the caller and the pool's workers).
+    threads: usize,
+    /// The threads − 1 workers beside the caller (shared with the layers of the same thread
+    /// count); None for one thread.
+    pool: Option<Arc<Pool>>,
 }
 
 /// Largest total of weights accepted (2^32 values).
@@ -181,9 +184,11 @@ pub unsafe extern "C" fn colibri_moe_init_params(
             return Err(Failure::null("moe_out"));
         }
         let p = super::handle::params(params, colibri_moe_params::default(), "params")?;
+        // The calling thread computes a share of every call: its kernel buffers are registered
+        // now (`threads::prepare_thread` says why), on the thread that usually makes the calls.
+        threads::prepare_thread();
         let storage = p.storage;
-        let threads = ThreadOptions { n_threads: p.n_threads as usize, pin: false };
-        let pool = threads::shared(threads).map_err(|e| invalid(e.to_string()))?;
+        let (threads, pool) = call_threads(p.n_threads)?;
         if !(1..=65536).contains(&n_experts) {
             return Err(invalid(format!("n_experts {n_experts} outside 1..=65536")));
         }
@@ -238,10 +243,27 @@ pub unsafe extern "C" fn colibri_moe_init_params(
             at += n;
         }
         let out_len = sizes.iter().map(|&s| s as usize).max().unwrap_or(0);
-        let moe = colibri_moe { lines, experts, hidden, top_k: top_k as usize, out_len, pool };
+        let moe = colibri_moe { lines, experts, hidden, top_k: top_k as usize, out_len, threads, pool };
         put(moe_out, Box::into_raw(Box::new(moe)));
         Ok(())
     })
+}
+
+/// The threads of a call for `n_threads` (0 = the physical cores) and the workers beside the
+/// caller (None for one thread).
+fn call_threads(n_threads: u32) -> Result<(usize, Option<Arc<Pool>>), Failure> {
+    let threads = match n_threads as usize {
+        0 => threads::physical_cores(),
+        n if n > threads::MAX_THREADS => {
+            return Err(invalid(format!("n_threads {n} outside 0..={}", threads::MAX_THREADS)));
+        }
+        n => n,
+    };
+    let pool = match threads {
+        1 => None,
+        n => Some(threads::shared(ThreadOptions { n_threads: n - 1, pin: false })?),
+    };
+    Ok((threads, pool))
 }
 
 /// output (max(expert_sizes) floats) = Σ over the top_k largest `gates` (n_experts logits) of
@@ -278,18 +300,19 @@ pub unsafe extern "C" fn colibri_moe_infer(
             .zip(&ex)
             .map(|(&e, &w)| Ok((m.mat(e)?, w / sum)))
             .collect::<Result<Vec<(Mat<'_>, f32)>, Failure>>()?;
-        m.pool.install(|| mix(&mats, x, out))?;
-        Ok(())
+        mix(m, &mats, x, out)
     })
 }
 
 /// out = Σ_j p_j · (W_j · x) over `mats` = [(W_j, p_j)] in order (rows past a shorter W_j add
-/// nothing): one range of rows per thread of the pool running it, each a multiple of 8 rows
-/// (the interleaved row group), every chosen expert's rows of the range computed there.
-fn mix(mats: &[(Mat<'_>, f32)], x: &[f32], out: &mut [f32]) {
+/// nothing): one range of rows per thread, each a multiple of 8 rows (the interleaved row
+/// group), every chosen expert's rows of the range computed on that thread — the first on the
+/// calling thread, the others on the layer's workers.
+fn mix(m: &colibri_moe, mats: &[(Mat<'_>, f32)], x: &[f32], out: &mut [f32]) -> Result<(), Failure> {
     let k = Kernels::new(QuantActivations::Reduced);
-    let per = out.len().div_ceil(threads::current()).next_multiple_of(8);
-    let range = |r0: usize, o: &mut [f32]| {
+    let per = out.len().div_ceil(m.threads).next_multiple_of(8);
+    let range = |(i, o): (usize, &mut [f32])| {
+        let r0 = i * per;
         o.fill(0.0);
         let mut y = vec![0f32; o.len()];
         for &(w, p) in mats {
@@ -300,11 +323,11 @@ fn mix(mats: &[(Mat<'_>, f32)], x: &[f32], out: &mut [f32]) {
             }
         }
     };
-    if out.len() <= per {
-        range(0, out);
-    } else {
-        out.par_chunks_mut(per).enumerate().for_each(|(i, o)| range(i * per, o));
+    match &m.pool {
+        Some(pool) if out.len() > per => pool.run_parts(out.chunks_mut(per).enumerate(), range)?,
+        _ => range((0, out)),
     }
+    Ok(())
 }
 
 /// Release a layer. NULL is a no-op.
