@@ -17,12 +17,18 @@ fn main() {
     divan::main();
 }
 
+/// One cache line of a stored matrix.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
 /// A stored matrix in one dtype, filled with small pseudo-random values.
 struct Weights {
     rows: usize,
     cols: usize,
-    /// The stored bytes in u64 words, so that every dtype's elements are aligned.
-    words: Vec<u64>,
+    /// The stored bytes in 64-byte lines: every dtype's elements aligned, and the matrix
+    /// starting on a cache line as a model file's tensors do.
+    lines: Vec<Line>,
     len: usize,
     dtype: DType,
 }
@@ -42,19 +48,28 @@ fn values(n: usize) -> Vec<f32> {
 impl Weights {
     fn new(dtype: &'static str, rows: usize, cols: usize) -> Weights {
         let dtype = DType::from_name(dtype).expect("a dtype name");
-        let bytes = dtype.encode(&values(rows * cols), cols);
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            *w = u64::from_le_bytes(b);
+        Weights::of_bytes(dtype, rows, cols, &dtype.encode(&values(rows * cols), cols))
+    }
+
+    /// `rows` rows that repeat an encoded `base`-row matrix (whole 8-row groups: `rows` and
+    /// `base` multiples of 8), without quantising them all.
+    fn tiled(dtype: &'static str, rows: usize, cols: usize, base: usize) -> Weights {
+        let w = Weights::new(dtype, base, cols);
+        let bytes: Vec<u8> = w.bytes().iter().copied().cycle().take(w.len / base * rows).collect();
+        Weights::of_bytes(w.dtype, rows, cols, &bytes)
+    }
+
+    fn of_bytes(dtype: DType, rows: usize, cols: usize, bytes: &[u8]) -> Weights {
+        let mut lines = vec![Line([0; 64]); bytes.len().div_ceil(64)];
+        for (l, c) in lines.iter_mut().zip(bytes.chunks(64)) {
+            l.0[..c.len()].copy_from_slice(c);
         }
-        Weights { rows, cols, words, len: bytes.len(), dtype }
+        Weights { rows, cols, lines, len: bytes.len(), dtype }
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: u64 words are plain bytes; `len` is at most their byte length.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+        // SAFETY: lines are plain bytes; `len` is at most their byte length.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
     }
 
     fn mat(&self) -> Mat<'_> {
@@ -154,6 +169,34 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
     b.counter(BytesCount::new(ws[0].len)).bench_local(|| {
         i = (i + 1) % ws.len();
         Kernels::default().matmul(ws[i].mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
+/// The interleaved K-quants of a Q4_K_M file at its decode shapes, one activation row: 64
+/// copies of an OLMoE expert projection (1024 × 2048) in turn, so that the weights come from
+/// memory, and the 50304 × 2048 lm_head (q6_k in those files).
+#[divan::bench(args = ["q4_kr8", "q6_kr8"], sample_count = 50)]
+fn gemv_kr8_expert(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 1024, 2048);
+    let ws: Vec<Weights> = (0..64).map(|_| Weights::of_bytes(w.dtype, w.rows, w.cols, w.bytes())).collect();
+    let x = values(2048);
+    let mut y = vec![0f32; 1024];
+    let mut i = 0;
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        i = (i + 1) % ws.len();
+        Kernels::default().matmul(ws[i].mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
+#[divan::bench(args = ["q6_kr8"], sample_count = 20)]
+fn gemv_kr8_lm_head(b: Bencher, dtype: &'static str) {
+    let w = Weights::tiled(dtype, 50304, 2048, 1024);
+    let x = values(2048);
+    let mut y = vec![0f32; 50304];
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
         black_box(&y);
     });
 }
