@@ -8,7 +8,7 @@
 //! Matrices are bigger than the last-level cache, so matrix-vector figures measure memory reads.
 
 use colibri::format::DType;
-use colibri::kernels::{self, Kernels, Mat};
+use colibri::kernels::{self, Kernels, Mat, QuantActivations};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 
@@ -190,6 +190,23 @@ fn gemv_kr8_expert(b: Bencher, dtype: &'static str) {
     });
 }
 
+/// The same shape with float activations (`COLIBRI_QUANT_ACT=float`, and the products that take
+/// them whatever the mode): row-major 32-element blocks in colibri's and GGUF's byte orders,
+/// and the K-quants row-major and interleaved.
+#[divan::bench(args = ["q8", "q8_0", "q4", "q4_0", "q4_k", "q4_kr8", "q6_kr8"], sample_count = 50)]
+fn gemv_float_1024x2048(b: Bencher, dtype: &'static str) {
+    let ws: Vec<Weights> = (0..64).map(|_| Weights::new(dtype, 1024, 2048)).collect();
+    let x = values(2048);
+    let mut y = vec![0f32; 1024];
+    let k = Kernels::default().with_act(QuantActivations::Float);
+    let mut i = 0;
+    b.counter(BytesCount::new(ws[0].len)).bench_local(|| {
+        i = (i + 1) % ws.len();
+        k.matmul(ws[i].mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
 #[divan::bench(args = ["q6_kr8"], sample_count = 20)]
 fn gemv_kr8_lm_head(b: Bencher, dtype: &'static str) {
     let w = Weights::tiled(dtype, 50304, 2048, 1024);
@@ -197,6 +214,25 @@ fn gemv_kr8_lm_head(b: Bencher, dtype: &'static str) {
     let mut y = vec![0f32; 50304];
     b.counter(BytesCount::new(w.len)).bench_local(|| {
         Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}
+
+/// One DeepSeek-V2-Lite layer's absorbed MLA products at decode (`forward::mla`): per head (16),
+/// W_UK,hᵀ (512 × 128) times its query and W_UV,h (128 × 512) times its attention latent, with
+/// float activations whatever the session's mode. GGUF files store both as q8_0.
+#[divan::bench(args = ["q8_0", "q8", "q4_0", "q4", "bf16", "f16"], sample_count = 50)]
+fn mla_heads_float(b: Bencher, dtype: &'static str) {
+    let k_b: Vec<Weights> = (0..16).map(|_| Weights::new(dtype, 512, 128)).collect();
+    let v_b: Vec<Weights> = (0..16).map(|_| Weights::new(dtype, 128, 512)).collect();
+    let (q, lat) = (values(128), values(512));
+    let mut y = vec![0f32; 512];
+    let k = Kernels::default().with_act(QuantActivations::Float);
+    b.counter(BytesCount::new(16 * (k_b[0].len + v_b[0].len))).bench_local(|| {
+        for (kb, vb) in k_b.iter().zip(&v_b) {
+            k.matmul(kb.mat(), black_box(&q), 1, &mut y);
+            k.matmul(vb.mat(), black_box(&lat), 1, &mut y[..128]);
+        }
         black_box(&y);
     });
 }

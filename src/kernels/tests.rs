@@ -740,3 +740,41 @@ fn gated_activations_on_a_pool_equal_one_thread() {
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "swiglu differs on the pool");
     assert!(c.iter().zip(&d).all(|(x, y)| x.to_bits() == y.to_bits()), "clamped swiglu differs on the pool");
 }
+
+/// GGUF's q8_0 and q4_0 hold q8's and q4's blocks in another byte order (`qrows`): their widened
+/// values are the same bits on every path, and so are q8_0's float-activation products (q8's
+/// kernels on every path: the reference sums both alike), GEMV and GEMM.
+#[test]
+fn q8_0_and_q4_0_float_kernels_are_q8_and_q4_bit_for_bit() {
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (gguf, colibri) in [(DType::Q8_0, DType::Q8), (DType::Q4_0, DType::Q4)] {
+        for (rows, cols) in [(3, 32), (13, 128), (MC + 7, 512), (5, 32 * 9)] {
+            let stored = gguf.encode(&sample(rows * cols, 21), cols);
+            let bb = gguf.info().block_bytes as usize;
+            let (scales, quants): (Vec<&[u8]>, Vec<&[u8]>) = stored.chunks_exact(bb).map(|b| b.split_at(2)).unzip();
+            let split: Vec<u8> = quants.concat().into_iter().chain(scales.concat()).collect();
+            let a = Mat::new(gguf, rows, cols, &stored).expect("binds");
+            let b = Mat::new(colibri, rows, cols, &split).expect("binds");
+            for path in available_paths() {
+                let t = table_for(path).expect("available");
+                for (k0, kc, r) in [(0, cols, 0..rows), (cols - 32, 32, 1..rows), (0, 32, 2..3)] {
+                    let (mut wa, mut wb) = (vec![0f32; kc * r.len()], vec![1f32; kc * r.len()]);
+                    (t.mat(gguf).widen)(a, r.clone(), k0, &mut wa);
+                    (t.mat(colibri).widen)(b, r.clone(), k0, &mut wb);
+                    assert_eq!(bits(&wa), bits(&wb), "{path:?} {gguf} widen {rows}x{cols} rows {r:?} k0 {k0}");
+                }
+                if gguf != DType::Q8_0 {
+                    continue;
+                }
+                let k = kernels(path, QuantActivations::Float);
+                for n in [1, 2, 5, GEMM_MIN_ROWS + 3] {
+                    let x = sample(n * cols, 22 + n as u64);
+                    let (mut ya, mut yb) = (vec![0f32; n * rows], vec![1f32; n * rows]);
+                    k.matmul(a, &x, n, &mut ya);
+                    k.matmul(b, &x, n, &mut yb);
+                    assert_eq!(bits(&ya), bits(&yb), "{path:?} q8_0 {rows}x{cols} n {n}");
+                }
+            }
+        }
+    }
+}

@@ -1,11 +1,12 @@
 //! AVX2 matrix-vector kernels for float weights (f32, f16, bf16) and quantised weights with
-//! float activations (W8A16, W4A16). Each output is accumulated like the reference: 8 lanes over
-//! k in steps of 8 (fused multiply-add), lanes folded in the reference's order, the tail
-//! (cols mod 8) added in scalar. Four weight rows share each activation load; up to two
-//! activation rows share each weight load.
+//! float activations (W8A16, W4A16: q8 / q4 and GGUF's q8_0 / q4_0, the same blocks). Each
+//! float output is accumulated like the reference: 8 lanes over k in steps of 8 (fused
+//! multiply-add), lanes folded in the reference's order, the tail (cols mod 8) added in scalar.
+//! Four weight rows share each activation load; up to two activation rows share each weight load.
 
 use super::super::mat::Mat;
 use super::super::reference;
+use super::qrows::BlockRows;
 use crate::format::blocks::QK;
 use core::arch::x86_64::*;
 use std::ops::Range;
@@ -166,20 +167,21 @@ unsafe fn gemv_float<const K: u8>(
     }
 }
 
-/// One row of a W8A16 / W4A16 product: Σ_b d_b · (q_b · x_b), each block summed in 8 lanes.
+/// One row of a W8A16 / W4A16 product: Σ_b d_b · (q_b · x_b) over the row's blocks b0 ..
+/// b0 + nblocks of `m`, each block summed in 8 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize, x: *const f32) -> f32 {
+unsafe fn dot_quant<const Q4: bool>(m: &BlockRows, b0: usize, nblocks: usize, x: *const f32) -> f32 {
     // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
-    // caller passes pointers valid for the ranges this function's comment names.
+    // caller passes blocks of the bound matrix and x holding nblocks·32 values.
     unsafe {
         let mut acc = _mm256_setzero_ps();
         let eight = _mm256_set1_ps(8.0);
         let mask = _mm_set1_epi8(15);
         for b in 0..nblocks {
-            let xb = x.add(b * QK);
+            let (xb, qs) = (x.add(b * QK), m.quants(b0 + b));
             let mut s = _mm256_setzero_ps();
             if Q4 {
-                let raw = _mm_loadu_si128(qs.add(b * 16).cast());
+                let raw = _mm_loadu_si128(qs.cast());
                 let lo = _mm_and_si128(raw, mask);
                 let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
                 for (h, v) in [lo, hi].into_iter().enumerate() {
@@ -191,36 +193,88 @@ unsafe fn dot_quant<const Q4: bool>(qs: *const u8, d: *const u16, nblocks: usize
                 }
             } else {
                 for part in 0..4 {
-                    let bytes = _mm_loadl_epi64(qs.add(b * 32 + part * 8).cast());
+                    let bytes = _mm_loadl_epi64(qs.add(part * 8).cast());
                     let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
                     s = _mm256_fmadd_ps(q, _mm256_loadu_ps(xb.add(part * 8)), s);
                 }
             }
-            let db = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*d.add(b)))));
+            let db = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(m.scale(b0 + b)))));
             acc = _mm256_fmadd_ps(db, s, acc);
         }
         hsum(acc)
     }
 }
 
-/// W8A16 / W4A16 product of a row-major q8 / q4 matrix (see `table::GemvFn`).
+/// The same as `dot_quant` in 16 lanes (AVX-512): each block two halves of 16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn dot_quant_512<const Q4: bool>(m: &BlockRows, b0: usize, nblocks: usize, x: *const f32) -> f32 {
+    // SAFETY: reached only through the AVX-512 table (the CPU has AVX-512 F/BW/VL and AVX2's
+    // features); the caller passes blocks of the bound matrix and x holding nblocks·32 values.
+    unsafe {
+        let mut acc = _mm512_setzero_ps();
+        let (eight, mask) = (_mm512_set1_ps(8.0), _mm_set1_epi8(15));
+        for b in 0..nblocks {
+            let (xb, qs) = (x.add(b * QK), m.quants(b0 + b));
+            let (lo, hi) = if Q4 {
+                let raw = _mm_loadu_si128(qs.cast());
+                let (l, h) = (_mm_and_si128(raw, mask), _mm_and_si128(_mm_srli_epi16(raw, 4), mask));
+                (
+                    _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(l)), eight),
+                    _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(h)), eight),
+                )
+            } else {
+                (
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs.cast()))),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs.add(16).cast()))),
+                )
+            };
+            let s = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
+            let db = _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(m.scale(b0 + b)))));
+            acc = _mm512_fmadd_ps(db, s, acc);
+        }
+        _mm512_reduce_add_ps(acc)
+    }
+}
+
+/// A row dot of `dot_quant`'s form.
+type QuantDot = unsafe fn(m: &BlockRows, b0: usize, nblocks: usize, x: *const f32) -> f32;
+
+/// W8A16 / W4A16 product of a row-major q8 / q8_0 (`Q4` false) or q4 / q4_0 matrix (see
+/// `table::GemvFn`; `qrows` says where each form keeps its blocks).
 pub fn gemv_quant<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    // SAFETY: this function is reached only through the AVX2 and AVX-512 tables.
+    unsafe { quant_rows(dot_quant::<Q4>, BlockRows::of::<Q4>(w), w, rows, x, n, out) }
+}
+
+/// The same in 16 lanes, for the AVX-512 table.
+pub fn gemv_quant_512<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    // SAFETY: this function is reached only through the AVX-512 table.
+    unsafe { quant_rows(dot_quant_512::<Q4>, BlockRows::of::<Q4>(w), w, rows, x, n, out) }
+}
+
+/// out[t·len + i] = dot(row rows.start + i, x[t]) over the blocks `m` of `w`.
+///
+/// # Safety
+/// The CPU runs `dot`'s instructions.
+#[inline(always)]
+unsafe fn quant_rows(
+    dot: QuantDot,
+    m: BlockRows,
+    w: Mat<'_>,
+    rows: Range<usize>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
     let (len, cols) = (rows.len(), w.cols());
     let nb = cols / QK;
     assert!(rows.end <= w.rows() && x.len() >= n * cols && out.len() >= n * len);
-    let (qs, d, row_bytes) = if Q4 {
-        let q = w.q4();
-        (q.qs.as_ptr(), q.d.as_ptr(), cols / 2)
-    } else {
-        let q = w.q8();
-        (q.qs.as_ptr().cast::<u8>(), q.d.as_ptr(), cols)
-    };
     for (i, r) in rows.enumerate() {
         for t in 0..n {
             let xt = x[t * cols..(t + 1) * cols].as_ptr();
-            // SAFETY: the table holding this function exists only on AVX2+FMA+F16C CPUs; row r
-            // (< w.rows(), asserted) has blocks r·nb .. (r+1)·nb inside the bound matrix.
-            out[t * len + i] = unsafe { dot_quant::<Q4>(qs.add(r * row_bytes), d.add(r * nb), nb, xt) };
+            // SAFETY: the caller's CPU runs `dot`; row r (< w.rows(), asserted) has blocks
+            // r·nb .. (r+1)·nb inside the bound matrix, x row t holds cols values.
+            out[t * len + i] = unsafe { dot(&m, r * nb, nb, xt) };
         }
     }
 }

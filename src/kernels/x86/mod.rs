@@ -23,6 +23,7 @@ mod mxfp4;
 mod mxfp4r8;
 mod qdot;
 mod qgroup;
+mod qrows;
 mod tile;
 mod tune;
 mod vnni;
@@ -66,7 +67,12 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::Q4K.index()].gemv_i8 = Some(kquant::gemv_i8_q4k);
     m[DType::Q5K.index()].gemv_i8 = Some(kquant::gemv_i8_q5k);
     m[DType::Q6K.index()].gemv_i8 = Some(kquant::gemv_i8_q6k);
-    m[DType::Q8_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q8_0 }>);
+    m[DType::Q8_0.index()] = MatKernels {
+        gemv: gemv::gemv_quant::<false>,
+        gemv_i8: Some(legacy::gemv_i8::<{ legacy::Q8_0 }>),
+        widen: tile::widen_quant::<false>,
+        int8_at_any_n: false,
+    };
     m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
     m[DType::Q5_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_0 }>);
     m[DType::Iq4Nl.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::IQ4_NL }>);
@@ -85,7 +91,12 @@ const MATS: [MatKernels; DType::COUNT] = {
     float_widen::<BlockQ5_0>(&mut m[DType::Q5_0.index()]);
     float_widen::<BlockQ5_1>(&mut m[DType::Q5_1.index()]);
     float_widen::<BlockQ4_0>(&mut m[DType::Q4_0.index()]);
+    // q4_0 holds q4's blocks: q4's matrix-vector kernel (2.7× the widening one on MLA's rows of
+    // 128 and 512, `cargo bench --bench kernels -- mla_heads_float`).
+    m[DType::Q4_0.index()].gemv = gemv::gemv_quant::<true>;
     float_widen::<BlockQ4_1>(&mut m[DType::Q4_1.index()]);
+    float_widen_kr8::<BlockQ4K>(&mut m[DType::Q4KR8.index()]);
+    float_widen_kr8::<BlockQ6K>(&mut m[DType::Q6KR8.index()]);
     // The interleaved K-quants (`kr8`): int8 kernels meeting several activation rows per unpack.
     m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k);
     m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k);
@@ -100,7 +111,15 @@ const fn float_widen<B: widen::Widen>(k: &mut MatKernels) {
     k.widen = widen::widen::<B>;
 }
 
-/// The AVX-512 rows: the AVX2 ones with VNNI int8 kernels for q8r8 / q4r8 / mxfp4r8.
+/// An interleaved K-quant's float-activation kernels: each block de-interleaved, then widened
+/// as `float_widen`'s are.
+const fn float_widen_kr8<B: widen::Widen + crate::format::kr8::Interleave>(k: &mut MatKernels) {
+    k.gemv = widen::gemv_kr8::<B>;
+    k.widen = widen::widen_kr8::<B>;
+}
+
+/// The AVX-512 rows: the AVX2 ones with VNNI int8 kernels for q8r8 / q4r8 / mxfp4r8 and the
+/// interleaved K-quants, and 16-lane float-activation ones for row-major q8 / q8_0 / q4 / q4_0.
 const MATS_512: [MatKernels; DType::COUNT] = {
     let mut m = MATS;
     m[DType::Q8R8.index()].gemv_i8 = Some(vnni::gemv_i8);
@@ -108,6 +127,11 @@ const MATS_512: [MatKernels; DType::COUNT] = {
     m[DType::Mxfp4R8.index()].gemv_i8 = Some(mxfp4r8::gemv_i8_vnni);
     m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k_vnni);
     m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k_vnni);
+    // Float activations against row-major q8 / q8_0 / q4 / q4_0 blocks: 16 lanes.
+    m[DType::Q8.index()].gemv = gemv::gemv_quant_512::<false>;
+    m[DType::Q8_0.index()].gemv = gemv::gemv_quant_512::<false>;
+    m[DType::Q4.index()].gemv = gemv::gemv_quant_512::<true>;
+    m[DType::Q4_0.index()].gemv = gemv::gemv_quant_512::<true>;
     m
 };
 

@@ -1,10 +1,11 @@
 //! AVX2 pieces of the blocked GEMM (see `kernels::gemm`): the 6×16 register tile and the
-//! widening of stored weight rows (any dtype, dequantising q8/q4) to f32.
+//! widening of stored weight rows (any dtype, dequantising q8 / q4 / q8_0 / q4_0) to f32.
 
 use super::super::mat::Mat;
 use super::super::reference;
 use super::super::table::{MR, NR};
 use super::gemv::{F16, F32};
+use super::qrows::BlockRows;
 use crate::format::blocks::QK;
 use core::arch::x86_64::*;
 use std::ops::Range;
@@ -74,29 +75,21 @@ pub fn widen_float<const K: u8>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: 
     }
 }
 
-/// The same for a row-major q8 (`Q4` false) or q4 matrix, dequantising (k0 and the width whole
-/// blocks).
+/// The same for a row-major q8 / q8_0 (`Q4` false) or q4 / q4_0 matrix, dequantising (k0 and
+/// the width whole blocks).
 pub fn widen_quant<const Q4: bool>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
     let (cols, kc) = (w.cols(), out.len() / rows.len().max(1));
     assert!(k0 + kc <= cols && rows.end <= w.rows() && k0.is_multiple_of(QK) && kc % QK == 0);
-    let (qs, d, bb): (&[u8], &[u16], usize) = if Q4 {
-        let q = w.q4();
-        (q.qs, q.d, QK / 2)
-    } else {
-        let q = w.q8();
-        // SAFETY: i8 and u8 have the same size and any bit pattern is valid.
-        (unsafe { std::slice::from_raw_parts(q.qs.as_ptr().cast::<u8>(), q.qs.len()) }, q.d, QK)
-    };
+    let m = BlockRows::of::<Q4>(w);
     for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
         let (b0, b1) = ((r * cols + k0) / QK, (r * cols + k0 + kc) / QK);
-        let (q, d) = (qs[b0 * bb..b1 * bb].as_ptr(), &d[b0..b1]);
         // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; blocks b0..b1 are inside the bound
-        // matrix (asserted above), their quants and scales inside the slices taken.
+        // matrix (asserted above), `o` holds their kc elements.
         unsafe {
             if Q4 {
-                widen_q4(q, d, o)
+                widen_q4(&m, b0..b1, o)
             } else {
-                widen_q8(q.cast::<i8>(), d, o)
+                widen_q8(&m, b0..b1, o)
             }
         }
     }
@@ -123,14 +116,15 @@ unsafe fn widen_half<const BF16: bool>(src: &[u16], out: &mut [f32]) {
     }
 }
 
+/// out = blocks `blocks` of `m` as f32 (q8: d · q).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn widen_q8(qs: *const i8, d: &[u16], out: &mut [f32]) {
+unsafe fn widen_q8(m: &BlockRows, blocks: Range<usize>, out: &mut [f32]) {
     // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
-    // caller passes pointers valid for the ranges this function's comment names.
+    // caller passes blocks of the bound matrix and 32 outputs for each.
     unsafe {
-        for (b, &db) in d.iter().enumerate() {
-            let q = qs.add(b * 32).cast::<__m128i>();
-            widen_q8_block(_mm_loadu_si128(q), _mm_loadu_si128(q.add(1)), db, out.as_mut_ptr().add(b * 32));
+        for (b, i) in blocks.enumerate() {
+            let q = m.quants(i).cast::<__m128i>();
+            widen_q8_block(_mm_loadu_si128(q), _mm_loadu_si128(q.add(1)), m.scale(i), out.as_mut_ptr().add(b * 32));
         }
     }
 }
@@ -153,13 +147,14 @@ pub(super) unsafe fn widen_q8_block(first: __m128i, second: __m128i, d: u16, out
     }
 }
 
+/// out = blocks `blocks` of `m` as f32 (q4: d · (q − 8)).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn widen_q4(qs: *const u8, d: &[u16], out: &mut [f32]) {
+unsafe fn widen_q4(m: &BlockRows, blocks: Range<usize>, out: &mut [f32]) {
     // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
-    // caller passes pointers valid for the ranges this function's comment names.
+    // caller passes blocks of the bound matrix and 32 outputs for each.
     unsafe {
-        for (b, &db) in d.iter().enumerate() {
-            widen_q4_block(_mm_loadu_si128(qs.add(b * 16).cast()), db, out.as_mut_ptr().add(b * 32));
+        for (b, i) in blocks.enumerate() {
+            widen_q4_block(_mm_loadu_si128(m.quants(i).cast()), m.scale(i), out.as_mut_ptr().add(b * 32));
         }
     }
 }

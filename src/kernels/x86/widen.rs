@@ -1,7 +1,8 @@
 //! AVX2 widening (dequantisation to f32) of GGUF's block types — q4_k, q6_k, q5_k, q3_k, q2_k,
-//! iq4_xs, iq4_nl, q5_0, q5_1, q4_0, q4_1 — for the float-activation products: the prefill GEMM
-//! widens weight panels with these, and the float-activation matrix-vector kernel (`gemv`,
-//! `COLIBRI_QUANT_ACT=float`) widens 256 columns of a row at a time, then takes FMA dots.
+//! iq4_xs, iq4_nl, q5_0, q5_1, q4_0, q4_1, and the interleaved q4_kr8 / q6_kr8 — for the
+//! float-activation products: the prefill GEMM widens weight panels with these, and the
+//! float-activation matrix-vector kernel (`gemv`, `COLIBRI_QUANT_ACT=float`) widens 256 columns
+//! of a row at a time, then takes FMA dots.
 //!
 //! Reference: `Block::dequantize` (ggml's `dequantize_row_*`), bit for bit. Each 32-element
 //! sub-block is brought to the reference's integer form (`Unpacked`: 32 signed, offset-free
@@ -10,13 +11,15 @@
 //! (d·k)·q (+ dm·m): the same two roundings, unfused, so the values are the reference's.
 
 use super::super::mat::Mat;
+use super::super::table::WidenFn;
 use super::gemv::dot_f32;
 use super::kquant::scales_mins_k4;
 use super::legacy::{fifth_bits, iq4_levels, nibbles};
 use crate::format::ggml::{
-    blocks, h, iq4xs_scale, q3k_scales, Block, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
-    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    blocks, bytes_of, h, iq4xs_scale, q3k_scales, Block, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K,
+    BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
 };
+use crate::format::kr8::{row_block, Interleave};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -44,20 +47,48 @@ pub fn widen<B: Widen>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32
     }
 }
 
+/// The same for an interleaved K-quant matrix (q4_kr8 / q6_kr8, `format::kr8`): each block taken
+/// out of its unit as ggml stores it, then widened as a row-major one.
+pub fn widen_kr8<B: Widen + Interleave>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    let (cols, nb) = (w.cols(), w.cols() / B::QK);
+    let kc = out.len() / rows.len().max(1);
+    assert!(k0.is_multiple_of(B::QK) && kc.is_multiple_of(B::QK) && k0 + kc <= cols && rows.end <= w.rows());
+    for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
+        for (b, ob) in (k0 / B::QK..(k0 + kc) / B::QK).zip(o.chunks_exact_mut(B::QK)) {
+            let blk = row_block::<B>(w.bytes(), nb, r, b);
+            // SAFETY: the AVX2 table is only reachable on AVX2+FMA+F16C CPUs; `blk` is one whole
+            // block and `ob` holds its QK elements.
+            unsafe { B::RUN(bytes_of(&blk), ob) };
+        }
+    }
+}
+
 /// Columns widened per step of `gemv` (a multiple of every block length).
 const CHUNK: usize = 256;
 
-/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `table::GemvFn`): each row widened
-/// CHUNK columns at a time, each chunk's FMA dot with every activation row added in.
+/// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `table::GemvFn`) for a row-major GGUF
+/// block matrix: `by_widening` with `widen`.
 pub fn gemv<B: Widen>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    by_widening(widen::<B>, B::QK, w, rows, x, n, out)
+}
+
+/// The same for an interleaved K-quant matrix, with `widen_kr8`.
+pub fn gemv_kr8<B: Widen + Interleave>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    by_widening(widen_kr8::<B>, B::QK, w, rows, x, n, out)
+}
+
+/// The float-activation matrix-vector product by widening (blocks of `qk` columns): each row
+/// widened CHUNK columns at a time, each chunk's FMA dot with every activation row added in.
+#[inline(always)]
+fn by_widening(widen: WidenFn, qk: usize, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
     let (len, cols) = (rows.len(), w.cols());
-    assert!(x.len() >= n * cols && out.len() >= n * len && cols.is_multiple_of(B::QK));
+    assert!(x.len() >= n * cols && out.len() >= n * len && cols.is_multiple_of(qk));
     let mut buf = [0f32; CHUNK];
     for (i, r) in rows.enumerate() {
         (0..n).for_each(|t| out[t * len + i] = 0.0);
         for k0 in (0..cols).step_by(CHUNK) {
             let kc = CHUNK.min(cols - k0);
-            widen::<B>(w, r..r + 1, k0, &mut buf[..kc]);
+            widen(w, r..r + 1, k0, &mut buf[..kc]);
             for t in 0..n {
                 out[t * len + i] += dot_f32(&buf[..kc], &x[t * cols + k0..t * cols + k0 + kc]);
             }

@@ -1,7 +1,7 @@
-//! The AVX2 widening of every GGUF block type against the reference dequantisation, bit for
-//! bit, on blocks of random bytes (every bit pattern of quants and sub-scales is a valid block;
-//! the f16 scales are random finite values), through the AVX2 table's rows; its float-activation
-//! matrix-vector kernel against the exact f64 products.
+//! The AVX2 widening of every GGUF block type (and of the interleaved K-quants) against the
+//! reference dequantisation, bit for bit, on blocks of random bytes (every bit pattern of quants
+//! and sub-scales is a valid block; the f16 scales are random finite values), through the AVX2
+//! table's rows; its float-activation matrix-vector kernel against the exact f64 products.
 
 use super::super::super::dispatch::table_for;
 use super::super::super::table::CpuPath;
@@ -105,6 +105,46 @@ fn the_float_activation_gemv_is_the_exact_product_closely() {
                 });
                 let err = (f64::from(got[tt * rows + r]) - exact).abs();
                 assert!(err <= 4e-6 * mag, "{d}: row {r} act {tt}: {} vs {exact} (Σ|w·x| {mag})", got[tt * rows + r]);
+            }
+        }
+    }
+}
+
+/// The interleaved K-quants (q4_kr8 / q6_kr8: random q4_k / q6_k blocks, interleaved) widen to
+/// the reference's values bit for bit over row ranges starting and ending inside 8-row groups,
+/// and their float-activation matrix-vector kernel is the exact product closely.
+#[test]
+fn interleaved_k_quants_widen_to_their_reference_values_bit_for_bit() {
+    let Some(t) = table_for(CpuPath::Avx2) else { return };
+    let (rows, cols, n) = (16, 768, 2);
+    let x: Vec<f32> = (0..n * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
+    for (i, (d, row_major)) in [(DType::Q4KR8, DType::Q4K), (DType::Q6KR8, DType::Q6K)].into_iter().enumerate() {
+        let blocks = random_blocks(row_major, rows * cols / d.block(), 200 + i as u64);
+        let bytes = crate::format::kr8::interleave(d, &blocks, cols).expect("whole groups");
+        let w = Mat::new(d, rows, cols, &bytes).expect("binds");
+        let mut want = vec![0f32; rows * cols];
+        d.dequantize(&bytes, cols, 0, &mut want);
+        for (k0, kc) in [(0, cols), (256, 256), (512, 256)] {
+            for r in [0..rows, 3..13, 8..9, 15..16] {
+                let mut got = vec![f32::NAN; r.len() * kc];
+                (t.mat(d).widen)(w, r.clone(), k0, &mut got);
+                for (g, row) in got.chunks(kc).zip(r.clone()) {
+                    let exp = &want[row * cols + k0..row * cols + k0 + kc];
+                    assert!(g.iter().zip(exp).all(|(a, b)| a.to_bits() == b.to_bits()), "{d}: row {row} k0 {k0}");
+                }
+            }
+        }
+        let mut got = vec![0f32; n * 11];
+        (t.mat(d).gemv)(w, 3..14, &x, n, &mut got);
+        for tt in 0..n {
+            for r in 3..14 {
+                let terms = want[r * cols..(r + 1) * cols].iter().zip(&x[tt * cols..(tt + 1) * cols]);
+                let (exact, mag) = terms.fold((0f64, 0f64), |(s, m), (a, b)| {
+                    let p = f64::from(*a) * f64::from(*b);
+                    (s + p, m + p.abs())
+                });
+                let y = f64::from(got[tt * 11 + r - 3]);
+                assert!((y - exact).abs() <= 4e-6 * mag, "{d}: row {r} act {tt}: {y} vs {exact} (Σ|w·x| {mag})");
             }
         }
     }
