@@ -49,7 +49,8 @@ pub fn attention(
     // att_lat[t, h] = Σ_j softmax_j(q_abs[t, h]·cache_j · scale) c_j.
     attend(c, m, kern, layer, seqs, b, n);
     // att[t, h] = v_b,h·att_lat[t, h]; out = att·Woᵀ.
-    kern.matmul_heads(&w.v_b, &b.att_lat[..n * c.n_heads * m.kv_lora_rank], n, &mut b.att);
+    let (rank, v) = (m.kv_lora_rank, m.v_head_dim);
+    kern.matmul_heads(&w.v_b, (&b.att_lat[..n * c.n_heads * rank], rank), n, (&mut b.att, v));
     kern.matmul(lw.wo, &b.att[..n * c.n_heads * m.v_head_dim], n, &mut b.out);
 }
 
@@ -105,17 +106,10 @@ fn rope_and_cache(c: &Config, m: &Mla, layer: usize, rope: &Rope, seqs: &mut [La
 fn absorb_queries(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: usize, b: &mut Scratch) {
     let (hd, nope, rank) = (c.head_dim, m.qk_nope_head_dim, m.kv_lora_rank);
     let lat = rank + m.qk_rope_head_dim;
-    let heads = c.n_heads;
-    // Gather the nope parts contiguously ([n, heads, nope]) for `matmul_heads`.
-    let mut nopes = vec![0f32; n * heads * nope];
-    let mut lats = vec![0f32; n * heads * rank];
-    for (dst, src) in nopes.chunks_exact_mut(nope).zip(b.q[..n * heads * hd].chunks_exact(hd)) {
-        dst.copy_from_slice(&src[..nope]);
-    }
-    kern.matmul_heads(&w.k_b, &nopes, n, &mut lats);
-    let rows = b.q_abs[..n * heads * lat].chunks_exact_mut(lat).zip(lats.chunks_exact(rank));
-    for ((dst, l), q) in rows.zip(b.q[..n * heads * hd].chunks_exact(hd)) {
-        dst[..rank].copy_from_slice(l);
+    let rows = n * c.n_heads;
+    // Each head's nope part leads its hd values of q; its absorbed query leads its lat values.
+    kern.matmul_heads(&w.k_b, (&b.q[..rows * hd], hd), n, (&mut b.q_abs[..rows * lat], lat));
+    for (dst, q) in b.q_abs[..rows * lat].chunks_exact_mut(lat).zip(b.q[..rows * hd].chunks_exact(hd)) {
         dst[rank..].copy_from_slice(&q[nope..]);
     }
 }
