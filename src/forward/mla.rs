@@ -20,9 +20,9 @@
 //! The tests check this against the expanded form.
 
 use super::lanes::{Lane, Scratch};
-use super::mla_attend::{merge, partial, Partial, Query};
+use super::mla_attend::{merge, partial, Partial, Queries};
 use super::rope::Rope;
-use crate::kernels::{self, Kernels, Mat, QuantActivations};
+use crate::kernels::{self, Kernels, Mat};
 use crate::model::{AttnWeights, Config, LayerWeights, Mla, MlaWeights};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -49,8 +49,8 @@ pub fn attention(
     // att_lat[t, h] = Σ_j softmax_j(q_abs[t, h]·cache_j · scale) c_j.
     attend(c, m, kern, layer, seqs, b, n);
     // att[t, h] = v_b,h·att_lat[t, h]; out = att·Woᵀ.
-    let exact = kern.with_act(QuantActivations::Float);
-    per_head(&exact, &w.v_b, &b.att_lat, m.kv_lora_rank, n, &mut b.att, m.v_head_dim);
+    let (rank, v) = (m.kv_lora_rank, m.v_head_dim);
+    kern.matmul_heads(&w.v_b, (&b.att_lat[..n * c.n_heads * rank], rank), n, (&mut b.att, v));
     kern.matmul(lw.wo, &b.att[..n * c.n_heads * m.v_head_dim], n, &mut b.out);
 }
 
@@ -102,79 +102,81 @@ fn rope_and_cache(c: &Config, m: &Mla, layer: usize, rope: &Rope, seqs: &mut [La
     }
 }
 
-/// y[t, h·out_w ..] = mats[h]·x[t, h·in_w ..] for every head h: one product per head over all n
-/// rows (each head's inputs gathered, its outputs scattered).
-fn per_head(kern: &Kernels, mats: &[Mat<'_>], x: &[f32], in_w: usize, n: usize, y: &mut [f32], out_w: usize) {
-    let heads = mats.len();
-    let mut xin = vec![0f32; n * in_w];
-    let mut yout = vec![0f32; n * out_w];
-    for (h, &w) in mats.iter().enumerate() {
-        for t in 0..n {
-            let at = (t * heads + h) * in_w;
-            xin[t * in_w..(t + 1) * in_w].copy_from_slice(&x[at..at + in_w]);
-        }
-        kern.matmul(w, &xin, n, &mut yout);
-        for t in 0..n {
-            let at = (t * heads + h) * out_w;
-            y[at..at + out_w].copy_from_slice(&yout[t * out_w..(t + 1) * out_w]);
-        }
-    }
-}
-
 /// b.q_abs: each head's q_nope through W_UK,hᵀ, then its roped q_pe.
 fn absorb_queries(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: usize, b: &mut Scratch) {
     let (hd, nope, rank) = (c.head_dim, m.qk_nope_head_dim, m.kv_lora_rank);
     let lat = rank + m.qk_rope_head_dim;
-    let heads = c.n_heads;
-    // Gather the nope parts contiguously ([n, heads, nope]) so `per_head` can read them.
-    let mut nopes = vec![0f32; n * heads * nope];
-    let mut lats = vec![0f32; n * heads * rank];
-    for (dst, src) in nopes.chunks_exact_mut(nope).zip(b.q[..n * heads * hd].chunks_exact(hd)) {
-        dst.copy_from_slice(&src[..nope]);
-    }
-    per_head(&kern.with_act(QuantActivations::Float), &w.k_b, &nopes, nope, n, &mut lats, rank);
-    let rows = b.q_abs[..n * heads * lat].chunks_exact_mut(lat).zip(lats.chunks_exact(rank));
-    for ((dst, l), q) in rows.zip(b.q[..n * heads * hd].chunks_exact(hd)) {
-        dst[..rank].copy_from_slice(l);
+    let rows = n * c.n_heads;
+    // Each head's nope part leads its hd values of q; its absorbed query leads its lat values.
+    kern.matmul_heads(&w.k_b, (&b.q[..rows * hd], hd), n, (&mut b.q_abs[..rows * lat], lat));
+    for (dst, q) in b.q_abs[..rows * lat].chunks_exact_mut(lat).zip(b.q[..rows * hd].chunks_exact(hd)) {
         dst[rank..].copy_from_slice(&q[nope..]);
     }
 }
 
 /// b.att_lat: each row's heads attend over its own sequence's cached latents up to its own
-/// position (from the layer's `first_key` on: its sliding window, if any), all heads at once (`mla_attend`). The
-/// work is split into (row, range of positions) tasks: rows first, and when there are fewer
-/// rows than threads (decode) each row's positions are split too, at least MIN_SPLIT apiece.
+/// position (from the layer's `first_key` on: its sliding window, if any), all heads at once
+/// (`mla_attend`). Each sequence's rows go in blocks of consecutive rows (BLOCK_QUERIES queries
+/// each), a block per task; when there are fewer rows than threads (decode) a block is one row
+/// and its positions are split too, at least MIN_SPLIT apiece.
 fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
     const MIN_SPLIT: usize = 256;
+    /// Queries (rows × heads) per block of prefill rows: enough that packing a cached block is
+    /// small beside the products it feeds, few enough that a block's accumulators stay in L2.
+    const BLOCK_QUERIES: usize = 96;
     let (rank, heads) = (m.kv_lora_rank, c.n_heads);
     let lat = rank + m.qk_rope_head_dim;
     let spec = &c.layers[layer];
     let scale = c.scales.attention.map_or(1.0 / (c.head_dim as f32).sqrt(), |a| a as f32);
     let threads = crate::threads::current().max(1);
-    // (row, positions) of every task, a row's tasks consecutive.
-    let mut tasks: Vec<(usize, Range<usize>)> = Vec::new();
-    for s in seqs {
+    let per_block = if n >= threads { (BLOCK_QUERIES / heads).max(1) } else { 1 };
+    // Each row's attended positions; the blocks as (sequence, rows, position ranges).
+    let mut live = vec![0..0; n];
+    let mut blocks: Vec<(usize, Range<usize>, Vec<Range<usize>>)> = Vec::new();
+    for (si, s) in seqs.iter().enumerate() {
         for t in s.rows.clone() {
             let p = s.pos0 + (t - s.rows.start);
-            let lo = spec.first_key(p);
-            let splits = threads.div_ceil(n).min((p + 1 - lo).div_ceil(MIN_SPLIT)).max(1);
-            let step = (p + 1 - lo).div_ceil(splits);
-            tasks.extend((lo..=p).step_by(step).map(|j| (t, j..(j + step).min(p + 1))));
+            live[t] = spec.first_key(p)..p + 1;
+        }
+        for r0 in s.rows.clone().step_by(per_block) {
+            let rows = r0..(r0 + per_block).min(s.rows.end);
+            let lo = live[rows.clone()].iter().map(|r| r.start).min().unwrap_or(0);
+            let hi = live[rows.clone()].iter().map(|r| r.end).max().unwrap_or(0);
+            let splits = threads.div_ceil(n).min((hi - lo).div_ceil(MIN_SPLIT)).max(1);
+            let step = (hi - lo).div_ceil(splits).max(1);
+            blocks.push((si, rows, (lo..hi).step_by(step).map(|j| j..(j + step).min(hi)).collect()));
         }
     }
-    let q: &[f32] = &b.q_abs;
-    let run = |(t, pos): &(usize, Range<usize>)| {
-        let s = &seqs[seqs.partition_point(|s| s.rows.end <= *t)];
-        let query = Query { q: &q[t * heads * lat..(t + 1) * heads * lat], heads, lat, rank, scale };
-        partial(kern, s.kv, layer, &query, pos.clone())
+    // Each block's slice of b.att_lat ([rows, heads, rank]).
+    let mut outs: Vec<&mut [f32]> = Vec::with_capacity(blocks.len());
+    let mut rest = &mut b.att_lat[..n * heads * rank];
+    for (_, rows, _) in &blocks {
+        let (out, tail) = std::mem::take(&mut rest).split_at_mut(rows.len() * heads * rank);
+        outs.push(out);
+        rest = tail;
+    }
+    let (q, live): (&[f32], &[Range<usize>]) = (&b.q_abs, &live);
+    let run = |(si, rows, ranges): &(usize, Range<usize>, Vec<Range<usize>>), out: &mut &mut [f32]| {
+        let qs = Queries {
+            q: &q[rows.start * heads * lat..rows.end * heads * lat],
+            live: &live[rows.clone()],
+            heads,
+            lat,
+            rank,
+            scale,
+        };
+        let one = |pos: &Range<usize>| partial(kern, seqs[*si].kv, layer, &qs, pos.clone());
+        let parts: Vec<Partial> = if threads > 1 && ranges.len() > 1 {
+            ranges.par_iter().map(one).collect()
+        } else {
+            ranges.iter().map(one).collect()
+        };
+        merge(&parts, rows.len() * heads, rank, out);
     };
-    let parts: Vec<Partial> =
-        if threads > 1 { tasks.par_iter().map(run).collect() } else { tasks.iter().map(run).collect() };
-    let mut at = 0;
-    for (t, out) in b.att_lat[..n * heads * rank].chunks_exact_mut(heads * rank).enumerate() {
-        let k = tasks[at..].iter().take_while(|(r, _)| *r == t).count();
-        merge(&parts[at..at + k], heads, rank, out);
-        at += k;
+    if threads > 1 {
+        blocks.par_iter().zip(outs.par_iter_mut()).for_each(|(blk, out)| run(blk, out));
+    } else {
+        blocks.iter().zip(outs.iter_mut()).for_each(|(blk, out)| run(blk, out));
     }
 }
 
@@ -185,6 +187,7 @@ mod tests {
 
     use super::*;
     use crate::forward::router::RoutingMode;
+    use crate::kernels::QuantActivations;
     use crate::model::{ExpertAct, FfnWeights, MlpWeights, NormWeights};
     use crate::session::{Session, SessionOptions};
 

@@ -1,18 +1,22 @@
-//! MLA's attention over the latent cache (the inner step of `mla::attention`), blocked. For one
-//! query row and a range of its cached positions, every head at once:
+//! MLA's attention over the latent cache (the inner step of `mla::attention`), blocked. For a
+//! block of query rows of one sequence and a range of its cached positions, every head of every
+//! row at once (M = rows·heads absorbed queries):
 //!
 //! ```text
-//! for each block of KC cached rows C ([KC, rank + rope], widened to f32 once):
-//!   S  = Q·Cᵀ · scale                     [heads, KC]    (Q: absorbed queries [heads, rank + rope])
-//!   m' = max(m, rowmax S);  acc ×= e^(m − m');  sum ×= e^(m − m')
-//!   P  = e^(S − m');  sum += rowsum P;  acc += P·C[:, ..rank]          [heads, rank]
+//! for each block of KC cached rows C ([KC, rank + rope], widened to f32 once), at multiples of KC:
+//!   S  = Q·Cᵀ · scale                     [M, KC]    (Q: absorbed queries [M, rank + rope])
+//!   live columns: per query row, its own positions (causal limit, sliding window) in the range
+//!   m' = max(m, rowmax S_live);  acc ×= e^(m − m');  sum ×= e^(m − m')
+//!   P  = e^(S − m') where live, else 0;  sum += rowsum P;  acc += P·C[:, ..rank]      [M, rank]
 //! ```
 //!
-//! Both products run on the path's GEMM micro-tile (`Table::tile`, MR heads × NR columns) over
-//! panels packed from the block, so a cached row is read once per (query row, split) instead of
-//! once per head, and each of its values meets MR heads from registers. A row's positions can be
-//! split into several ranges (decode spreads one row's cache over the threads); the ranges'
-//! partial results (`Partial`) are merged with their maxima, as in split-softmax attention.
+//! Both products run on the path's GEMM micro-tile (`Table::tile`, MR queries × NR columns) over
+//! panels packed from the block, so a cached block is widened and packed once per block of query
+//! rows and each of its values meets MR queries from registers. Prefill takes several rows per
+//! block; decode takes one, and can split its positions into several ranges (spread over the
+//! threads) whose partial results (`Partial`) are merged with their maxima, as in split-softmax
+//! attention. Blocks sit at multiples of KC whatever the range and every output is its own sum,
+//! so a row's result does not depend on which rows share its block.
 
 use crate::kernels::{Kernels, MR, NR};
 use crate::session::KvCache;
@@ -21,19 +25,21 @@ use std::ops::Range;
 /// Cached rows per block (the k extent of the value product).
 const KC: usize = 64;
 
-/// What one query row's heads attend with: absorbed queries [heads, lat] (lat = rank + rope),
-/// the latent width `rank` of a cached row's leading values, and the score scale.
-pub(super) struct Query<'a> {
+/// A block of query rows of one sequence: absorbed queries [rows, heads, lat] (lat = rank +
+/// rope), the cached positions each row attends to, the latent width `rank` of a cached row's
+/// leading values, and the score scale.
+pub(super) struct Queries<'a> {
     pub q: &'a [f32],
+    pub live: &'a [Range<usize>],
     pub heads: usize,
     pub lat: usize,
     pub rank: usize,
     pub scale: f32,
 }
 
-/// The attention of one query row's heads over one range of cached positions, unnormalised:
-/// per head the largest score `max`, `sum` = Σ_j e^(s_j − max) and `acc` = Σ_j e^(s_j − max)·c_j
-/// ([heads padded to MR, rank padded to NR]).
+/// The attention of a block's queries (M = rows·heads, row-major) over one range of cached
+/// positions, unnormalised: per query the largest score `max`, `sum` = Σ_j e^(s_j − max) and
+/// `acc` = Σ_j e^(s_j − max)·c_j ([M padded to MR, rank padded to NR]).
 pub(super) struct Partial {
     max: Vec<f32>,
     sum: Vec<f32>,
@@ -44,124 +50,148 @@ fn round_up(x: usize, m: usize) -> usize {
     x.div_ceil(m) * m
 }
 
-/// Scratch of one `partial` call, sized for its query.
+/// Scratch of one `partial` call, sized for its queries.
 struct Buffers {
-    /// The absorbed queries, heads padded with zero rows to a multiple of MR: [hp, lat].
+    /// Queries padded to a multiple of MR, the row width, the latent width and it padded to NR.
+    mp: usize,
+    lat: usize,
+    rank: usize,
+    rp: usize,
+    /// The absorbed queries, padded with zero rows to a multiple of MR: [mp, lat].
     q: Vec<f32>,
-    /// A block of cached rows widened to f32: [KC, lat] (rows past the range stay zero).
+    /// A block of cached rows widened to f32: [KC, lat] (rows no query attends to stay zero).
     rows: Vec<f32>,
     /// A packed panel: [lat, NR] (scores) or [KC, NR] (values).
     panel: Vec<f32>,
-    /// Scores, then weights, of the block: [hp, KC].
+    /// Scores, then weights, of the block's first ks columns: [mp, ks] (ks ≤ KC).
     s: Vec<f32>,
 }
 
-/// The partial attention of `query` over cached positions `pos` of `layer`.
-pub(super) fn partial(kern: &Kernels, kv: &KvCache, layer: usize, query: &Query<'_>, pos: Range<usize>) -> Partial {
-    let Query { heads, lat, rank, .. } = *query;
-    let hp = round_up(heads, MR);
+/// The partial attention of `qs` over cached positions `pos` of `layer` (each row over its live
+/// positions within `pos`).
+pub(super) fn partial(kern: &Kernels, kv: &KvCache, layer: usize, qs: &Queries<'_>, pos: Range<usize>) -> Partial {
+    let Queries { heads, lat, rank, .. } = *qs;
+    let m = qs.live.len() * heads;
+    let mp = round_up(m, MR);
     let rp = round_up(rank, NR);
     let mut b = Buffers {
-        q: vec![0f32; hp * lat],
+        mp,
+        lat,
+        rank,
+        rp,
+        q: vec![0f32; mp * lat],
         rows: vec![0f32; KC * lat],
         panel: vec![0f32; lat.max(KC) * NR],
-        s: vec![0f32; hp * KC],
+        s: vec![0f32; mp * KC],
     };
-    b.q[..heads * lat].copy_from_slice(&query.q[..heads * lat]);
-    let mut out = Partial { max: vec![f32::NEG_INFINITY; heads], sum: vec![0f32; heads], acc: vec![0f32; hp * rp] };
-    let mut j0 = pos.start;
-    while j0 < pos.end {
-        let len = KC.min(pos.end - j0);
-        widen_rows(kern, kv, layer, j0..j0 + len, lat, &mut b.rows);
-        scores(kern, &mut b, hp, lat);
-        weigh(&mut b.s, &mut out, query, len, rp);
-        values(kern, &mut b, hp, lat, rank, &mut out.acc, rp);
-        j0 += len;
+    b.q[..m * lat].copy_from_slice(&qs.q[..m * lat]);
+    let mut out = Partial { max: vec![f32::NEG_INFINITY; m], sum: vec![0f32; m], acc: vec![0f32; mp * rp] };
+    // The positions of `pos` some row attends to.
+    let lo = qs.live.iter().map(|r| r.start).min().unwrap_or(0).max(pos.start);
+    let hi = qs.live.iter().map(|r| r.end).max().unwrap_or(0).min(pos.end);
+    let mut j0 = lo / KC * KC;
+    while j0 < hi {
+        // Columns up to the block's last attended position, in whole panels: the ones past it
+        // would only add zero weights.
+        let ks = round_up(hi.min(j0 + KC) - j0, NR);
+        widen_rows(kern, kv, layer, j0, lo.max(j0)..hi.min(j0 + KC), lat, &mut b.rows[..ks * lat]);
+        scores(kern, &mut b, ks);
+        weigh(&mut b.s[..mp * ks], ks, &mut out, qs, j0, &pos, rp);
+        values(kern, &mut b, ks, &mut out.acc);
+        j0 += KC;
     }
     out
 }
 
-/// rows[i, ..] = the cached row j0 + i of `layer` as f32 (the path's widening axpy onto zeros);
-/// rows past the range are zero.
-fn widen_rows(kern: &Kernels, kv: &KvCache, layer: usize, js: Range<usize>, lat: usize, rows: &mut [f32]) {
+/// rows[j − j0, ..] = the cached row j of `layer` as f32 for j in `js` (the path's widening axpy
+/// onto zeros); the block's other rows are zero.
+fn widen_rows(kern: &Kernels, kv: &KvCache, layer: usize, j0: usize, js: Range<usize>, lat: usize, rows: &mut [f32]) {
     rows.fill(0.0);
-    for (row, j) in rows.chunks_exact_mut(lat).zip(js) {
-        kv.latent_axpy(kern, layer, j, 1.0, row);
+    for j in js {
+        kv.latent_axpy(kern, layer, j, 1.0, &mut rows[(j - j0) * lat..(j - j0 + 1) * lat]);
     }
 }
 
-/// b.s = b.q·b.rowsᵀ ([hp, KC]): per panel of NR cached rows, the rows transposed into
-/// panel[d·NR + jj], then the tile for every MR heads.
-fn scores(kern: &Kernels, b: &mut Buffers, hp: usize, lat: usize) {
-    let tile = kern.table().tile;
-    b.s.fill(0.0);
-    for p0 in (0..KC).step_by(NR) {
+/// b.s = b.q·b.rows[..ks]ᵀ ([mp, ks]): per panel of NR cached rows, the rows transposed into
+/// panel[d·NR + jj], then the tile for every MR queries.
+fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
+    let (tile, mp, lat) = (kern.table().tile, b.mp, b.lat);
+    b.s[..mp * ks].fill(0.0);
+    for p0 in (0..ks).step_by(NR) {
         for (jj, row) in b.rows[p0 * lat..(p0 + NR) * lat].chunks_exact(lat).enumerate() {
             for (d, &x) in row.iter().enumerate() {
                 b.panel[d * NR + jj] = x;
             }
         }
-        for i0 in (0..hp).step_by(MR) {
-            tile(&b.q[i0 * lat..(i0 + MR) * lat], &b.panel[..lat * NR], lat, &mut b.s[i0 * KC + p0..], KC, NR);
+        for i0 in (0..mp).step_by(MR) {
+            tile(&b.q[i0 * lat..(i0 + MR) * lat], &b.panel[..lat * NR], lat, &mut b.s[i0 * ks + p0..], ks, NR);
         }
     }
 }
 
-/// Scale the block's scores, fold the block into the running maxima (rescaling `sum` and
-/// `acc`), and turn the scores of the first `len` columns into weights e^(s − max); the other
-/// columns (and padded heads) get weight 0.
-fn weigh(s: &mut [f32], out: &mut Partial, query: &Query<'_>, len: usize, rp: usize) {
-    for (h, row) in s.chunks_exact_mut(KC).enumerate() {
-        if h >= query.heads {
+/// For each query, scale the block's live scores (its own positions within `pos`), fold them
+/// into its running maximum (rescaling `sum` and `acc`) and turn them into weights e^(s − max);
+/// the other columns (and padding queries) get weight 0.
+fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usize, pos: &Range<usize>, rp: usize) {
+    for (i, row) in s.chunks_exact_mut(ks).enumerate() {
+        let Some(live) = qs.live.get(i / qs.heads) else {
+            row.fill(0.0);
+            continue;
+        };
+        let from = live.start.max(pos.start).max(j0);
+        let to = live.end.min(pos.end).min(j0 + ks);
+        if from >= to {
             row.fill(0.0);
             continue;
         }
-        let live = &mut row[..len];
-        live.iter_mut().for_each(|x| *x *= query.scale);
-        let m = live.iter().fold(out.max[h], |a, &x| a.max(x));
-        if m > out.max[h] {
-            let r = if out.max[h] == f32::NEG_INFINITY { 0.0 } else { (out.max[h] - m).exp() };
-            out.sum[h] *= r;
-            out.acc[h * rp..(h + 1) * rp].iter_mut().for_each(|a| *a *= r);
-            out.max[h] = m;
+        let (from, to) = (from - j0, to - j0);
+        row[..from].fill(0.0);
+        row[to..].fill(0.0);
+        let cols = &mut row[from..to];
+        cols.iter_mut().for_each(|x| *x *= qs.scale);
+        let m = cols.iter().fold(out.max[i], |a, &x| a.max(x));
+        if m > out.max[i] {
+            let r = if out.max[i] == f32::NEG_INFINITY { 0.0 } else { (out.max[i] - m).exp() };
+            out.sum[i] *= r;
+            out.acc[i * rp..(i + 1) * rp].iter_mut().for_each(|a| *a *= r);
+            out.max[i] = m;
         }
         let mut sum = 0.0;
-        for x in live.iter_mut() {
+        for x in cols.iter_mut() {
             *x = (*x - m).exp();
             sum += *x;
         }
-        out.sum[h] += sum;
-        row[len..].fill(0.0);
+        out.sum[i] += sum;
     }
 }
 
-/// acc += b.s·b.rows[:, ..rank] ([hp, rp]): per panel of NR latent columns, the block's
-/// columns packed into panel[k·NR + jj] (zero past rank), then the tile for every MR heads.
-fn values(kern: &Kernels, b: &mut Buffers, hp: usize, lat: usize, rank: usize, acc: &mut [f32], rp: usize) {
-    let tile = kern.table().tile;
+/// acc += b.s·b.rows[..ks, ..rank] ([mp, rp]): per panel of NR latent columns, the block's
+/// columns packed into panel[k·NR + jj] (zero past rank), then the tile for every MR queries.
+fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32]) {
+    let (tile, mp, lat, rank, rp) = (kern.table().tile, b.mp, b.lat, b.rank, b.rp);
     for d0 in (0..rank).step_by(NR) {
         let w = NR.min(rank - d0);
-        for (k, row) in b.rows.chunks_exact(lat).enumerate() {
+        for (k, row) in b.rows[..ks * lat].chunks_exact(lat).enumerate() {
             let dst = &mut b.panel[k * NR..(k + 1) * NR];
             dst[..w].copy_from_slice(&row[d0..d0 + w]);
             dst[w..].fill(0.0);
         }
-        for i0 in (0..hp).step_by(MR) {
-            tile(&b.s[i0 * KC..(i0 + MR) * KC], &b.panel[..KC * NR], KC, &mut acc[i0 * rp + d0..], rp, NR);
+        for i0 in (0..mp).step_by(MR) {
+            tile(&b.s[i0 * ks..(i0 + MR) * ks], &b.panel[..ks * NR], ks, &mut acc[i0 * rp + d0..], rp, NR);
         }
     }
 }
 
-/// out ([heads, rank]) = the attention of one query row: its partials (one per range of its
-/// positions, together covering them) merged by their maxima and normalised.
-pub(super) fn merge(parts: &[Partial], heads: usize, rank: usize, out: &mut [f32]) {
+/// out ([m, rank]) = the attention of a block's m queries: its partials (one per range of
+/// positions, together covering the rows' live positions) merged by their maxima and normalised.
+pub(super) fn merge(parts: &[Partial], m: usize, rank: usize, out: &mut [f32]) {
     let rp = round_up(rank, NR);
-    for (h, o) in out.chunks_exact_mut(rank).take(heads).enumerate() {
-        let m = parts.iter().fold(f32::NEG_INFINITY, |a, p| a.max(p.max[h]));
+    for (h, o) in out.chunks_exact_mut(rank).take(m).enumerate() {
+        let mx = parts.iter().fold(f32::NEG_INFINITY, |a, p| a.max(p.max[h]));
         o.fill(0.0);
         let mut sum = 0.0;
         for p in parts.iter().filter(|p| p.max[h] > f32::NEG_INFINITY) {
-            let r = (p.max[h] - m).exp();
+            let r = (p.max[h] - mx).exp();
             sum += r * p.sum[h];
             o.iter_mut().zip(&p.acc[h * rp..h * rp + rank]).for_each(|(a, &x)| *a += r * x);
         }
@@ -216,30 +246,87 @@ mod tests {
         out
     }
 
+    /// A session whose one layer caches n pseudo-random latent rows, in `dtype`.
+    fn cached(c: &Config, n: usize, dtype: KvDtype) -> Session {
+        let mut s = Session::new(c, &SessionOptions { n_ctx: n, kv_dtype: dtype, ..Default::default() }).unwrap();
+        s.kv.reserve(n).unwrap();
+        for (j, row) in values(n * LAT, 1).chunks_exact(LAT).enumerate() {
+            s.kv.write(0, j, row, &[]);
+        }
+        s
+    }
+
+    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{what}: {got:?} vs {want:?}");
+        }
+    }
+
     #[test]
     fn blocked_split_attention_equals_the_plain_form() {
         let c: Config = serde_json::from_str(CONFIG).unwrap();
         c.validate().unwrap();
         let kern = Kernels::new(crate::kernels::QuantActivations::Float);
         for dtype in [KvDtype::F32, KvDtype::BF16, KvDtype::F16] {
-            let n = 300;
-            let mut s = Session::new(&c, &SessionOptions { n_ctx: n, kv_dtype: dtype, ..Default::default() }).unwrap();
-            s.kv.reserve(n).unwrap();
-            for (j, row) in values(n * LAT, 1).chunks_exact(LAT).enumerate() {
-                s.kv.write(0, j, row, &[]);
-            }
+            let s = cached(&c, 300, dtype);
             let q = values(HEADS * LAT, 2);
-            let query = Query { q: &q, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
             // Range bounds: one range (several blocks, a short last one), a split in three, one position.
             let cases: [&[usize]; 3] = [&[5, 300], &[0, 7, 150, 299], &[42, 43]];
             for bounds in cases {
                 let ranges: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
-                let parts: Vec<Partial> = ranges.iter().map(|r| partial(&kern, &s.kv, 0, &query, r.clone())).collect();
+                let all = ranges[0].start..ranges[ranges.len() - 1].end;
+                let live = [all.clone()];
+                let qs = Queries { q: &q, live: &live, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
+                let parts: Vec<Partial> = ranges.iter().map(|r| partial(&kern, &s.kv, 0, &qs, r.clone())).collect();
                 let mut got = vec![0f32; HEADS * RANK];
                 merge(&parts, HEADS, RANK, &mut got);
-                let want = plain(&kern, &s.kv, &q, ranges[0].start..ranges[ranges.len() - 1].end);
-                for (g, w) in got.iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{dtype:?} {ranges:?}: {got:?} vs {want:?}");
+                assert_close(&got, &plain(&kern, &s.kv, &q, all), &format!("{dtype:?} {ranges:?}"));
+            }
+        }
+    }
+
+    #[test]
+    fn query_blocks_with_ragged_limits_equal_the_plain_form_row_by_row() {
+        let c: Config = serde_json::from_str(CONFIG).unwrap();
+        let kern = Kernels::new(crate::kernels::QuantActivations::Float);
+        for dtype in [KvDtype::F32, KvDtype::BF16] {
+            let s = cached(&c, 300, dtype);
+            // Prefill rows at positions 100.., causal; then the same rows with a sliding window of
+            // 70 (starts off the block grid); then a chunk boundary at 128 inside the block.
+            let causal: Vec<Range<usize>> = (100..107).map(|p| 0..p + 1).collect();
+            let window: Vec<Range<usize>> = (100..107).map(|p| p + 1 - 70..p + 1).collect();
+            let chunked: Vec<Range<usize>> = (125..131).map(|p| p / 128 * 128..p + 1).collect();
+            for live in [causal, window, chunked] {
+                let rows = live.len();
+                let q = values(rows * HEADS * LAT, 3);
+                let qs = Queries { q: &q, live: &live, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
+                let lo = live.iter().map(|r| r.start).min().unwrap();
+                let hi = live.iter().map(|r| r.end).max().unwrap();
+                // Whole, and split in two ranges at a position off the block grid.
+                for cut in [lo, lo + 37] {
+                    let ranges: Vec<Range<usize>> =
+                        [lo, cut, hi].windows(2).filter(|w| w[0] < w[1]).map(|w| w[0]..w[1]).collect();
+                    let parts: Vec<Partial> = ranges.iter().map(|r| partial(&kern, &s.kv, 0, &qs, r.clone())).collect();
+                    let mut got = vec![0f32; rows * HEADS * RANK];
+                    merge(&parts, rows * HEADS, RANK, &mut got);
+                    for (t, r) in live.iter().enumerate() {
+                        let (qt, gt) = (
+                            &q[t * HEADS * LAT..(t + 1) * HEADS * LAT],
+                            &got[t * HEADS * RANK..(t + 1) * HEADS * RANK],
+                        );
+                        assert_close(
+                            gt,
+                            &plain(&kern, &s.kv, qt, r.clone()),
+                            &format!("{dtype:?} row {t} {r:?} {ranges:?}"),
+                        );
+                        // The row alone over the same ranges: the same bits.
+                        let one = Queries { q: qt, live: &live[t..t + 1], ..qs };
+                        let parts: Vec<Partial> =
+                            ranges.iter().map(|p| partial(&kern, &s.kv, 0, &one, p.clone())).collect();
+                        let mut alone = vec![0f32; HEADS * RANK];
+                        merge(&parts, HEADS, RANK, &mut alone);
+                        assert_eq!(gt, &alone[..], "{dtype:?} row {t}: its block changed its result");
+                    }
                 }
             }
         }

@@ -7,10 +7,11 @@
 //! Module map: `table` (the leaf: fn types, per-dtype kernel rows, a path's table) ← `generic`
 //! (the portable path) ← `x86` (arch tables, registered over the portable rows) ← `dispatch`
 //! (the choice, and `Kernels`) ← `gemm` (the product strategies; bf16 × bf16 products in
-//! `gemm_bf16`), both splitting work with `par` (tasks, per-thread buffers, blocking). `mat` is
-//! the operand type, `actq` the int8 activation blocks and the activation modes (`actpanel`: the
-//! same in panels of 8 rows for the AVX-512 prefill kernels), `bf16act` the
-//! bf16 activations of bf16 weights, `reference` the scalar specification.
+//! `gemm_bf16`, per-head products with f32 activations in `heads`), all splitting work with `par`
+//! (tasks, per-thread buffers, blocking). `mat` is the operand type, `actq` the int8 activation
+//! blocks and the activation modes (`actpanel`: the same in panels of 8 rows for the AVX-512
+//! prefill kernels), `bf16act` the bf16 activations of bf16 weights, `reference` the scalar
+//! specification.
 
 mod actpanel;
 pub mod actq;
@@ -20,6 +21,7 @@ mod dispatch;
 mod gemm;
 mod gemm_bf16;
 mod generic;
+mod heads;
 mod kr8ref;
 mod mat;
 mod par;
@@ -157,5 +159,6 @@ mod tests;
 pub(crate) fn prepare_thread() {
     gemm::prepare_thread();
     gemm_bf16::prepare_thread();
+    heads::prepare_thread();
     par::prepare_thread();
 }
