@@ -121,7 +121,7 @@ pub fn add_bias_row(x: &mut [f32], b: Mat<'_>, row: usize) {
 /// GPT-OSS's gated activation, in place on `g`: with g' = min(g, limit) and u' = clamp(u,
 /// −limit, limit), g = (u' + 1) · g' · sigmoid(alpha · g') (`GptOssExperts._apply_gate`).
 pub fn clamped_swiglu(g: &mut [f32], u: &[f32], alpha: f32, limit: f32) {
-    gated(g, u, |gi, ui| {
+    par::gated(g, u, |gi, ui| {
         let gc = gi.min(limit);
         let uc = ui.clamp(-limit, limit);
         (uc + 1.0) * (gc / (1.0 + (-gc * alpha).exp()))
@@ -130,23 +130,7 @@ pub fn clamped_swiglu(g: &mut [f32], u: &[f32], alpha: f32, limit: f32) {
 
 /// a[i] = silu(g[i]) · u[i] (SwiGLU), in place on `g`.
 pub fn swiglu(g: &mut [f32], u: &[f32]) {
-    gated(g, u, |gi, ui| reference::silu(gi) * ui);
-}
-
-/// Elements per task of `gated`: a prefill's dense MLP (hundreds of rows × ~10,000 columns)
-/// is millions of exponentials, worth the other threads; a decode step's are not.
-const GATED_CHUNK: usize = 1 << 16;
-
-/// g[i] = f(g[i], u[i]) for every i, in chunks on the calling pool when there are several (each
-/// element on its own: the result is the same for any split).
-fn gated(g: &mut [f32], u: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
-    let run = |(gc, uc): (&mut [f32], &[f32])| gc.iter_mut().zip(uc).for_each(|(gi, &ui)| *gi = f(*gi, ui));
-    if g.len() > GATED_CHUNK && crate::threads::current() > 1 {
-        use rayon::prelude::*;
-        g.par_chunks_mut(GATED_CHUNK).zip(u.par_chunks(GATED_CHUNK)).for_each(run);
-    } else {
-        run((g, u));
-    }
+    par::gated(g, u, |gi, ui| reference::silu(gi) * ui);
 }
 
 #[cfg(test)]

@@ -724,7 +724,7 @@ fn generic_row(dtype: DType) -> &'static super::table::MatKernels {
 
 #[test]
 fn gated_activations_on_a_pool_equal_one_thread() {
-    let len = 5 * super::GATED_CHUNK / 2 + 3;
+    let len = 5 * super::par::GATED_CHUNK / 2 + 3;
     let g: Vec<f32> = (0..len).map(|i| ((i * 7919) % 2001) as f32 * 0.01 - 10.0).collect();
     let u: Vec<f32> = (0..len).map(|i| ((i * 104729) % 1999) as f32 * 0.01 - 10.0).collect();
     let (mut a, mut b) = (g.clone(), g.clone());
