@@ -95,6 +95,7 @@
 //! read by [`parse`]; checksums, padding and NaN/Inf scans of the data (float elements and block
 //! scales) are done by the full validation.
 
+mod aligned;
 pub mod blocks;
 mod chunked;
 mod dtype;
@@ -109,6 +110,7 @@ mod parse;
 mod table;
 mod writer;
 
+pub use aligned::{direct_io_wanted, AlignedBuf, ALIGN as IO_ALIGN};
 pub use dtype::{DType, DTypeInfo, Packing, GROUP};
 pub use finite::{find_nonfinite as find_nonfinite_in, NonFinite};
 pub use header::{

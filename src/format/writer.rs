@@ -159,7 +159,7 @@ impl FileWriter {
         let mut w = FileWriter {
             final_path: path.to_path_buf(),
             tmp_path,
-            out: Some(ChunkedOut::new(file)),
+            out: Some(ChunkedOut::new(file).map_err(io("start the output writer thread"))?),
             header,
             records,
             meta: meta_bytes,

@@ -210,7 +210,7 @@ pub fn convert(
     )?;
     disk::ensure_space(&args.output, writer.header().file_size)?;
     progress.start(payload);
-    let mut buf = Vec::new();
+    let mut buf = colibri::format::AlignedBuf::default();
     for ((r, from), p) in resolved.iter().zip(&widen).zip(&planned) {
         if relayout::writes(p.dtype) {
             relayout::tensor(&file, &mut writer, r, p.dtype, &mut buf, &|n| progress.advance(n))?;

@@ -7,7 +7,7 @@
 use super::file::GgufFile;
 use super::sources::{Piece, Resolved};
 use crate::error::{fail, Result};
-use colibri::format::{blocks, kr8, DType, FileWriter};
+use colibri::format::{blocks, kr8, AlignedBuf, DType, FileWriter};
 
 /// Bytes read per step (whole groups; at least one).
 const CHUNK: u64 = 8 << 20;
@@ -41,7 +41,7 @@ pub fn tensor(
     w: &mut FileWriter,
     r: &Resolved,
     dtype: DType,
-    buf: &mut Vec<u8>,
+    buf: &mut AlignedBuf,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
     w.begin(&r.spec.name)?;
@@ -65,7 +65,7 @@ fn piece(
     p: &Piece,
     dtype: DType,
     cols: usize,
-    buf: &mut Vec<u8>,
+    buf: &mut AlignedBuf,
     scales: &mut Scales,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
@@ -89,22 +89,23 @@ fn piece(
     while r < rows {
         // A step ends at the end of a matrix, where its scales are written.
         let n = (rows - r).min(per_chunk).min(scales.rows - scales.done);
-        buf.resize((n * rb) as usize, 0);
-        match p.permute {
+        let data: &[u8] = match p.permute {
             Some(perm) => {
-                for (k, row) in buf.chunks_exact_mut(rb as usize).enumerate() {
+                buf.set_len((n * rb) as usize);
+                for (k, row) in buf.bytes_mut().chunks_exact_mut(rb as usize).enumerate() {
                     f.read(&p.tensor, p.byte_offset + perm.source_row(r + k as u64) * rb, row)?;
                 }
+                buf.bytes()
             }
-            None => f.read(&p.tensor, p.byte_offset + r * rb, buf)?,
-        }
+            None => f.read_span(&p.tensor, p.byte_offset + r * rb, (n * rb) as usize, buf)?,
+        };
         if matches!(dtype, DType::Q8R8 | DType::Q4R8) {
             quants.clear();
             let gb = dtype.info().block_bytes as usize;
-            blocks::interleave_ggml_blocks(buf, gb, cols / blocks::QK, &mut quants, &mut scales.bytes)
+            blocks::interleave_ggml_blocks(data, gb, cols / blocks::QK, &mut quants, &mut scales.bytes)
                 .map_err(|e| fail(format!("{name}: {e}")))?;
         } else {
-            quants = kr8::interleave(dtype, buf, cols).map_err(|e| fail(format!("{name}: {e}")))?;
+            quants = kr8::interleave(dtype, data, cols).map_err(|e| fail(format!("{name}: {e}")))?;
         }
         w.write(&quants)?;
         progress(quants.len() as u64);

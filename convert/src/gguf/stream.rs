@@ -6,7 +6,7 @@
 use super::file::GgufFile;
 use super::sources::{Piece, Resolved, ValueMap};
 use crate::error::{fail, Result};
-use colibri::format::{DType, FileWriter};
+use colibri::format::{AlignedBuf, DType, FileWriter};
 
 /// Bytes read per step (bounds the buffer: peak memory stays far below the model size).
 const CHUNK: u64 = 8 << 20;
@@ -19,7 +19,7 @@ pub fn tensor(
     r: &Resolved,
     widen: Option<DType>,
     to: DType,
-    buf: &mut Vec<u8>,
+    buf: &mut AlignedBuf,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
     w.begin(&r.spec.name)?;
@@ -37,9 +37,7 @@ pub fn tensor(
             let mut done = 0;
             while done < p.bytes {
                 let n = (p.bytes - done).min(CHUNK);
-                buf.resize(n as usize, 0);
-                f.read(&p.tensor, p.byte_offset + done, buf)?;
-                w.write(buf)?;
+                w.write(f.read_span(&p.tensor, p.byte_offset + done, n as usize, buf)?)?;
                 progress(n);
                 done += n;
             }
@@ -48,7 +46,7 @@ pub fn tensor(
     Ok(w.end()?)
 }
 
-fn permuted(f: &GgufFile, w: &mut FileWriter, p: &Piece, buf: &mut Vec<u8>, progress: &dyn Fn(u64)) -> Result<()> {
+fn permuted(f: &GgufFile, w: &mut FileWriter, p: &Piece, buf: &mut AlignedBuf, progress: &dyn Fn(u64)) -> Result<()> {
     let Some(perm) = p.permute else { return Err(fail("internal: permuted() without a permutation")) };
     let rb = p.row_bytes;
     let rows = p.bytes.checked_div(rb).unwrap_or(0);
@@ -67,12 +65,12 @@ fn permuted(f: &GgufFile, w: &mut FileWriter, p: &Piece, buf: &mut Vec<u8>, prog
     let mut r = 0;
     while r < rows {
         let n = (rows - r).min(per_chunk);
-        buf.resize((n * rb) as usize, 0);
-        for (k, row) in buf.chunks_exact_mut(rb as usize).enumerate() {
+        buf.set_len((n * rb) as usize);
+        for (k, row) in buf.bytes_mut().chunks_exact_mut(rb as usize).enumerate() {
             let src = perm.source_row(r + k as u64);
             f.read(&p.tensor, p.byte_offset + src * rb, row)?;
         }
-        w.write(buf)?;
+        w.write(buf.bytes())?;
         progress(n * rb);
         r += n;
     }
@@ -85,7 +83,7 @@ fn interleaved(
     w: &mut FileWriter,
     p: &Piece,
     cols: usize,
-    buf: &mut Vec<u8>,
+    buf: &mut AlignedBuf,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
     let nb = cols / colibri::format::GROUP as usize;
@@ -106,10 +104,9 @@ fn interleaved(
     let mut done = 0;
     while done < p.bytes {
         let n = (p.bytes - done).min(per_chunk);
-        buf.resize(n as usize, 0);
-        f.read(&p.tensor, p.byte_offset + done, buf)?;
-        out.resize(buf.len(), 0);
-        colibri::format::mxfp4::interleave(buf, nb, &mut out);
+        let data = f.read_span(&p.tensor, p.byte_offset + done, n as usize, buf)?;
+        out.resize(data.len(), 0);
+        colibri::format::mxfp4::interleave(data, nb, &mut out);
         w.write(&out)?;
         progress(n);
         done += n;
@@ -124,7 +121,7 @@ fn widened(
     p: &Piece,
     src: DType,
     cols: usize,
-    buf: &mut Vec<u8>,
+    buf: &mut AlignedBuf,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
     let rb = p.row_bytes;
@@ -136,10 +133,9 @@ fn widened(
     let mut done = 0;
     while done < p.bytes {
         let n = (p.bytes - done).min(rows_per * rb);
-        buf.resize(n as usize, 0);
-        f.read(&p.tensor, p.byte_offset + done, buf)?;
+        let data = f.read_span(&p.tensor, p.byte_offset + done, n as usize, buf)?;
         wide.resize((n / rb) as usize * cols, 0.0);
-        (src.info().dequantize)(buf, cols, 0, &mut wide);
+        (src.info().dequantize)(data, cols, 0, &mut wide);
         let out: Vec<u8> = wide.iter().flat_map(|x| x.to_le_bytes()).collect();
         w.write(&out)?;
         progress(out.len() as u64);
@@ -154,22 +150,21 @@ fn mapped(
     w: &mut FileWriter,
     p: &Piece,
     map: ValueMap,
-    buf: &mut Vec<u8>,
+    buf: &mut AlignedBuf,
     progress: &dyn Fn(u64),
 ) -> Result<()> {
     if p.tensor.info.ggml.id != 0 || p.permute.is_some() || !p.bytes.is_multiple_of(4) || p.bytes > CHUNK {
         return Err(fail(format!("{}: only a small F32 tensor can be value-mapped", p.tensor.info.name)));
     }
-    buf.resize(p.bytes as usize, 0);
-    f.read(&p.tensor, p.byte_offset, buf)?;
-    for x in buf.chunks_exact_mut(4) {
+    let data = f.read_span(&p.tensor, p.byte_offset, p.bytes as usize, buf)?;
+    for x in data.chunks_exact_mut(4) {
         let v = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
         let out = match map {
             ValueMap::LnNeg => (-f64::from(v)).ln() as f32,
         };
         x.copy_from_slice(&out.to_le_bytes());
     }
-    w.write(buf)?;
+    w.write(data)?;
     progress(p.bytes);
     Ok(())
 }
