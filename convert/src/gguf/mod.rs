@@ -8,6 +8,7 @@
 
 pub mod arch;
 pub mod convert;
+mod direct;
 pub mod file;
 pub mod parse;
 mod piece;
