@@ -1,23 +1,21 @@
 //! A GGUF model on disk: one file, or the parts of a split model (`NAME-00001-of-00003.gguf`, with
 //! `split.count` / `split.no` / `split.tensors.count` in every part) read as one. Headers are
 //! parsed once; tensor bytes are read on demand with positioned reads, so nothing is mapped.
-//! Bulk spans are read straight from the device where the filesystem allows it (`direct`: whole
-//! 4 KiB blocks into a page-aligned buffer, the next span read ahead): a cold model file then
+//! Bulk spans are read straight from the device (`O_DIRECT`, whole 4 KiB blocks around the
+//! span into a page-aligned buffer) where the filesystem allows it: a cold model file then
 //! costs no copy out of the page cache, which had become the largest CPU cost of a conversion
 //! once its writes went direct (`_copy_to_iter` under `pread`: 38 % of its cycles).
 
-use super::direct::DirectReader;
 use super::parse::{self, Header, TensorInfo};
 use super::value::Metadata;
 use crate::error::{fail, Result};
-use colibri::format::{direct_io_wanted, AlignedBuf};
+use colibri::format::{direct_io_wanted, AlignedBuf, IO_ALIGN};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::BufReader;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// Most parts of a split model.
 const MAX_SPLITS: u64 = 1 << 12;
@@ -29,18 +27,17 @@ pub struct Tensor {
     pub part: usize,
 }
 
-/// One file of the model: its path and a descriptor.
+/// One file of the model: its path, a descriptor, and one opened for direct reads (None when
+/// the filesystem refuses `O_DIRECT` or `COLIBRI_DIRECT_IO=off`).
 struct Part {
     path: PathBuf,
     file: File,
+    direct: Option<File>,
 }
 
 /// An opened GGUF model.
 pub struct GgufFile {
     parts: Vec<Part>,
-    /// The parts opened for direct reads (those the filesystem allows, unless
-    /// `COLIBRI_DIRECT_IO=off`).
-    direct: DirectReader,
     /// Cleared when a direct read is refused (EINVAL): every later span is read buffered.
     direct_ok: AtomicBool,
     /// The first part's header: its metadata is the model's.
@@ -125,7 +122,6 @@ impl GgufFile {
         let mut tensors = Vec::new();
         let mut index = HashMap::new();
         let mut files = Vec::new();
-        let mut direct = Vec::new();
         let mut first = None;
         let wanted = direct_io_wanted();
         for (i, (path, file, header)) in parts.into_iter().enumerate() {
@@ -135,24 +131,13 @@ impl GgufFile {
                 }
                 tensors.push(Tensor { info: info.clone(), part: i });
             }
-            direct.push(
-                wanted
-                    .then(|| OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).ok())
-                    .flatten()
-                    .map(Arc::new),
-            );
-            files.push(Part { path, file });
+            let direct =
+                if wanted { OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).ok() } else { None };
+            files.push(Part { path, file, direct });
             first.get_or_insert(header);
         }
         let header = first.ok_or_else(|| fail("internal: a GGUF model without parts"))?;
-        Ok(GgufFile {
-            parts: files,
-            direct: DirectReader::new(direct),
-            direct_ok: AtomicBool::new(true),
-            header,
-            tensors,
-            index,
-        })
+        Ok(GgufFile { parts: files, direct_ok: AtomicBool::new(true), header, tensors, index })
     }
 
     /// The model's metadata (the first part's).
@@ -182,13 +167,26 @@ impl GgufFile {
     /// device where that is possible (module comment), else through the page cache.
     pub fn read_span<'b>(&self, t: &Tensor, offset: u64, len: usize, buf: &'b mut AlignedBuf) -> Result<&'b mut [u8]> {
         let part = self.check(t, offset, len)?;
-        if self.direct.has(t.part) && self.direct_ok.load(Ordering::Relaxed) {
-            let end = t.info.offset + t.info.bytes;
-            match self.direct.read(t.part, t.info.offset + offset, len, end, buf) {
-                Ok(at) => return Ok(&mut buf.bytes_mut()[at..at + len]),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct_ok.store(false, Ordering::Relaxed),
-                Err(e) => return Err(fail(format!("reading {}: {e}", part.path.display()))),
+        let at = t.info.offset + offset;
+        if let Some(direct) = part.direct.as_ref().filter(|_| self.direct_ok.load(Ordering::Relaxed)) {
+            let start = at / IO_ALIGN as u64 * IO_ALIGN as u64;
+            let head = (at - start) as usize;
+            let need = head + len;
+            buf.set_len(need.next_multiple_of(IO_ALIGN));
+            let mut got = 0;
+            while got < need {
+                match direct.read_at(&mut buf.bytes_mut()[got..], start + got as u64) {
+                    Ok(0) => return Err(fail(format!("reading {}: the file ends early", part.path.display()))),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => {
+                        self.direct_ok.store(false, Ordering::Relaxed);
+                        return self.read_span(t, offset, len, buf);
+                    }
+                    Err(e) => return Err(fail(format!("reading {}: {e}", part.path.display()))),
+                }
             }
+            return Ok(&mut buf.bytes_mut()[head..need]);
         }
         buf.set_len(len);
         self.read(t, offset, buf.bytes_mut())?;
@@ -229,19 +227,5 @@ mod tests {
         }
         assert!(spans > 0);
         assert!(f.read_span(&f.tensors[0], f.tensors[0].info.bytes, 1, &mut buf).is_err(), "past the tensor");
-        // Front to back in steps, as the conversion loops read (the spans read ahead are used),
-        // with a step that shrinks halfway (a span inside the one read ahead).
-        let t = f.tensors.iter().max_by_key(|t| t.info.bytes).expect("a tensor");
-        let n = t.info.bytes;
-        let mut whole = vec![0u8; n as usize];
-        f.read(t, 0, &mut whole).expect("buffered read");
-        let mut at = 0;
-        while at < n {
-            let step = if at < n / 2 { 4096 * 3 + 7 } else { 1000 };
-            let len = step.min(n - at);
-            let got = f.read_span(t, at, len as usize, &mut buf).expect("span");
-            assert!(got == &whole[at as usize..(at + len) as usize], "{} at {at}+{len}", t.info.name);
-            at += len;
-        }
     }
 }

@@ -8,7 +8,6 @@
 
 pub mod arch;
 pub mod convert;
-mod direct;
 pub mod file;
 pub mod parse;
 mod piece;
