@@ -584,6 +584,17 @@ fn c09_dtype_20_the_first_unknown_block_type() {
 }
 
 #[test]
+fn c09_dtype_25_an_earlier_q6_kr8_layout_asks_for_conversion_again() {
+    let b = rec32("layers.1.moe.experts.down", R_DTYPE, 25);
+    expect_open_err(
+        "dtype 25",
+        &b,
+        "unsupported",
+        &["layers.1.moe.experts.down", "q6_kr8 in an earlier build's unit layout", "colibri convert"],
+    );
+}
+
+#[test]
 fn c09_dtype_100() {
     let b = rec32("layers.0.attn.o", R_DTYPE, 100);
     expect_open_err("dtype 100", &b, "unknown_dtype", &["layers.0.attn.o", "dtype id 100"]);

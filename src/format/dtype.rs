@@ -175,9 +175,10 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         find_nonfinite: mxfp4::find_nan_scale_r8,
         encode: mxfp4::quantize_r8,
     },
-    // Interleaved K-quants: the first free ids ≥ 20 two bits from every 4.5 / 6.5625-bit dtype.
+    // Interleaved K-quants: free ids ≥ 20 two bits from every 4.5 / 6.5625-bit dtype (q6_kr8's
+    // 25 retired with its earlier layout: `table::RETIRED`).
     kr8_row::<ggml::BlockQ4K>(DType::Q4KR8, DType::Q4K, 23, "q4_kr8"),
-    kr8_row::<ggml::BlockQ6K>(DType::Q6KR8, DType::Q6K, 25, "q6_kr8"),
+    kr8_row::<ggml::BlockQ6K>(DType::Q6KR8, DType::Q6K, 26, "q6_kr8"),
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -544,6 +545,9 @@ mod tests {
             assert_eq!(d.interleaved().encoding(), d.encoding());
         }
         assert_eq!(DType::from_id(20), None);
+        for (id, _) in super::super::table::RETIRED {
+            assert!(DType::from_id(id).is_none() && (DType::Q6KR8.id() ^ id).count_ones() >= 2, "id {id}");
+        }
         // Any two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8/q8_0, q4/q4r8).
         for &a in DType::ALL {
             for b in DType::ALL.iter().copied().filter(|&b| b != a && b.bits_per_weight() == a.bits_per_weight()) {

@@ -7,21 +7,27 @@
 //! ```text
 //! A matrix of R rows (a multiple of 8) and C columns (a multiple of 256) is R/8 · C/256 units;
 //! unit (g, b) — rows 8g..8g+8, columns 256b..256b+256 — at byte (g·C/256 + b) · 8·BB.
-//! A unit holds the 8 rows' blocks field by field, in the ggml block's field order; a field of
-//! F bytes per block takes 8F bytes, the rows' bytes interleaved in chunks of `chunk` bytes:
-//!     byte i of row r's field  →  field start + (⌊i / chunk⌋ · 8 + r) · chunk + i mod chunk
+//! A unit holds the 8 rows' blocks as segments: bytes [at, at + F) of every row's block take 8F
+//! bytes from unit byte `to`, the rows' bytes interleaved in chunks of `chunk` bytes:
+//!     byte i of row r's segment  →  to + (⌊i / chunk⌋ · 8 + r) · chunk + i mod chunk
 //!
-//! q4_kr8 (BB 144, unit 1152)        q6_kr8 (BB 210, unit 1680)
-//!   at    field    F    chunk         at    field    F    chunk
-//!   0     d        2    2             0     ql       128  4
-//!   16    dmin     2    2             1024  qh       64   4
-//!   32    scales   12   4             1536  scales   16   1
-//!   128   qs       128  4             1664  d        2    2
+//! q4_kr8 (BB 144, unit 1152)             q6_kr8 (BB 210, unit 1680)
+//!   to    at    segment  F    chunk        to    at    segment     F    chunk
+//!   0     0     d        2    2            0     192   scales      16   1
+//!   16    2     dmin     2    2            128   208   d           2    2
+//!   32    4     scales   12   4            144   128   qh[0..32]   32   4
+//!   128   16    qs       128  4            400   0     ql[0..64]   64   4
+//!                                          912   160   qh[32..64]  32   4
+//!                                          1168  64    ql[64..128] 64   4
 //! ```
 //!
 //! So q4_kr8's d / dmin are 8 f16 in row order, its scales three words of 8 rows (each row's
-//! u32 words 0, 1, 2 of ggml's 12 packed bytes), its quants 32 chunks of 8 rows × 4 bytes;
-//! q6_kr8's 16 scales are 16 runs of the 8 rows' i8.
+//! u32 words 0, 1, 2 of ggml's 12 packed bytes), its quants 32 chunks of 8 rows × 4 bytes.
+//! q6_kr8 puts its 16 scales (16 runs of the 8 rows' i8) and d first, then each half block
+//! (128 columns) as its qh chunks and the ql chunks they complete: a decode kernel reads the
+//! unit front to back, a half's ql and qh side by side (the earlier order, ql, qh, scales, d as
+//! in the ggml block, jumped between the ql and qh regions and streamed at two thirds of the
+//! speed; it had dtype id 25, now refused).
 
 use super::ggml::{self, Block, BlockQ4K, BlockQ6K, QK_K};
 use super::DType;
@@ -29,34 +35,52 @@ use super::DType;
 /// Rows of one interleaved group.
 pub const ROWS: usize = 8;
 
-/// One field of a ggml block: its offset and length in the block, and the chunk its rows'
-/// bytes interleave in.
+/// One segment of a ggml block: its offset and length in the block, where the 8 rows' bytes of
+/// it start in the unit, and the chunk they interleave in.
 #[derive(Clone, Copy, Debug)]
 pub struct Field {
     pub at: usize,
     pub len: usize,
+    pub to: usize,
     pub chunk: usize,
 }
 
-const fn f(at: usize, len: usize, chunk: usize) -> Field {
-    Field { at, len, chunk }
+const fn f(at: usize, len: usize, to: usize, chunk: usize) -> Field {
+    Field { at, len, to, chunk }
 }
 
-/// A K-quant block type with an interleaved layout (its fields in block order, covering it).
+/// A K-quant block type with an interleaved layout (its segments in unit order, covering the
+/// block and the unit once).
 pub trait Interleave: Block + Copy {
     const FIELDS: &'static [Field];
     const ZERO: Self;
 }
 
 impl Interleave for BlockQ4K {
-    const FIELDS: &'static [Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 4), f(16, 128, 4)];
+    const FIELDS: &'static [Field] = &[f(0, 2, 0, 2), f(2, 2, 16, 2), f(4, 12, 32, 4), f(16, 128, 128, 4)];
     const ZERO: Self = BlockQ4K::ZERO;
 }
 
 impl Interleave for BlockQ6K {
-    const FIELDS: &'static [Field] = &[f(0, 128, 4), f(128, 64, 4), f(192, 16, 1), f(208, 2, 2)];
+    const FIELDS: &'static [Field] = &[
+        f(192, 16, Q6_SCALES, 1),
+        f(208, 2, Q6_D, 2),
+        f(128, 32, Q6_QUANTS, 4),
+        f(0, 64, Q6_QUANTS + 256, 4),
+        f(160, 32, Q6_QUANTS + Q6_HALF, 4),
+        f(64, 64, Q6_QUANTS + Q6_HALF + 256, 4),
+    ];
     const ZERO: Self = BlockQ6K::ZERO;
 }
+
+/// Where a q6_kr8 unit holds its 16 × 8 i8 scales, its 8 f16 d, and its quants: half block n
+/// (columns 128n..128n + 128) in the Q6_HALF bytes from Q6_QUANTS + n·Q6_HALF, 8 qh chunks of
+/// 8 rows × 4 bytes, then 16 ql chunks (sub-blocks 4n and 4n + 2 in the low / high nibbles of
+/// the first 8, 4n + 1 and 4n + 3 in the last 8's).
+pub const Q6_SCALES: usize = 0;
+pub const Q6_D: usize = 128;
+pub const Q6_QUANTS: usize = 144;
+pub const Q6_HALF: usize = 768;
 
 /// Bytes of one unit (8 blocks).
 pub const fn unit_bytes<B: Block>() -> usize {
@@ -66,7 +90,7 @@ pub const fn unit_bytes<B: Block>() -> usize {
 /// Position in a unit of byte i of row r's field `fl` (see the module table).
 #[inline]
 fn pos(fl: &Field, r: usize, i: usize) -> usize {
-    ROWS * fl.at + (i / fl.chunk * ROWS + r) * fl.chunk + i % fl.chunk
+    fl.to + (i / fl.chunk * ROWS + r) * fl.chunk + i % fl.chunk
 }
 
 /// Row r's block (r < 8) of one unit, as ggml stores it.
@@ -175,8 +199,12 @@ mod tests {
                 assert_eq!(ggml::bytes_of(&blk), &src[(r * nb + b) * bb..(r * nb + b + 1) * bb], "row {r} block {b}");
             }
         }
-        // Every field covers its block once.
+        // The segments cover the block once and the unit once, each 8 rows' bytes in turn.
+        let mut at: Vec<_> = B::FIELDS.iter().map(|f| (f.at, f.len)).collect();
+        at.sort();
+        assert!(at.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0) && at[0].0 == 0);
         assert_eq!(B::FIELDS.iter().map(|f| f.len).sum::<usize>(), bb);
+        assert!(B::FIELDS.windows(2).all(|w| w[0].to + ROWS * w[0].len == w[1].to) && B::FIELDS[0].to == 0);
     }
 
     #[test]
@@ -196,6 +224,32 @@ mod tests {
                     il[128 + 32 * k + 4 * r..128 + 32 * k + 4 * r + 4],
                     rm[144 * r + 16 + 4 * k..144 * r + 20 + 4 * k]
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn q6_kr8_puts_a_halfs_qh_and_ql_side_by_side_after_the_scales_and_d() {
+        let x: Vec<f32> = (0..8 * 512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let (il, rm) = (encode::<BlockQ6K>(&x, 512), ggml::quantize::<BlockQ6K>(&x));
+        for (b, unit) in il.chunks_exact(1680).enumerate() {
+            for r in 0..8 {
+                let blk = &rm[210 * (2 * r + b)..210 * (2 * r + b + 1)];
+                for s in 0..16 {
+                    assert_eq!(unit[Q6_SCALES + 8 * s + r], blk[192 + s], "scale {s} of row {r}");
+                }
+                assert_eq!(unit[Q6_D + 2 * r..Q6_D + 2 * r + 2], blk[208..210]);
+                for n in 0..2 {
+                    let half = Q6_QUANTS + n * Q6_HALF;
+                    for k in 0..8 {
+                        let qh = half + 32 * k + 4 * r;
+                        assert_eq!(unit[qh..qh + 4], blk[128 + 32 * n + 4 * k..132 + 32 * n + 4 * k]);
+                    }
+                    for k in 0..16 {
+                        let ql = half + 256 + 32 * k + 4 * r;
+                        assert_eq!(unit[ql..ql + 4], blk[64 * n + 4 * k..64 * n + 4 * k + 4]);
+                    }
+                }
             }
         }
     }

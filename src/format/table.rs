@@ -14,6 +14,13 @@ pub const MAX_NDIM: usize = 4;
 pub const MAX_NAME_LEN: u32 = 256;
 /// Largest single dimension accepted (2^40).
 const MAX_DIM: u64 = 1 << 40;
+/// Dtype ids earlier builds wrote for layouts this one no longer reads (no dtype has them), and
+/// what they held: such a file is refused with a request to convert it again.
+pub const RETIRED: [(u32, &str); 1] = [(25, "q6_kr8 in an earlier build's unit layout")];
+
+fn retired(id: u32) -> Option<&'static str> {
+    RETIRED.iter().find(|r| r.0 == id).map(|r| r.1)
+}
 
 /// The role of a tensor in the layout rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,8 +197,14 @@ impl TensorRecord {
     pub fn decode(index: usize, rec: &[u8], rec_offset: u64, strings: &[u8]) -> Result<TensorRecord> {
         let name = decode_name(index, rec, strings)?;
         let dtype_id = u32_at(rec, 8);
-        let dtype =
-            DType::from_id(dtype_id).ok_or_else(|| Error::UnknownDtype { tensor: name.clone(), id: dtype_id })?;
+        let dtype = DType::from_id(dtype_id).ok_or_else(|| match retired(dtype_id) {
+            Some(what) => Error::Unsupported {
+                what: format!(
+                    "tensor '{name}' is {what} (dtype id {dtype_id}): run `colibri convert` on its source again"
+                ),
+            },
+            None => Error::UnknownDtype { tensor: name.clone(), id: dtype_id },
+        })?;
         let shape = decode_shape(&name, rec)?;
         let kind_id = u32_at(rec, 84);
         let kind = TensorKind::from_id(kind_id)

@@ -70,6 +70,8 @@ pub struct QuantizedActs {
     pub sums: Vec<i32>,
     /// The same rows in panels (`actpanel`), built on first use by a kernel that reads them.
     panels: OnceLock<ActPanels>,
+    /// Sums of each 16 quants (q6_k's offset meets them per half block), built on first use.
+    halves: OnceLock<Vec<i32>>,
 }
 
 impl QuantizedActs {
@@ -83,6 +85,13 @@ impl QuantizedActs {
         self.sums.resize(nb, 0);
         f(&x[..n * cols], &mut self.qs, &mut self.d, &mut self.sums);
         self.panels = OnceLock::new();
+        self.halves = OnceLock::new();
+    }
+
+    /// Σ qx over each 16 quants ([n, cols / 16]): built by the first caller, shared by the rest
+    /// (a product's tasks each read the whole rows).
+    pub(crate) fn half_sums(&self) -> &[i32] {
+        self.halves.get_or_init(|| self.qs.chunks_exact(16).map(|c| c.iter().map(|&v| i32::from(v)).sum()).collect())
     }
 
     /// The rows in panels of 8 (`actpanel`): built by the first caller, shared by the rest.

@@ -11,7 +11,8 @@
 //!   interleaved scale words with ggml's word shuffle, 8 rows at once.
 //! * q6_kr8, per half n of the block and P ∈ {0, 1}: one load of each ql chunk makes the 6-bit
 //!   quants of sub-blocks 4n + P (low nibbles) and 4n + P + 2 (high), with the qh chunk loaded
-//!   once for both; each half of 16 sums apart, the offset −32 taken off as 32 · (the
+//!   once for both (the unit's scales and d first, then each half's qh and ql side by side: the
+//!   kernel reads the unit front to back); each half of 16 sums apart, the offset −32 taken off as 32 · (the
 //!   activations' half sum), then multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵).
 //!   The 8 sub-block sums are then scaled and accumulated in the reference's order.
 //!
@@ -24,7 +25,7 @@ use super::super::mat::Mat;
 use super::qgroup::{bcast4, by_groups, store};
 use crate::format::blocks::QK;
 use crate::format::ggml::QK_K;
-use crate::format::kr8::ROWS;
+use crate::format::kr8::{Q6_D, Q6_HALF, Q6_QUANTS, Q6_SCALES, ROWS};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -164,7 +165,7 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
                 q6_pair::<D, T, 0>(u, b, n, &x, &mut sums);
                 q6_pair::<D, T, 1>(u, b, n, &x, &mut sums);
             }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(u.add(1664).cast()));
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(u.add(Q6_D).cast()));
             for ((a, xt), st) in acc.iter_mut().zip(&x).zip(&sums) {
                 for (s, &v) in st.iter().enumerate() {
                     let f = _mm256_mul_ps(d, _mm256_set1_ps(*xt.d.add(8 * b + s)));
@@ -191,8 +192,8 @@ unsafe fn q6_pair<D: Dot, const T: usize, const P: usize>(
     // SAFETY: the caller's contract (`Kern`): the unit's chunks and the activation bytes exist.
     unsafe {
         let (m4, m30) = (_mm256_set1_epi8(15), _mm256_set1_epi8(0x30));
-        let ql = u.add(32 * (16 * n + 8 * P));
-        let qh = u.add(1024 + 32 * 8 * n);
+        let qh = u.add(Q6_QUANTS + Q6_HALF * n);
+        let ql = qh.add(256 + 32 * 8 * P);
         let sub = [4 * n + P, 4 * n + P + 2];
         for h in 0..2 {
             let mut a = [[_mm256_setzero_si256(); 2]; T];
@@ -218,7 +219,7 @@ unsafe fn q6_pair<D: Dot, const T: usize, const P: usize>(
             }
             for j in 0..2 {
                 let s = sub[j];
-                let k = _mm256_cvtepi8_epi32(_mm_loadl_epi64(u.add(1536 + 8 * (8 * n + 2 * (s % 4) + h)).cast()));
+                let k = _mm256_cvtepi8_epi32(_mm_loadl_epi64(u.add(Q6_SCALES + 8 * (8 * n + 2 * (s % 4) + h)).cast()));
                 for t in 0..T {
                     let hs = _mm256_set1_epi32(32 * *x[t].halves.add(16 * b + 2 * s + h));
                     let e = _mm256_mullo_epi32(_mm256_sub_epi32(a[t][j], hs), k);
@@ -254,11 +255,7 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * cols / QK);
     assert!(out.len() >= n * rows.len() && rows.end <= w.rows() && w.bytes().len() >= w.rows() / ROWS * nb * unit);
     // q6_k's offset meets the activations per half block of 16.
-    let halves: Vec<i32> = if q6 {
-        xa.qs[..n * cols].chunks_exact(16).map(|c| c.iter().map(|&v| i32::from(v)).sum()).collect()
-    } else {
-        Vec::new()
-    };
+    let halves: &[i32] = if q6 { xa.half_sums() } else { &[] };
     let acts: Vec<Acts> = (0..n)
         .map(|t| {
             let (q, d) = xa.row(t);
