@@ -23,8 +23,12 @@ fn main() {
 
 /// The grammar engine (llguidance) has a C API of its own (`llg_*`, `#[no_mangle]`): kept out
 /// of libcolibri.so's exports by a second version script, so that the library exports only
-/// `colibri_*`.
+/// `colibri_*`. Only when the `grammar` feature links it in (a version script naming a symbol
+/// that does not exist fails the link).
 fn hide_dependency_exports() {
+    if std::env::var_os("CARGO_FEATURE_GRAMMAR").is_none() {
+        return;
+    }
     let Some(out) = std::env::var_os("OUT_DIR") else { return };
     let script = std::path::Path::new(&out).join("hide-llg.map");
     let names: String = LLG_EXPORTS.iter().map(|n| format!("{n};")).collect();

@@ -10,6 +10,10 @@ impl Renderer {
         Err(Error::Unsupported { what: "chat templates (this build lacks the `chat-template` feature)".into() })
     }
 
+    pub(super) fn at_time(self, _secs: i64) -> Renderer {
+        match self {}
+    }
+
     pub(super) fn render(&self, _args: &RenderArgs<'_>) -> Result<String> {
         match *self {}
     }
