@@ -1,8 +1,9 @@
 //! What a forward step works on, shared by the step's plumbing (`step`) and the blocks: each
 //! sequence's lane (its rows, KV cache and routing state) and the step's activation buffers.
 
+use super::buffers::Buffers;
 use super::router::RoutingMode;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::Config;
 use crate::rng::Rng;
 use crate::session::{KvCache, RecurrentState, RouteRecord};
@@ -60,8 +61,9 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// The buffers of a step of n rows, or `Error::OutOfMemory` (they grow with the input).
-    pub fn new(c: &Config, n: usize) -> Result<Scratch> {
+    /// The buffers of a step of n rows (zeros, taken from `bufs`), or `Error::OutOfMemory` (they
+    /// grow with the input).
+    pub fn new(c: &Config, n: usize, bufs: &Buffers) -> Result<Scratch> {
         let (h, q) = (c.hidden_size, c.n_heads * c.head_dim);
         // (k/v width, q_lora_rank, latent width, latent rank, attention output width)
         let (kv, q_low, lat, rank, att) = match &c.mla {
@@ -73,6 +75,9 @@ impl Scratch {
         };
         let dn = c.delta_net.filter(|_| c.n_delta_net_layers() > 0);
         let dn_width = |f: fn(&crate::model::DeltaNetConfig) -> usize| dn.as_ref().map_or(0, f);
+        let zeros = |n: usize, width: usize| {
+            bufs.try_zeros(n.saturating_mul(width), &|| format!("activations of {n} rows × {width}"))
+        };
         Ok(Scratch {
             dn_qkvz: zeros(n, dn_width(|d| 2 * d.key_dim() + 2 * d.value_dim()))?,
             dn_ba: zeros(n, dn_width(|d| 2 * d.n_v_heads))?,
@@ -93,16 +98,26 @@ impl Scratch {
             att_lat: zeros(n, c.n_heads * rank)?,
         })
     }
-}
 
-/// n · width zeros, allocated fallibly.
-pub fn zeros(n: usize, width: usize) -> Result<Vec<f32>> {
-    let len = n.saturating_mul(width);
-    let mut v = Vec::new();
-    crate::fallible::reserve_exact(&mut v, len).map_err(|_| Error::OutOfMemory {
-        what: format!("activations of {n} rows × {width}"),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
-    v.resize(len, 0.0);
-    Ok(v)
+    /// Every buffer back to `bufs` (the residual stream too, unless taken).
+    pub fn give_back(&mut self, bufs: &Buffers) {
+        let all = [
+            &mut self.x,
+            &mut self.xn,
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.att,
+            &mut self.out,
+            &mut self.q_low,
+            &mut self.latent,
+            &mut self.q_abs,
+            &mut self.att_lat,
+            &mut self.dn_qkvz,
+            &mut self.dn_ba,
+            &mut self.dn_mixed,
+            &mut self.dn_core,
+        ];
+        all.into_iter().for_each(|v| bufs.give(std::mem::take(v)));
+    }
 }

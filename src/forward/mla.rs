@@ -313,7 +313,7 @@ mod tests {
         let rope = Rope::new(&c);
         let mut s = Session::new(&c, &SessionOptions { n_ctx: 16, ..Default::default() }).unwrap();
         s.kv.reserve(n).unwrap();
-        let mut b = Scratch::new(&c, n).unwrap();
+        let mut b = Scratch::new(&c, n, &crate::forward::buffers::Buffers::default()).unwrap();
         b.xn.copy_from_slice(&xn);
         rope.extend_table(0, n, n, &mut b.cos, &mut b.sin);
         let (cos, sin) = (b.cos.clone(), b.sin.clone());

@@ -4,6 +4,7 @@
 //! the kernels, and the MoE block's routing.
 
 use super::attention::attention;
+use super::buffers::Buffers;
 use super::delta_net::delta_net;
 use super::experts;
 use super::ffn::mlp;
@@ -11,6 +12,7 @@ use super::lanes::{Lane, Scratch};
 use super::mla;
 use super::rope::Rope;
 use super::router::{self, Routes};
+use super::rows::by_rows;
 use super::sparsemixer;
 use super::{Input, Sequence};
 use crate::error::Result;
@@ -26,6 +28,8 @@ pub struct Step<'s> {
     pub rope: Rope,
     pub sc: Scratch,
     pub lanes: Vec<Lane<'s>>,
+    /// Where the buffers come from and go back to (the model's).
+    bufs: &'s Buffers,
     /// [n, n_experts] router logits of the current layer.
     gate: Vec<f32>,
     routes: Routes,
@@ -46,7 +50,8 @@ impl<'s> Step<'s> {
         let c = model.config();
         let h = c.hidden_size;
         let rope = Rope::new(c);
-        let mut sc = Scratch::new(c, n)?;
+        let bufs = model.buffers();
+        let mut sc = Scratch::new(c, n, bufs)?;
         let mut lanes = Vec::with_capacity(batch.len());
         let mut row = 0;
         for q in batch.iter_mut() {
@@ -56,11 +61,7 @@ impl<'s> Step<'s> {
             // x = embed(tokens)
             let x = &mut sc.x[rows.start * h..rows.end * h];
             match q.input {
-                Input::Tokens(ids) => {
-                    for (xt, &id) in x.chunks_exact_mut(h).zip(ids) {
-                        model.weights().embed.row_to_f32(id as usize, xt);
-                    }
-                }
+                Input::Tokens(ids) => by_rows(x, h, |t, xt| model.weights().embed.row_to_f32(ids[t] as usize, xt)),
                 Input::Embeddings(e) => x.copy_from_slice(e),
             }
             if c.scales.embedding != 1.0 {
@@ -73,7 +74,7 @@ impl<'s> Step<'s> {
             let (kv, rec, rng, trace) = (&mut s.kv, &mut s.rec, &mut s.rng, s.trace.as_mut());
             lanes.push(Lane { kv, rec, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
         }
-        Ok(Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() })
+        Ok(Step { c, k, rope, sc, lanes, bufs, gate: Vec::new(), routes: Routes::default() })
     }
 
     /// Rows in the step.
@@ -113,7 +114,7 @@ impl<'s> Step<'s> {
     /// out = mlp(xn) (a dense layer).
     pub fn mlp(&mut self, w: &MlpWeights<'_>) {
         let n = self.n();
-        mlp(&self.k, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
+        mlp(&self.k, self.bufs, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
     }
 
     /// out = moe(xn) of layer `l`: router logits for every row at once; each sequence then
@@ -151,12 +152,20 @@ impl<'s> Step<'s> {
                 record(trace, &self.routes, r, l, lane.pos0);
             }
         }
-        experts::moe(&self.k, mw, xn, n, &self.routes, m.weights_on_input, &mut self.sc.out[..n * h]);
+        let out = &mut self.sc.out[..n * h];
+        experts::moe(&self.k, self.bufs, mw, xn, &self.routes, m.weights_on_input, out);
     }
 
-    /// End the layers: the residual stream [n, hidden].
-    pub fn into_residual(self) -> Vec<f32> {
-        self.sc.x
+    /// End the layers: the residual stream [n, hidden] (give it back to the model's buffers
+    /// when done with it); the other buffers go back now.
+    pub fn into_residual(mut self) -> Vec<f32> {
+        std::mem::take(&mut self.sc.x)
+    }
+}
+
+impl Drop for Step<'_> {
+    fn drop(&mut self) {
+        self.sc.give_back(self.bufs);
     }
 }
 
