@@ -24,8 +24,11 @@ pub struct Lane<'s> {
     pub trace: Option<&'s mut Vec<RouteRecord>>,
 }
 
-/// Activation buffers of a step over n rows (the rows of every sequence).
-pub struct Scratch {
+/// Activation buffers of a step over n rows (the rows of every sequence), taken from `pool` and
+/// given back to it when dropped.
+pub struct Scratch<'p> {
+    /// Where the buffers come from and go back to (the model's), for the blocks' own too.
+    pub pool: &'p Buffers,
     /// [n, hidden] residual stream
     pub x: Vec<f32>,
     /// [n, hidden] normed input of a block
@@ -60,10 +63,10 @@ pub struct Scratch {
     pub dn_core: Vec<f32>,
 }
 
-impl Scratch {
+impl<'p> Scratch<'p> {
     /// The buffers of a step of n rows (zeros, taken from `bufs`), or `Error::OutOfMemory` (they
     /// grow with the input).
-    pub fn new(c: &Config, n: usize, bufs: &Buffers) -> Result<Scratch> {
+    pub fn new(c: &Config, n: usize, pool: &'p Buffers) -> Result<Scratch<'p>> {
         let (h, q) = (c.hidden_size, c.n_heads * c.head_dim);
         // (k/v width, q_lora_rank, latent width, latent rank, attention output width)
         let (kv, q_low, lat, rank, att) = match &c.mla {
@@ -76,9 +79,10 @@ impl Scratch {
         let dn = c.delta_net.filter(|_| c.n_delta_net_layers() > 0);
         let dn_width = |f: fn(&crate::model::DeltaNetConfig) -> usize| dn.as_ref().map_or(0, f);
         let zeros = |n: usize, width: usize| {
-            bufs.try_zeros(n.saturating_mul(width), &|| format!("activations of {n} rows × {width}"))
+            pool.try_zeros(n.saturating_mul(width), &|| format!("activations of {n} rows × {width}"))
         };
         Ok(Scratch {
+            pool,
             dn_qkvz: zeros(n, dn_width(|d| 2 * d.key_dim() + 2 * d.value_dim()))?,
             dn_ba: zeros(n, dn_width(|d| 2 * d.n_v_heads))?,
             dn_mixed: zeros(n, dn_width(|d| d.conv_dim()))?,
@@ -98,9 +102,11 @@ impl Scratch {
             att_lat: zeros(n, c.n_heads * rank)?,
         })
     }
+}
 
-    /// Every buffer back to `bufs` (the residual stream too, unless taken).
-    pub fn give_back(&mut self, bufs: &Buffers) {
+impl Drop for Scratch<'_> {
+    /// Every buffer back to the pool (the residual stream too, unless taken).
+    fn drop(&mut self) {
         let all = [
             &mut self.x,
             &mut self.xn,
@@ -118,6 +124,6 @@ impl Scratch {
             &mut self.dn_mixed,
             &mut self.dn_core,
         ];
-        all.into_iter().for_each(|v| bufs.give(std::mem::take(v)));
+        all.into_iter().for_each(|v| self.pool.give(std::mem::take(v)));
     }
 }

@@ -4,7 +4,6 @@
 //! the kernels, and the MoE block's routing.
 
 use super::attention::attention;
-use super::buffers::Buffers;
 use super::delta_net::delta_net;
 use super::experts;
 use super::ffn::mlp;
@@ -26,10 +25,8 @@ pub struct Step<'s> {
     pub c: &'s Config,
     pub k: Kernels,
     pub rope: Rope,
-    pub sc: Scratch,
+    pub sc: Scratch<'s>,
     pub lanes: Vec<Lane<'s>>,
-    /// Where the buffers come from and go back to (the model's).
-    bufs: &'s Buffers,
     /// [n, n_experts] router logits of the current layer.
     gate: Vec<f32>,
     routes: Routes,
@@ -50,8 +47,7 @@ impl<'s> Step<'s> {
         let c = model.config();
         let h = c.hidden_size;
         let rope = Rope::new(c);
-        let bufs = model.buffers();
-        let mut sc = Scratch::new(c, n, bufs)?;
+        let mut sc = Scratch::new(c, n, model.buffers())?;
         let mut lanes = Vec::with_capacity(batch.len());
         let mut row = 0;
         for q in batch.iter_mut() {
@@ -74,7 +70,7 @@ impl<'s> Step<'s> {
             let (kv, rec, rng, trace) = (&mut s.kv, &mut s.rec, &mut s.rng, s.trace.as_mut());
             lanes.push(Lane { kv, rec, pos0: s.pos, rows, top_k, mode: q.opts.routing.mode, rng, trace });
         }
-        Ok(Step { c, k, rope, sc, lanes, bufs, gate: Vec::new(), routes: Routes::default() })
+        Ok(Step { c, k, rope, sc, lanes, gate: Vec::new(), routes: Routes::default() })
     }
 
     /// Rows in the step.
@@ -114,7 +110,7 @@ impl<'s> Step<'s> {
     /// out = mlp(xn) (a dense layer).
     pub fn mlp(&mut self, w: &MlpWeights<'_>) {
         let n = self.n();
-        mlp(&self.k, self.bufs, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
+        mlp(&self.k, self.sc.pool, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
     }
 
     /// out = moe(xn) of layer `l`: router logits for every row at once; each sequence then
@@ -153,19 +149,13 @@ impl<'s> Step<'s> {
             }
         }
         let out = &mut self.sc.out[..n * h];
-        experts::moe(&self.k, self.bufs, mw, xn, &self.routes, m.weights_on_input, out);
+        experts::moe(&self.k, self.sc.pool, mw, xn, &self.routes, m.weights_on_input, out);
     }
 
     /// End the layers: the residual stream [n, hidden] (give it back to the model's buffers
     /// when done with it); the other buffers go back now.
     pub fn into_residual(mut self) -> Vec<f32> {
         std::mem::take(&mut self.sc.x)
-    }
-}
-
-impl Drop for Step<'_> {
-    fn drop(&mut self) {
-        self.sc.give_back(self.bufs);
     }
 }
 
