@@ -47,14 +47,13 @@ impl Buffers {
         }
     }
 
-    /// A buffer of `len` zeros: a kept one cleared, or a new one, or `Error::OutOfMemory` with
-    /// `what` in the message.
-    pub fn try_zeros(&self, len: usize, what: &dyn Fn() -> String) -> Result<Vec<f32>> {
+    /// `take`, but a new buffer is allocated fallibly: `Error::OutOfMemory` with `what` in the
+    /// message.
+    pub fn try_take(&self, len: usize, what: &dyn Fn() -> String) -> Result<Vec<f32>> {
         if len == 0 {
             return Ok(Vec::new());
         }
-        if let Some(mut v) = self.reuse(len) {
-            v.fill(0.0);
+        if let Some(v) = self.reuse(len) {
             return Ok(v);
         }
         let mut v = Vec::new();
@@ -107,7 +106,7 @@ mod tests {
     }
 
     #[test]
-    fn try_zeros_clears_a_reused_buffer_and_take_grows_with_zeros() {
+    fn take_keeps_values_and_grows_with_zeros() {
         let b = Buffers::default();
         let mut v = b.take(16);
         v.iter_mut().for_each(|x| *x = 7.0);
@@ -118,7 +117,7 @@ mod tests {
         let v = b.take(12);
         assert_eq!(v, [[7.0; 4].as_slice(), &[0.0; 8]].concat());
         b.give(v);
-        assert_eq!(b.try_zeros(16, &what).unwrap(), vec![0.0; 16]);
+        assert_eq!(b.try_take(16, &what).unwrap().len(), 16);
         assert_eq!(b.free().len(), 0, "the kept buffer was reused");
     }
 
@@ -136,6 +135,6 @@ mod tests {
     #[test]
     fn an_impossible_size_is_out_of_memory() {
         let b = Buffers::default();
-        assert!(matches!(b.try_zeros(usize::MAX / 2, &what), Err(Error::OutOfMemory { .. })));
+        assert!(matches!(b.try_take(usize::MAX / 2, &what), Err(Error::OutOfMemory { .. })));
     }
 }
