@@ -28,15 +28,16 @@ use std::ops::Range;
 pub const GEMM_MIN_ROWS_BF16: usize = 8;
 
 /// Up to this many panels of activation rows, the GEMM runs over blocks of `KC_FEW` columns
-/// instead of KC. Each weight value then meets at most two panels, so the weights' reads
-/// dominate: a long block lets each tile stream its BF16_MR rows in order (the hardware
-/// prefetchers follow them; no software prefetch), and a task's block (MC rows × KC_FEW columns
-/// of bf16, 384 KiB) stays in L2 for the second panel. Same products in the same order as with
-/// KC blocks (each output is one chain over k, carried through `c`). Measured as above (n
-/// activation rows, fastest of 10, KC blocks → KC_FEW blocks): n = 16 6.0–6.3 → 4.8–5.1 ms,
-/// n = 24 8.1–8.6 → 7.2–7.3 ms, n = 32 8.8–12.6 → 7.3–7.5 ms; at n = 48 (3 panels) 15.0–15.4 →
-/// 14.4–14.8 ms only, and more panels reuse each block more.
-const FEW_PANELS: usize = 2;
+/// instead of KC. Each weight value then meets few panels, so the weights' reads dominate: a
+/// long block lets each tile stream its BF16_MR rows in order (the hardware prefetchers follow
+/// them; no software prefetch), and a task's block (MC rows × KC_FEW columns of bf16, 384 KiB)
+/// stays in L2 for the next panels. Same products in the same order as with KC blocks (each
+/// output is one chain over k, carried through `c`). Measured as above (n activation rows,
+/// fastest of 10, KC blocks → KC_FEW blocks): n = 16 6.0–6.3 → 4.8–5.1 ms, n = 24 8.1–8.6 →
+/// 7.2–7.3 ms, n = 32 8.8–12.6 → 7.3–7.5 ms, n = 48 15.0–15.4 → 14.4–14.8 ms; on the
+/// DeepSeek-V2-Lite shape (bf16, pp256, one thread, `perf stat` task-clock of six passes, three
+/// rounds) up to three panels took 1.6–2.2 % less CPU time than up to two, up to four no less.
+const FEW_PANELS: usize = 3;
 const KC_FEW: usize = 2048;
 
 thread_local! {

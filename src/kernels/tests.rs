@@ -679,8 +679,8 @@ fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
 #[test]
 fn a_bf16_gemm_row_is_the_same_in_few_panels_and_in_many() {
     // The bf16 kernels' GEMM sums each output as one chain over k whatever the blocking: long
-    // blocks for at most two panels of activation rows, KC blocks for more. Rows past one long
-    // block (4096 + 64 columns) and a partial last panel on both sides.
+    // blocks for a few panels of activation rows (one here), KC blocks for more (four). Rows
+    // past one long block (4096 + 64 columns) and a partial last panel on both sides.
     let (rows, cols) = (40, 4096 + 64);
     let s = Stored::new(rows, cols, 31);
     let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
