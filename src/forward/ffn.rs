@@ -2,15 +2,15 @@
 //! y = down · act(gate · x, up · x) over a batch of rows, where act is SwiGLU (silu(g) ⊙ u) or
 //! GPT-OSS's clamped variant, and GPT-OSS's routed experts add a bias after each projection.
 
+use super::buffers::Buffers;
 use crate::kernels::{self, Kernels};
 use crate::model::{ExpertAct, MlpWeights};
 
 /// y ([n, hidden]) = MLP(x ([n, hidden])); the widths come from the bound matrices (gate and
-/// up [ffn, hidden], down [hidden, ffn]).
-pub fn mlp(k: &Kernels, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+/// up [ffn, hidden], down [hidden, ffn]); the intermediates [n, ffn] come from `bufs`.
+pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     let ffn = w.gate.rows();
-    let mut g = vec![0f32; n * ffn];
-    let mut u = vec![0f32; n * ffn];
+    let (mut g, mut u) = (bufs.take(n * ffn), bufs.take(n * ffn));
     k.matmul(w.gate, x, n, &mut g);
     k.matmul(w.up, x, n, &mut u);
     if let Some(b) = &w.bias {
@@ -25,4 +25,6 @@ pub fn mlp(k: &Kernels, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) 
     if let Some(b) = &w.bias {
         kernels::add_bias_row(&mut y[..n * w.down.rows()], b.down, b.row);
     }
+    bufs.give(g);
+    bufs.give(u);
 }

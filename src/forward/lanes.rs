@@ -1,8 +1,9 @@
 //! What a forward step works on, shared by the step's plumbing (`step`) and the blocks: each
 //! sequence's lane (its rows, KV cache and routing state) and the step's activation buffers.
 
+use super::buffers::Buffers;
 use super::router::RoutingMode;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::Config;
 use crate::rng::Rng;
 use crate::session::{KvCache, RecurrentState, RouteRecord};
@@ -23,8 +24,11 @@ pub struct Lane<'s> {
     pub trace: Option<&'s mut Vec<RouteRecord>>,
 }
 
-/// Activation buffers of a step over n rows (the rows of every sequence).
-pub struct Scratch {
+/// Activation buffers of a step over n rows (the rows of every sequence), taken from `pool` and
+/// given back to it when dropped.
+pub struct Scratch<'p> {
+    /// Where the buffers come from and go back to (the model's), for the blocks' own too.
+    pub pool: &'p Buffers,
     /// [n, hidden] residual stream
     pub x: Vec<f32>,
     /// [n, hidden] normed input of a block
@@ -59,9 +63,11 @@ pub struct Scratch {
     pub dn_core: Vec<f32>,
 }
 
-impl Scratch {
-    /// The buffers of a step of n rows, or `Error::OutOfMemory` (they grow with the input).
-    pub fn new(c: &Config, n: usize) -> Result<Scratch> {
+impl<'p> Scratch<'p> {
+    /// The buffers of a step of n rows, taken from `pool`, or `Error::OutOfMemory` (they grow
+    /// with the input). Their contents are unspecified: every block writes what it reads later
+    /// (the whole test suite passes with reused buffers filled with NaN).
+    pub fn new(c: &Config, n: usize, pool: &'p Buffers) -> Result<Scratch<'p>> {
         let (h, q) = (c.hidden_size, c.n_heads * c.head_dim);
         // (k/v width, q_lora_rank, latent width, latent rank, attention output width)
         let (kv, q_low, lat, rank, att) = match &c.mla {
@@ -73,36 +79,52 @@ impl Scratch {
         };
         let dn = c.delta_net.filter(|_| c.n_delta_net_layers() > 0);
         let dn_width = |f: fn(&crate::model::DeltaNetConfig) -> usize| dn.as_ref().map_or(0, f);
+        let buffer = |n: usize, width: usize| {
+            pool.try_take(n.saturating_mul(width), &|| format!("activations of {n} rows × {width}"))
+        };
         Ok(Scratch {
-            dn_qkvz: zeros(n, dn_width(|d| 2 * d.key_dim() + 2 * d.value_dim()))?,
-            dn_ba: zeros(n, dn_width(|d| 2 * d.n_v_heads))?,
-            dn_mixed: zeros(n, dn_width(|d| d.conv_dim()))?,
-            dn_core: zeros(n, dn_width(|d| d.value_dim()))?,
-            x: zeros(n, h)?,
-            xn: zeros(n, h)?,
-            q: zeros(n, q)?,
-            k: zeros(n, kv)?,
-            v: zeros(n, kv)?,
-            att: zeros(n, att)?,
-            out: zeros(n, h)?,
+            pool,
+            dn_qkvz: buffer(n, dn_width(|d| 2 * d.key_dim() + 2 * d.value_dim()))?,
+            dn_ba: buffer(n, dn_width(|d| 2 * d.n_v_heads))?,
+            dn_mixed: buffer(n, dn_width(|d| d.conv_dim()))?,
+            dn_core: buffer(n, dn_width(|d| d.value_dim()))?,
+            x: buffer(n, h)?,
+            xn: buffer(n, h)?,
+            q: buffer(n, q)?,
+            k: buffer(n, kv)?,
+            v: buffer(n, kv)?,
+            att: buffer(n, att)?,
+            out: buffer(n, h)?,
             cos: Vec::new(),
             sin: Vec::new(),
-            q_low: zeros(n, q_low)?,
-            latent: zeros(n, lat)?,
-            q_abs: zeros(n, c.n_heads * lat)?,
-            att_lat: zeros(n, c.n_heads * rank)?,
+            q_low: buffer(n, q_low)?,
+            latent: buffer(n, lat)?,
+            q_abs: buffer(n, c.n_heads * lat)?,
+            att_lat: buffer(n, c.n_heads * rank)?,
         })
     }
 }
 
-/// n · width zeros, allocated fallibly.
-pub fn zeros(n: usize, width: usize) -> Result<Vec<f32>> {
-    let len = n.saturating_mul(width);
-    let mut v = Vec::new();
-    crate::fallible::reserve_exact(&mut v, len).map_err(|_| Error::OutOfMemory {
-        what: format!("activations of {n} rows × {width}"),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
-    v.resize(len, 0.0);
-    Ok(v)
+impl Drop for Scratch<'_> {
+    /// Every buffer back to the pool (the residual stream too, unless taken).
+    fn drop(&mut self) {
+        let all = [
+            &mut self.x,
+            &mut self.xn,
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.att,
+            &mut self.out,
+            &mut self.q_low,
+            &mut self.latent,
+            &mut self.q_abs,
+            &mut self.att_lat,
+            &mut self.dn_qkvz,
+            &mut self.dn_ba,
+            &mut self.dn_mixed,
+            &mut self.dn_core,
+        ];
+        all.into_iter().for_each(|v| self.pool.give(std::mem::take(v)));
+    }
 }

@@ -155,7 +155,7 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
         outs.push(out);
         rest = tail;
     }
-    let (q, live): (&[f32], &[Range<usize>]) = (&b.q_abs, &live);
+    let (q, live, bufs): (&[f32], &[Range<usize>], _) = (&b.q_abs, &live, b.pool);
     let run = |(si, rows, ranges): &(usize, Range<usize>, Vec<Range<usize>>), out: &mut &mut [f32]| {
         let qs = Queries {
             q: &q[rows.start * heads * lat..rows.end * heads * lat],
@@ -165,13 +165,14 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
             rank,
             scale,
         };
-        let one = |pos: &Range<usize>| partial(kern, seqs[*si].kv, layer, &qs, pos.clone());
+        let one = |pos: &Range<usize>| partial(kern, bufs, seqs[*si].kv, layer, &qs, pos.clone());
         let parts: Vec<Partial> = if threads > 1 && ranges.len() > 1 {
             ranges.par_iter().map(one).collect()
         } else {
             ranges.iter().map(one).collect()
         };
         merge(&parts, rows.len() * heads, rank, out);
+        parts.into_iter().for_each(|p| p.give_back(bufs));
     };
     if threads > 1 {
         blocks.par_iter().zip(outs.par_iter_mut()).for_each(|(blk, out)| run(blk, out));
@@ -313,7 +314,8 @@ mod tests {
         let rope = Rope::new(&c);
         let mut s = Session::new(&c, &SessionOptions { n_ctx: 16, ..Default::default() }).unwrap();
         s.kv.reserve(n).unwrap();
-        let mut b = Scratch::new(&c, n).unwrap();
+        let pool = crate::forward::buffers::Buffers::default();
+        let mut b = Scratch::new(&c, n, &pool).unwrap();
         b.xn.copy_from_slice(&xn);
         rope.extend_table(0, n, n, &mut b.cos, &mut b.sin);
         let (cos, sin) = (b.cos.clone(), b.sin.clone());

@@ -18,6 +18,7 @@
 //! attention. Blocks sit at multiples of KC whatever the range and every output is its own sum,
 //! so a row's result does not depend on which rows share its block.
 
+use super::buffers::Buffers as Pool;
 use crate::kernels::{Kernels, MR, NR};
 use crate::session::KvCache;
 use std::ops::Range;
@@ -67,25 +68,45 @@ struct Buffers {
     s: Vec<f32>,
 }
 
+impl Partial {
+    /// Its buffers back to `pool`.
+    pub(super) fn give_back(self, pool: &Pool) {
+        [self.max, self.sum, self.acc].into_iter().for_each(|v| pool.give(v));
+    }
+}
+
 /// The partial attention of `qs` over cached positions `pos` of `layer` (each row over its live
-/// positions within `pos`).
-pub(super) fn partial(kern: &Kernels, kv: &KvCache, layer: usize, qs: &Queries<'_>, pos: Range<usize>) -> Partial {
+/// positions within `pos`), its buffers and scratch taken from `pool`.
+pub(super) fn partial(
+    kern: &Kernels,
+    pool: &Pool,
+    kv: &KvCache,
+    layer: usize,
+    qs: &Queries<'_>,
+    pos: Range<usize>,
+) -> Partial {
     let Queries { heads, lat, rank, .. } = *qs;
     let m = qs.live.len() * heads;
     let mp = round_up(m, MR);
     let rp = round_up(rank, NR);
+    // rows, panel and s are written before they are read (`widen_rows`, `scores`, `values`).
     let mut b = Buffers {
         mp,
         lat,
         rank,
         rp,
-        q: vec![0f32; mp * lat],
-        rows: vec![0f32; KC * lat],
-        panel: vec![0f32; lat.max(KC) * NR],
-        s: vec![0f32; mp * KC],
+        q: pool.take(mp * lat),
+        rows: pool.take(KC * lat),
+        panel: pool.take(lat.max(KC) * NR),
+        s: pool.take(mp * KC),
     };
     b.q[..m * lat].copy_from_slice(&qs.q[..m * lat]);
-    let mut out = Partial { max: vec![f32::NEG_INFINITY; m], sum: vec![0f32; m], acc: vec![0f32; mp * rp] };
+    b.q[m * lat..].fill(0.0);
+    let (mut max, mut sum, mut acc) = (pool.take(m), pool.take(m), pool.take(mp * rp));
+    max.fill(f32::NEG_INFINITY);
+    sum.fill(0.0);
+    acc.fill(0.0);
+    let mut out = Partial { max, sum, acc };
     // The positions of `pos` some row attends to.
     let lo = qs.live.iter().map(|r| r.start).min().unwrap_or(0).max(pos.start);
     let hi = qs.live.iter().map(|r| r.end).max().unwrap_or(0).min(pos.end);
@@ -100,6 +121,7 @@ pub(super) fn partial(kern: &Kernels, kv: &KvCache, layer: usize, qs: &Queries<'
         values(kern, &mut b, ks, &mut out.acc);
         j0 += KC;
     }
+    [b.q, b.rows, b.panel, b.s].into_iter().for_each(|v| pool.give(v));
     out
 }
 
@@ -277,7 +299,8 @@ mod tests {
                 let all = ranges[0].start..ranges[ranges.len() - 1].end;
                 let live = [all.clone()];
                 let qs = Queries { q: &q, live: &live, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
-                let parts: Vec<Partial> = ranges.iter().map(|r| partial(&kern, &s.kv, 0, &qs, r.clone())).collect();
+                let parts: Vec<Partial> =
+                    ranges.iter().map(|r| partial(&kern, &Pool::default(), &s.kv, 0, &qs, r.clone())).collect();
                 let mut got = vec![0f32; HEADS * RANK];
                 merge(&parts, HEADS, RANK, &mut got);
                 assert_close(&got, &plain(&kern, &s.kv, &q, all), &format!("{dtype:?} {ranges:?}"));
@@ -306,7 +329,8 @@ mod tests {
                 for cut in [lo, lo + 37] {
                     let ranges: Vec<Range<usize>> =
                         [lo, cut, hi].windows(2).filter(|w| w[0] < w[1]).map(|w| w[0]..w[1]).collect();
-                    let parts: Vec<Partial> = ranges.iter().map(|r| partial(&kern, &s.kv, 0, &qs, r.clone())).collect();
+                    let parts: Vec<Partial> =
+                        ranges.iter().map(|r| partial(&kern, &Pool::default(), &s.kv, 0, &qs, r.clone())).collect();
                     let mut got = vec![0f32; rows * HEADS * RANK];
                     merge(&parts, rows * HEADS, RANK, &mut got);
                     for (t, r) in live.iter().enumerate() {
@@ -321,8 +345,10 @@ mod tests {
                         );
                         // The row alone over the same ranges: the same bits.
                         let one = Queries { q: qt, live: &live[t..t + 1], ..qs };
-                        let parts: Vec<Partial> =
-                            ranges.iter().map(|p| partial(&kern, &s.kv, 0, &one, p.clone())).collect();
+                        let parts: Vec<Partial> = ranges
+                            .iter()
+                            .map(|p| partial(&kern, &Pool::default(), &s.kv, 0, &one, p.clone()))
+                            .collect();
                         let mut alone = vec![0f32; HEADS * RANK];
                         merge(&parts, HEADS, RANK, &mut alone);
                         assert_eq!(gt, &alone[..], "{dtype:?} row {t}: its block changed its result");

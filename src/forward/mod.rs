@@ -16,6 +16,7 @@
 //! (`Session::hidden_states`), what embeddings pool (`crate::embed`).
 
 mod attention;
+pub(crate) mod buffers;
 mod check;
 mod chunked;
 mod delta_net;
@@ -27,6 +28,7 @@ mod mla;
 mod mla_attend;
 mod rope;
 mod router;
+mod rows;
 mod sparsemixer;
 mod step;
 
@@ -166,6 +168,7 @@ fn one_step(model: &Model, batch: &mut [Sequence<'_>], call_end: Option<usize>) 
     lm_head(model, &k, batch, &x);
     // hidden = norm(x), for the sequences that ask for it instead of logits
     final_hidden(model, batch, &x);
+    model.buffers().give(x);
     // A file rewritten under the mapping during the step: its results are discarded (positions
     // do not advance; the logits buffers hold nothing a caller may use).
     model.check_unchanged()?;

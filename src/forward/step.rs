@@ -11,6 +11,7 @@ use super::lanes::{Lane, Scratch};
 use super::mla;
 use super::rope::Rope;
 use super::router::{self, Routes};
+use super::rows::by_rows;
 use super::sparsemixer;
 use super::{Input, Sequence};
 use crate::error::Result;
@@ -24,7 +25,7 @@ pub struct Step<'s> {
     pub c: &'s Config,
     pub k: Kernels,
     pub rope: Rope,
-    pub sc: Scratch,
+    pub sc: Scratch<'s>,
     pub lanes: Vec<Lane<'s>>,
     /// [n, n_experts] router logits of the current layer.
     gate: Vec<f32>,
@@ -46,7 +47,7 @@ impl<'s> Step<'s> {
         let c = model.config();
         let h = c.hidden_size;
         let rope = Rope::new(c);
-        let mut sc = Scratch::new(c, n)?;
+        let mut sc = Scratch::new(c, n, model.buffers())?;
         let mut lanes = Vec::with_capacity(batch.len());
         let mut row = 0;
         for q in batch.iter_mut() {
@@ -56,11 +57,7 @@ impl<'s> Step<'s> {
             // x = embed(tokens)
             let x = &mut sc.x[rows.start * h..rows.end * h];
             match q.input {
-                Input::Tokens(ids) => {
-                    for (xt, &id) in x.chunks_exact_mut(h).zip(ids) {
-                        model.weights().embed.row_to_f32(id as usize, xt);
-                    }
-                }
+                Input::Tokens(ids) => by_rows(x, h, |t, xt| model.weights().embed.row_to_f32(ids[t] as usize, xt)),
                 Input::Embeddings(e) => x.copy_from_slice(e),
             }
             if c.scales.embedding != 1.0 {
@@ -113,7 +110,7 @@ impl<'s> Step<'s> {
     /// out = mlp(xn) (a dense layer).
     pub fn mlp(&mut self, w: &MlpWeights<'_>) {
         let n = self.n();
-        mlp(&self.k, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
+        mlp(&self.k, self.sc.pool, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
     }
 
     /// out = moe(xn) of layer `l`: router logits for every row at once; each sequence then
@@ -151,12 +148,14 @@ impl<'s> Step<'s> {
                 record(trace, &self.routes, r, l, lane.pos0);
             }
         }
-        experts::moe(&self.k, mw, xn, n, &self.routes, m.weights_on_input, &mut self.sc.out[..n * h]);
+        let out = &mut self.sc.out[..n * h];
+        experts::moe(&self.k, self.sc.pool, mw, xn, &self.routes, m.weights_on_input, out);
     }
 
-    /// End the layers: the residual stream [n, hidden].
-    pub fn into_residual(self) -> Vec<f32> {
-        self.sc.x
+    /// End the layers: the residual stream [n, hidden] (give it back to the model's buffers
+    /// when done with it); the other buffers go back now.
+    pub fn into_residual(mut self) -> Vec<f32> {
+        std::mem::take(&mut self.sc.x)
     }
 }
 

@@ -21,10 +21,24 @@ use std::ops::Range;
 
 /// From this many activation rows on, the bf16 kernels' GEMM is used. Its tile does twice the
 /// multiply-adds per instruction of the f32 one and needs no widening, so it overtakes the
-/// matrix-vector kernel earlier than `GEMM_MIN_ROWS`: measured on a 16384 × 2048 matrix, 2
-/// threads, Zen 4 (`COLIBRI_CPU=avx512 cargo bench --bench kernels -- matmul_16384x2048_bf16`):
-/// GEMV 3.8 / 5.0 ms and GEMM 4.6 / 4.8 ms at n = 12 / 16.
-pub const GEMM_MIN_ROWS_BF16: usize = 16;
+/// matrix-vector kernel earlier than `GEMM_MIN_ROWS`: measured on a 16384 × 2048 matrix, one
+/// thread, Zen 4, under load 5 (`COLIBRI_CPU=avx512 cargo bench --bench kernels --
+/// matmul_16384x2048_bf16`, fastest of 10, two rounds): GEMV 3.3–3.4 / 4.5–4.7 / 5.1–5.4 ms and
+/// GEMM (long blocks, `FEW_PANELS`) 4.0 / 4.0 / 4.0 ms at n = 4 / 8 / 12.
+pub const GEMM_MIN_ROWS_BF16: usize = 8;
+
+/// Up to this many panels of activation rows, the GEMM runs over blocks of `KC_FEW` columns
+/// instead of KC. Each weight value then meets few panels, so the weights' reads dominate: a
+/// long block lets each tile stream its BF16_MR rows in order (the hardware prefetchers follow
+/// them; no software prefetch), and a task's block (MC rows × KC_FEW columns of bf16, 384 KiB)
+/// stays in L2 for the next panels. Same products in the same order as with KC blocks (each
+/// output is one chain over k, carried through `c`). Measured as above (n activation rows,
+/// fastest of 10, KC blocks → KC_FEW blocks): n = 16 6.0–6.3 → 4.8–5.1 ms, n = 24 8.1–8.6 →
+/// 7.2–7.3 ms, n = 32 8.8–12.6 → 7.3–7.5 ms, n = 48 15.0–15.4 → 14.4–14.8 ms; on the
+/// DeepSeek-V2-Lite shape (bf16, pp256, one thread, `perf stat` task-clock of six passes, three
+/// rounds) up to three panels took 1.6–2.2 % less CPU time than up to two, up to four no less.
+const FEW_PANELS: usize = 3;
+const KC_FEW: usize = 2048;
 
 thread_local! {
     /// The calling thread's bf16 activations.
@@ -87,6 +101,7 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
     let (panels, pairs) = (n.div_ceil(NR), cols / 2);
     let ldc = panels * NR;
     let out = OutPtr(y.as_mut_ptr());
+    let (kcs, prefetch) = if panels <= FEW_PANELS { (KC_FEW, false) } else { (KC, true) };
     for_tasks(rows.div_ceil(MC), rows * cols * n, |task| {
         let r0 = task * MC;
         let mr = (r0 + MC).min(rows) - r0;
@@ -94,11 +109,11 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
         with_buffer(&OUT, |c| {
             c.clear();
             c.resize(tiles * BF16_MR * ldc, 0.0);
-            for k0 in (0..cols).step_by(KC) {
-                let kc = KC.min(cols - k0);
+            for k0 in (0..cols).step_by(kcs) {
+                let kc = kcs.min(cols - k0);
                 // The weight block is read from the mapping: ask for the next one's rows now.
-                let next = (k0 + KC).min(cols)..(k0 + 2 * KC).min(cols);
-                for i in 0..mr {
+                let next = (k0 + kcs).min(cols)..(k0 + 2 * kcs).min(cols);
+                for i in (0..mr).filter(|_| prefetch) {
                     w.prefetch(r0 + i, next.start, next.end);
                 }
                 for p in 0..panels {

@@ -23,6 +23,7 @@ pub use weights::{
 
 use crate::error::{Error, Result};
 use crate::format::{self, ParsedFile};
+use crate::forward::buffers::Buffers;
 use crate::mmap::{LoadOptions, Mapping};
 use crate::tensor::TensorView;
 use crate::threads::{Pool, ThreadOptions};
@@ -46,6 +47,8 @@ pub struct Model {
     parsed: ParsedFile,
     config: Config,
     pool: Pool,
+    /// The buffers its forward steps reuse.
+    buffers: Buffers,
     mapping: Mapping,
 }
 
@@ -189,7 +192,7 @@ impl Model {
         // as long as the Model; `weights` is dropped first (field order) and only handed out
         // with the lifetime of `&self`.
         let weights: Weights<'static> = unsafe { std::mem::transmute::<Weights<'_>, Weights<'static>>(weights) };
-        Ok(Model { weights, parsed, config, pool, mapping })
+        Ok(Model { weights, parsed, config, pool, buffers: Buffers::default(), mapping })
     }
 
     /// The model configuration.
@@ -200,6 +203,11 @@ impl Model {
     /// The worker pool of this model's forward passes and checks.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The buffers this model's forward steps take and give back (`forward::buffers`).
+    pub(crate) fn buffers(&self) -> &Buffers {
+        &self.buffers
     }
 
     /// Replace the worker pool (a tool comparing thread counts on one model).
