@@ -17,7 +17,12 @@ pub struct LoadOptions {
     pub mmap: bool,
     /// Lock the pages in RAM (mlock); fails if RLIMIT_MEMLOCK is too small.
     pub mlock: bool,
-    /// Ask for transparent huge pages (MADV_HUGEPAGE); a hint, ignored when refused.
+    /// Ask for transparent huge pages (MADV_HUGEPAGE; default on): page faults on a file not
+    /// yet in the page cache then read it in 2 MiB folios, which the mapping maps with 2 MiB
+    /// pages (without it, a file read only through the mapping — one just written by `convert`
+    /// with direct I/O — gets 4 KiB pages: 3 % against 99 % in 2 MiB pages measured on Zen 4 /
+    /// Linux 6.18, and one Zen 4 thread streams weights at ~25 GB/s through 4 KiB pages, ~33
+    /// through 2 MiB ones). A hint: ignored where transparent huge pages are `never`.
     pub hugepages: bool,
     /// Ask the kernel to read the whole file ahead (MADV_WILLNEED); a hint.
     pub willneed: bool,
@@ -35,7 +40,7 @@ impl Default for LoadOptions {
         LoadOptions {
             mmap: true,
             mlock: false,
-            hugepages: false,
+            hugepages: true,
             willneed: false,
             sigbus_guard: false,
             threads: ThreadOptions::default(),
