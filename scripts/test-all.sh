@@ -18,8 +18,9 @@ python3 scripts/check-shape.py
 echo "== the fuzz crate still builds against the library (fuzz/, its own workspace; cargo check)"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/fuzz-check" cargo check --locked --manifest-path fuzz/Cargo.toml --bins
 
-echo "== the library without its optional features (no tokenizer, chat template or grammar): clippy"
+echo "== the library without its optional features (no tokenizer, chat template or grammar): clippy, and a linked build"
 cargo clippy -p colibri --no-default-features --all-targets -- -D warnings
+cargo build -p colibri --lib --no-default-features
 
 echo "== cargo build --release (reused by every suite below)"
 cargo build --release

@@ -5,10 +5,13 @@
 /// Alignment of the contents (covers every logical block size in use).
 pub const ALIGN: usize = 4096;
 
-/// Whether the converter reads and writes model files with direct I/O where the filesystem
-/// allows it: yes unless `COLIBRI_DIRECT_IO=off` (or `0`).
+/// Whether model files are written (`FileWriter`: `convert`, `quantize`, `dequantize`) and
+/// GGUF tensors read with direct I/O where the filesystem allows it: yes unless
+/// `COLIBRI_DIRECT_IO` is `off`, `0`, `false` or `no` (any case).
 pub fn direct_io_wanted() -> bool {
-    std::env::var("COLIBRI_DIRECT_IO").map(|v| v != "off" && v != "0").unwrap_or(true)
+    std::env::var("COLIBRI_DIRECT_IO")
+        .map(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false" | "no"))
+        .unwrap_or(true)
 }
 
 /// `len` bytes starting on an `ALIGN` boundary of an owned allocation.

@@ -16,6 +16,7 @@ use super::aligned::{direct_io_wanted, AlignedBuf};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
@@ -63,35 +64,47 @@ fn set_direct(file: &File, on: bool) -> bool {
     }
 }
 
-/// The writer thread's side: the file, whether it is still direct, the first error.
+/// The writer thread's side: the file, the offset of the next chunk, whether it is still
+/// direct, the first error.
 struct Sink {
     file: File,
+    at: u64,
     direct: bool,
     error: Option<io::Error>,
 }
 
 impl Sink {
-    /// Write one chunk; a direct write the filesystem rejects (EINVAL: an alignment it does not
-    /// accept) is retried through the page cache, which later chunks then use too.
-    fn write(&mut self, chunk: &[u8]) {
-        if self.error.is_some() {
-            return;
-        }
-        let r = match self.file.write_all(chunk) {
-            Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                self.direct = false;
-                set_direct(&self.file, false);
-                self.file.write_all(chunk)
+    /// Write one chunk at `at` with positioned writes, resuming after a short one; a direct
+    /// write the filesystem rejects (EINVAL: an alignment or a short count it does not accept)
+    /// continues through the page cache from where it stopped, which later chunks then use too.
+    fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
+        let mut done = 0;
+        while done < chunk.len() {
+            match self.file.write_at(&chunk[done..], self.at + done as u64) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the output file took no bytes")),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.direct = false;
+                    if !set_direct(&self.file, false) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
             }
-            r => r,
-        };
-        self.error = r.err();
+        }
+        self.at += chunk.len() as u64;
+        Ok(())
     }
 
-    /// Write every chunk that arrives, handing each buffer back, until the sender is dropped.
+    /// Write every chunk that arrives, handing each buffer back, until the sender is dropped or
+    /// a write fails (the caller's next hand-over then finds the thread gone and joins it).
     fn run(mut self, full: Receiver<Chunk>, free: SyncSender<Chunk>) -> Sink {
         for mut chunk in full {
-            self.write(chunk.bytes());
+            if let Err(e) = self.write(chunk.bytes()) {
+                self.error = Some(e);
+                break;
+            }
             chunk.len = 0;
             let _ = free.send(chunk);
         }
@@ -120,17 +133,28 @@ impl ChunkedOut {
         for _ in 1..BUFFERS {
             free_tx.send(Chunk::new()).map_err(|_| writer_gone())?;
         }
-        let sink = Sink { file, direct, error: None };
+        let sink = Sink { file, at: 0, direct, error: None };
         let writer =
             std::thread::Builder::new().name("colibri-write".into()).spawn(move || sink.run(full_rx, free_tx))?;
         Ok(ChunkedOut { current: Chunk::new(), full: Some(full_tx), free: free_rx, writer: Some(writer) })
     }
 
-    /// Hand the full current chunk to the writer thread and take a free buffer.
+    /// Hand the full current chunk to the writer thread and take a free buffer; a thread that
+    /// stopped on a write error is joined and its error returned at once.
     fn pass_on(&mut self) -> io::Result<()> {
-        let next = self.free.recv().map_err(|_| writer_gone())?;
-        let full = std::mem::replace(&mut self.current, next);
-        self.full.as_ref().ok_or_else(writer_gone)?.send(full).map_err(|_| writer_gone())
+        let handed = match self.free.recv() {
+            Ok(next) => {
+                let full = std::mem::replace(&mut self.current, next);
+                self.full.as_ref().is_some_and(|tx| tx.send(full).is_ok())
+            }
+            Err(_) => false,
+        };
+        if handed {
+            return Ok(());
+        }
+        drop(self.full.take());
+        let sink = self.writer.take().ok_or_else(writer_gone)?.join().map_err(|_| writer_gone())?;
+        Err(sink.error.unwrap_or_else(writer_gone))
     }
 
     /// Wait for the writer thread, write what is buffered (through the page cache: the last
@@ -139,14 +163,14 @@ impl ChunkedOut {
     pub fn into_inner(mut self) -> io::Result<File> {
         drop(self.full.take());
         let sink = self.writer.take().ok_or_else(writer_gone)?.join().map_err(|_| writer_gone())?;
-        let Sink { mut file, direct, error } = sink;
+        let Sink { file, at, direct, error } = sink;
         if let Some(e) = error {
             return Err(e);
         }
         if direct && !set_direct(&file, false) {
             return Err(io::Error::other("cannot clear O_DIRECT on the output file"));
         }
-        file.write_all(self.current.bytes())?;
+        file.write_all_at(self.current.bytes(), at)?;
         Ok(file)
     }
 }

@@ -156,10 +156,17 @@ impl FileWriter {
         };
 
         let (tmp_path, file) = temp_file(path)?;
+        let out = match ChunkedOut::new(file) {
+            Ok(out) => out,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp_path);
+                return Err(Error::io("start the output writer thread", e));
+            }
+        };
         let mut w = FileWriter {
             final_path: path.to_path_buf(),
             tmp_path,
-            out: Some(ChunkedOut::new(file).map_err(io("start the output writer thread"))?),
+            out: Some(out),
             header,
             records,
             meta: meta_bytes,

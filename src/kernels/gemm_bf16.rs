@@ -19,13 +19,15 @@ use super::table::{Bf16Kernels, Table, BF16_MR, NR};
 use std::cell::RefCell;
 use std::ops::Range;
 
-/// From this many activation rows on, the bf16 kernels' GEMM is used. Its tile does twice the
-/// multiply-adds per instruction of the f32 one and needs no widening, so it overtakes the
-/// matrix-vector kernel earlier than `GEMM_MIN_ROWS`: measured on a 16384 × 2048 matrix, one
-/// thread, Zen 4, under load 5 (`COLIBRI_CPU=avx512 cargo bench --bench kernels --
-/// matmul_16384x2048_bf16`, fastest of 10, two rounds): GEMV 3.3–3.4 / 4.5–4.7 / 5.1–5.4 ms and
-/// GEMM (long blocks, `FEW_PANELS`) 4.0 / 4.0 / 4.0 ms at n = 4 / 8 / 12.
-pub const GEMM_MIN_ROWS_BF16: usize = 8;
+/// From this many activation rows on, the bf16 kernels' GEMM is used. Measured on a 16384 ×
+/// 2048 matrix, one thread, Zen 4, under load 5 (`COLIBRI_CPU=avx512 cargo bench --bench kernels
+/// -- matmul_16384x2048_bf16`, fastest of 10, two rounds): GEMV 3.3–3.4 / 4.5–4.7 / 5.1–5.4 ms
+/// and GEMM (long blocks, `FEW_PANELS`) 4.0 / 4.0 / 4.0 ms at n = 4 / 8 / 12 — the GEMM would pay
+/// from 8 rows, but the switch stays at 16: the two sum in different orders, so a batch whose
+/// rows cross the switch where its sequences' separate calls do not gives them other bits, and
+/// at 8 serve's `n` choices over a short prompt (3 × 5 rows) stopped repeating their separate
+/// runs (cli/tests/serve_choices.rs).
+pub const GEMM_MIN_ROWS_BF16: usize = 16;
 
 /// Up to this many panels of activation rows, the GEMM runs over blocks of `KC_FEW` columns
 /// instead of KC. Each weight value then meets few panels, so the weights' reads dominate: a

@@ -168,23 +168,31 @@ impl GgufFile {
     pub fn read_span<'b>(&self, t: &Tensor, offset: u64, len: usize, buf: &'b mut AlignedBuf) -> Result<&'b mut [u8]> {
         let part = self.check(t, offset, len)?;
         let at = t.info.offset + offset;
-        if let Some(direct) = part.direct.as_ref().filter(|_| self.direct_ok.load(Ordering::Relaxed)) {
+        let direct = part.direct.as_ref().filter(|_| len > 0 && self.direct_ok.load(Ordering::Relaxed));
+        if let Some(direct) = direct {
             let start = at / IO_ALIGN as u64 * IO_ALIGN as u64;
             let head = (at - start) as usize;
             let need = head + len;
             buf.set_len(need.next_multiple_of(IO_ALIGN));
             let mut got = 0;
-            while got < need {
+            // Whole blocks straight from the device; after a short read that is not a whole
+            // number of blocks, or a refusal (EINVAL), the rest through the page cache.
+            while got < need && got % IO_ALIGN == 0 {
                 match direct.read_at(&mut buf.bytes_mut()[got..], start + got as u64) {
                     Ok(0) => return Err(fail(format!("reading {}: the file ends early", part.path.display()))),
                     Ok(n) => got += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => {
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                         self.direct_ok.store(false, Ordering::Relaxed);
-                        return self.read_span(t, offset, len, buf);
+                        break;
                     }
                     Err(e) => return Err(fail(format!("reading {}: {e}", part.path.display()))),
                 }
+            }
+            if got < need {
+                part.file
+                    .read_exact_at(&mut buf.bytes_mut()[got..need], start + got as u64)
+                    .map_err(|e| fail(format!("reading {}: {e}", part.path.display())))?;
             }
             return Ok(&mut buf.bytes_mut()[head..need]);
         }
