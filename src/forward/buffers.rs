@@ -3,10 +3,12 @@
 //! is taken from here and given back when done, so that a prefill does not map, fault in and
 //! unmap fresh pages layer after layer and step after step. Owned by the `Model` and shared by
 //! the steps running on it (the lock is held only to pick or return a buffer). It keeps at most
-//! `KEEP` buffers, the largest: what stays allocated between steps is about the working set of
-//! the largest step so far.
+//! `KEEP` buffers, the largest, and after each step (`settle`) no more values than twice what
+//! that step took: a long prefill's buffers are kept while prefill steps follow and released by
+//! the first decode step after them.
 
 use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Most buffers kept between uses.
@@ -16,6 +18,8 @@ const KEEP: usize = 32;
 #[derive(Debug, Default)]
 pub struct Buffers {
     free: Mutex<Vec<Vec<f32>>>,
+    /// Values taken since the last `settle`.
+    taken: AtomicUsize,
 }
 
 impl Buffers {
@@ -41,6 +45,7 @@ impl Buffers {
     /// A buffer of `len` values whose contents are unspecified (the caller writes every value
     /// before reading it): a kept one, or a new one (allocated as `vec!` does).
     pub fn take(&self, len: usize) -> Vec<f32> {
+        self.taken.fetch_add(len, Ordering::Relaxed);
         match len {
             0 => Vec::new(),
             _ => self.reuse(len).unwrap_or_else(|| vec![0.0; len]),
@@ -50,6 +55,7 @@ impl Buffers {
     /// `take`, but a new buffer is allocated fallibly: `Error::OutOfMemory` with `what` in the
     /// message.
     pub fn try_take(&self, len: usize, what: &dyn Fn() -> String) -> Result<Vec<f32>> {
+        self.taken.fetch_add(len, Ordering::Relaxed);
         if len == 0 {
             return Ok(Vec::new());
         }
@@ -61,6 +67,19 @@ impl Buffers {
             .map_err(|_| Error::OutOfMemory { what: what(), bytes: (len as u64).saturating_mul(4) })?;
         v.resize(len, 0.0);
         Ok(v)
+    }
+
+    /// End of a step: drop the largest kept buffers until they hold at most twice the values
+    /// taken since the last call.
+    pub fn settle(&self) {
+        let budget = self.taken.swap(0, Ordering::Relaxed).saturating_mul(2);
+        let mut free = self.free();
+        free.sort_by_key(|b| b.capacity());
+        let mut kept: usize = free.iter().map(|b| b.capacity()).sum();
+        while kept > budget {
+            let Some(big) = free.pop() else { break };
+            kept -= big.capacity();
+        }
     }
 
     /// Keep `v` for a later `take` (dropping the smallest kept buffer when there are `KEEP`).
@@ -130,6 +149,25 @@ mod tests {
         let free = b.free();
         assert_eq!(free.len(), KEEP);
         assert_eq!(free.iter().map(|v| v.capacity()).min(), Some(6));
+    }
+
+    #[test]
+    fn a_small_step_releases_what_a_large_one_kept() {
+        let b = Buffers::default();
+        // A large step: its buffers are kept.
+        let big: Vec<Vec<f32>> = (0..4).map(|_| b.take(1 << 16)).collect();
+        big.into_iter().for_each(|v| b.give(v));
+        b.settle();
+        assert_eq!(b.free().len(), 4);
+        // A small step takes from them and gives back: the big ones go, what it used stays.
+        let small = b.take(10);
+        b.give(small);
+        b.settle();
+        let kept: usize = b.free().iter().map(|v| v.capacity()).sum();
+        assert!(kept <= 20, "{kept} values kept after a step that took 10");
+        // Nothing taken: nothing kept.
+        b.settle();
+        assert!(b.free().is_empty());
     }
 
     #[test]

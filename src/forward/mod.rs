@@ -169,6 +169,7 @@ fn one_step(model: &Model, batch: &mut [Sequence<'_>], call_end: Option<usize>) 
     // hidden = norm(x), for the sequences that ask for it instead of logits
     final_hidden(model, batch, &x);
     model.buffers().give(x);
+    model.buffers().settle();
     // A file rewritten under the mapping during the step: its results are discarded (positions
     // do not advance; the logits buffers hold nothing a caller may use).
     model.check_unchanged()?;
