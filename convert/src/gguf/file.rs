@@ -13,6 +13,7 @@ use colibri::format::{direct_io_wanted, AlignedBuf, IO_ALIGN};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::BufReader;
+use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,41 @@ struct Part {
     path: PathBuf,
     file: File,
     direct: Option<File>,
+}
+
+impl Part {
+    fn error(&self, e: impl std::fmt::Display) -> crate::Error {
+        fail(format!("reading {}: {e}", self.path.display()))
+    }
+
+    /// The whole 4 KiB blocks around `len` bytes at `at` read into `buf` from the direct
+    /// descriptor, and where the span lies in it; after a short read that is not a whole number
+    /// of blocks, or a refusal (EINVAL: `direct_ok` is cleared for later spans), the rest
+    /// through the page cache.
+    fn read_blocks(&self, at: u64, len: usize, buf: &mut AlignedBuf, direct_ok: &AtomicBool) -> Result<Range<usize>> {
+        let direct = self.direct.as_ref().ok_or_else(|| fail("internal: no direct descriptor"))?;
+        let start = at / IO_ALIGN as u64 * IO_ALIGN as u64;
+        let head = (at - start) as usize;
+        let need = head + len;
+        buf.set_len(need.next_multiple_of(IO_ALIGN));
+        let mut got = 0;
+        while got < need && got % IO_ALIGN == 0 {
+            match direct.read_at(&mut buf.bytes_mut()[got..], start + got as u64) {
+                Ok(0) => return Err(self.error("the file ends early")),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    direct_ok.store(false, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+        if got < need {
+            self.file.read_exact_at(&mut buf.bytes_mut()[got..need], start + got as u64).map_err(|e| self.error(e))?;
+        }
+        Ok(head..need)
+    }
 }
 
 /// An opened GGUF model.
@@ -158,43 +194,16 @@ impl GgufFile {
     /// Read `buf.len()` bytes at `offset` into tensor `t`'s data (through the page cache).
     pub fn read(&self, t: &Tensor, offset: u64, buf: &mut [u8]) -> Result<()> {
         let part = self.check(t, offset, buf.len())?;
-        part.file
-            .read_exact_at(buf, t.info.offset + offset)
-            .map_err(|e| fail(format!("reading {}: {e}", part.path.display())))
+        part.file.read_exact_at(buf, t.info.offset + offset).map_err(|e| part.error(e))
     }
 
     /// The `len` bytes at `offset` into tensor `t`'s data, read into `buf` — directly from the
     /// device where that is possible (module comment), else through the page cache.
     pub fn read_span<'b>(&self, t: &Tensor, offset: u64, len: usize, buf: &'b mut AlignedBuf) -> Result<&'b mut [u8]> {
         let part = self.check(t, offset, len)?;
-        let at = t.info.offset + offset;
-        let direct = part.direct.as_ref().filter(|_| len > 0 && self.direct_ok.load(Ordering::Relaxed));
-        if let Some(direct) = direct {
-            let start = at / IO_ALIGN as u64 * IO_ALIGN as u64;
-            let head = (at - start) as usize;
-            let need = head + len;
-            buf.set_len(need.next_multiple_of(IO_ALIGN));
-            let mut got = 0;
-            // Whole blocks straight from the device; after a short read that is not a whole
-            // number of blocks, or a refusal (EINVAL), the rest through the page cache.
-            while got < need && got % IO_ALIGN == 0 {
-                match direct.read_at(&mut buf.bytes_mut()[got..], start + got as u64) {
-                    Ok(0) => return Err(fail(format!("reading {}: the file ends early", part.path.display()))),
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        self.direct_ok.store(false, Ordering::Relaxed);
-                        break;
-                    }
-                    Err(e) => return Err(fail(format!("reading {}: {e}", part.path.display()))),
-                }
-            }
-            if got < need {
-                part.file
-                    .read_exact_at(&mut buf.bytes_mut()[got..need], start + got as u64)
-                    .map_err(|e| fail(format!("reading {}: {e}", part.path.display())))?;
-            }
-            return Ok(&mut buf.bytes_mut()[head..need]);
+        if len > 0 && part.direct.is_some() && self.direct_ok.load(Ordering::Relaxed) {
+            let span = part.read_blocks(t.info.offset + offset, len, buf, &self.direct_ok)?;
+            return Ok(&mut buf.bytes_mut()[span]);
         }
         buf.set_len(len);
         self.read(t, offset, buf.bytes_mut())?;
