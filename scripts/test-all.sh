@@ -46,6 +46,9 @@ for path in generic avx2 avx512; do
     COLIBRI_CPU=$path cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
 done
 echo "== (no amx kernels exist yet: COLIBRI_CPU=amx falls back to the best path, tested above)"
+echo "== the oracle and engine tests with every reused step buffer handed out as NaN (COLIBRI_POISON_BUFFERS=1: a value read before it is written reaches the logits)"
+COLIBRI_POISON_BUFFERS=1 cargo test --release -p colibri --test oracle --test batch --test recurrent --test embeddings --test kquant_r8
+COLIBRI_POISON_BUFFERS=1 cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
 echo "== quantised-engine tests with float activations (W8A16/W4A16, COLIBRI_QUANT_ACT=float)"
 COLIBRI_QUANT_ACT=float cargo test --release -p colibri-cli --test quantize_roundtrip
 

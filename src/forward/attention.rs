@@ -33,7 +33,7 @@ pub fn attention(
     seqs: &mut [Lane<'_>],
     b: &mut Scratch,
 ) {
-    let AttnWeights::Gqa(w) = &lw.attn else { return };
+    let AttnWeights::Gqa(w) = &lw.attn else { unreachable!("Step::attention sends only GQA layers here") };
     let n = seqs.last().map_or(0, |s| s.rows.end);
     // q, k, v = xn·W{q,k,v}ᵀ (+ bias, q/k norm, clipping), over all rows at once.
     project_qkv(c, kern, w, n, b);

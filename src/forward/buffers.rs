@@ -6,23 +6,48 @@
 //! `KEEP` buffers, the largest, and after each step (`settle`) no more values than twice what
 //! that step took: a long prefill's buffers are kept while prefill steps follow and released by
 //! the first decode step after them.
+//!
+//! `COLIBRI_POISON_BUFFERS=1` fills every taken buffer with NaN, so that a value read before it
+//! is written reaches the logits (a test mode: scripts/test-all.sh runs the oracle suites so).
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Most buffers kept between uses.
 const KEEP: usize = 32;
 
+/// Whether taken buffers are filled with NaN (`COLIBRI_POISON_BUFFERS=1`), read once.
+fn poisoned() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COLIBRI_POISON_BUFFERS").is_ok_and(|v| v.trim() == "1"))
+}
+
 /// Buffers given back, for the next taker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Buffers {
     free: Mutex<Vec<Vec<f32>>>,
     /// Values taken since the last `settle`.
     taken: AtomicUsize,
+    /// Taken buffers are filled with NaN (`COLIBRI_POISON_BUFFERS=1`).
+    poison: bool,
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers { free: Mutex::default(), taken: AtomicUsize::new(0), poison: poisoned() }
+    }
 }
 
 impl Buffers {
+    /// `v` as a taker receives it: filled with NaN in the poison test mode.
+    fn handed(&self, mut v: Vec<f32>) -> Vec<f32> {
+        if self.poison {
+            v.fill(f32::NAN);
+        }
+        v
+    }
+
     fn free(&self) -> MutexGuard<'_, Vec<Vec<f32>>> {
         // A taker that panicked left the list whole (every change is one push or remove).
         self.free.lock().unwrap_or_else(|e| e.into_inner())
@@ -48,7 +73,7 @@ impl Buffers {
         self.taken.fetch_add(len, Ordering::Relaxed);
         match len {
             0 => Vec::new(),
-            _ => self.reuse(len).unwrap_or_else(|| vec![0.0; len]),
+            _ => self.handed(self.reuse(len).unwrap_or_else(|| vec![0.0; len])),
         }
     }
 
@@ -60,13 +85,13 @@ impl Buffers {
             return Ok(Vec::new());
         }
         if let Some(v) = self.reuse(len) {
-            return Ok(v);
+            return Ok(self.handed(v));
         }
         let mut v = Vec::new();
         crate::fallible::reserve_exact(&mut v, len)
             .map_err(|_| Error::OutOfMemory { what: what(), bytes: (len as u64).saturating_mul(4) })?;
         v.resize(len, 0.0);
-        Ok(v)
+        Ok(self.handed(v))
     }
 
     /// End of a step: drop the largest kept buffers until they hold at most twice the values
@@ -126,7 +151,7 @@ mod tests {
 
     #[test]
     fn take_keeps_values_and_grows_with_zeros() {
-        let b = Buffers::default();
+        let b = Buffers { poison: false, ..Buffers::default() };
         let mut v = b.take(16);
         v.iter_mut().for_each(|x| *x = 7.0);
         v.truncate(4);
@@ -138,6 +163,18 @@ mod tests {
         b.give(v);
         assert_eq!(b.try_take(16, &what).unwrap().len(), 16);
         assert_eq!(b.free().len(), 0, "the kept buffer was reused");
+    }
+
+    #[test]
+    fn the_poison_mode_hands_out_nan_new_and_kept() {
+        let b = Buffers { poison: true, ..Buffers::default() };
+        assert!(b.take(5).iter().all(|x| x.is_nan()), "a new buffer");
+        b.give(vec![1.0; 8]);
+        assert!(b.take(6).iter().all(|x| x.is_nan()), "a kept buffer");
+        assert!(b.try_take(3, &what).unwrap().iter().all(|x| x.is_nan()));
+        let plain = Buffers { poison: false, ..Buffers::default() };
+        plain.give(vec![1.0; 8]);
+        assert_eq!(plain.take(6), [1.0; 6], "no fill outside the test mode");
     }
 
     #[test]

@@ -24,14 +24,16 @@ pub fn delta_net(
     lanes: &mut [Lane<'_>],
     b: &mut Scratch,
 ) {
-    let Some(d) = c.delta_net else { return };
+    let Some(d) = c.delta_net else { unreachable!("the loader builds DeltaNet layers only with `c.delta_net`") };
     let n = lanes.last().map_or(0, |s| s.rows.end);
     let (qkvz_w, vd) = (2 * d.key_dim() + 2 * d.value_dim(), d.value_dim());
     // [q k v z] and [b a] of every row.
     kern.matmul(w.in_qkvz, &b.xn[..n * c.hidden_size], n, &mut b.dn_qkvz);
     kern.matmul(w.in_ba, &b.xn[..n * c.hidden_size], n, &mut b.dn_ba);
     for lane in lanes.iter_mut() {
-        let Some(state) = lane.rec.layer_write(layer) else { continue };
+        let Some(state) = lane.rec.layer_write(layer) else {
+            unreachable!("a session holds a recurrent state for every DeltaNet layer of its model")
+        };
         let rows = lane.rows.clone();
         let mixed = &mut b.dn_mixed[rows.start * d.conv_dim()..rows.end * d.conv_dim()];
         // mixed = silu(conv(q k v)), continuing from the conv state (from `state.from` on the

@@ -38,7 +38,9 @@ pub fn attention(
     seqs: &mut [Lane<'_>],
     b: &mut Scratch,
 ) {
-    let (Some(m), AttnWeights::Mla(w)) = (c.mla.as_ref(), &lw.attn) else { return };
+    let (Some(m), AttnWeights::Mla(w)) = (c.mla.as_ref(), &lw.attn) else {
+        unreachable!("Step::attention sends only MLA layers here, and the loader builds them only with `c.mla`")
+    };
     let n = seqs.last().map_or(0, |s| s.rows.end);
     // q ([n, heads·(nope + rope)]) and the normed latents with their rope keys ([n, rank + rope]).
     project(c, m, kern, w, n, b);
