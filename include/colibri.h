@@ -296,6 +296,12 @@ typedef struct {
    * 1: pin worker i to the i-th CPU the process may run on (Linux). Default 0.
    */
   int32_t pin_threads;
+  /**
+   * 1 (default): advise transparent huge pages on the mapping (MADV_HUGEPAGE), so that the
+   * weights are read and mapped in 2 MiB pages where the kernel allows; 0: leave the
+   * system's default (e.g. where huge-page compaction stalls matter more than decode speed).
+   */
+  int32_t use_hugepages;
 } colibri_model_params;
 
 /**

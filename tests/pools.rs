@@ -107,12 +107,14 @@ fn the_c_abi_takes_thread_counts() {
     let path = std::ffi::CString::new(model_path().to_str().unwrap()).unwrap();
     unsafe {
         let mut mp = colibri_model_params::default();
-        assert_eq!(std::mem::size_of::<colibri_model_params>(), 24);
+        assert_eq!(std::mem::size_of::<colibri_model_params>(), 28);
         for (size, n_threads, pin, want) in [
             (12, 1025, 0, COLIBRI_STATUS_OK), // ABI 1's first size, before n_threads: not read
             (16, 1025, 0, COLIBRI_STATUS_BAD_STRUCT_SIZE), // never released
             (24, 1025, 0, COLIBRI_STATUS_INVALID_ARGUMENT),
-            (24, 3, 1, COLIBRI_STATUS_OK),
+            (24, 3, 1, COLIBRI_STATUS_OK), // before use_hugepages: the default
+            (28, 1025, 0, COLIBRI_STATUS_INVALID_ARGUMENT),
+            (28, 3, 1, COLIBRI_STATUS_OK),
             (20, 3, 0, COLIBRI_STATUS_BAD_STRUCT_SIZE),
         ] {
             (mp.struct_size, mp.n_threads, mp.pin_threads) = (size, n_threads, pin);

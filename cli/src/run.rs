@@ -83,6 +83,10 @@ pub struct RunArgs {
     /// Lock the model in RAM.
     #[arg(long)]
     pub mlock: bool,
+    /// Map the model without the transparent-huge-page advice (by default its weights are read
+    /// and mapped in 2 MiB pages where the kernel allows).
+    #[arg(long)]
+    pub no_hugepages: bool,
     /// Print each token's routing (experts and weights per layer) to stderr.
     #[arg(long)]
     pub debug_routing: bool,
@@ -118,6 +122,7 @@ fn load(a: &RunArgs) -> Result<Loaded, Error> {
     let opts = LoadOptions {
         mmap: !a.no_mmap,
         mlock: a.mlock,
+        hugepages: !a.no_hugepages,
         threads: threads::options(a.threads),
         ..LoadOptions::default()
     };

@@ -106,6 +106,7 @@ type openConfig struct {
 	threads     int
 	pin         bool
 	sigbus      bool
+	hugepages   bool
 }
 
 // WithMmap maps the file (true, the default) or reads it into memory (false, for filesystems
@@ -130,6 +131,11 @@ func WithPinnedThreads(on bool) Option { return func(c *openConfig) { c.pin = on
 // fault outside a model mapping on to the handler installed before it (Go's own).
 func WithSigbusGuard(on bool) Option { return func(c *openConfig) { c.sigbus = on } }
 
+// WithHugePages advises transparent huge pages on the model mapping (true, the default: the
+// weights are read and mapped in 2 MiB pages where the kernel allows); false leaves the system's
+// default.
+func WithHugePages(on bool) Option { return func(c *openConfig) { c.hugepages = on } }
+
 // Model is an opened .colibri file; see the package documentation for ownership rules.
 type Model struct {
 	mu     sync.Mutex
@@ -143,7 +149,7 @@ type Model struct {
 func Open(path string, opts ...Option) (*Model, error) {
 	var p C.colibri_model_params
 	C.colibri_model_params_init(&p)
-	cfg := openConfig{mmap: p.use_mmap != 0, mlock: p.use_mlock != 0}
+	cfg := openConfig{mmap: p.use_mmap != 0, mlock: p.use_mlock != 0, hugepages: p.use_hugepages != 0}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -152,7 +158,7 @@ func Open(path string, opts ...Option) (*Model, error) {
 		return nil, invalid("Open", fmt.Sprintf("WithThreads(%d) outside 0..1024", cfg.threads))
 	}
 	p.n_threads, p.pin_threads = C.uint32_t(cfg.threads), boolInt(cfg.pin)
-	p.sigbus_guard = boolInt(cfg.sigbus)
+	p.sigbus_guard, p.use_hugepages = boolInt(cfg.sigbus), boolInt(cfg.hugepages)
 	if strings.IndexByte(path, 0) >= 0 {
 		return nil, invalid("Open", "path contains a NUL byte")
 	}

@@ -138,6 +138,7 @@ class ModelParams(Structure):
         ("sigbus_guard", c_int32),
         ("n_threads", c_uint32),
         ("pin_threads", c_int32),
+        ("use_hugepages", c_int32),
     ]
 
 

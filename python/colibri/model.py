@@ -52,7 +52,8 @@ class ModelInfo:
 class Model(OwnedHandle):
     """An opened model file.
 
-    ``Model(path, mmap=True, mlock=False, *, n_threads=0, pin_threads=False, sigbus_guard=False)`` maps (or with
+    ``Model(path, mmap=True, mlock=False, *, n_threads=0, pin_threads=False, sigbus_guard=False,
+    hugepages=True)`` maps (or with
     ``mmap=False`` reads) and validates the file; a bad path raises ``ColibriError`` with status
     ``IO``, a malformed file ``INVALID_MODEL``. The model runs its forward passes on worker
     threads of its own, shared by all its sessions: ``n_threads`` of them (0: one per physical
@@ -62,6 +63,8 @@ class Model(OwnedHandle):
     ``sigbus_guard=True`` survives the file being truncated or rewritten in place while mapped:
     calls then raise ``ColibriError`` with status ``MODEL_CHANGED`` (open the model again) instead
     of the process dying of SIGBUS; it installs a process-wide handler that chains to any earlier.
+    ``hugepages=False`` leaves the mapping without the transparent-huge-page advice the library
+    gives by default (2 MiB pages for the weights where the kernel allows).
     Close it with ``close()`` or a ``with`` block; sessions made from it stay valid after that
     (the C session holds its own reference), but tokenising text through a session needs the
     model open.
@@ -81,6 +84,7 @@ class Model(OwnedHandle):
         n_threads: int = 0,
         pin_threads: bool = False,
         sigbus_guard: bool = False,
+        hugepages: bool = True,
         lib: Optional[Library] = None,
     ) -> None:
         raw = encode_path(path)
@@ -89,6 +93,7 @@ class Model(OwnedHandle):
         threads = check_int("n_threads", n_threads, 0, 1024)
         pin = check_bool("pin_threads", pin_threads)
         guard = check_bool("sigbus_guard", sigbus_guard)
+        huge = check_bool("hugepages", hugepages)
         lib = lib if lib is not None else get_library()
         p = lib.model_params()
         p.use_mmap = int(use_mmap)
@@ -96,6 +101,7 @@ class Model(OwnedHandle):
         p.n_threads = threads
         p.pin_threads = int(pin)
         p.sigbus_guard = int(guard)
+        p.use_hugepages = int(huge)
         h = c_void_p()
         st = lib.colibri_model_open(raw, byref(p), byref(h))
         if st != Status.OK:

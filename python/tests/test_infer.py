@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import json
+import os
 import struct
 from typing import Any, Dict, List, Tuple
 
@@ -302,6 +303,34 @@ def test_thread_count_changes_no_result(model_path: Any) -> None:
     for bad in (-1, 1025):
         with pytest.raises(ValueError):
             colibri.Model(model_path, n_threads=bad)
+
+
+def _vm_flags(path: Any) -> Dict[str, List[str]]:
+    """The VmFlags of this process's mappings of ``path``, by address range."""
+    name, mapping = os.path.realpath(path), ""
+    out: Dict[str, List[str]] = {}
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if parts and "-" in parts[0] and not parts[0].endswith(":"):
+                mapping = parts[0] if len(parts) > 5 and parts[5] == name else ""
+            elif mapping and parts and parts[0] == "VmFlags:":
+                out[mapping] = parts[1:]
+    return out
+
+
+def test_huge_page_advice_is_on_by_default_and_can_be_turned_off(model_path: Any) -> None:
+    ids = [i % 390 for i in range(5, 21)]
+    got = []
+    for huge in (True, False):
+        before = _vm_flags(model_path)
+        with colibri.Model(model_path, hugepages=huge) as m, m.session() as s:
+            (flags,) = [f for r, f in _vm_flags(model_path).items() if r not in before]
+            assert ("hg" in flags) == huge, flags
+            got.append([float(v) for v in s.infer(ids)])
+    assert got[0] == got[1]
+    with pytest.raises(TypeError):
+        colibri.Model(model_path, hugepages="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("routing", ["topk", "gumbel"])

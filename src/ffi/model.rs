@@ -35,12 +35,16 @@ pub struct colibri_model_params {
     pub n_threads: u32,
     /// 1: pin worker i to the i-th CPU the process may run on (Linux). Default 0.
     pub pin_threads: i32,
+    /// 1 (default): advise transparent huge pages on the mapping (MADV_HUGEPAGE), so that the
+    /// weights are read and mapped in 2 MiB pages where the kernel allows; 0: leave the
+    /// system's default (e.g. where huge-page compaction stalls matter more than decode speed).
+    pub use_hugepages: i32,
 }
 
 impl Versioned for colibri_model_params {
     /// ABI 1 as released: up to use_mlock (12 bytes); then sigbus_guard, n_threads and
-    /// pin_threads (24), added together.
-    const SIZES: &'static [usize] = &[12, std::mem::size_of::<colibri_model_params>()];
+    /// pin_threads (24), added together; then use_hugepages (28).
+    const SIZES: &'static [usize] = &[12, 24, std::mem::size_of::<colibri_model_params>()];
 }
 
 impl Default for colibri_model_params {
@@ -52,6 +56,7 @@ impl Default for colibri_model_params {
             sigbus_guard: 0,
             n_threads: 0,
             pin_threads: 0,
+            use_hugepages: 1,
         }
     }
 }
@@ -179,6 +184,7 @@ impl colibri_model {
         let opts = LoadOptions {
             mmap: p.use_mmap != 0,
             mlock: p.use_mlock != 0,
+            hugepages: p.use_hugepages != 0,
             sigbus_guard: p.sigbus_guard != 0,
             threads,
             ..LoadOptions::default()

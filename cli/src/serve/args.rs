@@ -6,9 +6,9 @@ use super::budget;
 use super::cors::Origins;
 use crate::model_path;
 use colibri::embed::Pooling;
-use colibri::threads::ThreadOptions;
 use colibri::tokenizer::MessageSpecials;
 use colibri::Error;
+use colibri::LoadOptions;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Worker threads of the engine (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Map the model without the transparent-huge-page advice (by default its weights are read
+    /// and mapped in 2 MiB pages where the kernel allows).
+    #[arg(long)]
+    pub no_hugepages: bool,
     /// Context length per sequence in tokens (default: the model's, capped at 4096).
     #[arg(short = 'c', long, default_value_t = 0)]
     pub ctx: usize,
@@ -129,8 +133,9 @@ pub struct ServeConfig {
     pub queue: usize,
     pub api_key: Option<String>,
     pub pid_file: Option<PathBuf>,
-    /// Every loaded model's worker pool (`-t`, `COLIBRI_PIN`).
-    pub threads: ThreadOptions,
+    /// How every loaded model is mapped (`--no-hugepages`) and its worker pool (`-t`,
+    /// `COLIBRI_PIN`).
+    pub load: LoadOptions,
     /// 0 = the model's context capped at 4096 (decided per loaded model).
     pub ctx: usize,
     pub timeout: Option<Duration>,
@@ -204,7 +209,11 @@ impl ServeConfig {
             queue: a.queue,
             api_key,
             pid_file: a.pid_file.clone(),
-            threads: crate::threads::options(a.threads),
+            load: LoadOptions {
+                hugepages: !a.no_hugepages,
+                threads: crate::threads::options(a.threads),
+                ..LoadOptions::default()
+            },
             ctx: a.ctx,
             timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
             max_body: a.max_body,

@@ -6,7 +6,6 @@
 use colibri::chat_output::{end_of_turn_ids, Syntax, ToolTags};
 use colibri::grammar::VocabCache;
 use colibri::session::{kv_bytes_per_token, SessionOptions, DEFAULT_CTX_CAP};
-use colibri::threads::ThreadOptions;
 use colibri::tokenizer::{encode_chat_with, ChatMessage, ChatTemplate, MessageSpecials, Tokenizer};
 use colibri::{Error, LoadOptions, Model};
 use std::path::Path;
@@ -65,13 +64,12 @@ pub struct Engine {
 
 impl Engine {
     /// Open `path`, verify every byte (checksums, NaN/Inf scan) and prove it serves (tokenizer,
-    /// chat template, a canary forward pass: `colibri::usable::prove`), with a worker pool of
-    /// `threads`. `ctx` 0 = the model's context capped at 4096.
-    pub fn load(path: &Path, ctx: usize, threads: ThreadOptions, generation: u64) -> Result<Engine, Error> {
+    /// chat template, a canary forward pass: `colibri::usable::prove`), mapped and with a worker
+    /// pool as `opts` say. `ctx` 0 = the model's context capped at 4096.
+    pub fn load(path: &Path, ctx: usize, opts: LoadOptions, generation: u64) -> Result<Engine, Error> {
         // The SIGBUS guard: a file rewritten in place fails requests and triggers a reload
         // (reload::watch) instead of killing the server.
-        let model =
-            crate::model_path::open(path, &LoadOptions { sigbus_guard: true, threads, ..LoadOptions::default() })?;
+        let model = crate::model_path::open(path, &LoadOptions { sigbus_guard: true, ..opts })?;
         model.verify()?;
         let usable = colibri::usable::prove(&model)?;
         let tokenizer = usable.tokenizer.ok_or_else(|| Error::Unsupported {

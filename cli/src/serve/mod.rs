@@ -126,9 +126,9 @@ async fn serve(config: ServeConfig) -> Result<(), Error> {
     {
         let (state, fatal, stop) = (state.clone(), fatal.clone(), stop.clone());
         tokio::spawn(async move {
-            let (path, ctx, threads) = (state.config.model_path.clone(), state.config.ctx, state.config.threads);
+            let (path, ctx, opts) = (state.config.model_path.clone(), state.config.ctx, state.config.load.clone());
             let template = state.config.chat_template.clone();
-            let load = move || engine::Engine::load(&path, ctx, threads, 1)?.with_template_opt(template.as_deref());
+            let load = move || engine::Engine::load(&path, ctx, opts, 1)?.with_template_opt(template.as_deref());
             match tokio::task::spawn_blocking(load).await {
                 Ok(Ok(e)) => {
                     eprintln!("model {} ready (context {} tokens)", e.id, e.n_ctx);

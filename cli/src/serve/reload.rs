@@ -60,9 +60,9 @@ pub async fn reload(state: &Shared) {
     };
     let generation = current.generation + 1;
     drop(current);
-    let (path, ctx, threads) = (state.config.model_path.clone(), state.config.ctx, state.config.threads);
+    let (path, ctx, opts) = (state.config.model_path.clone(), state.config.ctx, state.config.load.clone());
     let template = state.config.chat_template.clone();
-    let load = move || Engine::load(&path, ctx, threads, generation)?.with_template_opt(template.as_deref());
+    let load = move || Engine::load(&path, ctx, opts, generation)?.with_template_opt(template.as_deref());
     let loaded = tokio::task::spawn_blocking(load).await;
     match loaded {
         Ok(Ok(engine)) => {
