@@ -17,7 +17,7 @@ For each model, one at a time (its files are deleted after measuring unless --ke
   5. report:     markdown table per model (t/s per engine, mean over rounds of each round's average,
                  and ratios colibri/peer); every raw result goes to --out as JSON.
 
-llama.cpp is built by bench/build_llamacpp.sh (called here if missing; idempotent).
+llama.cpp is built by tools/build_llama_cpp.sh (called here if missing; idempotent).
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="extra llama-bench arguments, e.g. '--poll 0' (default: none, llama-bench's defaults)")
     ap.add_argument("--report", type=Path, metavar="RESULTS_JSON",
                     help="only print the tables of an earlier run's results file")
-    ap.add_argument("--llama-cpp", type=Path, default=Path(os.environ.get("LLAMACPP_DIR", "/work/peers/llama.cpp")),
-                    help="llama.cpp cache dir of bench/build_llamacpp.sh (env LLAMACPP_DIR)")
+    ap.add_argument("--llama-cpp", type=Path, default=Path(os.environ.get("LLAMACPP_DIR", "/work/llama")),
+                    help="llama.cpp dir of tools/build_llama_cpp.sh (env LLAMACPP_DIR)")
     a = ap.parse_args(argv)
     a.models = list(MODELS) if a.models == "all" else [m for m in a.models.split(",") if m]
     a.precisions = [p for p in a.precisions.split(",") if p]
@@ -224,7 +224,7 @@ def colibri_version(colibri: Path) -> str:
 
 
 class LlamaCpp:
-    """Paths of the llama.cpp build made by bench/build_llamacpp.sh."""
+    """Paths of the llama.cpp build made by tools/build_llama_cpp.sh."""
 
     def __init__(self, cache: Path):
         self.cache = cache
@@ -234,9 +234,9 @@ class LlamaCpp:
 
     def ensure_built(self) -> None:
         if not (self.bench.exists() and self.quantize.exists()):
-            log(f"llama.cpp not built in {self.cache}: running bench/build_llamacpp.sh")
-            env = dict(os.environ, LLAMACPP_DIR=str(self.cache), PYTHON=sys.executable)
-            if subprocess.run(["bash", str(BENCH / "build_llamacpp.sh")], env=env).returncode != 0:
+            log(f"llama.cpp not built in {self.cache}: running tools/build_llama_cpp.sh")
+            env = dict(os.environ, LLAMACPP_DIR=str(self.cache), PYTHON=sys.executable, INSTALL_GGUF_PY="1")
+            if subprocess.run(["bash", str(BENCH.parent / "tools" / "build_llama_cpp.sh")], env=env).returncode != 0:
                 sys.exit("llama.cpp build failed")
 
     def build_info(self) -> str:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run llama.cpp's convert_hf_to_gguf.py with a sentencepiece vocabulary for OLMoE and Qwen2-MoE.
 
-    /work/venv/bin/python bench/gguf_convert.py --llama-cpp /work/peers/llama.cpp/llama.cpp \\
+    /work/venv/bin/python bench/gguf_convert.py --llama-cpp /work/llama/llama.cpp \\
         CHECKPOINT_DIR --outtype bf16 --outfile X-bf16.gguf
 
 Everything after --llama-cpp DIR is passed to the converter unchanged.
