@@ -92,7 +92,8 @@ mod tests {
             use_mlock,
             sigbus_guard,
             n_threads,
-            pin_threads
+            pin_threads,
+            use_hugepages
         );
         assert_no_padding!(
             colibri_model_info,
