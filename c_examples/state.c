@@ -1,12 +1,14 @@
 /*
- * Session state files: feed a prompt, save the session (KV cache, routing RNG, last logits and
- * the prompt's ids) to a file, load it into a fresh session and check that both continue with
- * the same logits; then check that a damaged file is refused and leaves the session as it was.
+ * Session state: feed a prompt, save the session (KV cache, routing RNG, last logits and the
+ * prompt's ids) to a file, load it into a fresh session and check that both continue with the
+ * same logits; then check that a damaged file is refused and leaves the session as it was. Then
+ * copy the session in memory (colibri_session_copy) and check that the copy continues with the
+ * same logits, and that a NULL session and a context too small are refused.
  *
  *   state MODEL.colibri STATE_FILE [PROMPT]
  *
- * Prints one line "state: restored session continues identically (N tokens)" and exits 0 only
- * when every check holds.
+ * Prints the lines "state: restored session continues identically (N tokens)" and "state: a
+ * copied session continues identically (N tokens)" and exits 0 only when every check holds.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <colibri.h>
@@ -29,7 +31,8 @@ static colibri_status feed(colibri_session *s, const int32_t *ids, size_t n, flo
 int main(int argc, char **argv) {
     const char *prompt = argc > 3 ? argv[3] : "And the LORD said unto Moses";
     colibri_model *model = NULL;
-    colibri_session *a = NULL, *b = NULL;
+    colibri_session *a = NULL, *b = NULL, *c = NULL, *tiny = NULL;
+    colibri_session_params small;
     colibri_model_info info;
     int32_t ids[MAX_TOKENS], back[MAX_TOKENS], next = 7;
     size_t n = 0, n_back = 0, vocab;
@@ -103,12 +106,40 @@ int main(int argc, char **argv) {
         goto done;
     }
     printf("state: restored session continues identically (%zu tokens)\n", n);
+    /* An in-memory copy holds what `a` holds: both continue with the same logits. */
+    if ((st = colibri_session_new(model, NULL, &c)) || (st = colibri_session_copy(c, a))) {
+        failed("copy", st);
+        goto done;
+    }
+    if ((st = feed(a, &next, 1, la, vocab)) || (st = feed(c, &next, 1, lb, vocab))) {
+        failed("continue after the copy", st);
+        goto done;
+    }
+    if (memcmp(la, lb, vocab * sizeof *la) != 0) {
+        fprintf(stderr, "state: the copied session's logits differ\n");
+        goto done;
+    }
+    /* A context of one token cannot take `a`'s; a NULL session is refused. */
+    colibri_session_params_init(&small);
+    small.n_ctx = 1;
+    if ((st = colibri_session_new(model, &small, &tiny)) != COLIBRI_STATUS_OK) {
+        failed("small session", st);
+        goto done;
+    }
+    if ((st = colibri_session_copy(tiny, a)) != COLIBRI_STATUS_CONTEXT_FULL ||
+        (st = colibri_session_copy(NULL, a)) != COLIBRI_STATUS_NULL_ARGUMENT) {
+        fprintf(stderr, "state: a refused copy gave %s\n", colibri_status_str(st));
+        goto done;
+    }
+    printf("state: a copied session continues identically (%zu tokens)\n", n);
     rc = 0;
 done:
     free(la);
     free(lb);
     colibri_session_free(a);
     colibri_session_free(b);
+    colibri_session_free(c);
+    colibri_session_free(tiny);
     colibri_model_free(model);
     return rc;
 }
