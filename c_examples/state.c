@@ -28,6 +28,18 @@ static colibri_status feed(colibri_session *s, const int32_t *ids, size_t n, flo
     return colibri_infer(s, ids, n, out, vocab);
 }
 
+/* Feed `next` to both x and y: 0 when their logits are equal, else 1 after saying why (`what`). */
+static int continue_alike(colibri_session *x, colibri_session *y, int32_t next, float *lx, float *ly, size_t vocab,
+                          const char *what) {
+    colibri_status st;
+    if ((st = feed(x, &next, 1, lx, vocab)) || (st = feed(y, &next, 1, ly, vocab))) return failed(what, st);
+    if (memcmp(lx, ly, vocab * sizeof *lx) != 0) {
+        fprintf(stderr, "state: %s: the logits differ\n", what);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *prompt = argc > 3 ? argv[3] : "And the LORD said unto Moses";
     colibri_model *model = NULL;
@@ -78,14 +90,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "state: the stored ids differ\n");
         goto done;
     }
-    if ((st = feed(a, &next, 1, la, vocab)) || (st = feed(b, &next, 1, lb, vocab))) {
-        failed("continue", st);
-        goto done;
-    }
-    if (memcmp(la, lb, vocab * sizeof *la) != 0) {
-        fprintf(stderr, "state: the restored session's logits differ\n");
-        goto done;
-    }
+    if (continue_alike(a, b, next, la, lb, vocab, "the restored session")) goto done;
     /* Damage the file: a byte in the middle flipped. The load fails; b keeps its n + 1 tokens. */
     if (!(f = fopen(argv[2], "r+b")) || fseek(f, 200, SEEK_SET) != 0 || fputc(0x5a ^ 0xff, f) == EOF) {
         fprintf(stderr, "state: cannot damage %s\n", argv[2]);
@@ -97,28 +102,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "state: a damaged file was loaded\n");
         goto done;
     }
-    if ((st = feed(a, &next, 1, la, vocab)) || (st = feed(b, &next, 1, lb, vocab))) {
-        failed("continue after the refused load", st);
-        goto done;
-    }
-    if (memcmp(la, lb, vocab * sizeof *la) != 0) {
-        fprintf(stderr, "state: the refused load changed the session\n");
-        goto done;
-    }
+    if (continue_alike(a, b, next, la, lb, vocab, "after the refused load")) goto done;
     printf("state: restored session continues identically (%zu tokens)\n", n);
     /* An in-memory copy holds what `a` holds: both continue with the same logits. */
     if ((st = colibri_session_new(model, NULL, &c)) || (st = colibri_session_copy(c, a))) {
         failed("copy", st);
         goto done;
     }
-    if ((st = feed(a, &next, 1, la, vocab)) || (st = feed(c, &next, 1, lb, vocab))) {
-        failed("continue after the copy", st);
-        goto done;
-    }
-    if (memcmp(la, lb, vocab * sizeof *la) != 0) {
-        fprintf(stderr, "state: the copied session's logits differ\n");
-        goto done;
-    }
+    if (continue_alike(a, c, next, la, lb, vocab, "the copied session")) goto done;
     /* A context of one token cannot take `a`'s; a NULL session is refused. */
     colibri_session_params_init(&small);
     small.n_ctx = 1;
