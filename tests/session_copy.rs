@@ -82,6 +82,9 @@ impl Case {
         forward(m, &mut b, Input::Tokens(&other[..3]), &all()).unwrap();
         b.copy_from(&a).unwrap();
         assert_eq!((b.position(), b.n_ctx()), (split, 160), "{what}: position copied, capacity kept");
+        let mut fresh = session(m, 128, kv);
+        fresh.copy_from(&a).unwrap();
+        assert_eq!(fresh.kv_reserved(), split, "{what}: only the used positions are allocated");
         assert_eq!(bits(&b), bits(&a), "{what}: the last logits are copied");
         assert_eq!(decode(m, &mut b, tail), self.fresh(prompt, tail, kv), "{what}: the copy ≠ a fresh session");
         assert_eq!(decode(m, &mut a, &other), self.fresh(prompt, &other, kv), "{what}: the source changed");
