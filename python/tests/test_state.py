@@ -81,3 +81,17 @@ def test_copied_session_continues_identically(model: colibri.Model) -> None:
     assert small.position == 0
     with pytest.raises(TypeError):
         small.copy_from(model)  # type: ignore[arg-type]
+    # Another handle of the same file is the same model; another file is not.
+    with colibri.Model(model.path) as again:
+        same = again.session(n_ctx=128)
+        same.copy_from(a)
+        assert _logits(same, [9]) == _logits(a, [9])
+        same.close()
+    with colibri.Model(str(Path(__file__).resolve().parents[2] / "models" / "default.colibri")) as default:
+        other = default.session(n_ctx=128)
+        with pytest.raises(colibri.ColibriError) as e:
+            other.copy_from(a)
+        assert e.value.status == colibri.Status.INVALID_ARGUMENT
+        assert "different models" in str(e.value)
+        assert other.position == 0
+        other.close()
