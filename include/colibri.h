@@ -1198,6 +1198,24 @@ colibri_status colibri_session_set_route_callback(colibri_session *session,
                                                   void *userdata);
 
 /**
+ * Make `dst` hold exactly what `src` holds (llama.cpp's llama_memory_seq_cp): its cached
+ * tokens — the KV rows of every attention layer (only the used positions are copied), the
+ * recurrent state of DeltaNet layers with the state of its last call's start (so
+ * colibri_session_truncate goes back to the same points on both) — its routing RNG state and
+ * its last logits. `src` is unchanged and the two are independent afterwards. `dst` keeps its
+ * own settings: context capacity, kv_type (KV values are converted if `src`'s differs; equal
+ * types continue bit-identically), quant_act, all_logits, routing mode, moe_top_k and route
+ * callback. Errors leave `dst` unchanged: NULL_ARGUMENT; INVALID_ARGUMENT for sessions of
+ * different models; CONTEXT_FULL when `src`'s cached tokens exceed `dst`'s n_ctx;
+ * OUT_OF_MEMORY; BUSY while either session is in use by another call. `dst == src` does
+ * nothing.
+ *
+ * # Safety
+ * `dst` and `src` must be live sessions.
+ */
+colibri_status colibri_session_copy(colibri_session *dst, const colibri_session *src);
+
+/**
  * Write the session's state and the ids of its cached tokens (`n_tokens` of them: all cached
  * tokens, or 0 to store none) to the file `path`: a temporary file beside it is written, synced
  * and renamed into place, so a failure leaves any earlier file at `path` as it was. The file is

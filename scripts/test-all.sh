@@ -42,7 +42,7 @@ for path in generic avx2 avx512; do
         continue
     fi
     echo "== oracle tests with COLIBRI_CPU=$path"
-    COLIBRI_CPU=$path cargo test --release -p colibri --test oracle --test batch --test block_dtypes --test recurrent --test kquant_r8
+    COLIBRI_CPU=$path cargo test --release -p colibri --test oracle --test batch --test block_dtypes --test recurrent --test kquant_r8 --test session_copy
     COLIBRI_CPU=$path cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
 done
 echo "== (no amx kernels exist yet: COLIBRI_CPU=amx falls back to the best path, tested above)"

@@ -524,13 +524,15 @@ suite() { # MODE
     ok "threads: 2 threads x 3 rounds == single thread (== generate)"
 
     # state.c: a session saved to a file and loaded into a fresh one continues with the same
-    # logits; a damaged file is refused and changes nothing.
+    # logits; a damaged file is refused and changes nothing; a session copied in memory
+    # continues with the same logits.
     for model in Q M; do
         run_prog state "${!model}" "$WORK/$model.state"
-        grep -q '^state: restored session continues identically ([0-9]* tokens)$' "$WORK/out" ||
+        grep -q '^state: restored session continues identically ([0-9]* tokens)$' "$WORK/out" &&
+            grep -q '^state: a copied session continues identically ([0-9]* tokens)$' "$WORK/out" ||
             fail "[$MODE] state $model: $(cat "$WORK/out" "$WORK/err")"
     done
-    ok "state: save, load into a fresh session, identical continuation; a damaged file refused, nothing changed"
+    ok "state: save, load into a fresh session, identical continuation; a damaged file refused, nothing changed; an in-memory copy continues identically, a too small or NULL one refused"
 
     # fork.c: a forward pass, fork(), then one in the child (which must finish) and the parent.
     # The child inherits the memory of the parent's worker threads but not the threads (about

@@ -8,6 +8,7 @@ use crate::kernels::{Kernels, QuantActivations};
 use crate::model::{Config, LayerKind};
 use crate::rng::Rng;
 
+mod copy;
 mod recurrent;
 mod state_file;
 pub use recurrent::{LayerState, LayerWrite, RecurrentState, Snapshot};
@@ -387,29 +388,15 @@ impl Session {
     /// position where the last forward call started (its state is kept); any other `n` is
     /// `Error::Unsupported` and changes nothing — reset and feed the prefix again instead.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
-        if n > self.pos {
-            return Err(Error::InvalidArgument { reason: format!("cannot truncate to {n}: only {} cached", self.pos) });
-        }
-        if n == self.pos && !self.state_lost {
-            return Ok(());
-        }
-        if !self.rec.is_empty() {
-            if n == 0 {
-                self.reset();
-                return Ok(());
+        match self.cut(n)? {
+            copy::Cut::Whole => {}
+            copy::Cut::Zero => self.reset(),
+            copy::Cut::Start => {
+                self.rec.restore_start();
+                self.pos = n;
             }
-            if n != self.call_start_pos || self.state_lost {
-                return Err(Error::Unsupported {
-                    what: format!(
-                        "truncating a session of a model with recurrent (DeltaNet) layers to {n} of {} tokens: only \
-                         0, the current length or the start of the last call ({}) can be restored",
-                        self.pos, self.call_start_pos
-                    ),
-                });
-            }
-            self.rec.restore_start();
+            copy::Cut::Rows => self.pos = n,
         }
-        self.pos = n;
         Ok(())
     }
 

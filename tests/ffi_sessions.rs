@@ -3,7 +3,9 @@
 //! COLIBRI_STATUS_BUSY and changes nothing; the running call goes on unharmed. A route callback
 //! returning COLIBRI_ROUTE_ABORT fails its call with COLIBRI_STATUS_ABORTED and undoes it: the
 //! session (cached tokens, routing RNG) is as before and no logits are written, so a retry gives
-//! exactly what a single clean call gives.
+//! exactly what a single clean call gives. `colibri_session_copy` gives a session that continues
+//! bit-identically; a NULL session, sessions of different models and a context too small are
+//! refused with a status and a message, changing nothing.
 
 mod common;
 
@@ -76,6 +78,7 @@ unsafe extern "C" fn reenter(ud: *mut c_void, _token: i32, _text: *const c_char,
             ("position", colibri_session_position(s, &mut pos, &mut n_ctx)),
             ("set_routing", colibri_session_set_routing(s, COLIBRI_ROUTING_TOPK, 0, 0)),
             ("set_route_callback", colibri_session_set_route_callback(s, None, null_mut())),
+            ("copy", colibri_session_copy(s, s)),
             ("generate", nested),
             (
                 "infer_batch",
@@ -106,7 +109,7 @@ fn a_call_from_inside_its_own_callback_is_busy_and_harmless() {
     let mut r = Reentry { model: m, session: s, statuses: Vec::new() };
     let (st, got) = generate(s, Some(reenter), &mut r as *mut Reentry as *mut c_void);
     assert_eq!(st, COLIBRI_STATUS_OK);
-    assert_eq!(r.statuses.len(), 8);
+    assert_eq!(r.statuses.len(), 9);
     for (call, st) in &r.statuses {
         assert_eq!(*st, COLIBRI_STATUS_BUSY, "{call} from inside the session's own callback");
     }
@@ -227,5 +230,59 @@ fn a_route_callback_abort_undoes_the_call() {
         colibri_session_free(s);
         colibri_session_free(clean);
         colibri_model_free(m);
+    }
+}
+
+fn last_error() -> String {
+    unsafe { std::ffi::CStr::from_ptr(colibri_last_error_message()) }.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_session_copy_continues_identically_and_refuses_safely() {
+    let m = open_model();
+    let (a, b) = (new_session(m, true), new_session(m, false));
+    let mut out = vec![0f32; VOCAB];
+    assert_eq!(infer(a, &PROMPT, &mut out), COLIBRI_STATUS_OK);
+    assert_eq!(infer(b, &[9, 8], &mut out), COLIBRI_STATUS_OK);
+    assert_eq!(unsafe { colibri_session_copy(b, a) }, COLIBRI_STATUS_OK);
+    assert_eq!(unsafe { colibri_session_copy(a, a) }, COLIBRI_STATUS_OK, "a copy to itself does nothing");
+    assert_eq!(position(b), PROMPT.len());
+    // Gumbel routing on `a`: the routing RNG travels too, so b (top-k) is set to route as a does.
+    assert_eq!(unsafe { colibri_session_set_routing(b, COLIBRI_ROUTING_GUMBEL, 7, 0) }, COLIBRI_STATUS_OK);
+    assert_eq!(unsafe { colibri_session_copy(b, a) }, COLIBRI_STATUS_OK);
+    let (mut la, mut lb) = (vec![0f32; VOCAB], vec![0f32; VOCAB]);
+    for t in [42, 7, 1000] {
+        assert_eq!(infer(b, &[t], &mut lb), COLIBRI_STATUS_OK);
+        assert_eq!(infer(a, &[t], &mut la), COLIBRI_STATUS_OK);
+        assert_eq!(la, lb, "token {t}: the copy continues differently");
+    }
+
+    assert_eq!(unsafe { colibri_session_copy(null_mut(), a) }, COLIBRI_STATUS_NULL_ARGUMENT);
+    assert_eq!(unsafe { colibri_session_copy(b, std::ptr::null()) }, COLIBRI_STATUS_NULL_ARGUMENT);
+    let p = colibri_session_params { n_ctx: 4, ..Default::default() };
+    let mut small = null_mut();
+    assert_eq!(unsafe { colibri_session_new(m, &p, &mut small) }, COLIBRI_STATUS_OK);
+    assert_eq!(unsafe { colibri_session_copy(small, a) }, COLIBRI_STATUS_CONTEXT_FULL);
+    assert!(last_error().contains("context"), "{}", last_error());
+    assert_eq!(position(small), 0);
+
+    // A session of another model.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = common::fixture_dirs().into_iter().find(|d| d.ends_with("qwen3_next_hybrid")).unwrap();
+    let file = tmp.path().join("q.colibri");
+    common::convert(&dir, &file, "f32");
+    let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    let mut q = null_mut();
+    assert_eq!(unsafe { colibri_model_open(path.as_ptr(), std::ptr::null(), &mut q) }, COLIBRI_STATUS_OK);
+    let foreign = new_session(q, false);
+    assert_eq!(unsafe { colibri_session_copy(foreign, a) }, COLIBRI_STATUS_INVALID_ARGUMENT);
+    assert!(last_error().contains("different models"), "{}", last_error());
+    assert_eq!(position(foreign), 0);
+    unsafe {
+        for s in [a, b, small, foreign] {
+            colibri_session_free(s);
+        }
+        colibri_model_free(m);
+        colibri_model_free(q);
     }
 }

@@ -162,30 +162,24 @@ fn open_stream(addr: &str) -> BufReader<std::net::TcpStream> {
     r
 }
 
-fn metric(s: &Server, name: &str) -> u64 {
-    let text = s.get("/metrics").text();
-    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
 #[test]
 fn full_server_503_and_disconnect_cancels() {
     let s = Server::start(&["-m", &model(), "--parallel", "1", "--queue", "0", "--ctx", "512"]);
     let stream = open_stream(&s.addr);
-    assert_eq!(metric(&s, "colibri_active_sequences"), 1);
+    assert_eq!(s.metric("colibri_active_sequences"), 1);
     let r = s.post("/generate", &json!({"prompt": "a", "max_tokens": 1}));
     let v = assert_error(&r, 503, None);
     assert_eq!(v["error"]["code"], "server_busy");
     assert_eq!(r.header("retry-after"), Some("1"));
     // The client goes away mid-stream: the sequence is dropped within a step and its slot is free.
-    let generated_at_drop = metric(&s, "colibri_generated_tokens_total");
+    let generated_at_drop = s.metric("colibri_generated_tokens_total");
     drop(stream);
-    s.wait_until(|s| metric(s, "colibri_active_sequences") == 0, "the cancelled sequence to go");
-    let after = metric(&s, "colibri_generated_tokens_total");
+    s.wait_until(|s| s.metric("colibri_active_sequences") == 0, "the cancelled sequence to go");
+    let after = s.metric("colibri_generated_tokens_total");
     assert!(after < 400, "generation stopped early ({generated_at_drop} → {after} of 400 tokens)");
     let r = s.post("/generate", &json!({"prompt": "a", "max_tokens": 1}));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(metric(&s, "colibri_generated_tokens_total"), after + 1, "nothing else kept generating");
+    assert_eq!(s.metric("colibri_generated_tokens_total"), after + 1, "nothing else kept generating");
 }
 
 /// A client that waits for each answer before sending the next never finds its own finished
@@ -213,7 +207,7 @@ fn a_queued_request_waits_for_a_slot() {
     let queued = std::thread::spawn(move || {
         request(&addr, "POST", "/generate", &[], json!({"prompt": "a", "max_tokens": 2}).to_string().as_bytes())
     });
-    s.wait_until(|s| metric(s, "colibri_queue_depth") == 1, "the second request to queue");
+    s.wait_until(|s| s.metric("colibri_queue_depth") == 1, "the second request to queue");
     assert_error(&s.post("/generate", &json!({"prompt": "a", "max_tokens": 1})), 503, None);
     drop(stream);
     assert_eq!(queued.join().unwrap().status, 200);

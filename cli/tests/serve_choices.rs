@@ -224,3 +224,42 @@ fn one_log_line_per_request() {
     s.get("/v1/models");
     assert!(!s.log().contains("request"), "{}", s.log());
 }
+
+/// A prompt long enough for the batched GEMM path (≥ 16 rows) with n = 3: it is computed once
+/// (the prompt-token counter grows by its length, not three times it) and each choice starts from
+/// the very logits a single-choice request with the same prompt gets. With `--parallel 1` each
+/// choice then decodes alone: its tokens and logprobs equal, bit for bit, those of a
+/// single-choice request with that choice's seed. Decoding together (`--parallel 4`) a step of
+/// several rows rounds differently from a step of one (the batched decode, not the copy), so
+/// there only the first token is compared.
+#[test]
+fn n_choices_compute_a_long_prompt_once() {
+    for parallel in ["1", "4"] {
+        let s = Server::start(&["-m", &model(), "--parallel", parallel, "--prompt-cache", "0"]);
+        let prompt: Vec<u64> = (0..48).map(|i| (i * 97 + 5) % 4096).collect();
+        let req = json!({"prompt": [prompt], "max_tokens": 8, "temperature": 1.0, "seed": 11, "n": 3,
+                         "ignore_eos": true, "logprobs": 2});
+        let before = s.metric("colibri_prompt_tokens_total");
+        let v = s.post("/v1/completions", &req).json();
+        assert_eq!(v["usage"]["prompt_tokens"], 48, "{v}");
+        let computed = s.metric("colibri_prompt_tokens_total") - before;
+        assert_eq!(computed, 48, "--parallel {parallel}: the prompt was computed once for 3 choices");
+        let choices = v["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), 3);
+        for (i, c) in choices.iter().enumerate() {
+            let mut one = req.clone();
+            one["n"] = json!(1);
+            one["seed"] = json!(11 + i);
+            let alone = &s.post("/v1/completions", &one).json()["choices"][0];
+            let what = format!("--parallel {parallel}, choice {i}");
+            let first = |v: &Value| (v["logprobs"]["tokens"][0].clone(), v["logprobs"]["top_logprobs"][0].clone());
+            assert_eq!(first(c), first(alone), "{what}: the first token and its logprobs");
+            if parallel == "1" {
+                assert_eq!(c["text"], alone["text"], "{what}");
+                assert_eq!(c["logprobs"], alone["logprobs"], "{what}: logprobs differ");
+            }
+        }
+        let texts: Vec<&Value> = choices.iter().map(|c| &c["text"]).collect();
+        assert!(texts[0] != texts[1] || texts[1] != texts[2], "three samples at temperature 1 all equal: {texts:?}");
+    }
+}

@@ -17,12 +17,6 @@ fn model() -> String {
     serve_support::default_model().to_str().unwrap().to_string()
 }
 
-fn metric(s: &Server, name: &str) -> u64 {
-    let text = s.get("/metrics").text();
-    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}:\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
 fn error(r: &Resp, status: u16) -> Value {
     assert_eq!(r.status, status, "{}", r.text());
     let v = r.json();
@@ -78,14 +72,14 @@ fn a_chat_request_without_max_tokens_does_not_claim_the_whole_context() {
 fn the_kv_budget_refuses_what_does_not_fit_and_frees_it_when_requests_end() {
     // 1 MiB = 256 tokens of KV cache for all requests together.
     let s = Server::start(&["-m", &model(), "--kv-budget", "1M", "--parallel", "4"]);
-    assert_eq!(metric(&s, "colibri_kv_budget_bytes"), 1 << 20);
-    assert_eq!(metric(&s, "colibri_kv_budget_used_bytes"), 0);
+    assert_eq!(s.metric("colibri_kv_budget_bytes"), 1 << 20);
+    assert_eq!(s.metric("colibri_kv_budget_used_bytes"), 0);
     // A request that could never fit is the client's to shrink: 400.
     let e = error(&s.post("/generate", &json!({"prompt": "a", "max_tokens": 300})), 400);
     assert_eq!(e["code"], "request_too_large", "{e}");
     // A stream claims 2 + 200 tokens.
     let stream = open_stream(&s.addr, 200);
-    assert_eq!(metric(&s, "colibri_kv_budget_used_bytes"), 202 * KV_PER_TOKEN);
+    assert_eq!(s.metric("colibri_kv_budget_used_bytes"), 202 * KV_PER_TOKEN);
     // 101 tokens do not fit in the 54 left: 503, Retry-After, a JSON error; nothing allocated.
     let r = s.post("/v1/completions", &json!({"prompt": [1], "max_tokens": 100}));
     let e = error(&r, 503);
@@ -94,21 +88,21 @@ fn the_kv_budget_refuses_what_does_not_fit_and_frees_it_when_requests_end() {
     // 11 tokens fit, and come back when the request is done.
     let r = s.post("/v1/completions", &json!({"prompt": [1], "max_tokens": 10}));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(metric(&s, "colibri_kv_budget_used_bytes"), 202 * KV_PER_TOKEN);
+    assert_eq!(s.metric("colibri_kv_budget_used_bytes"), 202 * KV_PER_TOKEN);
     // The stream's client goes away: its claim comes back.
     drop(stream);
-    s.wait_until(|s| metric(s, "colibri_kv_budget_used_bytes") == 0, "the budget to be released");
+    s.wait_until(|s| s.metric("colibri_kv_budget_used_bytes") == 0, "the budget to be released");
     let r = s.post("/v1/completions", &json!({"prompt": [1], "max_tokens": 100}));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(metric(&s, "colibri_kv_budget_used_bytes"), 0);
+    assert_eq!(s.metric("colibri_kv_budget_used_bytes"), 0);
 }
 
 #[test]
 fn kv_budget_sizes_are_checked() {
     let s = Server::start(&["-m", &model(), "--kv-budget", "1.5G"]);
-    assert_eq!(metric(&s, "colibri_kv_budget_bytes"), 3 << 29);
+    assert_eq!(s.metric("colibri_kv_budget_bytes"), 3 << 29);
     let s = Server::start(&["-m", &model()]);
-    assert!(metric(&s, "colibri_kv_budget_bytes") > 0, "a default from the machine's memory");
+    assert!(s.metric("colibri_kv_budget_bytes") > 0, "a default from the machine's memory");
     for bad in ["0", "lots", "8X", "-1G"] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_colibri"))
             .args(["serve", "--port", "0", "-m", &model(), "--kv-budget", bad])

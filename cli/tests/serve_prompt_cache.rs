@@ -4,8 +4,8 @@
 //! cache computes (the same greedy tokens; logprobs to the rounding of the model's activation
 //! path, since reused answer tokens were computed by decode steps); the cache stays within
 //! `--prompt-cache` bytes; a hybrid model with recurrent (DeltaNet) layers reuses a session only
-//! at a point its state can be restored, with the same results as no cache; `--prompt-cache 0`
-//! keeps nothing.
+//! at a point its state can be restored, with the same results as no cache; a hit copies the
+//! kept session, so requests at once all reuse it; `--prompt-cache 0` keeps nothing.
 
 mod common;
 mod serve_support;
@@ -17,12 +17,6 @@ use serde_json::{json, Value};
 use serve_support::Server;
 use std::path::Path;
 use std::process::Command;
-
-fn metric(s: &Server, name: &str) -> u64 {
-    let text = s.get("/metrics").text();
-    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}:\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
 
 /// A greedy completion of `prompt`: (generated ids' logprobs, text, cached tokens).
 fn complete(s: &Server, prompt: &[u32], n: usize) -> (Vec<Value>, String, u64) {
@@ -99,7 +93,7 @@ fn conversation(model: &str, vocab: u32, tol: f64) -> (Vec<u64>, Server) {
     let (lp_p, _, _) = complete(&plain, &branch, 4);
     close(&lp_c, &lp_p, tol, "branch");
     reused.push(n_c);
-    assert_eq!(metric(&cached, "colibri_cached_prompt_tokens_total"), reused.iter().sum::<u64>());
+    assert_eq!(cached.metric("colibri_cached_prompt_tokens_total"), reused.iter().sum::<u64>());
     (reused, cached)
 }
 
@@ -113,7 +107,27 @@ fn a_shared_prefix_is_reused_and_changes_nothing() {
     assert_eq!(reused[1], 40 + 5, "{reused:?}");
     assert_eq!(reused[2], 40 + 6 + 9 + 5, "{reused:?}");
     assert_eq!(reused[3], 40, "{reused:?}");
-    assert!(metric(&s, "colibri_prompt_cache_sessions") >= 1);
+    assert!(s.metric("colibri_prompt_cache_sessions") >= 1);
+}
+
+/// A hit copies the kept prefix and keeps the entry: the three choices of one request (Gumbel
+/// routing: each computes its own prompt) all reuse it at once, and a later request still does.
+#[test]
+fn requests_at_once_all_reuse_a_kept_prefix() {
+    let model = serve_support::default_model();
+    let s = Server::start(&["-m", model.to_str().unwrap(), "--parallel", "4"]);
+    let system = ids(40, 3, 4096);
+    // One generated token, not fed: the kept session holds the 40 prompt tokens.
+    assert_eq!(complete(&s, &system, 1).2, 0);
+    let with = |salt: u32| [&system[..], &ids(6, salt, 4096)[..]].concat();
+    let body = json!({"prompt": [with(8)], "max_tokens": 2, "n": 3, "routing": "gumbel", "routing_seed": 1,
+                      "ignore_eos": true});
+    let before = s.metric("colibri_cached_prompt_tokens_total");
+    let r = s.post("/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 40);
+    assert_eq!(s.metric("colibri_cached_prompt_tokens_total") - before, 3 * 40, "every choice reused the prefix");
+    assert_eq!(complete(&s, &with(9), 2).2, 40, "the entry is still kept");
 }
 
 #[test]
@@ -123,17 +137,17 @@ fn the_cache_stays_within_its_bound() {
     let s = Server::start(&["-m", model.to_str().unwrap(), "--prompt-cache", "256K"]);
     for salt in 0..6 {
         complete(&s, &ids(30, salt, 4096), 2);
-        let bytes = metric(&s, "colibri_prompt_cache_bytes");
+        let bytes = s.metric("colibri_prompt_cache_bytes");
         assert!(bytes <= 256 << 10, "{bytes} bytes held");
         assert!(bytes > 0, "nothing kept");
     }
     // Too long to fit at all: not kept, nothing else evicted for it.
-    let before = metric(&s, "colibri_prompt_cache_sessions");
+    let before = s.metric("colibri_prompt_cache_sessions");
     complete(&s, &ids(200, 7, 4096), 2);
-    assert_eq!(metric(&s, "colibri_prompt_cache_sessions"), before);
+    assert_eq!(s.metric("colibri_prompt_cache_sessions"), before);
     let off = Server::start(&["-m", model.to_str().unwrap(), "--prompt-cache", "0"]);
     complete(&off, &ids(30, 0, 4096), 2);
-    assert_eq!(metric(&off, "colibri_prompt_cache_sessions"), 0);
+    assert_eq!(off.metric("colibri_prompt_cache_sessions"), 0);
     assert_eq!(complete(&off, &ids(30, 0, 4096), 2).2, 0);
 }
 

@@ -342,6 +342,32 @@ func (s *Session) LoadState(path string) ([]int32, error) {
 	})
 }
 
+// CopyFrom makes s hold exactly what src (a session of the same model) holds: its cached tokens
+// (KV cache, only the used positions; recurrent state with the state of its last call's start),
+// routing RNG state and last logits. src is unchanged and the two are independent afterwards; s
+// keeps its own settings (context length, KV type, routing mode, top-k, route callback). An error
+// (StatusInvalidArgument for sessions of different models; StatusContextFull when src holds more
+// tokens than s's context) changes nothing. Copying a session to itself does nothing.
+func (s *Session) CopyFrom(src *Session) error {
+	if src == nil {
+		return invalid("CopyFrom", "src is nil")
+	}
+	ptr, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.release()
+	if src == s {
+		return nil
+	}
+	from, err := src.acquire()
+	if err != nil {
+		return err
+	}
+	defer src.release()
+	return ccall("CopyFrom", func() C.colibri_status { return C.colibri_session_copy(ptr, from) })
+}
+
 // Position returns the number of tokens in the KV cache and the context length.
 func (s *Session) Position() (position, nCtx int, err error) {
 	ptr, err := s.acquire()

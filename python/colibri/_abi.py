@@ -300,6 +300,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_free": (None, [_handle]),
     "colibri_session_reset": (_status, [_handle]),
     "colibri_session_truncate": (_status, [_handle, c_size_t]),
+    "colibri_session_copy": (_status, [_handle, _handle]),
     "colibri_session_save_state": (_status, [_handle, c_char_p, POINTER(c_int32), c_size_t]),
     "colibri_session_load_state": (_status, [_handle, c_char_p, POINTER(c_int32), c_size_t, POINTER(c_size_t)]),
     "colibri_session_position": (_status, [_handle, POINTER(c_size_t), POINTER(c_size_t)]),

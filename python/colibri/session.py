@@ -168,6 +168,22 @@ class Session(Generating):
         with self._exclusive() as h:
             self._lib.check(self._lib.colibri_session_truncate(h, n))
 
+    def copy_from(self, src: "Session") -> None:
+        """Make this session hold exactly what `src` (a session of the same model) holds: its
+        cached tokens (KV cache, only the used positions; recurrent state with the state of its
+        last call's start), routing RNG state and last logits. `src` is unchanged and the two are
+        independent afterwards; this session keeps its own settings (context length, KV type,
+        routing mode, top-k, route callback). ColibriError INVALID_ARGUMENT for sessions of
+        different models, CONTEXT_FULL when `src` holds more tokens than this session's context;
+        an error changes nothing. Copying a session to itself does nothing."""
+        if not isinstance(src, Session):
+            raise TypeError(f"src must be a Session, not {type(src).__name__}")
+        with self._exclusive() as h:
+            if src is self:
+                return
+            with src._exclusive() as s:
+                self._lib.check(self._lib.colibri_session_copy(h, s))
+
     def save_state(self, path: Any, tokens: Optional[Sequence[int]] = None) -> None:
         """Write this session's state (KV cache, recurrent state, routing RNG, last logits) to
         the file `path`, with `tokens` — the ids of all cached tokens, or None — stored beside

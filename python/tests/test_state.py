@@ -1,6 +1,7 @@
 """Session.save_state / load_state: a restored session continues exactly like the one that
 saved it, the stored ids come back, and a damaged or foreign file raises without changing the
-session."""
+session. Session.copy_from: an in-memory copy continues exactly like its source, which the
+copy's calls leave alone; a context too small raises without changing the destination."""
 
 from __future__ import annotations
 
@@ -60,3 +61,37 @@ def test_bad_files_raise_and_change_nothing(model: colibri.Model, tmp_path: Path
     with pytest.raises(colibri.ColibriError):
         a.save_state(good, [1, 2])  # ids must cover every cached token
     assert good.read_bytes() == raw
+
+
+def test_copied_session_continues_identically(model: colibri.Model) -> None:
+    prompt = model.tokenize("The quick brown fox jumps over the lazy dog")
+    a = model.session(n_ctx=128)
+    a.infer(prompt)
+    b = model.session(n_ctx=64)
+    b.infer([1, 2, 3])
+    b.copy_from(a)
+    b.copy_from(b)
+    assert (b.position, b.n_ctx) == (len(prompt), 64)
+    assert _logits(b, [5, 6]) == _logits(a, [5, 6])
+    assert a.position == len(prompt) + 2
+    small = model.session(n_ctx=2)
+    with pytest.raises(colibri.ColibriError) as e:
+        small.copy_from(a)
+    assert e.value.status == colibri.Status.CONTEXT_FULL
+    assert small.position == 0
+    with pytest.raises(TypeError):
+        small.copy_from(model)  # type: ignore[arg-type]
+    # Another handle of the same file is the same model; another file is not.
+    with colibri.Model(model.path) as again:
+        same = again.session(n_ctx=128)
+        same.copy_from(a)
+        assert _logits(same, [9]) == _logits(a, [9])
+        same.close()
+    with colibri.Model(str(Path(__file__).resolve().parents[2] / "models" / "default.colibri")) as default:
+        other = default.session(n_ctx=128)
+        with pytest.raises(colibri.ColibriError) as e:
+            other.copy_from(a)
+        assert e.value.status == colibri.Status.INVALID_ARGUMENT
+        assert "different models" in str(e.value)
+        assert other.position == 0
+        other.close()

@@ -1,6 +1,7 @@
-//! Session state files in the C ABI: save a session's cached tokens (KV cache, recurrent
-//! state, routing RNG, last logits) with their token ids to a file, and load them into a session
-//! of the same model file later — a long system prompt or a conversation kept on disk
+//! A session's state in the C ABI: its cached tokens (KV cache, recurrent state, routing RNG,
+//! last logits) copied into another session of the same model in memory (parallel sampling, a
+//! shared system prompt), or saved with their token ids to a file and loaded into a session of
+//! the same model file later — a long system prompt or a conversation kept on disk
 //! (`session::state_file` has the format).
 
 use super::handle::*;
@@ -9,6 +10,44 @@ use super::session::colibri_session;
 use super::status::*;
 use std::ffi::c_char;
 use std::path::Path;
+use std::sync::Arc;
+
+/// Make `dst` hold exactly what `src` holds (llama.cpp's llama_memory_seq_cp): its cached
+/// tokens — the KV rows of every attention layer (only the used positions are copied), the
+/// recurrent state of DeltaNet layers with the state of its last call's start (so
+/// colibri_session_truncate goes back to the same points on both) — its routing RNG state and
+/// its last logits. `src` is unchanged and the two are independent afterwards. `dst` keeps its
+/// own settings: context capacity, kv_type (KV values are converted if `src`'s differs; equal
+/// types continue bit-identically), quant_act, all_logits, routing mode, moe_top_k and route
+/// callback. Errors leave `dst` unchanged: NULL_ARGUMENT; INVALID_ARGUMENT for sessions of
+/// different models; CONTEXT_FULL when `src`'s cached tokens exceed `dst`'s n_ctx;
+/// OUT_OF_MEMORY; BUSY while either session is in use by another call. `dst == src` does
+/// nothing.
+///
+/// # Safety
+/// `dst` and `src` must be live sessions.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_copy(
+    dst: *mut colibri_session,
+    src: *const colibri_session,
+) -> colibri_status {
+    guard(|| {
+        if std::ptr::eq(dst, src) {
+            colibri_session::take(dst, "dst")?;
+            return Ok(());
+        }
+        let from = colibri_session::take(src, "src")?;
+        let mut to = colibri_session::take(dst, "dst")?;
+        let same = Arc::ptr_eq(&from.model, &to.model)
+            || crate::session::model_fingerprint(&from.model) == crate::session::model_fingerprint(&to.model);
+        if !same {
+            let msg = "dst and src are sessions of different models";
+            return Err(Failure::new(COLIBRI_STATUS_INVALID_ARGUMENT, msg));
+        }
+        to.session.copy_from(&from.session)?;
+        Ok(())
+    })
+}
 
 /// Write the session's state and the ids of its cached tokens (`n_tokens` of them: all cached
 /// tokens, or 0 to store none) to the file `path`: a temporary file beside it is written, synced

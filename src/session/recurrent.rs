@@ -145,6 +145,37 @@ impl RecurrentState {
         }
     }
 
+    /// Make this state (of the same model: `same_shape`) hold what `src` holds — the current
+    /// state and the state of the last call's start — copying each layer's one or two buffers in
+    /// use, without allocating.
+    pub fn copy_from(&mut self, src: &RecurrentState) {
+        self.cur.copy_from_slice(&src.cur);
+        self.start.copy_from_slice(&src.start);
+        for ((to, from), (&c, &s)) in self.bufs.iter_mut().zip(&src.bufs).zip(src.cur.iter().zip(&src.start)) {
+            for b in [c, s].into_iter().take(1 + usize::from(c != s)) {
+                to[b].conv.copy_from_slice(&from[b].conv);
+                to[b].delta.copy_from_slice(&from[b].delta);
+            }
+        }
+    }
+
+    /// Make the state of `src`'s last call start (of the same model) this state's current one
+    /// and the start of its last call, without allocating.
+    pub fn copy_start_from(&mut self, src: &RecurrentState) {
+        let starts = src.bufs.iter().zip(&src.start).map(|(b, &s)| &b[s]);
+        for (to, from) in self.replace().zip(starts) {
+            to.conv.copy_from_slice(&from.conv);
+            to.delta.copy_from_slice(&from.delta);
+        }
+        self.begin_call();
+    }
+
+    /// Whether `other` has this state's layers and sizes.
+    pub fn same_shape(&self, other: &RecurrentState) -> bool {
+        let shape = |r: &RecurrentState| r.current().map(|l| (l.conv.len(), l.delta.len())).collect::<Vec<_>>();
+        self.slot == other.slot && shape(self) == shape(other)
+    }
+
     /// Bytes of one state (f32 values of every layer; the session holds two buffers of it).
     pub fn bytes(&self) -> usize {
         self.current().map(|l| (l.conv.len() + l.delta.len()) * 4).sum()

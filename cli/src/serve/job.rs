@@ -1,11 +1,13 @@
 //! What a handler hands the scheduler (a `Job`: the engine it was tokenised with, the prompt ids,
-//! the generation parameters, the channel for its events) and what comes back (`Event`s), plus
-//! the admission count that bounds running + waiting jobs.
+//! the generation parameters, the channel for its events, the other choices that continue from
+//! its prompt) and what comes back (`Event`s), plus the admission count that bounds running +
+//! waiting jobs.
 
 use super::budget::KvClaim;
 use super::engine::Engine;
 use colibri::decoder::{DecodeParams, Finish};
 use colibri::forward::RoutingOptions;
+use colibri::session::{RouteRecord, Session};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,13 +41,29 @@ pub struct Job {
     pub ticket: Ticket,
     /// The job's share of the KV budget: released before its last event, or when dropped.
     pub kv: KvClaim,
+    /// Other choices of the same prompt: once this job's prompt is computed, each gets a copy of
+    /// its session (`prefilled`) instead of computing the prompt again. They end with this job
+    /// if it ends before that.
+    pub followers: Vec<Job>,
+    /// The prompt already computed (a copy of the session of the choice that computed it).
+    pub prefilled: Option<Prefilled>,
+}
+
+/// A session holding a job's whole prompt, with the routing records of the step that computed
+/// its last position (its first token's routing).
+pub struct Prefilled {
+    pub session: Session,
+    pub trace: Vec<RouteRecord>,
 }
 
 impl Job {
-    /// Send the job's last event (`Done` or `Failed`), its admission place and KV claim given
-    /// back first: a client that sends its next request as soon as this one ends finds them
-    /// free. False if the client is gone.
+    /// Send the job's last event (`Done` or `Failed`) — and to its followers still waiting for
+    /// its prompt — its admission place and KV claim given back first: a client that sends its
+    /// next request as soon as this one ends finds them free. False if the client is gone.
     pub fn end(&mut self, last: Event) -> bool {
+        for mut f in self.followers.drain(..) {
+            f.end(last.clone());
+        }
         self.kv.release();
         self.ticket.release();
         self.events.send(last).is_ok()

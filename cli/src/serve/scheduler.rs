@@ -4,16 +4,18 @@
 //! model generation over all running sequences (prompt chunks of new ones and the last token of
 //! decoding ones together: continuous batching), samples each sequence's next token with its own
 //! sampler, and sends the token to the request's channel. Handlers talk to it through channels
-//! only; sequences of different model generations are never batched together.
+//! only; sequences of different model generations are never batched together. The choices of one
+//! prompt compute it once: when the first choice's prompt is done, the others (its followers)
+//! get copies of its session and wait at the front of the queue to sample their first tokens.
 
 use super::engine::Engine;
-use super::job::{Done, Ending, Event, Job, Timing, Token};
+use super::job::{Done, Ending, Event, Job, Prefilled, Timing, Token};
 use super::logprobs::token_logprob;
 use super::metrics::Metrics;
 use super::prompt_cache::PromptCache;
 use colibri::decoder::{Decoder, Finish};
 use colibri::forward::{forward_batch, ForwardOptions, Input, LogitsMode, Sequence};
-use colibri::session::{Session, SessionOptions};
+use colibri::session::{RouteRecord, Session, SessionOptions};
 use colibri::Error;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -84,24 +86,23 @@ struct Active {
 }
 
 impl Active {
-    /// Start a job on a session from the prompt cache when one shares a prefix with its prompt,
-    /// else on a new one.
-    fn start(job: Box<Job>, cache: &mut PromptCache) -> Result<Active, Error> {
+    /// Start a job on the session it came with (its prompt computed by another choice), on a
+    /// session from the prompt cache when one shares a prefix with its prompt, else on a new one.
+    fn start(mut job: Box<Job>, cache: &mut PromptCache) -> Result<Active, Error> {
         let engine = &job.engine;
         let need = (job.prompt.len() + job.params.decode.max_tokens).min(engine.n_ctx).max(1);
-        let (mut session, cached) = match cache.take(engine, &job.prompt) {
-            Some(hit) => {
+        let prefilled = job.prefilled.take().map(|p| p.session);
+        let prefilled_at = prefilled.as_ref().map_or(0, Session::position);
+        let opts = SessionOptions { n_ctx: need, routing_seed: job.params.routing_seed, ..SessionOptions::default() };
+        let hit = if prefilled.is_some() { None } else { cache.copy(engine, &job.prompt, &opts) };
+        let (mut session, cached) = match (hit, prefilled) {
+            (Some(hit), _) => {
                 let mut s = hit.session;
-                s.set_n_ctx(need)?;
                 s.set_routing_seed(job.params.routing_seed);
-                s.take_trace();
                 (s, hit.reused)
             }
-            None => {
-                let opts =
-                    SessionOptions { n_ctx: need, routing_seed: job.params.routing_seed, ..SessionOptions::default() };
-                (Session::new(engine.model.config(), &opts)?, 0)
-            }
+            (None, Some(s)) => (s, 0),
+            (None, None) => (Session::new(engine.model.config(), &opts)?, 0),
         };
         session.set_trace(true);
         let eos = &engine.model.config().eos_token_ids;
@@ -111,7 +112,7 @@ impl Active {
         }
         decoder.set_logit_bias(&job.params.logit_bias);
         let timing = Timing { queued: Some(job.enqueued.elapsed()), first_token: None };
-        let (fed, last_token_at, step_rows, step_samples) = (cached, None, 0, false);
+        let (fed, last_token_at, step_rows, step_samples) = (cached.max(prefilled_at), None, 0, false);
         Ok(Active { job, session, decoder, fed, cached, last_token_at, timing, step_rows, step_samples })
     }
 
@@ -246,7 +247,9 @@ impl Loop {
     fn admit(&mut self) {
         while self.active.len() < self.parallel {
             let Some(mut job) = self.waiting.pop_front() else { break };
-            let events = job.events.clone();
+            let events: Vec<_> =
+                std::iter::once(job.events.clone()).chain(job.followers.iter().map(|f| f.events.clone())).collect();
+            let inherited = job.prefilled.as_ref().map(|p| p.trace.clone());
             if let Err(e) = check_ids(&job) {
                 job.end(Event::Failed(e.to_string()));
                 continue;
@@ -262,12 +265,18 @@ impl Loop {
             match Active::start(job, &mut self.cache) {
                 Ok(a) => {
                     self.metrics.cached_prompt_tokens.fetch_add(a.cached as u64, Ordering::Relaxed);
-                    self.active.push(a)
+                    self.active.push(a);
+                    // A follower: its prompt is computed, it samples its first token now.
+                    if let Some(trace) = inherited {
+                        let i = self.active.len() - 1;
+                        let after = self.sample(i, &trace);
+                        self.settle(i, after);
+                    }
                 }
-                // The job (its place, its KV claim) was dropped inside `start`.
-                Err(e) => {
-                    let _ = events.send(Event::Failed(e.to_string()));
-                }
+                // The job (its place, its KV claim, its followers) was dropped inside `start`.
+                Err(e) => events.iter().for_each(|ev| {
+                    let _ = ev.send(Event::Failed(e.to_string()));
+                }),
             }
         }
     }
@@ -305,16 +314,8 @@ impl Loop {
                     fail(self.active.swap_remove(i), &e);
                     continue;
                 }
-                match self.after_step(i) {
-                    After::Continue => {}
-                    After::Drop => {
-                        self.active.swap_remove(i);
-                    }
-                    After::End(end) => {
-                        let a = self.active.swap_remove(i);
-                        self.finish(a, end);
-                    }
-                }
+                let after = self.after_step(i);
+                self.settle(i, after);
             }
         }
     }
@@ -358,7 +359,22 @@ impl Loop {
         }
     }
 
-    /// Book-keeping after a step for sequence `i`: count routing, then sample if it has logits.
+    /// What `after` says of sequence `i`: it goes on, is dropped, or ends.
+    fn settle(&mut self, i: usize, after: After) {
+        match after {
+            After::Continue => {}
+            After::Drop => {
+                self.active.swap_remove(i);
+            }
+            After::End(end) => {
+                let a = self.active.swap_remove(i);
+                self.finish(a, end);
+            }
+        }
+    }
+
+    /// Book-keeping after a step for sequence `i`: count routing; when its prompt is done, hand
+    /// copies of its session to its followers; then sample if it has logits.
     fn after_step(&mut self, i: usize) -> After {
         let metrics = self.metrics.clone();
         let a = &mut self.active[i];
@@ -371,6 +387,43 @@ impl Loop {
         if !a.step_samples {
             return After::Continue;
         }
+        self.hand_over(i, &trace);
+        self.sample(i, &trace)
+    }
+
+    /// Give each follower of sequence `i` (whose prompt is done) a copy of its session and put
+    /// them at the front of the queue, in choice order; a follower whose copy fails ends alone.
+    fn hand_over(&mut self, i: usize, trace: &[RouteRecord]) {
+        let a = &mut self.active[i];
+        let followers = std::mem::take(&mut a.job.followers);
+        let copies: Vec<Result<Session, Error>> = followers
+            .iter()
+            .map(|f| {
+                let opts = SessionOptions { n_ctx: a.session.n_ctx(), ..SessionOptions::default() };
+                let mut s = Session::new(a.job.engine.model.config(), &opts)?;
+                s.copy_from(&a.session)?;
+                s.set_routing_seed(f.params.routing_seed);
+                Ok(s)
+            })
+            .collect();
+        for (mut f, copy) in followers.into_iter().zip(copies).rev() {
+            match copy {
+                Ok(session) => {
+                    f.prefilled = Some(Prefilled { session, trace: trace.to_vec() });
+                    self.waiting.push_front(Box::new(f));
+                }
+                Err(e) => {
+                    f.end(Event::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Sample sequence `i`'s next token from its session's logits (`trace`: the routing records
+    /// of the step that computed them) and send it.
+    fn sample(&mut self, i: usize, trace: &[RouteRecord]) -> After {
+        let metrics = self.metrics.clone();
+        let a = &mut self.active[i];
         let engine = a.job.engine.clone();
         let step = match a.decoder.next(Some(&engine.tokenizer), a.session.logits()) {
             Ok(step) => step,
@@ -436,129 +489,4 @@ impl Loop {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::serve::budget::KvBudget;
-    use crate::serve::job::{Admission, JobParams};
-    use colibri::decoder::DecodeParams;
-    use colibri::forward::RoutingOptions;
-    use colibri::sampler::SamplerParams;
-    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-
-    const CLAIM: u64 = 100;
-
-    struct Fixture {
-        engine: Arc<Engine>,
-        budget: Arc<KvBudget>,
-        admission: Arc<Admission>,
-        run: Loop,
-    }
-
-    fn fixture() -> Fixture {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default.colibri");
-        let (_tx, rx) = std::sync::mpsc::channel();
-        let metrics = Arc::new(Metrics::default());
-        Fixture {
-            engine: Arc::new(Engine::load(&path, 64, Default::default(), 1).unwrap()),
-            budget: KvBudget::new(10 * CLAIM),
-            admission: Admission::new(8),
-            run: Loop {
-                rx,
-                parallel: 4,
-                metrics,
-                waiting: VecDeque::new(),
-                active: Vec::new(),
-                cache: PromptCache::new(0),
-            },
-        }
-    }
-
-    impl Fixture {
-        fn job(&self, prompt: Vec<u32>) -> (Box<Job>, UnboundedReceiver<Event>) {
-            let (events, rx) = unbounded_channel();
-            let decode = DecodeParams {
-                sampler: SamplerParams::greedy(),
-                max_tokens: 8,
-                stop: Vec::new(),
-                ignore_eos: true,
-                grammar: None,
-                end_ids: Vec::new(),
-            };
-            let params = JobParams {
-                decode,
-                routing: RoutingOptions::default(),
-                routing_seed: 0,
-                return_routing: false,
-                logprobs: None,
-                logit_bias: Vec::new(),
-            };
-            let job = Job {
-                engine: self.engine.clone(),
-                prompt,
-                params,
-                events,
-                enqueued: Instant::now(),
-                deadline: None,
-                ticket: self.admission.try_enter().unwrap(),
-                kv: self.budget.claim(CLAIM).unwrap(),
-            };
-            (Box::new(job), rx)
-        }
-    }
-
-    fn failure(rx: &mut UnboundedReceiver<Event>) -> String {
-        match rx.try_recv() {
-            Ok(Event::Failed(m)) => m,
-            other => panic!("expected a failure, got {other:?}"),
-        }
-    }
-
-    /// A batch step refused because of one sequence ends that sequence alone; the others step on
-    /// to their normal end.
-    #[test]
-    fn a_failing_sequence_ends_alone() {
-        let mut f = fixture();
-        let vocab = f.engine.model.config().vocab_size as u32;
-        let (good, mut good_rx) = f.job(vec![1, 2, 3]);
-        let (bad, mut bad_rx) = f.job(vec![1, vocab, 3]);
-        let (other, mut other_rx) = f.job(vec![4, 5]);
-        for j in [good, bad, other] {
-            f.run.active.push(Active::start(j, &mut PromptCache::new(0)).unwrap());
-        }
-        f.run.step();
-        assert!(failure(&mut bad_rx).contains(&format!("token id {vocab}")));
-        assert_eq!(f.run.active.len(), 2);
-        assert_eq!(f.budget.used(), 2 * CLAIM, "the failed sequence's claim went back");
-        while !f.run.active.is_empty() {
-            f.run.step();
-        }
-        for rx in [&mut good_rx, &mut other_rx] {
-            let mut tokens = 0;
-            loop {
-                match rx.try_recv() {
-                    Ok(Event::Token(t)) => tokens += usize::from(t.id.is_some()),
-                    Ok(Event::Done(d)) => {
-                        assert_eq!((d.completion_tokens, tokens), (8, 8));
-                        break;
-                    }
-                    other => panic!("{other:?}"),
-                }
-            }
-        }
-        assert_eq!(f.budget.used(), 0);
-    }
-
-    /// A prompt with an id outside the vocabulary fails at admission and never joins a batch.
-    #[test]
-    fn a_prompt_outside_the_vocabulary_never_joins_a_batch() {
-        let mut f = fixture();
-        let vocab = f.engine.model.config().vocab_size as u32;
-        let (bad, mut bad_rx) = f.job(vec![vocab + 7]);
-        let (good, _good_rx) = f.job(vec![1]);
-        f.run.waiting.extend([bad, good]);
-        f.run.admit();
-        assert!(failure(&mut bad_rx).contains("outside the model's vocabulary"));
-        assert_eq!(f.run.active.len(), 1);
-        assert_eq!(f.budget.used(), CLAIM);
-    }
-}
+mod tests;

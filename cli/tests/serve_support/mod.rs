@@ -97,6 +97,14 @@ impl Server {
         request(&self.addr, "POST", path, &[("Content-Type", "application/json")], body.to_string().as_bytes())
     }
 
+    /// The value of the unlabelled counter or gauge `name` in /metrics.
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = self.get("/metrics").text();
+        let line =
+            text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
     /// Wait for the process to exit (up to 60 s); its status code.
     pub fn wait_exit(&mut self) -> Option<i32> {
         let t0 = Instant::now();

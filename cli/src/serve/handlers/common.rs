@@ -8,6 +8,7 @@ use crate::serve::error::ApiError;
 use crate::serve::job::{Done, Event, Job, JobParams, Token};
 use crate::serve::reqlog::{Attached, Record};
 use crate::serve::state::AppState;
+use colibri::forward::RoutingMode;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -65,7 +66,9 @@ pub fn submit(
 
 /// Admit and queue `n` independent choices of one prompt, all or none: choice i samples (and
 /// routes) with the request's seeds + i, so it repeats as choice 0 of a request with those
-/// seeds. Their events arrive on the returned channels, in choice order.
+/// seeds. Under top-k routing (the prompt's result does not depend on the routing seed) the
+/// prompt is computed once: choices 1.. ride with choice 0 and continue from a copy of its
+/// session. Their events arrive on the returned channels, in choice order.
 pub fn submit_choices(
     state: &AppState,
     engine: Arc<Engine>,
@@ -77,6 +80,7 @@ pub fn submit_choices(
     let claims = claim_kv(state, &engine, &prompt, &params, n)?.split(n);
     let now = Instant::now();
     let mut rxs = Vec::with_capacity(n);
+    let mut jobs = Vec::with_capacity(n);
     for (i, (ticket, kv)) in tickets.into_iter().zip(claims).enumerate() {
         let mut params = params.clone();
         params.decode.sampler.seed = params.decode.sampler.seed.wrapping_add(i as u64);
@@ -91,11 +95,21 @@ pub fn submit_choices(
             deadline: state.config.timeout.map(|t| now + t),
             ticket,
             kv,
+            followers: Vec::new(),
+            prefilled: None,
         };
+        jobs.push(job);
+        rxs.push(rx);
+    }
+    let shared = params.routing.mode == RoutingMode::TopK;
+    let mut queued = jobs.into_iter();
+    while let Some(mut job) = queued.next() {
+        if shared {
+            job.followers = queued.by_ref().collect();
+        }
         if !state.scheduler.submit(job) {
             return Err(ApiError::internal("the scheduler stopped"));
         }
-        rxs.push(rx);
     }
     Ok(rxs)
 }
