@@ -406,6 +406,39 @@ fn malformed_quantised_operands_cannot_be_bound() {
 }
 
 #[test]
+fn a_row_product_is_the_same_bits_in_a_step_of_fewer_rows_than_the_gemm_switch() {
+    // A decode step of several sequences (up to 15 rows: below every GEMM switch) gives each
+    // sequence what a step of its row alone gives, on every path and dtype, in both activation
+    // modes: batched serving equals one request at a time. Ragged columns for the float dtypes.
+    for (rows, cols) in [(64, 1024), (24, 1000), (16, 4160)] {
+        let s = Stored::new(rows, cols, 5);
+        let x = sample(15 * cols, 6);
+        for path in available_paths() {
+            for mode in [QuantActivations::Float, QuantActivations::Reduced] {
+                let k = kernels(path, mode);
+                for (name, w, _) in s.mats() {
+                    let alone: Vec<Vec<f32>> = (0..15)
+                        .map(|t| {
+                            let mut y = vec![0f32; rows];
+                            k.matmul(w, &x[t * cols..(t + 1) * cols], 1, &mut y);
+                            y
+                        })
+                        .collect();
+                    for n in [2, 3, 4, 5, 8, 15] {
+                        let mut y = vec![0f32; n * rows];
+                        k.matmul(w, &x[..n * cols], n, &mut y);
+                        for (t, yt) in y.chunks_exact(rows).enumerate() {
+                            let same = yt.iter().zip(&alone[t]).all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "{path:?} {mode:?} {name} {rows}×{cols}: row {t} of a {n}-row step");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn an_int8_row_result_does_not_depend_on_the_row_count() {
     // Decode (few rows) and prefill (GEMM) must agree on what a quantised product means.
     let (rows, cols) = (64, 1024);

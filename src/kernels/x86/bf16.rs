@@ -93,27 +93,26 @@ unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u1
     }
 }
 
-/// One short row against one activation row, as one sequential stream (2 chains of 32 columns,
-/// the tail by masked loads; two chains read faster than four here: 32.6 vs 30.6 GB/s through
-/// 2 MiB pages, one Zen 4 thread).
+/// One short row against one activation row, as one sequential stream: one chain of 32 columns
+/// per step (the tail by masked loads), the order `block` sums in, so that a row's product does
+/// not depend on how many activation rows the call has (a decode step of one sequence or of
+/// several gives the same bits).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn row_alone(w: *const u16, cols: usize, x: *const u16) -> f32 {
     // SAFETY: `cols` elements of w and x are readable (the caller's bounds).
     unsafe {
-        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut acc = _mm512_setzero_ps();
         let mut i = 0;
-        while i + 64 <= cols {
-            a0 = dp(a0, _mm512_loadu_si512(w.add(i).cast()), _mm512_loadu_si512(x.add(i).cast()));
-            a1 = dp(a1, _mm512_loadu_si512(w.add(i + 32).cast()), _mm512_loadu_si512(x.add(i + 32).cast()));
-            i += 64;
-        }
-        while i < cols {
-            let m = if cols - i >= 32 { !0 } else { (1u32 << (cols - i)) - 1 };
-            a0 = dp(a0, _mm512_maskz_loadu_epi16(m, w.add(i).cast()), _mm512_maskz_loadu_epi16(m, x.add(i).cast()));
+        while i + 32 <= cols {
+            acc = dp(acc, _mm512_loadu_si512(w.add(i).cast()), _mm512_loadu_si512(x.add(i).cast()));
             i += 32;
         }
-        _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
+        if i < cols {
+            let m = (1u32 << (cols - i)) - 1;
+            acc = dp(acc, _mm512_maskz_loadu_epi16(m, w.add(i).cast()), _mm512_maskz_loadu_epi16(m, x.add(i).cast()));
+        }
+        _mm512_reduce_add_ps(acc)
     }
 }
 
