@@ -208,6 +208,32 @@ fn the_gemm_on_the_tile_model_matches_the_reference_on_ragged_shapes() {
     }
 }
 
+/// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
+fn model_gemm(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
+    gemm::<Model>(w, panels, n, y)
+}
+
+#[test]
+fn a_path_with_a_whole_bf16_gemm_takes_it_from_the_gemm_threshold() {
+    use crate::kernels::gemm_bf16::{product, GEMM_MIN_ROWS_BF16};
+    use crate::kernels::table::Bf16Kernels;
+    // Only the whole GEMM may run from the threshold on: the other kernels fail the test.
+    let k = Bf16Kernels {
+        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran at a GEMM row count"),
+        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
+        gemm: Some(model_gemm),
+    };
+    let (rows, cols) = (40, 100);
+    let w: Vec<u16> = sample(rows * cols, 8).iter().map(|&v| round_bf16(v)).collect();
+    let w = Mat::halves(DType::BF16, &w, rows, cols);
+    for n in [GEMM_MIN_ROWS_BF16, 33, 100] {
+        let x = sample(n * cols, 9 + n as u64);
+        let mut y = vec![f32::NAN; n * rows];
+        product(k, w, &x, n, &mut y);
+        check_against_reference(w, &x, n, &y, &format!("through product, n {n}"));
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod hardware {
     use super::*;
