@@ -45,7 +45,16 @@ for path in generic avx2 avx512; do
     COLIBRI_CPU=$path cargo test --release -p colibri --test oracle --test batch --test block_dtypes --test recurrent --test kquant_r8 --test session_copy
     COLIBRI_CPU=$path cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
 done
-echo "== (no amx kernels exist yet: COLIBRI_CPU=amx falls back to the best path, tested above)"
+# The AMX path (opt-in: COLIBRI_CPU=amx; its bf16 prefill GEMM on AMX-BF16 tiles). The GEMM runs
+# on every CPU through the tile model (kernel unit tests above); the hardware tiles only here.
+if grep -qw amx_bf16 /proc/cpuinfo; then
+    echo "== amx: the hardware tile kernel against the model, then the oracle tests with COLIBRI_CPU=amx"
+    cargo test --release -p colibri --lib amx_hardware_kernel_matches_the_model -- --ignored
+    COLIBRI_CPU=amx cargo test --release -p colibri --test oracle --test batch --test block_dtypes --test recurrent --test kquant_r8
+    COLIBRI_CPU=amx cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip
+else
+    echo "== SKIPPED: amx: hardware kernel not run (this CPU has no amx_bf16; the AMX GEMM ran on the tile model only, and COLIBRI_CPU=amx falls back to the best path)"
+fi
 echo "== the oracle and engine tests with every reused step buffer handed out as NaN (COLIBRI_POISON_BUFFERS=1: a value read before it is written reaches the logits)"
 COLIBRI_POISON_BUFFERS=1 cargo test --release -p colibri --test oracle --test batch --test recurrent --test embeddings --test kquant_r8
 COLIBRI_POISON_BUFFERS=1 cargo test --release -p colibri-cli --test engine_cli --test quantize_roundtrip

@@ -191,3 +191,22 @@ fn bad_arguments_get_one_error_line() {
     fails(&colibri(&["bench", "-m", m, "-t", "0", "--no-probe"]), "--threads 0");
     fails(&colibri(&["bench", "-m", m, "-p", "0", "-n", "0", "--no-probe"]), "no test to run");
 }
+
+#[test]
+fn a_cpu_path_request_this_cpu_cannot_honour_is_reported() {
+    // COLIBRI_CPU=amx is honoured only with AMX hardware and its tile permission; elsewhere the
+    // report names the path that ran and stderr says why it is not the one asked for.
+    let m = model("qwen2_moe_shared");
+    let o = Command::new(env!("CARGO_BIN_EXE_colibri"))
+        .args(["bench", "-m", m.to_str().unwrap(), "-p", "16", "-n", "0", "-r", "1", "--no-probe"])
+        .env("COLIBRI_CPU", "amx")
+        .output()
+        .expect("run colibri");
+    let (out, err) = (stdout_ok(&o), String::from_utf8_lossy(&o.stderr).into_owned());
+    let path = out.lines().next().and_then(|l| l.strip_prefix("cpu path: ")).unwrap_or_else(|| panic!("{out}"));
+    if path != "amx" {
+        assert!(err.contains("bench: COLIBRI_CPU=amx: ") && err.contains(&format!("using {path}")), "{err}");
+    } else {
+        assert!(!err.contains("COLIBRI_CPU=amx"), "an honoured request needs no note: {err}");
+    }
+}

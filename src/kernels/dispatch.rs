@@ -4,9 +4,11 @@
 //!
 //! Paths: `Generic` (the scalar reference, any CPU), `Avx2` (x86-64 AVX2 + FMA + F16C) and
 //! `Avx512` (AVX2's features plus AVX-512 F/BW/VL and VNNI, and the bf16 kernels where the CPU
-//! has AVX-512 BF16; tested on Zen 4). AMX is a
-//! recognised name without kernels yet: asking for it selects the best implemented path and says
-//! so in `path_note()`. An aarch64/NEON path would be one more table.
+//! has AVX-512 BF16; tested on Zen 4). `Amx` is that AVX-512 table with the bf16 prefill GEMM on
+//! AMX-BF16 tiles (`amx`): it runs only when asked for (`COLIBRI_CPU=amx`, never by default:
+//! it has never run on a CPU with AMX) and only where cpuid reports AMX-BF16 and Linux grants the
+//! tile state; otherwise the request selects the best implemented path and `path_note()` says
+//! why. An aarch64/NEON path would be one more table.
 
 use super::actq::QuantActivations;
 use super::generic::GENERIC;
@@ -132,9 +134,18 @@ pub(crate) fn table_for(path: CpuPath) -> Option<&'static Table> {
         CpuPath::Avx2 => super::x86::table(),
         #[cfg(target_arch = "x86_64")]
         CpuPath::Avx512 => super::x86::table_512(),
+        CpuPath::Amx => amx_table().ok(),
         #[cfg(not(target_arch = "x86_64"))]
         CpuPath::Avx2 | CpuPath::Avx512 => None,
     }
+}
+
+/// The AMX table, or why this CPU (or build, or kernel) does not run it.
+fn amx_table() -> Result<&'static Table, String> {
+    #[cfg(target_arch = "x86_64")]
+    return super::x86::table_amx();
+    #[cfg(not(target_arch = "x86_64"))]
+    Err("AMX exists on x86-64 only".into())
 }
 
 fn choose(request: Option<&str>) -> Chosen {
@@ -155,7 +166,10 @@ fn choose(request: Option<&str>) -> Chosen {
                 best().path.name()
             )),
         },
-        "amx" => fallback(format!("COLIBRI_CPU=amx: no amx kernels in this build; using {}", best().path.name())),
+        "amx" => match amx_table() {
+            Ok(t) => Chosen { table: t, note: None },
+            Err(why) => fallback(format!("COLIBRI_CPU=amx: {why}; using {}", best().path.name())),
+        },
         _ => fallback(format!("COLIBRI_CPU={req} is not one of generic|avx2|avx512|amx; using {}", best().path.name())),
     }
 }
@@ -178,7 +192,10 @@ pub fn path_note() -> Option<&'static str> {
 
 /// Every path this CPU can run (for tests and benchmarks).
 pub fn available_paths() -> Vec<CpuPath> {
-    [CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512].into_iter().filter(|p| table_for(*p).is_some()).collect()
+    [CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx]
+        .into_iter()
+        .filter(|p| table_for(*p).is_some())
+        .collect()
 }
 
 #[cfg(test)]
@@ -194,7 +211,15 @@ mod tests {
         assert_eq!(bogus.table.path, best().path);
         assert!(bogus.note.as_deref().unwrap_or("").contains("sse9"));
         let amx = choose(Some("AMX"));
-        assert!(amx.note.is_some(), "AMX has no kernels yet: the choice must say so");
+        match amx_table() {
+            Ok(_) => assert_eq!((amx.table.path, amx.note.is_none()), (CpuPath::Amx, true)),
+            Err(why) => {
+                assert_eq!(amx.table.path, best().path);
+                assert!(amx.note.as_deref().unwrap_or("").contains(&why), "the fallback must say why: {why}");
+                eprintln!("COLIBRI_CPU=amx here: {}", amx.note.as_deref().unwrap_or(""));
+            }
+        }
+        assert_ne!(best().path, CpuPath::Amx, "the default never selects AMX");
         let avx2 = choose(Some("avx2"));
         match table_for(CpuPath::Avx2) {
             Some(_) => assert_eq!((avx2.table.path, avx2.note.is_none()), (CpuPath::Avx2, true)),

@@ -5,6 +5,8 @@
 //!   as `gemm::gemv_by`); many rows a blocked GEMM whose micro-tile reads the stored weights
 //!   directly (one bf16 pair broadcast meets a panel of NR activation rows): no widened copy
 //!   of the weights, and each dot instruction does two multiply-adds per lane;
+//!   A path may replace that GEMM by its own over the same panels (`Bf16Kernels::gemm`: AMX
+//!   tiles, `amx`);
 //! * otherwise (the reference, and paths without such an instruction): `gemm`'s float
 //!   strategies on the rounded values (`with_rounded`) — the same products, exact in f32, in
 //!   another summation order.
@@ -75,7 +77,10 @@ pub(super) fn product(k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [
         xa.round(x, n, cols);
         if n >= GEMM_MIN_ROWS_BF16 {
             xa.pack_panels();
-            gemm(&k, w, xa, n, y);
+            match k.gemm {
+                Some(whole) => whole(w, &xa.panels, n, y),
+                None => gemm(&k, w, xa, n, y),
+            }
         } else {
             let xb = &xa.bits;
             gemv_by(rows, cols, n, y, |r, out| (k.gemv)(w, r, xb, n, out));

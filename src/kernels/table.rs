@@ -23,6 +23,9 @@ pub enum CpuPath {
     Avx2,
     /// x86-64 with AVX2's features plus AVX-512 F/BW/VL and VNNI.
     Avx512,
+    /// The AVX-512 path (with AVX-512 BF16) whose bf16 prefill GEMM runs on AMX-BF16 tiles;
+    /// opt-in only (`COLIBRI_CPU=amx`), never chosen by default.
+    Amx,
 }
 
 impl CpuPath {
@@ -32,6 +35,7 @@ impl CpuPath {
             CpuPath::Generic => "generic",
             CpuPath::Avx2 => "avx2",
             CpuPath::Avx512 => "avx512",
+            CpuPath::Amx => "amx",
         }
     }
 }
@@ -77,12 +81,18 @@ pub struct DeltaToken<'a> {
 /// (then `s` is only written: the double-buffered state's first write of a call), else from `s`.
 pub(crate) type DeltaStepFn = fn(from: Option<&[f32]>, s: &mut [f32], t: &DeltaToken<'_>, out: &mut [f32]);
 
+/// A whole bf16 GEMM: y [n, w.rows()] = x · wᵀ for bf16 `w` (even row length) against x's
+/// column-pair panels ([⌈n / NR⌉, w.cols() / 2, NR], `Bf16Acts::panels`), on the calling pool.
+pub(crate) type Bf16GemmFn = fn(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]);
+
 /// The products of bf16 weights with bf16 activations (`Reduced` mode) on a path with a bf16 dot
 /// instruction.
 #[derive(Clone, Copy)]
 pub(crate) struct Bf16Kernels {
     pub gemv: GemvBf16Fn,
     pub tile: TileBf16Fn,
+    /// A GEMM replacing the blocked one over `tile` from GEMM_MIN_ROWS_BF16 rows (AMX).
+    pub gemm: Option<Bf16GemmFn>,
 }
 
 /// The kernels of one dtype on one path.

@@ -12,7 +12,7 @@ use crate::format::DType;
 
 /// Largest error allowed for a float-weight product, relative to Σ|w·x| of the output: f32
 /// accumulation in a different order (8 lanes vs one chain per k) and fused vs separate rounding.
-const FLOAT_TOL: f64 = 2e-6;
+pub(super) const FLOAT_TOL: f64 = 2e-6;
 /// The same for quantised weights with float activations: per-block partial sums add one rounding.
 const QUANT_TOL: f64 = 4e-6;
 
@@ -80,7 +80,7 @@ impl Stored {
 }
 
 /// Exact y = x·wᵀ in f64 from the stored (dequantised) values, and Σ|w·x| per output.
-fn exact(w: Mat<'_>, x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+pub(super) fn exact(w: Mat<'_>, x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
     let (rows, cols) = (w.rows(), w.cols());
     let mut wr = vec![0f32; cols];
     let (mut y, mut mag) = (vec![0f64; n * rows], vec![0f64; n * rows]);

@@ -85,6 +85,10 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
         footprint: footprint::footprint(&model),
         cpu_path: colibri::kernels::active_path().name().to_string(),
     };
+    // A COLIBRI_CPU request this CPU cannot honour ran on another path: say which and why.
+    if let Some(note) = colibri::kernels::path_note() {
+        eprintln!("bench: {note}");
+    }
 
     let model_ctx = model.config().max_position_embeddings;
     if let Some(t) = tests.iter().find(|t| t.n_depth + t.n_tokens() > model_ctx) {

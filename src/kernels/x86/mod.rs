@@ -9,6 +9,8 @@
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`, `mxfp4r8`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
+//! * `amx` (opt-in): the AVX-512 BF16 table with the bf16 prefill GEMM on AMX tiles
+//!   (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state.
 //! * both: the interleaved K-quants q4_kr8 / q6_kr8 take `kr8`'s int8 kernels (one body per
 //!   dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every activation-row count.
 
@@ -157,7 +159,15 @@ static AVX2: Table = Table {
 static AVX512: Table = Table { path: CpuPath::Avx512, mats: MATS_512, delta_step: delta::step_avx512, ..AVX2 };
 
 /// The AVX-512 table on a CPU that also has AVX-512 BF16: bf16 × bf16 products in `Reduced` mode.
-static AVX512_BF16: Table = Table { bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile }), ..AVX512 };
+static AVX512_BF16: Table =
+    Table { bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile, gemm: None }), ..AVX512 };
+
+/// The AVX-512 BF16 table whose bf16 GEMM runs on AMX tiles (`kernels::amx`): opt-in only.
+static AMX: Table = Table {
+    path: CpuPath::Amx,
+    bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile, gemm: Some(super::amx::hw::gemm) }),
+    ..AVX512
+};
 
 /// True when this CPU runs the AVX2 path.
 pub fn has_avx2() -> bool {
@@ -178,6 +188,16 @@ pub fn has_avx512() -> bool {
 /// The AVX2 table, when this CPU supports it.
 pub fn table() -> Option<&'static Table> {
     has_avx2().then_some(&AVX2)
+}
+
+/// The AMX table, when this CPU has AVX-512 BF16 and AMX-BF16 and Linux granted the tiles;
+/// otherwise why not.
+pub fn table_amx() -> Result<&'static Table, String> {
+    super::amx::hw::status().clone()?;
+    match table_512() {
+        Some(t) if t.bf16.is_some() => Ok(&AMX),
+        _ => Err("this CPU lacks AVX-512 BF16 (the AMX path's other bf16 kernels)".into()),
+    }
 }
 
 /// The AVX-512 table, when this CPU supports it (with the bf16 kernels when it has AVX-512 BF16).

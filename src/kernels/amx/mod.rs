@@ -1,0 +1,73 @@
+//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode), opt-in only
+//! (`COLIBRI_CPU=amx`). Owns the tile abstraction — `Tiles`, the operations the kernel needs,
+//! with a hardware implementation (`hw::Hw`, x86-64 inline asm) and a software model of the
+//! eight tile registers (`model::Model`, any CPU) — and the GEMM written once against it
+//! (`gemm`). The choice of path is `dispatch`'s; the activations' rounding and panels are
+//! `bf16act`'s.
+//!
+//! The hardware kernel has never run on a CPU with AMX: every part but the tile instructions is
+//! tested here through the model (see docs/performance.md, "AMX").
+
+mod gemm;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod hw;
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use gemm::gemm;
+
+/// Rows of a tile register.
+pub const TILE_ROWS: usize = 16;
+/// Bytes per row of a tile register.
+pub const TILE_COLSB: usize = 64;
+
+/// The 64-byte operand of `ldtilecfg` (palette 1): each register's rows and bytes per row;
+/// a register with zero rows is unconfigured.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileConfig {
+    pub palette: u8,
+    pub start_row: u8,
+    pub reserved: [u8; 14],
+    pub colsb: [u16; 16],
+    pub rows: [u8; 16],
+}
+const _: () = assert!(std::mem::size_of::<TileConfig>() == 64);
+
+impl TileConfig {
+    /// Palette 1 with registers `full` configured to 16 rows × 64 bytes, the rest unused.
+    pub fn full(full: std::ops::Range<usize>) -> TileConfig {
+        let mut c = TileConfig { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
+        for t in full {
+            c.colsb[t] = TILE_COLSB as u16;
+            c.rows[t] = TILE_ROWS as u8;
+        }
+        c
+    }
+}
+
+/// The tile operations of the GEMM, named as the instructions; registers are const parameters
+/// (the hardware's register names are fixed in the instruction).
+pub trait Tiles: Default {
+    /// `ldtilecfg`: set every register's shape (and zero them).
+    fn configure(&mut self, cfg: &TileConfig);
+    /// `tilezero tmm{T}`.
+    fn zero<const T: u8>(&mut self);
+    /// `tileloadd tmm{T}, [ptr + stride]`: rows(T) rows of colsb(T) bytes, `stride` bytes apart.
+    ///
+    /// # Safety
+    /// Those bytes must be readable.
+    unsafe fn load<const T: u8>(&mut self, ptr: *const u8, stride: usize);
+    /// `tdpbf16ps tmm{C}, tmm{A}, tmm{B}`: C[m][n] += Σ_k A.bf16[m][2k]·B.bf16[k][2n] +
+    /// A.bf16[m][2k + 1]·B.bf16[k][2n + 1] (see `model` for the rounding).
+    fn dpbf16ps<const C: u8, const A: u8, const B: u8>(&mut self);
+    /// `tilestored [ptr + stride], tmm{T}`.
+    ///
+    /// # Safety
+    /// rows(T) rows of colsb(T) bytes, `stride` apart from `ptr`, must be writable.
+    unsafe fn store<const T: u8>(&mut self, ptr: *mut u8, stride: usize);
+    /// `tilerelease`: back to the unconfigured state.
+    fn release(&mut self);
+}

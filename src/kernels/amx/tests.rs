@@ -1,0 +1,283 @@
+//! The AMX GEMM through the tile model against exact sums and the scalar reference; the tile
+//! sources (direct and zero-padded) against index formulas; the model's TDPBF16PS against hand
+//! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
+//! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
+
+use super::gemm::{a_tile, b_tile, gemm, TileBuf, TK};
+use super::model::Model;
+use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
+use crate::format::DType;
+use crate::kernels::bf16act::{round_bf16, Bf16Acts};
+use crate::kernels::dispatch::Kernels;
+use crate::kernels::table::{CpuPath, NR};
+use crate::kernels::tests::{exact, sample, FLOAT_TOL};
+use crate::kernels::{Mat, QuantActivations};
+
+/// bf16 bits of a value that bf16 holds exactly.
+fn bf(v: f32) -> u16 {
+    let b = round_bf16(v);
+    assert_eq!(f32::from_bits(u32::from(b) << 16), v, "{v} is not a bf16");
+    b
+}
+
+/// A model with tmm0 = C (rows × cols f32), tmm1 = A (rows × 2·pairs bf16), tmm2 = B (pairs ×
+/// 2·cols bf16) loaded from the given values, then tdpbf16ps tmm0, tmm1, tmm2.
+fn dp(c: &[f32], a: &[u16], b: &[u16], rows: usize, pairs: usize, cols: usize) -> Model {
+    let mut cfg = TileConfig::full(0..0);
+    (cfg.rows[0], cfg.colsb[0]) = (rows as u8, (cols * 4) as u16);
+    (cfg.rows[1], cfg.colsb[1]) = (rows as u8, (pairs * 4) as u16);
+    (cfg.rows[2], cfg.colsb[2]) = (pairs as u8, (cols * 4) as u16);
+    let mut t = Model::default();
+    t.configure(&cfg);
+    // SAFETY: each slice holds rows × colsb bytes of its register, densely.
+    unsafe {
+        t.load::<0>(c.as_ptr().cast(), cols * 4);
+        t.load::<1>(a.as_ptr().cast(), pairs * 4);
+        t.load::<2>(b.as_ptr().cast(), cols * 4);
+    }
+    t.dpbf16ps::<0, 1, 2>();
+    t
+}
+
+#[test]
+fn the_model_dot_product_matches_a_hand_computed_case() {
+    // A [2 × 2 pairs], B [2 pairs × 2 columns of pairs], C [2 × 2] = 10, 20, 30, 40.
+    let a: Vec<u16> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0].map(bf).to_vec();
+    let b: Vec<u16> = [1.0, 0.0, 0.0, 1.0, 2.0, 1.0, 1.0, 2.0].map(bf).to_vec();
+    let t = dp(&[10.0, 20.0, 30.0, 40.0], &a, &b, 2, 2, 2);
+    // C[m][n] += Σ_k A[m][2k]·B[k][2n] + A[m][2k+1]·B[k][2n+1]:
+    // row 0: 1·1 + 2·0 + 3·2 + 4·1 = 11, 1·0 + 2·1 + 3·1 + 4·2 = 13; row 1: 27, 29.
+    let got: Vec<f32> = (0..4).map(|i| t.f32_at(0, i / 2, i % 2)).collect();
+    assert_eq!(got, [21.0, 33.0, 57.0, 69.0]);
+}
+
+#[test]
+fn the_model_sums_even_and_odd_products_apart_then_adds_them() {
+    // The SDM's two lanes per output: even products 2²⁴ − 2²⁴ = 0, odd ones 1 + 1 = 2, sum 2.
+    // One chain over the products in order would give 2²⁴, 2²⁴ (2²⁴ + 1 rounds to even), 0, 1.
+    let big = 16_777_216.0;
+    let a: Vec<u16> = [1.0, 1.0, 1.0, 1.0].map(bf).to_vec();
+    let b: Vec<u16> = [big, 1.0, -big, 1.0].map(bf).to_vec();
+    assert_eq!(dp(&[0.0], &a, &b, 1, 2, 1).f32_at(0, 0, 0), 2.0);
+    // Inputs below 2⁻¹²⁶ read as zero (DAZ): 2⁻¹³³ · 2¹⁰⁰ would be 2⁻³³.
+    let (tiny, huge) = (0x0001u16, bf(2f32.powi(100)));
+    assert_eq!(dp(&[0.5], &[tiny, 0], &[huge, 0], 1, 1, 1).f32_at(0, 0, 0), 0.5);
+    // Results below 2⁻¹²⁶ become zero (FTZ): 2⁻⁷⁰ · 2⁻⁷⁰.
+    let small = bf(2f32.powi(-70));
+    assert_eq!(dp(&[0.0], &[small, 0], &[small, 0], 1, 1, 1).f32_at(0, 0, 0).to_bits(), 0);
+}
+
+#[test]
+#[should_panic(expected = "#GP")]
+fn the_model_faults_on_a_tile_taller_than_16_rows() {
+    let mut cfg = TileConfig::full(0..1);
+    cfg.rows[0] = 17;
+    Model::default().configure(&cfg);
+}
+
+#[test]
+#[should_panic(expected = "#GP")]
+fn the_model_faults_on_a_tile_wider_than_64_bytes() {
+    let mut cfg = TileConfig::full(0..1);
+    cfg.colsb[0] = 68;
+    Model::default().configure(&cfg);
+}
+
+#[test]
+#[should_panic(expected = "rows(A)")]
+fn the_model_faults_on_shapes_that_do_not_chain() {
+    let mut cfg = TileConfig::full(0..3);
+    cfg.rows[1] = 8;
+    let mut t = Model::default();
+    t.configure(&cfg);
+    t.dpbf16ps::<0, 1, 2>();
+}
+
+#[test]
+#[should_panic(expected = "unconfigured")]
+fn the_model_faults_on_an_unconfigured_tile() {
+    let mut t = Model::default();
+    t.configure(&TileConfig::full(0..2));
+    t.dpbf16ps::<0, 1, 2>();
+}
+
+#[test]
+#[should_panic(expected = "repeated register")]
+fn the_model_faults_on_a_repeated_register() {
+    let mut t = Model::default();
+    t.configure(&TileConfig::full(0..8));
+    t.dpbf16ps::<0, 1, 1>();
+}
+
+/// A model with every register 16 × 64 bytes and tmm0 loaded from `src`.
+fn loaded(src: (*const u8, usize)) -> Model {
+    let mut t = Model::default();
+    t.configure(&TileConfig::full(0..8));
+    // SAFETY: a_tile / b_tile hand out 16 rows of 64 readable bytes.
+    unsafe { t.load::<0>(src.0, src.1) };
+    t
+}
+
+#[test]
+fn weight_tiles_are_the_stored_rows_zero_past_the_matrix() {
+    for (rows, cols) in [(40, 100), (16, 32), (17, 96), (5, 2)] {
+        let w: Vec<u16> = (0..rows * cols).map(|i| i as u16 + 1).collect();
+        for r in (0..rows + TILE_ROWS).step_by(TILE_ROWS) {
+            for k0 in (0..cols).step_by(TK) {
+                let mut buf = TileBuf::default();
+                let t = loaded(a_tile(&w, rows, cols, r, k0, &mut buf));
+                for (i, c) in (0..TILE_ROWS).flat_map(|i| (0..TK).map(move |c| (i, c))) {
+                    let want = if r + i < rows && k0 + c < cols { w[(r + i) * cols + k0 + c] } else { 0 };
+                    assert_eq!(t.bf16(0, i, c), want, "{rows}x{cols} tile ({r}, {k0}) element ({i}, {c})");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_tiles_pair_columns_zero_past_the_panels() {
+    for (n, cols) in [(17, 100), (16, 64), (40, 2), (33, 96)] {
+        let x = sample(n * cols, 3);
+        let mut acts = Bf16Acts::default();
+        acts.round(&x, n, cols);
+        acts.pack_panels();
+        let pairs = cols / 2;
+        for p in 0..n.div_ceil(NR) + 1 {
+            for q0 in (0..pairs).step_by(TILE_ROWS) {
+                let mut buf = TileBuf::default();
+                let t = loaded(b_tile(&acts.panels, pairs, p, q0, &mut buf));
+                for (q, j) in (0..TILE_ROWS).flat_map(|q| (0..TILE_COLSB / 4).map(move |j| (q, j))) {
+                    let (tok, c) = (p * NR + j, 2 * (q0 + q));
+                    let want = match tok < n && q0 + q < pairs {
+                        true => {
+                            u32::from(round_bf16(x[tok * cols + c]))
+                                | u32::from(round_bf16(x[tok * cols + c + 1])) << 16
+                        }
+                        false => 0,
+                    };
+                    assert_eq!(t.u32_at(0, q, j), want, "n {n} cols {cols} panel {p} pair {} token {tok}", q0 + q);
+                }
+            }
+        }
+    }
+}
+
+/// y [n, rows] by the AMX GEMM on tiles `T`, on a pool of `threads`.
+fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
+    let mut acts = Bf16Acts::default();
+    acts.round(x, n, w.cols());
+    acts.pack_panels();
+    let mut y = vec![f32::NAN; n * w.rows()];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+    pool.install(|| gemm::<T>(w, &acts.panels, n, &mut y));
+    y
+}
+
+/// The shapes of the model's comparison: (activation rows, weight rows, columns).
+fn shapes() -> impl Iterator<Item = (usize, usize, usize)> {
+    let ms = [1, 5, 16, 17, 33, 100];
+    ms.into_iter().flat_map(|m| [16, 40, 64].into_iter().flat_map(move |n| [32, 96, 100, 2048].map(|k| (m, n, k))))
+}
+
+/// y against the exact products of the rounded activations (f64) within FLOAT_TOL, and against
+/// the scalar reference within twice that.
+fn check_against_reference(w: Mat<'_>, x: &[f32], n: usize, y: &[f32], what: &str) {
+    let rounded: Vec<f32> = x.iter().map(|&v| f32::from_bits(u32::from(round_bf16(v)) << 16)).collect();
+    let (want, mag) = exact(w, &rounded, n);
+    let mut reference = vec![0f32; y.len()];
+    Kernels::on(CpuPath::Generic, QuantActivations::Reduced).expect("generic").matmul(w, x, n, &mut reference);
+    for i in 0..y.len() {
+        let err = (f64::from(y[i]) - want[i]).abs();
+        assert!(err <= FLOAT_TOL * mag[i] + 1e-30, "{what}: y[{i}] = {} vs exact {} (err {err:e})", y[i], want[i]);
+        let err = f64::from((y[i] - reference[i]).abs());
+        assert!(err <= 2.0 * FLOAT_TOL * mag[i] + 1e-30, "{what}: y[{i}] = {} vs reference {}", y[i], reference[i]);
+    }
+}
+
+#[test]
+fn the_gemm_on_the_tile_model_matches_the_reference_on_ragged_shapes() {
+    for (m, n, k) in shapes() {
+        let w: Vec<u16> = sample(n * k, (n * k) as u64).iter().map(|&v| round_bf16(v)).collect();
+        let w = Mat::halves(DType::BF16, &w, n, k);
+        let x = sample(m * k, (m + k) as u64);
+        let one = run::<Model>(w, &x, m, 1);
+        check_against_reference(w, &x, m, &one, &format!("m {m} n {n} k {k}"));
+        let three = run::<Model>(w, &x, m, 3);
+        assert!(one.iter().zip(&three).all(|(a, b)| a.to_bits() == b.to_bits()), "m {m} n {n} k {k}: 1 vs 3 threads");
+    }
+}
+
+/// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
+fn model_gemm(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
+    gemm::<Model>(w, panels, n, y)
+}
+
+#[test]
+fn a_path_with_a_whole_bf16_gemm_takes_it_from_the_gemm_threshold() {
+    use crate::kernels::gemm_bf16::{product, GEMM_MIN_ROWS_BF16};
+    use crate::kernels::table::Bf16Kernels;
+    // Only the whole GEMM may run from the threshold on: the other kernels fail the test.
+    let k = Bf16Kernels {
+        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran at a GEMM row count"),
+        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
+        gemm: Some(model_gemm),
+    };
+    let (rows, cols) = (40, 100);
+    let w: Vec<u16> = sample(rows * cols, 8).iter().map(|&v| round_bf16(v)).collect();
+    let w = Mat::halves(DType::BF16, &w, rows, cols);
+    for n in [GEMM_MIN_ROWS_BF16, 33, 100] {
+        let x = sample(n * cols, 9 + n as u64);
+        let mut y = vec![f32::NAN; n * rows];
+        product(k, w, &x, n, &mut y);
+        check_against_reference(w, &x, n, &y, &format!("through product, n {n}"));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod hardware {
+    use super::*;
+    use crate::kernels::amx::hw::{cpuid_has_amx_bf16, decide, status, Hw};
+
+    #[test]
+    fn without_amx_or_permission_the_choice_says_why() {
+        let asked = std::cell::Cell::new(false);
+        let absent = decide(false, || {
+            asked.set(true);
+            Ok(())
+        });
+        assert!(!asked.get(), "no permission is asked for without AMX in cpuid");
+        assert!(absent.unwrap_err().contains("no amx_bf16"));
+        let refused = decide(true, || Err(std::io::Error::from_raw_os_error(libc::EPERM))).unwrap_err();
+        assert!(refused.contains("refused") && refused.contains("os error 1"), "{refused}");
+        assert!(decide(true, || Ok(())).is_ok());
+        // This CPU: cpuid decides first.
+        if !cpuid_has_amx_bf16() {
+            assert!(status().as_ref().unwrap_err().contains("no amx_bf16"));
+        }
+    }
+
+    /// The hardware tiles against the model and the reference. Ignored by default: on a CPU
+    /// without AMX it cannot run and must not pass; `scripts/test-all.sh` runs it (`--ignored`)
+    /// where /proc/cpuinfo lists amx_bf16, and says SKIPPED elsewhere.
+    #[test]
+    #[ignore = "needs a CPU with AMX-BF16: cargo test --release -p colibri amx_hardware -- --ignored"]
+    fn amx_hardware_kernel_matches_the_model() {
+        if let Err(why) = status() {
+            panic!("AMX HARDWARE KERNEL NOT RUN: {why}");
+        }
+        let (mut same, mut total) = (0, 0);
+        for (m, n, k) in shapes().chain([(256, 512, 4096)]) {
+            let w: Vec<u16> = sample(n * k, (n * k) as u64).iter().map(|&v| round_bf16(v)).collect();
+            let w = Mat::halves(DType::BF16, &w, n, k);
+            let x = sample(m * k, (m + k) as u64);
+            let hw = run::<Hw>(w, &x, m, 3);
+            check_against_reference(w, &x, m, &hw, &format!("hardware m {m} n {n} k {k}"));
+            assert_eq!(hw, run::<Hw>(w, &x, m, 1), "hardware m {m} n {n} k {k}: 1 vs 3 threads");
+            let model = run::<Model>(w, &x, m, 3);
+            same += hw.iter().zip(&model).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+            total += hw.len();
+        }
+        eprintln!("amx hardware vs model: {same} of {total} outputs bit-identical");
+    }
+}
