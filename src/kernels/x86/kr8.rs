@@ -3,8 +3,8 @@
 //! 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
 //! one `vpdpbusd` on VNNI), and the 8 rows' sums live in the 8 i32 lanes of one vector: no
 //! horizontal adds anywhere. One pass over a group's units serves up to 4 (AVX2) or 8 (VNNI)
-//! activation rows, so prefill unpacks each weight once per pass; the unit two ahead is
-//! prefetched.
+//! activation rows, so prefill unpacks each weight once per pass; the unit some way ahead is
+//! prefetched (`tune::kr8_prefetch_units`).
 //!
 //! * q4_kr8, per sub-block pair p: 8 loads, low nibbles (sub-block 2p) and high (2p + 1) against
 //!   their activation bytes (VNNI takes the high nibbles where they are, 16 × their value, and
@@ -35,8 +35,6 @@ use std::ops::Range;
 /// Unit bytes (8 blocks) of q4_kr8 and q6_kr8.
 const Q4K_UNIT: usize = 1152;
 const Q6K_UNIT: usize = 1680;
-/// Units ahead of the one being read that are prefetched.
-const AHEAD_UNITS: usize = 2;
 
 /// One int8 activation row: quants, block scales and dx·Σqx (per 32; q4_k), 32 · half sums
 /// (per 16; q6_k).
@@ -103,9 +101,6 @@ impl Dot for Vnni {
 /// Prefetch the `bytes` bytes at p (a hint: never faults, any address is fine).
 #[inline(always)]
 unsafe fn prefetch(p: *const u8, bytes: usize) {
-    if !super::tune::software_prefetch() {
-        return;
-    }
     for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch reads nothing architecturally.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
@@ -130,13 +125,16 @@ unsafe fn q4k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
     // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units();
         let m4 = _mm256_set1_epi8(15);
         let (m1, m2, m3) =
             (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * Q4K_UNIT);
-            prefetch(u.wrapping_add(AHEAD_UNITS * Q4K_UNIT), Q4K_UNIT);
+            if ahead > 0 {
+                prefetch(u.wrapping_add(ahead * Q4K_UNIT), Q4K_UNIT);
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(u.cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(u.add(16).cast()));
             let u0 = _mm256_loadu_si256(u.add(32).cast());
@@ -190,10 +188,13 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
     // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units();
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * Q6K_UNIT);
-            prefetch(u.wrapping_add(AHEAD_UNITS * Q6K_UNIT), Q6K_UNIT);
+            if ahead > 0 {
+                prefetch(u.wrapping_add(ahead * Q6K_UNIT), Q6K_UNIT);
+            }
             // The integer sums S of the block's 8 sub-blocks (see `kr8ref::dot_i8_q6k`), per
             // activation row: one pass per (n, P) makes sub-blocks 4n + P and 4n + P + 2.
             let mut sums = [[_mm256_setzero_si256(); 8]; T];
