@@ -295,3 +295,17 @@ fn matmul_16384x2048_q8r8(b: Bencher, n: usize) {
 fn matmul_16384x2048_q4_k(b: Bencher, n: usize) {
     matmul_n(b, "q4_k", n);
 }
+
+/// The interleaved K-quants on a 256 × 2048 matrix that stays in L2, one activation row: the
+/// kernels' instruction throughput without the memory reads (the expert and lm_head figures
+/// above are bound by those).
+#[divan::bench(args = ["q4_kr8", "q6_kr8"], sample_count = 200)]
+fn gemv_kr8_hot(b: Bencher, dtype: &'static str) {
+    let w = Weights::new(dtype, 256, 2048);
+    let x = values(2048);
+    let mut y = vec![0f32; 256];
+    b.counter(BytesCount::new(w.len)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), 1, &mut y);
+        black_box(&y);
+    });
+}

@@ -139,7 +139,10 @@ fn unit_rms(x: &mut [f32], eps: f32) {
 
 /// att ([n, heads·head_dim]): each (row, head) pair is independent; a row attends over its own
 /// sequence's cache up to its own position (from the layer's `first_key` on), with the
-/// head's sink logit in the softmax when the family has sinks.
+/// head's sink logit in the softmax when the family has sinks. A task takes one row's run of
+/// `per_task` heads and walks the cache position by position, all its heads at each (a cache
+/// row holds every head's K or V side by side: read in order, not one head's slice per
+/// position, head after head); each head's dot products and sums are the same either way.
 fn attend(
     c: &Config,
     kern: &Kernels,
@@ -154,28 +157,43 @@ fn attend(
     let spec = &c.layers[layer];
     let group = c.n_heads / c.n_kv_heads;
     let scale = c.scales.attention.map_or(1.0 / (hd as f32).sqrt(), |a| a as f32);
+    let threads = crate::threads::current();
+    // Heads per task: a divisor of n_heads giving each thread at least one task of a row.
+    let splits = (threads.clamp(1, c.n_heads.max(1))..=c.n_heads).find(|&s| c.n_heads.is_multiple_of(s)).unwrap_or(1);
+    let per_task = c.n_heads / splits;
     let q: &[f32] = &b.q;
-    let head_out = |(idx, out): (usize, &mut [f32])| {
-        let (t, head) = (idx / c.n_heads, idx % c.n_heads);
+    let heads_out = |(idx, out): (usize, &mut [f32])| {
+        let (t, h0) = (idx / splits, idx % splits * per_task);
         let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
         let kv: &KvCache = &*s.kv;
         let p = s.pos0 + (t - s.rows.start);
         let lo = spec.first_key(p);
-        let qh = &q[t * nq + head * hd..t * nq + (head + 1) * hd];
-        let kvh = head / group;
-        let mut scores: Vec<f32> = (lo..=p).map(|j| kv.k_dot(kern, layer, j, kvh, qh) * scale).collect();
-        // GPT-OSS: the head's sink logit joins the denominator.
-        let sink = w.sinks.as_ref().map_or(f32::NEG_INFINITY, |s| s[head]);
-        kernels::softmax_with_sink(&mut scores, sink);
+        let len = p + 1 - lo;
+        let heads = h0..h0 + per_task;
+        // scores[h·len + j − lo] = q_h · K_j / √d, then softmax per head.
+        let mut scores = vec![0f32; per_task * len];
+        for j in lo..=p {
+            for (h, head) in heads.clone().enumerate() {
+                let qh = &q[t * nq + head * hd..t * nq + (head + 1) * hd];
+                scores[h * len + j - lo] = kv.k_dot(kern, layer, j, head / group, qh) * scale;
+            }
+        }
+        for (sc, head) in scores.chunks_exact_mut(len).zip(heads.clone()) {
+            // GPT-OSS: the head's sink logit joins the denominator.
+            let sink = w.sinks.as_ref().map_or(f32::NEG_INFINITY, |s| s[head]);
+            kernels::softmax_with_sink(sc, sink);
+        }
         out.fill(0.0);
-        for (j, &pj) in (lo..=p).zip(&scores) {
-            kv.v_axpy(kern, layer, j, kvh, pj, out);
+        for j in lo..=p {
+            for ((h, head), o) in heads.clone().enumerate().zip(out.chunks_exact_mut(hd)) {
+                kv.v_axpy(kern, layer, j, head / group, scores[h * len + j - lo], o);
+            }
         }
     };
     let att = &mut b.att[..n * nq];
-    if crate::threads::current() > 1 {
-        att.par_chunks_mut(hd).enumerate().for_each(head_out);
+    if threads > 1 {
+        att.par_chunks_mut(per_task * hd).enumerate().for_each(heads_out);
     } else {
-        att.chunks_mut(hd).enumerate().for_each(head_out);
+        att.chunks_mut(per_task * hd).enumerate().for_each(heads_out);
     }
 }

@@ -70,8 +70,11 @@ pub struct QuantizedActs {
     pub sums: Vec<i32>,
     /// The same rows in panels (`actpanel`), built on first use by a kernel that reads them.
     panels: OnceLock<ActPanels>,
-    /// Sums of each 16 quants (q6_k's offset meets them per half block), built on first use.
+    /// 32 · the sum of each 16 quants (q6_k's offset meets them per half block), built on first
+    /// use.
     halves: OnceLock<Vec<i32>>,
+    /// dx_b · Σ qx per block (q4_k's min meets it), built on first use.
+    scaled: OnceLock<Vec<f32>>,
 }
 
 impl QuantizedActs {
@@ -86,12 +89,22 @@ impl QuantizedActs {
         f(&x[..n * cols], &mut self.qs, &mut self.d, &mut self.sums);
         self.panels = OnceLock::new();
         self.halves = OnceLock::new();
+        self.scaled = OnceLock::new();
     }
 
-    /// Σ qx over each 16 quants ([n, cols / 16]): built by the first caller, shared by the rest
-    /// (a product's tasks each read the whole rows).
+    /// 32 · Σ qx over each 16 quants ([n, cols / 16]; q6_k's offset of 32 meets them per half
+    /// block): built by the first caller, shared by the rest (a product's tasks each read the
+    /// whole rows).
     pub(crate) fn half_sums(&self) -> &[i32] {
-        self.halves.get_or_init(|| self.qs.chunks_exact(16).map(|c| c.iter().map(|&v| i32::from(v)).sum()).collect())
+        self.halves.get_or_init(|| {
+            self.qs.chunks_exact(16).map(|c| 32 * c.iter().map(|&v| i32::from(v)).sum::<i32>()).collect()
+        })
+    }
+
+    /// dx_b · (Σ qx as f32) per block ([n, cols / 32]): built by the first caller, shared by
+    /// the rest.
+    pub(crate) fn scaled_sums(&self) -> &[f32] {
+        self.scaled.get_or_init(|| self.d.iter().zip(&self.sums).map(|(&d, &s)| d * s as f32).collect())
     }
 
     /// The rows in panels of 8 (`actpanel`): built by the first caller, shared by the rest.

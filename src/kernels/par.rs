@@ -50,10 +50,16 @@ impl OutPtr {
     }
 }
 
+/// Whether `tasks` tasks of `work` multiply-adds in all run on the calling thread, one after
+/// the other (see `for_tasks`).
+fn sequential(tasks: usize, work: usize) -> bool {
+    tasks == 1 || work < PAR_MIN_WORK || crate::threads::current() == 1
+}
+
 /// Run `body` over `tasks` indices, in parallel on the pool running the caller when the call is
 /// big enough (on the calling thread outside any pool).
 pub(super) fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync + Send) {
-    if tasks == 1 || work < PAR_MIN_WORK || crate::threads::current() == 1 {
+    if sequential(tasks, work) {
         (0..tasks).for_each(body);
     } else {
         (0..tasks).into_par_iter().for_each(body);
@@ -61,6 +67,9 @@ pub(super) fn for_tasks(tasks: usize, work: usize, body: impl Fn(usize) + Sync +
 }
 
 /// Matrix-vector strategy: `kernel(rows, out)` fills out [n, rows.len()] for a chunk of rows.
+/// On one thread the chunks would run in turn: one call over every row then writes y ([n, rows],
+/// the same layout) directly (a kernel's rows do not depend on the range they come in: chunks
+/// start at multiples of GEMV_CHUNK, so every row group and remainder is the same either way).
 pub(super) fn gemv_by(
     rows: usize,
     cols: usize,
@@ -68,8 +77,12 @@ pub(super) fn gemv_by(
     y: &mut [f32],
     kernel: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
 ) {
-    let out = OutPtr(y.as_mut_ptr());
     let tasks = rows.div_ceil(GEMV_CHUNK);
+    if sequential(tasks, rows * cols * n) {
+        kernel(0..rows, &mut y[..n * rows]);
+        return;
+    }
+    let out = OutPtr(y.as_mut_ptr());
     for_tasks(tasks, rows * cols * n, |task| {
         let r0 = task * GEMV_CHUNK;
         let r1 = (r0 + GEMV_CHUNK).min(rows);

@@ -3,12 +3,15 @@
 //! 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
 //! one `vpdpbusd` on VNNI), and the 8 rows' sums live in the 8 i32 lanes of one vector: no
 //! horizontal adds anywhere. One pass over a group's units serves up to 4 (AVX2) or 8 (VNNI)
-//! activation rows, so prefill unpacks each weight once per pass; the unit two ahead is
-//! prefetched.
+//! activation rows, so prefill unpacks each weight once per pass; the unit some way ahead is
+//! prefetched (`tune::kr8_prefetch_units`).
 //!
 //! * q4_kr8, per sub-block pair p: 8 loads, low nibbles (sub-block 2p) and high (2p + 1) against
-//!   their activation bytes; the 8 rows' 6-bit scales and mins come out of the three
-//!   interleaved scale words with ggml's word shuffle, 8 rows at once.
+//!   their activation bytes (VNNI takes the high nibbles where they are, 16 × their value, and
+//!   shifts the i32 sum back: one mask per load instead of a shift and a mask); the 8 rows' 6-bit
+//!   scales and mins come out of the three interleaved scale words with ggml's word shuffle, 8
+//!   rows at once, then one byte shuffle per sub-block; the activations' dx·Σqx (the mins'
+//!   term) is taken once per product (`QuantizedActs::scaled_sums`).
 //! * q6_kr8, per half n of the block and P ∈ {0, 1}: one load of each ql chunk makes the 6-bit
 //!   quants of sub-blocks 4n + P (low nibbles) and 4n + P + 2 (high), with the qh chunk loaded
 //!   once for both (the unit's scales and d first, then each half's qh and ql side by side: the
@@ -32,15 +35,14 @@ use std::ops::Range;
 /// Unit bytes (8 blocks) of q4_kr8 and q6_kr8.
 const Q4K_UNIT: usize = 1152;
 const Q6K_UNIT: usize = 1680;
-/// Units ahead of the one being read that are prefetched.
-const AHEAD_UNITS: usize = 2;
 
-/// One int8 activation row: quants, block scales and sums (per 32), half sums (per 16; q6_k).
+/// One int8 activation row: quants, block scales and dx·Σqx (per 32; q4_k), 32 · half sums
+/// (per 16; q6_k).
 #[derive(Clone, Copy)]
 struct Acts {
     q: *const i8,
     d: *const f32,
-    sums: *const i32,
+    dsums: *const f32,
     halves: *const i32,
 }
 
@@ -51,6 +53,11 @@ type Kern = unsafe fn(g: *const u8, nb: usize, x: &[Acts], out: &mut [[f32; ROWS
 /// The integer step of an instruction set: acc + Σ over each 4-byte lane of u8 w × i8 x.
 trait Dot {
     unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i;
+    /// The high nibbles of q as `dot` takes them, and the sum of their products back to
+    /// Σ nibble·x (VNNI: the nibbles left in place, 16 × theirs, the sum shifted back exactly;
+    /// AVX2's i16 pair sums would overflow there, so it shifts each load).
+    unsafe fn high(q: __m256i) -> __m256i;
+    unsafe fn high_sum(s: __m256i) -> __m256i;
 }
 
 struct Avx2;
@@ -61,6 +68,15 @@ impl Dot for Avx2 {
         // vpmaddubsw stay in i16: 2 · 63 · 128 < 2¹⁵.
         unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))) }
     }
+    #[inline(always)]
+    unsafe fn high(q: __m256i) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe { _mm256_and_si256(_mm256_srli_epi16::<4>(q), _mm256_set1_epi8(15)) }
+    }
+    #[inline(always)]
+    unsafe fn high_sum(s: __m256i) -> __m256i {
+        s
+    }
 }
 
 struct Vnni;
@@ -70,14 +86,21 @@ impl Dot for Vnni {
         // SAFETY: inlined only into the VNNI kernels below (the CPU has AVX-512 VL + VNNI).
         unsafe { _mm256_dpbusd_epi32(acc, w, x) }
     }
+    #[inline(always)]
+    unsafe fn high(q: __m256i) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe { _mm256_and_si256(q, _mm256_set1_epi8(0xF0u8 as i8)) }
+    }
+    #[inline(always)]
+    unsafe fn high_sum(s: __m256i) -> __m256i {
+        // SAFETY: as `dot`. s = 16 · Σ nibble·x exactly (|Σ| < 2²⁰), so the shift is exact.
+        unsafe { _mm256_srai_epi32::<4>(s) }
+    }
 }
 
 /// Prefetch the `bytes` bytes at p (a hint: never faults, any address is fine).
 #[inline(always)]
 unsafe fn prefetch(p: *const u8, bytes: usize) {
-    if !super::tune::software_prefetch() {
-        return;
-    }
     for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch reads nothing architecturally.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
@@ -89,8 +112,10 @@ unsafe fn prefetch(p: *const u8, bytes: usize) {
 unsafe fn byte_ps(v: __m256i, k: usize) -> __m256 {
     // SAFETY: inlined only into the kernels below (AVX2 at least).
     unsafe {
-        let b = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(8 * k as i32)), _mm256_set1_epi32(0xFF));
-        _mm256_cvtepi32_ps(b)
+        // Byte 0 of dword i of each 128-bit half: byte 4i + k of that half; the rest zero.
+        let m: [i32; 4] = std::array::from_fn(|i| 0x8080_8000u32 as i32 | (4 * i + k) as i32);
+        let mask = _mm256_setr_epi32(m[0], m[1], m[2], m[3], m[0], m[1], m[2], m[3]);
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, mask))
     }
 }
 
@@ -100,13 +125,16 @@ unsafe fn q4k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
     // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units();
         let m4 = _mm256_set1_epi8(15);
         let (m1, m2, m3) =
             (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * Q4K_UNIT);
-            prefetch(u.wrapping_add(AHEAD_UNITS * Q4K_UNIT), Q4K_UNIT);
+            if ahead > 0 {
+                prefetch(u.wrapping_add(ahead * Q4K_UNIT), Q4K_UNIT);
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(u.cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(u.add(16).cast()));
             let u0 = _mm256_loadu_si256(u.add(32).cast());
@@ -118,28 +146,34 @@ unsafe fn q4k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
             let high1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m3), 4);
             let sc = [_mm256_and_si256(u0, m1), _mm256_or_si256(_mm256_and_si256(u2, m2), high0)];
             let mn = [_mm256_and_si256(u1, m1), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m2), high1)];
+            // d·scale and dmin·min of each sub-block j, 8 rows.
+            let (mut dsc, mut dmn) = ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]);
+            for j in 0..8 {
+                dsc[j] = _mm256_mul_ps(d, byte_ps(sc[j / 4], j % 4));
+                dmn[j] = _mm256_mul_ps(dmin, byte_ps(mn[j / 4], j % 4));
+            }
             for p in 0..4 {
                 // Sums of sub-blocks 2p (low nibbles) and 2p + 1 (high), per activation row.
                 let (mut s0, mut s1) = ([_mm256_setzero_si256(); T], [_mm256_setzero_si256(); T]);
                 for c in 0..8 {
                     let q = _mm256_loadu_si256(u.add(128 + 32 * (8 * p + c)).cast());
-                    let (lo, hi) = (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+                    let (lo, hi) = (_mm256_and_si256(q, m4), D::high(q));
                     for t in 0..T {
                         let xb = x[t].q.add(QK_K * b + 64 * p + 4 * c);
                         s0[t] = D::dot(s0[t], lo, bcast4(xb));
                         s1[t] = D::dot(s1[t], hi, bcast4(xb.add(QK)));
                     }
                 }
+                for s in s1.iter_mut() {
+                    *s = D::high_sum(*s);
+                }
                 for (hf, s) in [s0, s1].iter().enumerate() {
                     let j = 2 * p + hf;
-                    let dsc = _mm256_mul_ps(d, byte_ps(sc[j / 4], j % 4));
-                    let dmn = _mm256_mul_ps(dmin, byte_ps(mn[j / 4], j % 4));
                     for t in 0..T {
                         let k = 8 * b + j;
-                        let dx = *x[t].d.add(k);
-                        let f = _mm256_mul_ps(dsc, _mm256_set1_ps(dx));
+                        let f = _mm256_mul_ps(dsc[j], _mm256_set1_ps(*x[t].d.add(k)));
                         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), f, acc[t]);
-                        acc[t] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(dx * *x[t].sums.add(k) as f32), acc[t]);
+                        acc[t] = _mm256_fnmadd_ps(dmn[j], _mm256_set1_ps(*x[t].dsums.add(k)), acc[t]);
                     }
                 }
             }
@@ -154,10 +188,13 @@ unsafe fn q6k<D: Dot, const T: usize>(g: *const u8, nb: usize, xs: &[Acts], out:
     // SAFETY: the caller's contract (`Kern`): nb whole units at g, nb blocks per activation row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units();
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * Q6K_UNIT);
-            prefetch(u.wrapping_add(AHEAD_UNITS * Q6K_UNIT), Q6K_UNIT);
+            if ahead > 0 {
+                prefetch(u.wrapping_add(ahead * Q6K_UNIT), Q6K_UNIT);
+            }
             // The integer sums S of the block's 8 sub-blocks (see `kr8ref::dot_i8_q6k`), per
             // activation row: one pass per (n, P) makes sub-blocks 4n + P and 4n + P + 2.
             let mut sums = [[_mm256_setzero_si256(); 8]; T];
@@ -221,7 +258,7 @@ unsafe fn q6_pair<D: Dot, const T: usize, const P: usize>(
                 let s = sub[j];
                 let k = _mm256_cvtepi8_epi32(_mm_loadl_epi64(u.add(Q6_SCALES + 8 * (8 * n + 2 * (s % 4) + h)).cast()));
                 for t in 0..T {
-                    let hs = _mm256_set1_epi32(32 * *x[t].halves.add(16 * b + 2 * s + h));
+                    let hs = _mm256_set1_epi32(*x[t].halves.add(16 * b + 2 * s + h));
                     let e = _mm256_mullo_epi32(_mm256_sub_epi32(a[t][j], hs), k);
                     sums[t][s] = _mm256_add_epi32(sums[t][s], e);
                 }
@@ -254,13 +291,14 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
     let (nb, unit) = (cols / QK_K, w.dtype().info().block_bytes as usize * ROWS);
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * cols / QK);
     assert!(out.len() >= n * rows.len() && rows.end <= w.rows() && w.bytes().len() >= w.rows() / ROWS * nb * unit);
-    // q6_k's offset meets the activations per half block of 16.
-    let halves: &[i32] = if q6 { xa.half_sums() } else { &[] };
+    // q6_k's offset meets the activations per half block of 16, q4_k's min per block.
+    let (halves, dsums): (&[i32], &[f32]) = if q6 { (xa.half_sums(), &[]) } else { (&[], xa.scaled_sums()) };
     let acts: Vec<Acts> = (0..n)
         .map(|t| {
             let (q, d) = xa.row(t);
             let halves = halves.as_ptr().wrapping_add(t * cols / 16);
-            Acts { q: q.as_ptr(), d: d.as_ptr(), sums: xa.row_sums(t).as_ptr(), halves }
+            let dsums = dsums.as_ptr().wrapping_add(t * cols / QK);
+            Acts { q: q.as_ptr(), d: d.as_ptr(), dsums, halves }
         })
         .collect();
     let len = rows.len();
@@ -277,10 +315,9 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
             while t < tokens.end {
                 let level = (tokens.end - t).min(1 << (kerns.len() - 1)).ilog2() as usize;
                 let take = 1 << level;
-                let x: [Acts; 8] = std::array::from_fn(|k| acts[(t + k).min(t + take - 1)]);
                 // SAFETY: the kernels' table only on CPUs with their features; group grp lies
                 // inside the matrix (asserted above) and every activation row holds nb blocks.
-                unsafe { kerns[level](g, nb, &x[..take], &mut res[..take]) };
+                unsafe { kerns[level](g, nb, &acts[t..t + take], &mut res[..take]) };
                 for (k, r) in res[..take].iter().enumerate() {
                     out[(t + k) * len + at..(t + k) * len + at + ROWS].copy_from_slice(r);
                 }
