@@ -45,7 +45,10 @@ case "$(basename "$whl")" in
 	exit 1
 	;;
 esac
-"$py" -m zipfile -l "$whl" | grep -q '^colibri/libcolibri\.so\.1 ' || {
+# The listing goes to a file first: `grep -q` stops reading at its match, and the listing's
+# broken pipe would then fail the pipeline (pipefail).
+"$py" -m zipfile -l "$whl" >"$tmp/listing"
+grep -q '^colibri/libcolibri\.so\.1 ' "$tmp/listing" || {
 	echo "the wheel has no colibri/libcolibri.so.1" >&2
 	exit 1
 }
