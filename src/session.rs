@@ -255,9 +255,12 @@ impl KvCache {
         self.held
     }
 
-    /// Whether this cache has the shape config `c` needs (layers and K/V row widths).
+    /// Whether this cache has the shape config `c` needs (layers, which of them attend, and K/V
+    /// row widths).
     pub fn fits(&self, c: &Config) -> bool {
-        (self.row, self.v_row) == c.kv_row_widths() && self.k.len() == c.n_layers
+        (self.row, self.v_row) == c.kv_row_widths()
+            && self.k.len() == c.n_layers
+            && self.attends.iter().zip(&c.layers).all(|(&a, l)| a == (l.kind == LayerKind::Attention))
     }
 }
 
@@ -281,6 +284,8 @@ pub struct Checkpoint {
     traced: usize,
     /// Forward calls the session had begun when this was taken.
     calls: u64,
+    /// Copies into the session before this was taken.
+    copies: u64,
     /// A copy of the recurrent state (`Session::checkpoint_with_state`), for undoing several calls.
     state: Option<Snapshot>,
 }
@@ -305,6 +310,8 @@ pub struct Session {
     call_start_pos: usize,
     /// Forward calls begun.
     calls: u64,
+    /// Copies into this session (`copy_from`, `copy_prefix_from`).
+    copies: u64,
     /// A rollback could not restore the recurrent state: forward calls fail until a reset.
     state_lost: bool,
 }
@@ -328,6 +335,7 @@ impl Session {
             rec: RecurrentState::new(c)?,
             call_start_pos: 0,
             calls: 0,
+            copies: 0,
             state_lost: false,
         })
     }
@@ -464,6 +472,7 @@ impl Session {
             rng: self.rng.clone(),
             traced: self.trace.as_ref().map_or(0, Vec::len),
             calls: self.calls,
+            copies: self.copies,
             state: None,
         }
     }
@@ -480,8 +489,13 @@ impl Session {
     /// (the last logits are not restored). The recurrent state goes back too: from the
     /// checkpoint's copy, or from the session's copy of the last call's start when that call
     /// is the only one since `c`; past more calls than that without a copy, the state is lost
-    /// and the session refuses forward calls until it is reset.
+    /// and the session refuses forward calls until it is reset. A checkpoint taken before a copy
+    /// into this session (`copy_from`, `copy_prefix_from`) does nothing: the copy replaced
+    /// everything it would restore.
     pub fn rollback(&mut self, c: Checkpoint) {
+        if c.copies != self.copies {
+            return;
+        }
         self.rng = c.rng;
         if let Some(t) = self.trace.as_mut() {
             t.truncate(c.traced);

@@ -152,6 +152,22 @@ fn a_rejected_call_changes_nothing() {
     f.feed_and_check(&mut s, 20, 80, "after rejected calls");
 }
 
+/// A session made for the same widths but with the layer kinds in another order (a DeltaNet
+/// state where the model has attention, a KV cache where it has DeltaNet) is refused as another
+/// model's, before anything runs.
+#[test]
+fn a_session_of_another_layer_order_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixture("qwen3_next_hybrid", tmp.path());
+    let mut other = f.model.config().clone();
+    other.layers.rotate_left(1);
+    assert_ne!(other.layers, f.model.config().layers, "the fixture mixes layer kinds");
+    let mut s = Session::new(&other, &SessionOptions { n_ctx: 128, ..Default::default() }).unwrap();
+    let err = forward(&f.model, &mut s, Input::Tokens(&f.input[..4]), &all()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("another model"), "{err}");
+    assert_eq!(s.position(), 0);
+}
+
 #[test]
 fn state_and_kv_bytes_are_accounted() {
     let tmp = tempfile::tempdir().unwrap();

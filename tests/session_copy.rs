@@ -197,3 +197,27 @@ fn a_recurrent_copy_truncates_like_its_source() {
     a.truncate(20).unwrap();
     assert_eq!(decode(m, &mut a, tail), want_at_20, "the source after being copied");
 }
+
+/// A checkpoint taken on a session before something is copied into it does nothing on rollback
+/// (with or without a state copy, on the DeltaNet and the attention-only model): the copy
+/// replaced everything it would restore, so the session continues as the copy would.
+#[test]
+fn a_checkpoint_from_before_a_copy_does_not_roll_it_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    for c in [fixture("qwen3_next_hybrid", tmp.path()), default_case()] {
+        let m = &c.model;
+        let mut src = session(m, 128, KvDtype::F32);
+        forward(m, &mut src, Input::Tokens(&c.input[..12]), &all()).unwrap();
+        let tail = &c.input[12..15];
+        let want = c.fresh(&c.input[..12], tail, KvDtype::F32);
+        for with_state in [false, true] {
+            let mut dst = session(m, 128, KvDtype::F32);
+            forward(m, &mut dst, Input::Tokens(&c.input[20..28]), &all()).unwrap();
+            let cp = if with_state { dst.checkpoint_with_state() } else { dst.checkpoint() };
+            dst.copy_from(&src).unwrap();
+            dst.rollback(cp);
+            assert_eq!(dst.position(), 12, "{} (state {with_state}): the rollback moved the copy", c.name);
+            assert_eq!(decode(m, &mut dst, tail), want, "{} (state {with_state})", c.name);
+        }
+    }
+}

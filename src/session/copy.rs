@@ -110,7 +110,7 @@ impl Session {
     /// whether it records routing (its recorded routing is cleared); a host's per-session
     /// options (routing mode, top-k override, route callback, all-logits) are not the
     /// session's and are not copied. A checkpoint taken on this session before the copy does
-    /// not undo it.
+    /// nothing when rolled back to (`Session::rollback`).
     ///
     /// Errors, with this session unchanged: `ContextFull` when `src.position()` exceeds this
     /// session's capacity; `InvalidArgument` when `src` belongs to a model of another shape;
@@ -154,9 +154,8 @@ impl Session {
         self.logits = logits;
         self.hidden = hidden;
         self.state_lost = false;
-        // Counted as two calls: a checkpoint of this session taken before the copy (without a
-        // state of its own) never takes the copied start state for this session's.
-        self.calls += 2;
+        // A checkpoint of this session taken before the copy no longer applies (`rollback`).
+        self.copies += 1;
         if let Some(t) = self.trace.as_mut() {
             t.clear();
         }

@@ -181,10 +181,19 @@ impl RecurrentState {
         self.current().map(|l| (l.conv.len() + l.delta.len()) * 4).sum()
     }
 
-    /// Whether this state has the shape config `c` needs.
+    /// Whether this state has the shape config `c` needs: a state of the right size for each
+    /// DeltaNet layer, at the same layer indices.
     pub fn fits(&self, c: &Config) -> bool {
+        let at_layers = self.slot.len() == c.layers.len()
+            && self
+                .slot
+                .iter()
+                .zip(&c.layers)
+                .all(|(s, l)| s.is_some() == (l.kind == LayerKind::DeltaNet && c.delta_net.is_some()));
         match RecurrentState::shape_of(c) {
-            Some(shape) => shape == self.current().map(|l| (l.conv.len(), l.delta.len())).collect::<Vec<_>>(),
+            Some(shape) => {
+                at_layers && shape == self.current().map(|l| (l.conv.len(), l.delta.len())).collect::<Vec<_>>()
+            }
             None => false,
         }
     }

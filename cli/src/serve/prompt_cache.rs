@@ -85,6 +85,11 @@ impl PromptCache {
             .filter(|&(n, _)| n >= MIN_REUSE)
             .collect();
         order.sort_by(|a, b| b.cmp(a));
+        if order.is_empty() {
+            // No candidate: no session made (a DeltaNet model's zeroed recurrent state alone is
+            // many MiB per layer).
+            return None;
+        }
         let mut session = Session::new(engine.model.config(), opts).ok()?;
         for (n, i) in order {
             // A recurrent model refuses cut points it cannot restore (and a copy may not find
