@@ -475,6 +475,14 @@ typedef struct {
    */
   uint32_t n_threads;
   int32_t pin_threads;
+  /**
+   * As in colibri_model_params (1, the default: advise huge pages on the mapping).
+   */
+  int32_t use_hugepages;
+  /**
+   * 0 (named so that the struct has no hidden padding).
+   */
+  int32_t reserved2;
 } colibri_params;
 
 /**
@@ -797,6 +805,18 @@ colibri_status colibri_infer_batch(const colibri_model *model,
 void colibri_embed_params_init(colibri_embed_params *params);
 
 /**
+ * `colibri_embed_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_embed_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_embed_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_embed_params_init_sized(colibri_embed_params *p, size_t size);
+
+/**
  * The embedding of `n_tokens` tokens (n_tokens ≥ 1; add BOS yourself if the model wants one):
  * the model's final-normed hidden states (what the lm_head would read) pooled as `params` says
  * (NULL: mean over the tokens, L2-normalised), written as hidden_size floats to `out`
@@ -828,12 +848,36 @@ colibri_status colibri_embed(const colibri_model *model,
 void colibri_generate_params_init(colibri_generate_params *params);
 
 /**
+ * `colibri_generate_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_generate_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_generate_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_generate_params_init_sized(colibri_generate_params *p, size_t size);
+
+/**
  * Fill `result` with its struct_size set (call before colibri_generate). Thread-safe.
  *
  * # Safety
  * `result` must be NULL or writable.
  */
 void colibri_generate_result_init(colibri_generate_result *result);
+
+/**
+ * `colibri_generate_result_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_generate_result)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_generate_result_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_generate_result_init_sized(colibri_generate_result *p, size_t size);
 
 /**
  * Feed `n_prompt` (>= 1) ids (as given: no BOS or template is added), appending them to the
@@ -913,12 +957,36 @@ void colibri_grammar_free(colibri_grammar *grammar);
 void colibri_model_params_init(colibri_model_params *params);
 
 /**
+ * `colibri_model_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_model_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_model_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_model_params_init_sized(colibri_model_params *p, size_t size);
+
+/**
  * Fill `info` with struct_size set (call before colibri_model_get_info). Thread-safe.
  *
  * # Safety
  * `info` must be NULL or point to a writable colibri_model_info.
  */
 void colibri_model_info_init(colibri_model_info *info);
+
+/**
+ * `colibri_model_info_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_model_info)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_model_info_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_model_info_init_sized(colibri_model_info *p, size_t size);
 
 /**
  * Map and validate the .colibri file at `path` (UTF-8). `params` may be NULL for defaults.
@@ -1001,6 +1069,18 @@ colibri_status colibri_moe_init_with(colibri_moe **moe_out,
 void colibri_moe_params_init(colibri_moe_params *params);
 
 /**
+ * `colibri_moe_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_moe_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_moe_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_moe_params_init_sized(colibri_moe_params *p, size_t size);
+
+/**
  * `colibri_moe_init` with options (`params` may be NULL for the defaults): the storage of the
  * weights (`colibri_moe_init_with`) and the worker threads of a call. Weights must be finite.
  *
@@ -1069,12 +1149,36 @@ colibri_status colibri_debug_panic(void);
 void colibri_session_params_init(colibri_session_params *params);
 
 /**
+ * `colibri_session_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_session_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_session_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_session_params_init_sized(colibri_session_params *p, size_t size);
+
+/**
  * Fill `params` with the defaults. Thread-safe.
  *
  * # Safety
  * `params` must be NULL or writable.
  */
 void colibri_params_init(colibri_params *params);
+
+/**
+ * `colibri_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_params_init_sized(colibri_params *p, size_t size);
 
 /**
  * A new session on `model` (which may be freed afterwards: the session keeps it alive).
@@ -1336,3 +1440,21 @@ colibri_status colibri_chat_tokenize(const colibri_model *model,
 #endif  // __cplusplus
 
 #endif  /* COLIBRI_H */
+
+/*
+ * The *_init names are macros over the *_init_sized functions with the caller's sizeof, so a
+ * program built against this header writes only its own struct's bytes with any later library
+ * (whose structs may have grown). The plain functions stay exported for programs built before
+ * these macros; they write the struct as this library has it.
+ */
+#ifndef COLIBRI_H_SIZED_INIT
+#define COLIBRI_H_SIZED_INIT
+#define colibri_embed_params_init(p) colibri_embed_params_init_sized((p), sizeof *(p))
+#define colibri_generate_params_init(p) colibri_generate_params_init_sized((p), sizeof *(p))
+#define colibri_generate_result_init(p) colibri_generate_result_init_sized((p), sizeof *(p))
+#define colibri_model_params_init(p) colibri_model_params_init_sized((p), sizeof *(p))
+#define colibri_model_info_init(p) colibri_model_info_init_sized((p), sizeof *(p))
+#define colibri_moe_params_init(p) colibri_moe_params_init_sized((p), sizeof *(p))
+#define colibri_session_params_init(p) colibri_session_params_init_sized((p), sizeof *(p))
+#define colibri_params_init(p) colibri_params_init_sized((p), sizeof *(p))
+#endif  /* COLIBRI_H_SIZED_INIT */

@@ -711,6 +711,57 @@ fn moe_primitive_matches_a_scalar_reference() {
     }
 }
 
+/// Each `*_init_sized` (what the header's `*_init` macros call with the caller's sizeof) accepts
+/// exactly the sizes its struct was published with, writes only that many bytes — the plain
+/// init's defaults with struct_size = size — and nothing for any other size or NULL.
+#[test]
+fn sized_inits_accept_the_published_sizes_and_write_only_the_callers_bytes() {
+    macro_rules! check {
+        ($t:ty, $sized:ident, $plain:ident, $published:expr) => {{
+            let full = std::mem::size_of::<$t>();
+            let published: &[usize] = &$published;
+            assert_eq!(published.last(), Some(&full), "{}: the current size is published", stringify!($t));
+            let mut whole = vec![0u64; full.div_ceil(8)];
+            unsafe { $plain(whole.as_mut_ptr() as *mut $t) };
+            let defaults: Vec<u8> = whole.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            for size in 0..full + 16 {
+                let mut mem = vec![0xa5a5_a5a5_a5a5_a5a5u64; full.div_ceil(8) + 2];
+                let st = unsafe { $sized(mem.as_mut_ptr() as *mut $t, size) };
+                let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                if published.contains(&size) {
+                    assert_eq!(st, COLIBRI_STATUS_OK, "{} size {size}", stringify!($sized));
+                    assert_eq!(&bytes[..4], &(size as u32).to_ne_bytes(), "{} struct_size", stringify!($sized));
+                    assert_eq!(&bytes[4..size], &defaults[4..size], "{} defaults", stringify!($sized));
+                    assert!(bytes[size..].iter().all(|&b| b == 0xa5), "{} wrote past {size} bytes", stringify!($sized));
+                } else {
+                    assert_eq!(st, COLIBRI_STATUS_BAD_STRUCT_SIZE, "{} size {size}", stringify!($sized));
+                    assert!(bytes.iter().all(|&b| b == 0xa5), "{} wrote for a refused size", stringify!($sized));
+                }
+            }
+            assert_eq!(unsafe { $sized(null_mut(), full) }, COLIBRI_STATUS_NULL_ARGUMENT);
+        }};
+    }
+    let info_v1 = std::mem::offset_of!(colibri_model_info, n_recurrent_layers);
+    let gen_v1 = std::mem::offset_of!(colibri_generate_params, grammar);
+    check!(colibri_model_params, colibri_model_params_init_sized, colibri_model_params_init, [12, 24, 28]);
+    check!(colibri_params, colibri_params_init_sized, colibri_params_init, [48, 56, 64]);
+    check!(colibri_model_info, colibri_model_info_init_sized, colibri_model_info_init, [info_v1, 72]);
+    check!(colibri_generate_params, colibri_generate_params_init_sized, colibri_generate_params_init, [gen_v1, 80]);
+    check!(colibri_session_params, colibri_session_params_init_sized, colibri_session_params_init, [40]);
+    check!(colibri_embed_params, colibri_embed_params_init_sized, colibri_embed_params_init, [16]);
+    check!(colibri_generate_result, colibri_generate_result_init_sized, colibri_generate_result_init, [24]);
+    check!(colibri_moe_params, colibri_moe_params_init_sized, colibri_moe_params_init, [12]);
+
+    // A struct as the first ABI 1 header declared it opens a model with the later fields' defaults.
+    let mut old = [0u32; 3];
+    assert_eq!(unsafe { colibri_model_params_init_sized(old.as_mut_ptr() as *mut colibri_model_params, 12) }, 0);
+    assert_eq!(old, [12, 1, 0]);
+    let mut m = null_mut();
+    let st = unsafe { colibri_model_open(model_file().as_ptr(), old.as_ptr() as *const colibri_model_params, &mut m) };
+    assert_eq!(st, COLIBRI_STATUS_OK, "{}", last_error());
+    unsafe { colibri_model_free(m) };
+}
+
 #[test]
 fn remaining_entry_points_check_null_and_lengths() {
     unsafe {

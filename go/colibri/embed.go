@@ -44,7 +44,7 @@ func WithEmbedQuantAct(q QuantAct) EmbedOption {
 // session of its own: none of the model's sessions is touched. Safe for concurrent use.
 func (m *Model) Embed(tokens []int32, opts ...EmbedOption) ([]float32, error) {
 	var p C.colibri_embed_params
-	C.colibri_embed_params_init(&p)
+	_ = C.colibri_embed_params_init_sized(&p, C.size_t(C.sizeof_colibri_embed_params))
 	for _, o := range opts {
 		o(&p)
 	}

@@ -63,7 +63,7 @@ const SeedRandom uint64 = C.COLIBRI_SEED_RANDOM
 // min-p 0.05, no penalties, 128 tokens, stop at end-of-sequence, no stop strings, SeedRandom).
 func DefaultGenerateParams() GenerateParams {
 	var c C.colibri_generate_params
-	C.colibri_generate_params_init(&c)
+	_ = C.colibri_generate_params_init_sized(&c, C.size_t(C.sizeof_colibri_generate_params))
 	return GenerateParams{
 		Temperature:       float32(c.temperature),
 		TopK:              int(c.top_k),
@@ -83,7 +83,7 @@ func DefaultGenerateParams() GenerateParams {
 // for the duration of the call.
 func (p *GenerateParams) toC(op string) (C.colibri_generate_params, error) {
 	var c C.colibri_generate_params
-	C.colibri_generate_params_init(&c)
+	_ = C.colibri_generate_params_init_sized(&c, C.size_t(C.sizeof_colibri_generate_params))
 	for _, v := range []struct {
 		name string
 		v    int
@@ -249,7 +249,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, p GenerateParams
 	h := cgo.NewHandle(st)
 	defer h.Delete()
 	var res C.colibri_generate_result
-	C.colibri_generate_result_init(&res)
+	_ = C.colibri_generate_result_init_sized(&res, C.size_t(C.sizeof_colibri_generate_result))
 	err = ccall("Generate", func() C.colibri_status {
 		return C.colibri_go_generate(ptr, cInt32s(prompt), C.size_t(len(prompt)), &cp, C.uintptr_t(h),
 			cInt32s(out), C.size_t(len(out)), &res)

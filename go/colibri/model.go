@@ -148,7 +148,7 @@ type Model struct {
 // Open maps and validates the .colibri file at path.
 func Open(path string, opts ...Option) (*Model, error) {
 	var p C.colibri_model_params
-	C.colibri_model_params_init(&p)
+	_ = C.colibri_model_params_init_sized(&p, C.size_t(C.sizeof_colibri_model_params))
 	cfg := openConfig{mmap: p.use_mmap != 0, mlock: p.use_mlock != 0, hugepages: p.use_hugepages != 0}
 	for _, o := range opts {
 		o(&cfg)
@@ -169,7 +169,7 @@ func Open(path string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	var ci C.colibri_model_info
-	C.colibri_model_info_init(&ci)
+	_ = C.colibri_model_info_init_sized(&ci, C.size_t(C.sizeof_colibri_model_info))
 	if err := ccall("Open", func() C.colibri_status { return C.colibri_model_get_info(ptr, &ci) }); err != nil {
 		C.colibri_model_free(ptr)
 		return nil, err

@@ -138,7 +138,7 @@ type Session struct {
 // NewSession makes a session on the model. It stays valid after the Model is closed.
 func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
 	var cfg sessionConfig
-	C.colibri_session_params_init(&cfg.p)
+	_ = C.colibri_session_params_init_sized(&cfg.p, C.size_t(C.sizeof_colibri_session_params))
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -218,6 +218,8 @@ class Params(Structure):
         ("reserved", c_int32),
         ("n_threads", c_uint32),
         ("pin_threads", c_int32),
+        ("use_hugepages", c_int32),
+        ("reserved2", c_int32),
     ]
 
 
@@ -245,19 +247,24 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_version": (c_char_p, []),
     "colibri_abi_version": (c_uint32, []),
     "colibri_embed_params_init": (None, [POINTER(EmbedParams)]),
+    "colibri_embed_params_init_sized": (_status, [POINTER(EmbedParams), c_size_t]),
     "colibri_embed": (
         _status,
         [_handle, POINTER(c_int32), c_size_t, POINTER(EmbedParams), POINTER(c_float), c_size_t, POINTER(c_size_t)],
     ),
     "colibri_generate_params_init": (None, [POINTER(GenerateParams)]),
+    "colibri_generate_params_init_sized": (_status, [POINTER(GenerateParams), c_size_t]),
     "colibri_generate_result_init": (None, [POINTER(GenerateResult)]),
+    "colibri_generate_result_init_sized": (_status, [POINTER(GenerateResult), c_size_t]),
     "colibri_generate": (
         _status,
         [_handle, POINTER(c_int32), c_size_t, POINTER(GenerateParams), TokenCallback, c_void_p,
          POINTER(c_int32), c_size_t, POINTER(GenerateResult)],
     ),
     "colibri_model_params_init": (None, [POINTER(ModelParams)]),
+    "colibri_model_params_init_sized": (_status, [POINTER(ModelParams), c_size_t]),
     "colibri_model_info_init": (None, [POINTER(ModelInfoStruct)]),
+    "colibri_model_info_init_sized": (_status, [POINTER(ModelInfoStruct), c_size_t]),
     "colibri_model_open": (_status, [c_char_p, POINTER(ModelParams), POINTER(_handle)]),
     "colibri_model_free": (None, [_handle]),
     "colibri_grammar_new": (_status, [_handle, c_int32, c_char_p, c_size_t, POINTER(c_void_p)]),
@@ -273,6 +280,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
         [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32, c_int32],
     ),
     "colibri_moe_params_init": (None, [POINTER(MoeParams)]),
+    "colibri_moe_params_init_sized": (_status, [POINTER(MoeParams), c_size_t]),
     "colibri_moe_init_params": (
         _status,
         [POINTER(_handle), POINTER(c_float), POINTER(c_int32), c_int32, c_int32, c_int32, POINTER(MoeParams)],
@@ -283,7 +291,9 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "colibri_last_error_message_copy": (c_size_t, [POINTER(c_char), c_size_t]),
     "colibri_debug_panic": (_status, []),
     "colibri_session_params_init": (None, [POINTER(SessionParams)]),
+    "colibri_session_params_init_sized": (_status, [POINTER(SessionParams), c_size_t]),
     "colibri_params_init": (None, [POINTER(Params)]),
+    "colibri_params_init_sized": (_status, [POINTER(Params), c_size_t]),
     "colibri_session_new": (_status, [_handle, POINTER(SessionParams), POINTER(_handle)]),
     "colibri_session_free": (None, [_handle]),
     "colibri_init": (_status, [c_char_p, POINTER(Params), POINTER(_handle)]),

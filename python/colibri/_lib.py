@@ -170,6 +170,120 @@ class Library:
         if status != Status.OK:
             raise self.error(status)
 
+    def _filled(self, struct: type, init: str) -> Any:
+        """A new ``struct`` filled by ``colibri_<init>_init_sized`` with its ctypes size: the
+        library writes only the fields this binding declares, whatever its own struct holds."""
+        p = struct()
+        self.check(getattr(self, f"colibri_{init}_init_sized")(ctypes.byref(p), ctypes.sizeof(p)))
+        return p
+
+    def generate_params(self) -> GenerateParams:
+        """A ``colibri_generate_params`` with the library's defaults (no stop strings)."""
+        return self._filled(GenerateParams, "generate_params")
+
+    def generate_result(self) -> GenerateResult:
+        """A ``colibri_generate_result`` with its struct_size set."""
+        return self._filled(GenerateResult, "generate_result")
+
+    def embed_params(self) -> EmbedParams:
+        return self._filled(EmbedParams, "embed_params")
+
+    def model_params(self) -> ModelParams:
+        return self._filled(ModelParams, "model_params")
+
+    def moe_params(self) -> MoeParams:
+        return self._filled(MoeParams, "moe_params")
+
+    def model_info_struct(self) -> ModelInfoStruct:
+        return self._filled(ModelInfoStruct, "model_info")
+
+    def session_params(self) -> SessionParams:
+        return self._filled(SessionParams, "session_params")
+
+    def params(self) -> Params:
+        return self._filled(Params, "params")
+
+    def __repr__(self) -> str:
+        return f"ColibriError({self.status_name}, {self.message!r})"
+
+
+class LibraryNotFoundError(OSError):
+    """libcolibri could not be found or loaded, or implements another ABI (the message says
+    what was tried)."""
+
+
+class Library:
+    """A loaded libcolibri with every function declared. Model and Session objects hold a
+    reference to the Library they were made with, so it outlives them.
+
+    The C functions are attributes of the same name (``lib.colibri_infer(...)``)."""
+
+    path: str
+    cdll: ctypes.CDLL
+
+    def __init__(self, path: str) -> None:
+        try:
+            cdll = ctypes.CDLL(path)
+        except OSError as e:
+            raise LibraryNotFoundError(f"cannot load libcolibri from {path!r}: {e}") from e
+        # The ABI first: a library of another ABI is refused by its version, whatever it exports.
+        if hasattr(cdll, "colibri_abi_version"):
+            cdll.colibri_abi_version.restype = ctypes.c_uint32
+            cdll.colibri_abi_version.argtypes = []
+            abi = int(cdll.colibri_abi_version())
+            if abi != ABI_VERSION:
+                raise LibraryNotFoundError(
+                    f"{path!r} implements ABI {abi}; this binding needs ABI {ABI_VERSION} "
+                    f"({_LIB_NAMES[0]})"
+                )
+        missing = [name for name in _PROTOTYPES if not hasattr(cdll, name)]
+        if missing:
+            raise LibraryNotFoundError(f"{path!r} is not libcolibri (missing {', '.join(missing)})")
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(cdll, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+        self.path = path
+        self.cdll = cdll
+
+    # Typed accessors for the handful of calls used outside this module ---------------------
+
+    def __getattr__(self, name: str) -> Any:  # pragma: no cover - only for type checkers
+        raise AttributeError(name)
+
+    @property
+    def version(self) -> str:
+        """``colibri_version()``, e.g. ``"0.1.0"``."""
+        return bytes(self.colibri_version()).decode()
+
+    @property
+    def abi_version(self) -> int:
+        return int(self.colibri_abi_version())
+
+    def status_str(self, status: int) -> str:
+        """``colibri_status_str``: the static description of any status value."""
+        return bytes(self.colibri_status_str(int(status))).decode()
+
+    def last_error(self) -> str:
+        """The calling thread's last error message (``colibri_last_error_message_copy``)."""
+        buf = ctypes.create_string_buffer(256)
+        need = self.colibri_last_error_message_copy(buf, len(buf))
+        if need > len(buf):
+            buf = ctypes.create_string_buffer(need)
+            self.colibri_last_error_message_copy(buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def error(self, status: int) -> ColibriError:
+        """A ColibriError for `status` with this thread's last message. Call it right after the
+        failing call, on the same thread."""
+        return ColibriError(status, self.last_error())
+
+    def check(self, status: int) -> None:
+        """Raise ColibriError unless `status` is OK."""
+        if status != Status.OK:
+            raise self.error(status)
+
     def generate_params(self) -> GenerateParams:
         """A ``colibri_generate_params`` with the library's defaults (no stop strings)."""
         p = GenerateParams()

@@ -77,6 +77,19 @@ pub unsafe extern "C" fn colibri_embed_params_init(params: *mut colibri_embed_pa
     })
 }
 
+/// `colibri_embed_params_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_embed_params)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_embed_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_embed_params_init_sized(p: *mut colibri_embed_params, size: usize) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_embed_params"))
+}
+
 /// The embedding of `n_tokens` tokens (n_tokens ≥ 1; add BOS yourself if the model wants one):
 /// the model's final-normed hidden states (what the lm_head would read) pooled as `params` says
 /// (NULL: mean over the tokens, L2-normalised), written as hidden_size floats to `out`

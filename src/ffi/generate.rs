@@ -208,6 +208,22 @@ pub unsafe extern "C" fn colibri_generate_params_init(params: *mut colibri_gener
     })
 }
 
+/// `colibri_generate_params_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_generate_params)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_generate_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_generate_params_init_sized(
+    p: *mut colibri_generate_params,
+    size: usize,
+) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_generate_params"))
+}
+
 /// Fill `result` with its struct_size set (call before colibri_generate). Thread-safe.
 ///
 /// # Safety
@@ -219,6 +235,22 @@ pub unsafe extern "C" fn colibri_generate_result_init(result: *mut colibri_gener
             put(result, colibri_generate_result::default());
         }
     })
+}
+
+/// `colibri_generate_result_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_generate_result)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_generate_result_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_generate_result_init_sized(
+    p: *mut colibri_generate_result,
+    size: usize,
+) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_generate_result"))
 }
 
 /// Feed `n_prompt` (>= 1) ids (as given: no BOS or template is added), appending them to the

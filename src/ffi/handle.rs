@@ -129,6 +129,32 @@ pub(crate) fn versioned_size<T: Versioned>(p: *const T, arg: &str) -> Result<Opt
     Ok(Some(size))
 }
 
+/// Fill the caller's struct at `p`, `size` bytes long (the `sizeof` of its header's version), with
+/// T's defaults and struct_size = `size`: what every `*_init_sized` entry point does. A size T
+/// was never published with (a newer header than this library, or no struct at all) is refused
+/// and nothing is written — so a program built against an older header never has bytes written
+/// past its struct, whatever this library's struct has grown to.
+pub(crate) fn init_sized<T: Versioned + Default>(p: *mut T, size: usize, arg: &str) -> Result<(), Failure> {
+    if p.is_null() {
+        return Err(Failure::null(arg));
+    }
+    if !T::SIZES.contains(&size) {
+        return Err(Failure::new(
+            COLIBRI_STATUS_BAD_STRUCT_SIZE,
+            format!(
+                "{arg} is {size} bytes; this library knows sizes {:?} (a newer header than the library?)",
+                T::SIZES
+            ),
+        ));
+    }
+    let mut value = T::default();
+    // SAFETY: every versioned struct starts with its u32 struct_size; `size` fits in u32 (it is
+    // one of T's sizes).
+    unsafe { (&mut value as *mut T as *mut u32).write(size as u32) };
+    put_versioned(p, value, size);
+    Ok(())
+}
+
 /// Write the first `size` bytes of `value` to `out` (a versioned struct the caller sized with
 /// `versioned_size`): an older caller's shorter struct gets only the fields it has.
 pub(crate) fn put_versioned<T>(out: *mut T, value: T, size: usize) {
@@ -171,5 +197,33 @@ mod tests {
             assert_eq!(err.status, COLIBRI_STATUS_BAD_STRUCT_SIZE, "size {bad}");
         }
         assert_eq!(params(std::ptr::null(), d, "p").ok(), Some(d));
+    }
+
+    impl Default for Two {
+        fn default() -> Two {
+            Two { struct_size: std::mem::size_of::<Two>() as u32, a: 1, ptr: std::ptr::null(), n: 9 }
+        }
+    }
+
+    #[test]
+    fn a_sized_init_writes_only_the_callers_bytes() {
+        // A version-1 caller's struct (8 bytes) followed by bytes it does not own.
+        let mut mem = [0xa5u8; 40];
+        let p = mem.as_mut_ptr() as *mut Two;
+        init_sized(p, 8, "p").ok().expect("version 1 is published");
+        assert_eq!(&mem[..8], &[8, 0, 0, 0, 1, 0, 0, 0], "struct_size 8 and a's default");
+        assert!(mem[8..].iter().all(|&b| b == 0xa5), "nothing past the caller's 8 bytes");
+        init_sized(p, 24, "p").ok().expect("version 2 is published");
+        assert_eq!(mem[0], 24);
+        assert_eq!(&mem[16..24], &9usize.to_ne_bytes());
+        assert!(mem[24..].iter().all(|&b| b == 0xa5));
+        for bad in [0, 4, 12, 32, 4096] {
+            let before = mem;
+            let err = init_sized(p, bad, "p").expect_err("refused");
+            assert_eq!(err.status, COLIBRI_STATUS_BAD_STRUCT_SIZE, "size {bad}");
+            assert_eq!(mem, before, "a refused size writes nothing");
+        }
+        let err = init_sized(std::ptr::null_mut::<Two>(), 8, "p").expect_err("NULL");
+        assert_eq!(err.status, COLIBRI_STATUS_NULL_ARGUMENT);
     }
 }

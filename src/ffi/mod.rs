@@ -139,7 +139,9 @@ mod tests {
             quant_act,
             reserved,
             n_threads,
-            pin_threads
+            pin_threads,
+            use_hugepages,
+            reserved2
         );
         assert_no_padding!(
             colibri_generate_params,

@@ -217,6 +217,19 @@ pub unsafe extern "C" fn colibri_model_params_init(params: *mut colibri_model_pa
     })
 }
 
+/// `colibri_model_params_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_model_params)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_model_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_params_init_sized(p: *mut colibri_model_params, size: usize) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_model_params"))
+}
+
 /// Fill `info` with struct_size set (call before colibri_model_get_info). Thread-safe.
 ///
 /// # Safety
@@ -228,6 +241,19 @@ pub unsafe extern "C" fn colibri_model_info_init(info: *mut colibri_model_info) 
             put(info, colibri_model_info::default());
         }
     })
+}
+
+/// `colibri_model_info_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_model_info)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_model_info_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_model_info_init_sized(p: *mut colibri_model_info, size: usize) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_model_info"))
 }
 
 /// Map and validate the .colibri file at `path` (UTF-8). `params` may be NULL for defaults.

@@ -164,6 +164,19 @@ pub unsafe extern "C" fn colibri_moe_params_init(params: *mut colibri_moe_params
     })
 }
 
+/// `colibri_moe_params_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_moe_params)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_moe_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_moe_params_init_sized(p: *mut colibri_moe_params, size: usize) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_moe_params"))
+}
+
 /// `colibri_moe_init` with options (`params` may be NULL for the defaults): the storage of the
 /// weights (`colibri_moe_init_with`) and the worker threads of a call. Weights must be finite.
 ///

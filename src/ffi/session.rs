@@ -142,11 +142,15 @@ pub struct colibri_params {
     /// As in colibri_model_params.
     pub n_threads: u32,
     pub pin_threads: i32,
+    /// As in colibri_model_params (1, the default: advise huge pages on the mapping).
+    pub use_hugepages: i32,
+    /// 0 (named so that the struct has no hidden padding).
+    pub reserved2: i32,
 }
 
 impl Versioned for colibri_params {
-    /// 48: ABI 1 before n_threads and pin_threads.
-    const SIZES: &'static [usize] = &[48, std::mem::size_of::<colibri_params>()];
+    /// 48: ABI 1 before n_threads and pin_threads; 56: before use_hugepages.
+    const SIZES: &'static [usize] = &[48, 56, std::mem::size_of::<colibri_params>()];
 }
 
 impl Default for colibri_params {
@@ -166,6 +170,8 @@ impl Default for colibri_params {
             reserved: 0,
             n_threads: 0,
             pin_threads: 0,
+            use_hugepages: 1,
+            reserved2: 0,
         }
     }
 }
@@ -341,6 +347,22 @@ pub unsafe extern "C" fn colibri_session_params_init(params: *mut colibri_sessio
     })
 }
 
+/// `colibri_session_params_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_session_params)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_session_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_session_params_init_sized(
+    p: *mut colibri_session_params,
+    size: usize,
+) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_session_params"))
+}
+
 /// Fill `params` with the defaults. Thread-safe.
 ///
 /// # Safety
@@ -352,6 +374,19 @@ pub unsafe extern "C" fn colibri_params_init(params: *mut colibri_params) {
             put(params, colibri_params::default());
         }
     })
+}
+
+/// `colibri_params_init` for a caller whose struct is `size` bytes (its header's
+/// `sizeof(colibri_params)`): writes only those bytes, struct_size = `size`. The header's
+/// `colibri_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+/// working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+/// size this library was never published with. Thread-safe.
+///
+/// # Safety
+/// `p` must be NULL or point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn colibri_params_init_sized(p: *mut colibri_params, size: usize) -> colibri_status {
+    guard(|| init_sized(p, size, "colibri_params"))
 }
 
 /// A new session on `model` (which may be freed afterwards: the session keeps it alive).
@@ -420,6 +455,7 @@ pub unsafe extern "C" fn colibri_init(
             use_mlock: p.use_mlock,
             n_threads: p.n_threads,
             pin_threads: p.pin_threads,
+            use_hugepages: p.use_hugepages,
             ..Default::default()
         };
         let sp = colibri_session_params {
