@@ -6,6 +6,10 @@ use colibri::ffi::*;
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::ptr::null_mut;
+use std::sync::Mutex;
+
+/// The tests count this process's mappings of one file: one test at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn model_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/default.colibri")
@@ -54,9 +58,30 @@ fn the_mapping_is_advised_huge_pages_unless_asked_not_to() {
         std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists(),
         "this test needs a kernel with transparent huge pages"
     );
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let default = flags_when_opened(None);
     assert!(default.iter().any(|f| f == "hg"), "default: MADV_HUGEPAGE recorded as `hg`: {default:?}");
     let off = flags_when_opened(Some(0));
     assert!(!off.iter().any(|f| f == "hg"), "use_hugepages = 0: no advice: {off:?}");
     assert!(vm_flags(&model_path()).is_empty(), "the mapping is gone once the model is freed");
+}
+
+/// The one-call path (`colibri_init`) takes the same switch in `colibri_params`.
+#[test]
+fn colibri_init_takes_the_huge_page_switch_too() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let path = CString::new(model_path().to_str().unwrap()).unwrap();
+    let flags_with = |on: i32| unsafe {
+        let mut p = colibri_params::default();
+        colibri_params_init(&mut p);
+        p.use_hugepages = on;
+        let mut ctx = null_mut();
+        assert_eq!(colibri_init(path.as_ptr(), &p, &mut ctx), COLIBRI_STATUS_OK);
+        let mut maps = vm_flags(&model_path());
+        colibri_free(ctx);
+        assert_eq!(maps.len(), 1, "one mapping of the model file while it is open: {maps:?}");
+        maps.pop().unwrap()
+    };
+    assert!(flags_with(1).iter().any(|f| f == "hg"), "use_hugepages = 1: MADV_HUGEPAGE");
+    assert!(!flags_with(0).iter().any(|f| f == "hg"), "use_hugepages = 0: no advice");
 }
