@@ -9,12 +9,11 @@
 //! whose queries take their position's temperature, a weightless q/k norm after RoPE on the others,
 //! chunked attention: `LayerSpec::first_key`).
 
+use super::gqa_attend::{self, Shape};
 use super::lanes::{Lane, Scratch};
 use super::rope::Rope;
 use crate::kernels::{self, Kernels, Mat};
 use crate::model::{AttnTemperature, AttnWeights, Config, GqaWeights, LayerWeights, QkNorm};
-use crate::session::KvCache;
-use rayon::prelude::*;
 
 fn rmsnorm_heads(x: &mut [f32], w: Mat<'_>, shift: f32, eps: f32) {
     // x is [n, heads·dim] and w is [dim] (per head) or [heads·dim] (whole projection):
@@ -137,63 +136,17 @@ fn unit_rms(x: &mut [f32], eps: f32) {
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
-/// att ([n, heads·head_dim]): each (row, head) pair is independent; a row attends over its own
-/// sequence's cache up to its own position (from the layer's `first_key` on), with the
-/// head's sink logit in the softmax when the family has sinks. A task takes one row's run of
-/// `per_task` heads and walks the cache position by position, all its heads at each (a cache
-/// row holds every head's K or V side by side: read in order, not one head's slice per
-/// position, head after head); each head's dot products and sums are the same either way.
-fn attend(
-    c: &Config,
-    kern: &Kernels,
-    w: &LayerWeights<'_>,
-    layer: usize,
-    seqs: &[Lane<'_>],
-    b: &mut Scratch,
-    n: usize,
-) {
-    let hd = c.head_dim;
-    let nq = c.n_heads * hd;
+/// att ([n, heads·head_dim]) = softmax(q·Kᵀ·scale (+ sink))·V for each (row, head) over the
+/// row's own cache, from the layer's first key on (`gqa_attend`).
+fn attend(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
     let spec = &c.layers[layer];
-    let group = c.n_heads / c.n_kv_heads;
-    let scale = c.scales.attention.map_or(1.0 / (hd as f32).sqrt(), |a| a as f32);
-    let threads = crate::threads::current();
-    // Heads per task: a divisor of n_heads giving each thread at least one task of a row.
-    let splits = (threads.clamp(1, c.n_heads.max(1))..=c.n_heads).find(|&s| c.n_heads.is_multiple_of(s)).unwrap_or(1);
-    let per_task = c.n_heads / splits;
-    let q: &[f32] = &b.q;
-    let heads_out = |(idx, out): (usize, &mut [f32])| {
-        let (t, h0) = (idx / splits, idx % splits * per_task);
-        let s = &seqs[seqs.partition_point(|s| s.rows.end <= t)];
-        let kv: &KvCache = &*s.kv;
-        let p = s.pos0 + (t - s.rows.start);
-        let lo = spec.first_key(p);
-        let len = p + 1 - lo;
-        let heads = h0..h0 + per_task;
-        // scores[h·len + j − lo] = q_h · K_j / √d, then softmax per head.
-        let mut scores = vec![0f32; per_task * len];
-        for j in lo..=p {
-            for (h, head) in heads.clone().enumerate() {
-                let qh = &q[t * nq + head * hd..t * nq + (head + 1) * hd];
-                scores[h * len + j - lo] = kv.k_dot(kern, layer, j, head / group, qh) * scale;
-            }
-        }
-        for (sc, head) in scores.chunks_exact_mut(len).zip(heads.clone()) {
-            // GPT-OSS: the head's sink logit joins the denominator.
-            let sink = w.sinks.as_ref().map_or(f32::NEG_INFINITY, |s| s[head]);
-            kernels::softmax_with_sink(sc, sink);
-        }
-        out.fill(0.0);
-        for j in lo..=p {
-            for ((h, head), o) in heads.clone().enumerate().zip(out.chunks_exact_mut(hd)) {
-                kv.v_axpy(kern, layer, j, head / group, scores[h * len + j - lo], o);
-            }
-        }
+    let shape = Shape {
+        head_dim: c.head_dim,
+        n_heads: c.n_heads,
+        group: c.n_heads / c.n_kv_heads,
+        scale: c.scales.attention.map_or(1.0 / (c.head_dim as f32).sqrt(), |a| a as f32),
+        first_key: &|p| spec.first_key(p),
+        sinks: w.sinks.as_deref(),
     };
-    let att = &mut b.att[..n * nq];
-    if threads > 1 {
-        att.par_chunks_mut(per_task * hd).enumerate().for_each(heads_out);
-    } else {
-        att.chunks_mut(per_task * hd).enumerate().for_each(heads_out);
-    }
+    gqa_attend::attend(kern, &shape, layer, seqs, &b.q, &mut b.att[..n * c.n_heads * c.head_dim]);
 }

@@ -23,6 +23,7 @@ mod delta_net;
 mod delta_rule;
 mod experts;
 mod ffn;
+mod gqa_attend;
 mod lanes;
 mod mla;
 mod mla_attend;
