@@ -396,51 +396,6 @@ typedef int32_t colibri_kv_type;
 typedef int32_t colibri_routing_mode;
 
 /**
- * Options of a session. Fill with `colibri_session_params_init`.
- */
-typedef struct {
-  /**
-   * sizeof(colibri_session_params).
-   */
-  uint32_t struct_size;
-  /**
-   * Context length in tokens (at most 16777216); 0 = the model's trained context capped at
-   * 4096. A limit, not an allocation: the KV cache grows as tokens arrive, and memory that
-   * cannot be had is COLIBRI_STATUS_OUT_OF_MEMORY from the call that needed it.
-   */
-  uint32_t n_ctx;
-  /**
-   * KV cache element type: a COLIBRI_KV_* value (default COLIBRI_KV_F32).
-   */
-  colibri_kv_type kv_type;
-  /**
-   * 0: colibri_infer returns the last position's logits; 1: every new position's.
-   */
-  int32_t all_logits;
-  /**
-   * A COLIBRI_ROUTING_* value (default COLIBRI_ROUTING_TOPK).
-   */
-  colibri_routing_mode routing_mode;
-  /**
-   * Experts per token; 0 = the model's top_k.
-   */
-  int32_t moe_top_k;
-  /**
-   * Seed of the routing RNG (Gumbel routing). Default COLIBRI_SEED_RANDOM: a fresh seed per
-   * session; any other value (0 included) repeats exactly.
-   */
-  uint64_t routing_seed;
-  /**
-   * A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
-   */
-  colibri_quant_act quant_act;
-  /**
-   * 0 (the struct's tail, named so that a later field changes struct_size).
-   */
-  int32_t reserved;
-} colibri_session_params;
-
-/**
  * Options of `colibri_init`: the model's and the session's. Fill with `colibri_params_init`.
  */
 typedef struct {
@@ -489,6 +444,51 @@ typedef struct {
  * A session made by `colibri_init` (the one-call entry path).
  */
 typedef colibri_session colibri_ctx;
+
+/**
+ * Options of a session. Fill with `colibri_session_params_init`.
+ */
+typedef struct {
+  /**
+   * sizeof(colibri_session_params).
+   */
+  uint32_t struct_size;
+  /**
+   * Context length in tokens (at most 16777216); 0 = the model's trained context capped at
+   * 4096. A limit, not an allocation: the KV cache grows as tokens arrive, and memory that
+   * cannot be had is COLIBRI_STATUS_OUT_OF_MEMORY from the call that needed it.
+   */
+  uint32_t n_ctx;
+  /**
+   * KV cache element type: a COLIBRI_KV_* value (default COLIBRI_KV_F32).
+   */
+  colibri_kv_type kv_type;
+  /**
+   * 0: colibri_infer returns the last position's logits; 1: every new position's.
+   */
+  int32_t all_logits;
+  /**
+   * A COLIBRI_ROUTING_* value (default COLIBRI_ROUTING_TOPK).
+   */
+  colibri_routing_mode routing_mode;
+  /**
+   * Experts per token; 0 = the model's top_k.
+   */
+  int32_t moe_top_k;
+  /**
+   * Seed of the routing RNG (Gumbel routing). Default COLIBRI_SEED_RANDOM: a fresh seed per
+   * session; any other value (0 included) repeats exactly.
+   */
+  uint64_t routing_seed;
+  /**
+   * A COLIBRI_QUANT_ACT_* value (default COLIBRI_QUANT_ACT_DEFAULT).
+   */
+  colibri_quant_act quant_act;
+  /**
+   * 0 (the struct's tail, named so that a later field changes struct_size).
+   */
+  int32_t reserved;
+} colibri_session_params;
 
 /**
  * Routing-trace callback: called after a forward call for every (token position, MoE layer)
@@ -1118,6 +1118,44 @@ colibri_status colibri_moe_infer(const colibri_moe *moe,
 void colibri_moe_free(colibri_moe *moe);
 
 /**
+ * Fill `params` with the defaults. Thread-safe.
+ *
+ * # Safety
+ * `params` must be NULL or writable.
+ */
+void colibri_params_init(colibri_params *params);
+
+/**
+ * `colibri_params_init` for a caller whose struct is `size` bytes (its header's
+ * `sizeof(colibri_params)`): writes only those bytes, struct_size = `size`. The header's
+ * `colibri_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
+ * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
+ * size this library was never published with. Thread-safe.
+ *
+ * # Safety
+ * `p` must be NULL or point to `size` writable bytes.
+ */
+colibri_status colibri_params_init_sized(colibri_params *p, size_t size);
+
+/**
+ * Open the model at `model_path` and one session on it (`params` may be NULL): the one-call path (see the top).
+ *
+ * # Safety
+ * `model_path` NUL-terminated; `ctx_out` writable.
+ */
+colibri_status colibri_init(const char *model_path,
+                            const colibri_params *params,
+                            colibri_ctx **ctx_out);
+
+/**
+ * Release a context from colibri_init (its model goes with it). NULL is a no-op.
+ *
+ * # Safety
+ * `ctx` must be NULL or from colibri_init / colibri_session_new, freed once.
+ */
+void colibri_free(colibri_ctx *ctx);
+
+/**
  * The message of the calling thread's last failed call (empty if none). Valid until the next
  * failing call on the same thread; do not free. A Go caller must read it on the same OS thread
  * (runtime.LockOSThread) or use `colibri_last_error_message_copy`.
@@ -1161,26 +1199,6 @@ void colibri_session_params_init(colibri_session_params *params);
 colibri_status colibri_session_params_init_sized(colibri_session_params *p, size_t size);
 
 /**
- * Fill `params` with the defaults. Thread-safe.
- *
- * # Safety
- * `params` must be NULL or writable.
- */
-void colibri_params_init(colibri_params *params);
-
-/**
- * `colibri_params_init` for a caller whose struct is `size` bytes (its header's
- * `sizeof(colibri_params)`): writes only those bytes, struct_size = `size`. The header's
- * `colibri_params_init(p)` is a macro calling this with `sizeof *(p)`, so a program keeps
- * working with later libraries whose struct has grown. BAD_STRUCT_SIZE (nothing written) for a
- * size this library was never published with. Thread-safe.
- *
- * # Safety
- * `p` must be NULL or point to `size` writable bytes.
- */
-colibri_status colibri_params_init_sized(colibri_params *p, size_t size);
-
-/**
  * A new session on `model` (which may be freed afterwards: the session keeps it alive).
  * `params` may be NULL. Safe to call concurrently on one model.
  *
@@ -1200,16 +1218,6 @@ colibri_status colibri_session_new(const colibri_model *model,
  * `session` must be NULL or from colibri_session_new / colibri_init, freed once.
  */
 void colibri_session_free(colibri_session *session);
-
-/**
- * Open the model at `model_path` and one session on it (`params` may be NULL): the one-call path (see the top).
- *
- * # Safety
- * `model_path` NUL-terminated; `ctx_out` writable.
- */
-colibri_status colibri_init(const char *model_path,
-                            const colibri_params *params,
-                            colibri_ctx **ctx_out);
 
 /**
  * Run the forward pass over `n_tokens` (>= 1) new tokens, appending them to the KV cache, and
@@ -1240,14 +1248,6 @@ colibri_status colibri_infer_embeddings(colibri_ctx *ctx,
                                         size_t hidden_size,
                                         float *logits_out,
                                         size_t logits_len);
-
-/**
- * Release a context from colibri_init (its model goes with it). NULL is a no-op.
- *
- * # Safety
- * `ctx` must be NULL or from colibri_init / colibri_session_new, freed once.
- */
-void colibri_free(colibri_ctx *ctx);
 
 /**
  * Forget every cached token.

@@ -224,6 +224,12 @@ impl KvCache {
         }
     }
 
+    /// out += p · K(layer, pos, kv_head).
+    #[inline]
+    pub fn k_axpy(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {
+        Self::axpy(k, &self.k[layer], pos * self.row + kv_head * out.len(), p, out);
+    }
+
     /// out += p · V(layer, pos, kv_head).
     #[inline]
     pub fn v_axpy(&self, k: &Kernels, layer: usize, pos: usize, kv_head: usize, p: f32, out: &mut [f32]) {

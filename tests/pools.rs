@@ -2,13 +2,15 @@
 //! logits are bit-identical for any thread count); it works in a child forked after a forward
 //! pass (the child builds its own workers instead of waiting forever on the parent's, which do
 //! not exist there); and the library never touches rayon's global pool, which belongs to the
-//! host.
+//! host. Past a few hundred cached positions too, for every attention form (GQA, MLA, sinks).
+
+mod common;
 
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::session::{Session, SessionOptions};
 use colibri::threads::ThreadOptions;
 use colibri::{LoadOptions, Model};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The shipped default model: big enough (hidden 256, vocab 4096) for every parallel path.
@@ -19,6 +21,40 @@ fn model_path() -> PathBuf {
 fn open(n_threads: usize) -> Model {
     let threads = ThreadOptions { n_threads, pin: false };
     Model::open(&model_path(), &LoadOptions { threads, ..LoadOptions::default() }).unwrap()
+}
+
+/// The last logits of a 700-token prompt, then of 3 single-token steps, on `path` with
+/// `n_threads` workers.
+fn long_logits(path: &Path, n_threads: usize) -> Vec<f32> {
+    let threads = ThreadOptions { n_threads, pin: false };
+    let m = Model::open(path, &LoadOptions { threads, ..LoadOptions::default() }).unwrap();
+    let mut s = Session::new(m.config(), &SessionOptions { n_ctx: 1024, ..Default::default() }).unwrap();
+    let last = ForwardOptions { logits: LogitsMode::Last, ..Default::default() };
+    let vocab = m.config().vocab_size as u32;
+    let prompt: Vec<u32> = (0..700).map(|i| (i * 337 + 11) % vocab).collect();
+    forward(&m, &mut s, Input::Tokens(&prompt), &last).unwrap();
+    let mut out = s.logits().to_vec();
+    for t in [5u32, 77, 123] {
+        forward(&m, &mut s, Input::Tokens(&[t % vocab]), &last).unwrap();
+        out.extend_from_slice(s.logits());
+    }
+    out
+}
+
+#[test]
+fn long_contexts_are_bit_identical_for_any_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    // MLA (its decode splits the cached positions over threads), GQA, GQA with sinks and windows.
+    for name in ["deepseek_v2_greedy", "mixtral_gqa", "gpt_oss_bf16"] {
+        let path = tmp.path().join(format!("{name}.colibri"));
+        common::convert(&common::models_root().join(name), &path, "f32");
+        let one = long_logits(&path, 1);
+        for n in [2, 3] {
+            let got = long_logits(&path, n);
+            let same = one.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same && one.len() == got.len(), "{name}: {n} threads changed the logits at depth");
+        }
+    }
 }
 
 /// Every position's logits of a 12-token prompt, then of 3 single-token steps.
@@ -123,8 +159,10 @@ fn the_c_abi_takes_thread_counts() {
             colibri_model_free(m);
         }
         let mut p = colibri_params::default();
-        assert_eq!(std::mem::size_of::<colibri_params>(), 56);
-        for (size, want) in [(48, COLIBRI_STATUS_OK), (56, COLIBRI_STATUS_INVALID_ARGUMENT)] {
+        assert_eq!(std::mem::size_of::<colibri_params>(), 64);
+        for (size, want) in
+            [(48, COLIBRI_STATUS_OK), (56, COLIBRI_STATUS_INVALID_ARGUMENT), (64, COLIBRI_STATUS_INVALID_ARGUMENT)]
+        {
             (p.struct_size, p.n_threads) = (size, 2000);
             let mut ctx = null_mut();
             assert_eq!(colibri_init(path.as_ptr(), &p, &mut ctx), want, "colibri_params of {size} bytes");

@@ -138,7 +138,15 @@ fn unit_rms(x: &mut [f32], eps: f32) {
 
 /// att ([n, heads·head_dim]) = softmax(q·Kᵀ·scale (+ sink))·V for each (row, head) over the
 /// row's own cache, from the layer's first key on (`gqa_attend`).
-fn attend(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
+fn attend(
+    c: &Config,
+    kern: &Kernels,
+    w: &LayerWeights<'_>,
+    layer: usize,
+    seqs: &[Lane<'_>],
+    b: &mut Scratch,
+    n: usize,
+) {
     let spec = &c.layers[layer];
     let shape = Shape {
         head_dim: c.head_dim,
@@ -148,5 +156,5 @@ fn attend(c: &Config, kern: &Kernels, w: &LayerWeights<'_>, layer: usize, seqs: 
         first_key: &|p| spec.first_key(p),
         sinks: w.sinks.as_deref(),
     };
-    gqa_attend::attend(kern, &shape, layer, seqs, &b.q, &mut b.att[..n * c.n_heads * c.head_dim]);
+    gqa_attend::attend(kern, &shape, layer, seqs, &b.q, &mut b.att[..n * c.n_heads * c.head_dim], b.pool);
 }

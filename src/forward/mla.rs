@@ -19,8 +19,8 @@
 //! its batch (GEMM and GEMV sum in different orders, and a rounding boundary amplifies that).
 //! The tests check this against the expanded form.
 
+use super::blocked_attention::{merge, partial, Cached, Partial, Queries};
 use super::lanes::{Lane, Scratch};
-use super::mla_attend::{merge, partial, Partial, Queries};
 use super::rope::Rope;
 use crate::kernels::{self, Kernels, Mat};
 use crate::model::{AttnWeights, Config, LayerWeights, Mla, MlaWeights};
@@ -118,11 +118,14 @@ fn absorb_queries(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: us
 
 /// b.att_lat: each row's heads attend over its own sequence's cached latents up to its own
 /// position (from the layer's `first_key` on: its sliding window, if any), all heads at once
-/// (`mla_attend`). Each sequence's rows go in blocks of consecutive rows (BLOCK_QUERIES queries
-/// each), a block per task; when there are fewer rows than threads (decode) a block is one row
-/// and its positions are split too, at least MIN_SPLIT apiece.
+/// (`blocked_attention`). Each sequence's rows go in blocks of consecutive rows (BLOCK_QUERIES
+/// queries each), a block per task; when there are fewer rows than threads (decode) a block is
+/// one row. A block's positions are cut at multiples of SPLIT, one partial per piece (in
+/// parallel when a block is one row) merged in position order: where the cuts fall depends on
+/// the positions only, so a row's result depends neither on the thread count nor on its block.
 fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], b: &mut Scratch, n: usize) {
-    const MIN_SPLIT: usize = 256;
+    /// Cached positions per partial (a multiple of the blocks' KC).
+    const SPLIT: usize = 256;
     /// Queries (rows × heads) per block of prefill rows: enough that packing a cached block is
     /// small beside the products it feeds, few enough that a block's accumulators stay in L2.
     const BLOCK_QUERIES: usize = 96;
@@ -144,9 +147,8 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
             let rows = r0..(r0 + per_block).min(s.rows.end);
             let lo = live[rows.clone()].iter().map(|r| r.start).min().unwrap_or(0);
             let hi = live[rows.clone()].iter().map(|r| r.end).max().unwrap_or(0);
-            let splits = threads.div_ceil(n).min((hi - lo).div_ceil(MIN_SPLIT)).max(1);
-            let step = (hi - lo).div_ceil(splits).max(1);
-            blocks.push((si, rows, (lo..hi).step_by(step).map(|j| j..(j + step).min(hi)).collect()));
+            let cuts = (lo / SPLIT * SPLIT..hi).step_by(SPLIT).map(|j| j.max(lo)..(j / SPLIT * SPLIT + SPLIT).min(hi));
+            blocks.push((si, rows, cuts.collect()));
         }
     }
     // Each block's slice of b.att_lat ([rows, heads, rank]).
@@ -163,9 +165,10 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
             q: &q[rows.start * heads * lat..rows.end * heads * lat],
             live: &live[rows.clone()],
             heads,
-            lat,
-            rank,
+            kw: lat,
+            vw: rank,
             scale,
+            from: Cached::Latent,
         };
         let one = |pos: &Range<usize>| partial(kern, bufs, seqs[*si].kv, layer, &qs, pos.clone());
         let parts: Vec<Partial> = if threads > 1 && ranges.len() > 1 {
@@ -173,7 +176,7 @@ fn attend(c: &Config, m: &Mla, kern: &Kernels, layer: usize, seqs: &[Lane<'_>], 
         } else {
             ranges.iter().map(one).collect()
         };
-        merge(&parts, rows.len() * heads, rank, out);
+        merge(&parts, rows.len() * heads, rank, out, |_| f32::NEG_INFINITY);
         parts.into_iter().for_each(|p| p.give_back(bufs));
     };
     if threads > 1 {

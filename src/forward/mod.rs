@@ -16,6 +16,7 @@
 //! (`Session::hidden_states`), what embeddings pool (`crate::embed`).
 
 mod attention;
+mod blocked_attention;
 pub(crate) mod buffers;
 mod check;
 mod chunked;
@@ -26,7 +27,6 @@ mod ffn;
 mod gqa_attend;
 mod lanes;
 mod mla;
-mod mla_attend;
 mod rope;
 mod router;
 mod rows;

@@ -1,22 +1,25 @@
-//! MLA's attention over the latent cache (the inner step of `mla::attention`), blocked. For a
-//! block of query rows of one sequence and a range of its cached positions, every head of every
-//! row at once (M = rows·heads absorbed queries):
+//! Attention over a KV cache in blocks, on the path's GEMM micro-tile: MLA's attention over
+//! its latent cache (`mla::attention`) and GQA's over one KV head (`gqa_attend`). For a block of
+//! query rows of one sequence and a range of its cached positions, M = rows·heads queries at
+//! once (MLA: every head of a row, absorbed; GQA: the query heads of one KV head):
 //!
 //! ```text
-//! for each block of KC cached rows C ([KC, rank + rope], widened to f32 once), at multiples of KC:
-//!   S  = Q·Cᵀ · scale                     [M, KC]    (Q: absorbed queries [M, rank + rope])
+//! for each block of KC cached positions (at multiples of KC):
+//!   K  = their keys, widened to f32      [KC, kw]   (MLA: latent + rope key; GQA: K of the head)
+//!   V  = their values                    [KC, vw]   (MLA: each key row's leading rank values)
+//!   S  = Q·Kᵀ · scale                    [M, KC]
 //!   live columns: per query row, its own positions (causal limit, sliding window) in the range
 //!   m' = max(m, rowmax S_live);  acc ×= e^(m − m');  sum ×= e^(m − m')
-//!   P  = e^(S − m') where live, else 0;  sum += rowsum P;  acc += P·C[:, ..rank]      [M, rank]
+//!   P  = e^(S − m') where live, else 0;  sum += rowsum P;  acc += P·V           [M, vw]
 //! ```
 //!
 //! Both products run on the path's GEMM micro-tile (`Table::tile`, MR queries × NR columns) over
 //! panels packed from the block, so a cached block is widened and packed once per block of query
-//! rows and each of its values meets MR queries from registers. Prefill takes several rows per
-//! block; decode takes one, and can split its positions into several ranges (spread over the
-//! threads) whose partial results (`Partial`) are merged with their maxima, as in split-softmax
-//! attention. Blocks sit at multiples of KC whatever the range and every output is its own sum,
-//! so a row's result does not depend on which rows share its block.
+//! rows and each of its values meets MR queries from registers. Several ranges of one row's
+//! positions (spread over threads) give partial results (`Partial`) merged with their maxima, as
+//! in split-softmax attention; a sink logit (GPT-OSS) joins the merged denominator. Blocks sit at
+//! multiples of KC whatever the range and every output is its own sum, so a row's result does
+//! not depend on which rows share its block.
 
 use super::buffers::Buffers as Pool;
 use crate::kernels::{Kernels, MR, NR};
@@ -26,21 +29,30 @@ use std::ops::Range;
 /// Cached rows per block (the k extent of the value product).
 const KC: usize = 64;
 
-/// A block of query rows of one sequence: absorbed queries [rows, heads, lat] (lat = rank +
-/// rope), the cached positions each row attends to, the latent width `rank` of a cached row's
-/// leading values, and the score scale.
+/// Where a block's keys and values come from: MLA's latent rows (keys: the whole cached row;
+/// values: its leading vw values), or one KV head of a GQA cache (K and V rows).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Cached {
+    Latent,
+    Head { kv_head: usize },
+}
+
+/// A block of query rows of one sequence: queries [rows, heads, kw], the cached positions each
+/// row attends to, the key width `kw`, the value width `vw`, the score scale and where keys and
+/// values come from.
 pub(super) struct Queries<'a> {
     pub q: &'a [f32],
     pub live: &'a [Range<usize>],
     pub heads: usize,
-    pub lat: usize,
-    pub rank: usize,
+    pub kw: usize,
+    pub vw: usize,
     pub scale: f32,
+    pub from: Cached,
 }
 
 /// The attention of a block's queries (M = rows·heads, row-major) over one range of cached
 /// positions, unnormalised: per query the largest score `max`, `sum` = Σ_j e^(s_j − max) and
-/// `acc` = Σ_j e^(s_j − max)·c_j ([M padded to MR, rank padded to NR]).
+/// `acc` = Σ_j e^(s_j − max)·v_j ([M padded to MR, vw padded to NR]).
 pub(super) struct Partial {
     max: Vec<f32>,
     sum: Vec<f32>,
@@ -53,16 +65,18 @@ fn round_up(x: usize, m: usize) -> usize {
 
 /// Scratch of one `partial` call, sized for its queries.
 struct Buffers {
-    /// Queries padded to a multiple of MR, the row width, the latent width and it padded to NR.
+    /// Queries padded to a multiple of MR, the key width, the value width and it padded to NR.
     mp: usize,
-    lat: usize,
-    rank: usize,
-    rp: usize,
-    /// The absorbed queries, padded with zero rows to a multiple of MR: [mp, lat].
+    kw: usize,
+    vw: usize,
+    vp: usize,
+    /// The queries, padded with zero rows to a multiple of MR: [mp, kw].
     q: Vec<f32>,
-    /// A block of cached rows widened to f32: [KC, lat] (rows no query attends to stay zero).
+    /// A block of cached keys widened to f32: [KC, kw] (rows no query attends to stay zero).
     rows: Vec<f32>,
-    /// A packed panel: [lat, NR] (scores) or [KC, NR] (values).
+    /// Its values [KC, vstride] (GQA; MLA's values are the key rows' leading vw values).
+    vrows: Vec<f32>,
+    /// A packed panel: [kw, NR] (scores) or [KC, NR] (values).
     panel: Vec<f32>,
     /// Scores, then weights, of the block's first ks columns: [mp, ks] (ks ≤ KC).
     s: Vec<f32>,
@@ -72,6 +86,42 @@ impl Partial {
     /// Its buffers back to `pool`.
     pub(super) fn give_back(self, pool: &Pool) {
         [self.max, self.sum, self.acc].into_iter().for_each(|v| pool.give(v));
+    }
+}
+
+impl Cached {
+    /// keys[j − j0, ..kw] (and, for a GQA head, values[j − j0, ..vw]) = position j of `layer`
+    /// as f32 for j in `js` (the path's widening axpy onto zeros); the block's other rows are
+    /// zero.
+    #[allow(clippy::too_many_arguments)]
+    fn widen(
+        self,
+        kern: &Kernels,
+        kv: &KvCache,
+        layer: usize,
+        j0: usize,
+        js: Range<usize>,
+        keys: &mut [f32],
+        kw: usize,
+        values: &mut [f32],
+        vw: usize,
+    ) {
+        keys.fill(0.0);
+        match self {
+            Cached::Latent => {
+                for j in js {
+                    kv.latent_axpy(kern, layer, j, 1.0, &mut keys[(j - j0) * kw..(j - j0 + 1) * kw]);
+                }
+            }
+            Cached::Head { kv_head } => {
+                values.fill(0.0);
+                for j in js {
+                    let r = j - j0;
+                    kv.k_axpy(kern, layer, j, kv_head, 1.0, &mut keys[r * kw..(r + 1) * kw]);
+                    kv.v_axpy(kern, layer, j, kv_head, 1.0, &mut values[r * vw..(r + 1) * vw]);
+                }
+            }
+        }
     }
 }
 
@@ -85,24 +135,26 @@ pub(super) fn partial(
     qs: &Queries<'_>,
     pos: Range<usize>,
 ) -> Partial {
-    let Queries { heads, lat, rank, .. } = *qs;
+    let Queries { heads, kw, vw, .. } = *qs;
     let m = qs.live.len() * heads;
     let mp = round_up(m, MR);
-    let rp = round_up(rank, NR);
-    // rows, panel and s are written before they are read (`widen_rows`, `scores`, `values`).
+    let vp = round_up(vw, NR);
+    let gqa = matches!(qs.from, Cached::Head { .. });
+    // rows, vrows, panel and s are written before they are read (`widen`, `scores`, `values`).
     let mut b = Buffers {
         mp,
-        lat,
-        rank,
-        rp,
-        q: pool.take(mp * lat),
-        rows: pool.take(KC * lat),
-        panel: pool.take(lat.max(KC) * NR),
+        kw,
+        vw,
+        vp,
+        q: pool.take(mp * kw),
+        rows: pool.take(KC * kw),
+        vrows: pool.take(if gqa { KC * vw } else { 0 }),
+        panel: pool.take(kw.max(KC) * NR),
         s: pool.take(mp * KC),
     };
-    b.q[..m * lat].copy_from_slice(&qs.q[..m * lat]);
-    b.q[m * lat..].fill(0.0);
-    let (mut max, mut sum, mut acc) = (pool.take(m), pool.take(m), pool.take(mp * rp));
+    b.q[..m * kw].copy_from_slice(&qs.q[..m * kw]);
+    b.q[m * kw..].fill(0.0);
+    let (mut max, mut sum, mut acc) = (pool.take(m), pool.take(m), pool.take(mp * vp));
     max.fill(f32::NEG_INFINITY);
     sum.fill(0.0);
     acc.fill(0.0);
@@ -115,38 +167,31 @@ pub(super) fn partial(
         // Columns up to the block's last attended position, in whole panels: the ones past it
         // would only add zero weights.
         let ks = round_up(hi.min(j0 + KC) - j0, NR);
-        widen_rows(kern, kv, layer, j0, lo.max(j0)..hi.min(j0 + KC), lat, &mut b.rows[..ks * lat]);
+        let vlen = if gqa { ks * vw } else { 0 };
+        let js = lo.max(j0)..hi.min(j0 + KC);
+        qs.from.widen(kern, kv, layer, j0, js, &mut b.rows[..ks * kw], kw, &mut b.vrows[..vlen], vw);
         scores(kern, &mut b, ks);
-        weigh(&mut b.s[..mp * ks], ks, &mut out, qs, j0, &pos, rp);
-        values(kern, &mut b, ks, &mut out.acc);
+        weigh(&mut b.s[..mp * ks], ks, &mut out, qs, j0, &pos, vp);
+        values(kern, &mut b, ks, &mut out.acc, gqa);
         j0 += KC;
     }
-    [b.q, b.rows, b.panel, b.s].into_iter().for_each(|v| pool.give(v));
+    [b.q, b.rows, b.vrows, b.panel, b.s].into_iter().for_each(|v| pool.give(v));
     out
-}
-
-/// rows[j − j0, ..] = the cached row j of `layer` as f32 for j in `js` (the path's widening axpy
-/// onto zeros); the block's other rows are zero.
-fn widen_rows(kern: &Kernels, kv: &KvCache, layer: usize, j0: usize, js: Range<usize>, lat: usize, rows: &mut [f32]) {
-    rows.fill(0.0);
-    for j in js {
-        kv.latent_axpy(kern, layer, j, 1.0, &mut rows[(j - j0) * lat..(j - j0 + 1) * lat]);
-    }
 }
 
 /// b.s = b.q·b.rows[..ks]ᵀ ([mp, ks]): per panel of NR cached rows, the rows transposed into
 /// panel[d·NR + jj], then the tile for every MR queries.
 fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
-    let (tile, mp, lat) = (kern.table().tile, b.mp, b.lat);
+    let (tile, mp, kw) = (kern.table().tile, b.mp, b.kw);
     b.s[..mp * ks].fill(0.0);
     for p0 in (0..ks).step_by(NR) {
-        for (jj, row) in b.rows[p0 * lat..(p0 + NR) * lat].chunks_exact(lat).enumerate() {
+        for (jj, row) in b.rows[p0 * kw..(p0 + NR) * kw].chunks_exact(kw).enumerate() {
             for (d, &x) in row.iter().enumerate() {
                 b.panel[d * NR + jj] = x;
             }
         }
         for i0 in (0..mp).step_by(MR) {
-            tile(&b.q[i0 * lat..(i0 + MR) * lat], &b.panel[..lat * NR], lat, &mut b.s[i0 * ks + p0..], ks, NR);
+            tile(&b.q[i0 * kw..(i0 + MR) * kw], &b.panel[..kw * NR], kw, &mut b.s[i0 * ks + p0..], ks, NR);
         }
     }
 }
@@ -154,7 +199,7 @@ fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
 /// For each query, scale the block's live scores (its own positions within `pos`), fold them
 /// into its running maximum (rescaling `sum` and `acc`) and turn them into weights e^(s − max);
 /// the other columns (and padding queries) get weight 0.
-fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usize, pos: &Range<usize>, rp: usize) {
+fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usize, pos: &Range<usize>, vp: usize) {
     for (i, row) in s.chunks_exact_mut(ks).enumerate() {
         let Some(live) = qs.live.get(i / qs.heads) else {
             row.fill(0.0);
@@ -175,7 +220,7 @@ fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usiz
         if m > out.max[i] {
             let r = if out.max[i] == f32::NEG_INFINITY { 0.0 } else { (out.max[i] - m).exp() };
             out.sum[i] *= r;
-            out.acc[i * rp..(i + 1) * rp].iter_mut().for_each(|a| *a *= r);
+            out.acc[i * vp..(i + 1) * vp].iter_mut().for_each(|a| *a *= r);
             out.max[i] = m;
         }
         let mut sum = 0.0;
@@ -187,13 +232,15 @@ fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usiz
     }
 }
 
-/// acc += b.s·b.rows[..ks, ..rank] ([mp, rp]): per panel of NR latent columns, the block's
-/// columns packed into panel[k·NR + jj] (zero past rank), then the tile for every MR queries.
-fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32]) {
-    let (tile, mp, lat, rank, rp) = (kern.table().tile, b.mp, b.lat, b.rank, b.rp);
-    for d0 in (0..rank).step_by(NR) {
-        let w = NR.min(rank - d0);
-        for (k, row) in b.rows[..ks * lat].chunks_exact(lat).enumerate() {
+/// acc += b.s·V[..ks] ([mp, vp]; V: the GQA value rows, or MLA's key rows' leading vw values):
+/// per panel of NR value columns, the block's columns packed into panel[k·NR + jj] (zero past
+/// vw), then the tile for every MR queries.
+fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32], gqa: bool) {
+    let (tile, mp, vw, rp) = (kern.table().tile, b.mp, b.vw, b.vp);
+    let (src, stride) = if gqa { (&b.vrows, vw) } else { (&b.rows, b.kw) };
+    for d0 in (0..vw).step_by(NR) {
+        let w = NR.min(vw - d0);
+        for (k, row) in src[..ks * stride].chunks_exact(stride).enumerate() {
             let dst = &mut b.panel[k * NR..(k + 1) * NR];
             dst[..w].copy_from_slice(&row[d0..d0 + w]);
             dst[w..].fill(0.0);
@@ -204,18 +251,20 @@ fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32]) {
     }
 }
 
-/// out ([m, rank]) = the attention of a block's m queries: its partials (one per range of
-/// positions, together covering the rows' live positions) merged by their maxima and normalised.
-pub(super) fn merge(parts: &[Partial], m: usize, rank: usize, out: &mut [f32]) {
-    let rp = round_up(rank, NR);
-    for (h, o) in out.chunks_exact_mut(rank).take(m).enumerate() {
-        let mx = parts.iter().fold(f32::NEG_INFINITY, |a, p| a.max(p.max[h]));
+/// out ([m, vw]) = the attention of a block's m queries: its partials (one per range of
+/// positions, together covering the rows' live positions) merged by their maxima and normalised,
+/// query i's `sink(i)` logit in the denominator (−∞: none).
+pub(super) fn merge(parts: &[Partial], m: usize, vw: usize, out: &mut [f32], sink: impl Fn(usize) -> f32) {
+    let rp = round_up(vw, NR);
+    for (h, o) in out.chunks_exact_mut(vw).take(m).enumerate() {
+        let sk = sink(h);
+        let mx = parts.iter().fold(sk, |a, p| a.max(p.max[h]));
         o.fill(0.0);
-        let mut sum = 0.0;
+        let mut sum = if sk > f32::NEG_INFINITY { (sk - mx).exp() } else { 0.0 };
         for p in parts.iter().filter(|p| p.max[h] > f32::NEG_INFINITY) {
             let r = (p.max[h] - mx).exp();
             sum += r * p.sum[h];
-            o.iter_mut().zip(&p.acc[h * rp..h * rp + rank]).for_each(|(a, &x)| *a += r * x);
+            o.iter_mut().zip(&p.acc[h * rp..h * rp + vw]).for_each(|(a, &x)| *a += r * x);
         }
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         o.iter_mut().for_each(|a| *a *= inv);
@@ -298,11 +347,12 @@ mod tests {
                 let ranges: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
                 let all = ranges[0].start..ranges[ranges.len() - 1].end;
                 let live = [all.clone()];
-                let qs = Queries { q: &q, live: &live, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
+                let qs =
+                    Queries { q: &q, live: &live, heads: HEADS, kw: LAT, vw: RANK, scale: 0.3, from: Cached::Latent };
                 let parts: Vec<Partial> =
                     ranges.iter().map(|r| partial(&kern, &Pool::default(), &s.kv, 0, &qs, r.clone())).collect();
                 let mut got = vec![0f32; HEADS * RANK];
-                merge(&parts, HEADS, RANK, &mut got);
+                merge(&parts, HEADS, RANK, &mut got, |_| f32::NEG_INFINITY);
                 assert_close(&got, &plain(&kern, &s.kv, &q, all), &format!("{dtype:?} {ranges:?}"));
             }
         }
@@ -322,7 +372,8 @@ mod tests {
             for live in [causal, window, chunked] {
                 let rows = live.len();
                 let q = values(rows * HEADS * LAT, 3);
-                let qs = Queries { q: &q, live: &live, heads: HEADS, lat: LAT, rank: RANK, scale: 0.3 };
+                let qs =
+                    Queries { q: &q, live: &live, heads: HEADS, kw: LAT, vw: RANK, scale: 0.3, from: Cached::Latent };
                 let lo = live.iter().map(|r| r.start).min().unwrap();
                 let hi = live.iter().map(|r| r.end).max().unwrap();
                 // Whole, and split in two ranges at a position off the block grid.
@@ -332,7 +383,7 @@ mod tests {
                     let parts: Vec<Partial> =
                         ranges.iter().map(|r| partial(&kern, &Pool::default(), &s.kv, 0, &qs, r.clone())).collect();
                     let mut got = vec![0f32; rows * HEADS * RANK];
-                    merge(&parts, rows * HEADS, RANK, &mut got);
+                    merge(&parts, rows * HEADS, RANK, &mut got, |_| f32::NEG_INFINITY);
                     for (t, r) in live.iter().enumerate() {
                         let (qt, gt) = (
                             &q[t * HEADS * LAT..(t + 1) * HEADS * LAT],
@@ -350,7 +401,7 @@ mod tests {
                             .map(|p| partial(&kern, &Pool::default(), &s.kv, 0, &one, p.clone()))
                             .collect();
                         let mut alone = vec![0f32; HEADS * RANK];
-                        merge(&parts, HEADS, RANK, &mut alone);
+                        merge(&parts, HEADS, RANK, &mut alone, |_| f32::NEG_INFINITY);
                         assert_eq!(gt, &alone[..], "{dtype:?} row {t}: its block changed its result");
                     }
                 }
