@@ -309,3 +309,17 @@ fn gemv_kr8_hot(b: Bencher, dtype: &'static str) {
         black_box(&y);
     });
 }
+
+/// One DeepSeek-V2-Lite expert gate projection (1408 × 2048) against the ragged token counts an
+/// expert sees in prefill (items/s = multiply-adds; run at one thread: `RAYON_NUM_THREADS=1`).
+#[divan::bench(args = [(8, "q4_kr8"), (24, "q4_kr8"), (40, "q4_kr8"), (64, "q4_kr8"), (100, "q4_kr8"),
+    (8, "q6_kr8"), (40, "q6_kr8"), (100, "q6_kr8"), (8, "q8r8"), (40, "q8r8"), (100, "q8r8")], sample_count = 30)]
+fn gemm_expert_ragged(b: Bencher, (n, dtype): (usize, &'static str)) {
+    let w = Weights::new(dtype, 1408, 2048);
+    let x = values(n * 2048);
+    let mut y = vec![0f32; n * 1408];
+    b.counter(ItemsCount::new(n * 2048 * 1408usize)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), n, &mut y);
+        black_box(&y);
+    });
+}

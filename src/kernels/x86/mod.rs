@@ -20,6 +20,7 @@ mod delta;
 mod gemv;
 mod kquant;
 mod kr8;
+mod lanes;
 mod legacy;
 mod mxfp4;
 mod mxfp4r8;

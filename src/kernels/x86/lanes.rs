@@ -1,0 +1,434 @@
+//! The registers the interleaved K-quant kernels (`kr8`) compute in, so that one kernel body
+//! serves both widths: one 8-row group in the 8 i32 / f32 lanes of a ymm (`Ymm`), or two
+//! adjacent groups in the 16 lanes of a zmm (`Zmm`, group g in half g). Every operation is
+//! lane-wise (or within a 128-bit lane, identical in each), so lane j of a `Zmm` result is bit for
+//! bit the `Ymm` result of row j of its group; what the zmm form saves is instructions: each
+//! activation broadcast and float scaling step meets 16 rows instead of 8. `Dot` is the integer
+//! step of an instruction set on a width (`vpmaddubsw` + `vpmaddwd` on AVX2, `vpdpbusd` on VNNI).
+//!
+//! All functions are `inline(always)` and reached only from kernels compiled with the features
+//! they use (AVX2 + FMA + F16C for `Ymm`, AVX-512 F/BW/VL + VNNI for `Zmm` and `Vnni`).
+
+use core::arch::x86_64::*;
+
+/// Rows of one interleaved group.
+const ROWS: usize = 8;
+
+/// A register width: `GROUPS` row groups of 8 lanes each.
+pub(super) trait Lanes {
+    type I: Copy;
+    type F: Copy;
+    /// Row groups one register holds.
+    const GROUPS: usize;
+    /// The 32 bytes at u[g] + off for each group g < GROUPS.
+    unsafe fn load(u: [*const u8; 2], off: usize) -> Self::I;
+    /// The 8 i8 at u[g] + off as i32 lanes.
+    unsafe fn load_i8(u: [*const u8; 2], off: usize) -> Self::I;
+    /// The 8 f16 at u[g] + off as f32 lanes.
+    unsafe fn load_f16(u: [*const u8; 2], off: usize) -> Self::F;
+    /// The 4 bytes at p in every i32 lane.
+    unsafe fn bcast4(p: *const i8) -> Self::I;
+    unsafe fn splat8(v: i8) -> Self::I;
+    unsafe fn splat32(v: i32) -> Self::I;
+    unsafe fn splat_f(v: f32) -> Self::F;
+    unsafe fn zero() -> Self::I;
+    unsafe fn zero_f() -> Self::F;
+    unsafe fn and(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn add32(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn sub32(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn mullo32(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn srli32<const N: i32>(v: Self::I) -> Self::I;
+    unsafe fn slli32<const N: i32>(v: Self::I) -> Self::I;
+    unsafe fn srai32<const N: i32>(v: Self::I) -> Self::I;
+    unsafe fn srli16<const N: i32>(v: Self::I) -> Self::I;
+    unsafe fn slli16<const N: i32>(v: Self::I) -> Self::I;
+    /// Byte k (< 4) of each i32 lane, as f32.
+    unsafe fn byte_ps(v: Self::I, k: usize) -> Self::F;
+    unsafe fn cvt(v: Self::I) -> Self::F;
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
+    /// a·b + c.
+    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// c − a·b.
+    unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// out[t][..8·GROUPS] = the lanes of v[t].
+    fn store<const T: usize>(v: [Self::F; T], out: &mut [[f32; 2 * ROWS]]);
+}
+
+/// The integer step of an instruction set on width L: acc + Σ over each 4-byte lane of u8 w ×
+/// i8 x, and how the high nibbles of a quant byte meet it (VNNI: left in place, 16 × theirs,
+/// the i32 sum shifted back exactly; AVX2's i16 pair sums would overflow there, so it shifts
+/// each load).
+pub(super) trait Dot<L: Lanes> {
+    unsafe fn dot(acc: L::I, w: L::I, x: L::I) -> L::I;
+    unsafe fn high(q: L::I) -> L::I;
+    unsafe fn high_sum(s: L::I) -> L::I;
+}
+
+/// The shuffle of `byte_ps` within each 128-bit lane: byte 0 of dword i ← byte 4i + k, the rest
+/// zero.
+#[inline(always)]
+fn byte_mask(k: usize) -> [i32; 4] {
+    std::array::from_fn(|i| 0x8080_8000u32 as i32 | (4 * i + k) as i32)
+}
+
+/// One group in a ymm.
+pub(super) struct Ymm;
+
+// SAFETY (every method): inlined only into kernels compiled with AVX2 + FMA + F16C; the
+// pointers are the caller's (`kr8`'s unit and activation bounds).
+impl Lanes for Ymm {
+    type I = __m256i;
+    type F = __m256;
+    const GROUPS: usize = 1;
+    #[inline(always)]
+    unsafe fn load(u: [*const u8; 2], off: usize) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_loadu_si256(u[0].add(off).cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_i8(u: [*const u8; 2], off: usize) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(u[0].add(off).cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(u: [*const u8; 2], off: usize) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(u[0].add(off).cast())) }
+    }
+    #[inline(always)]
+    unsafe fn bcast4(p: *const i8) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
+    }
+    #[inline(always)]
+    unsafe fn splat8(v: i8) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_set1_epi8(v) }
+    }
+    #[inline(always)]
+    unsafe fn splat32(v: i32) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_set1_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn zero() -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_setzero_si256() }
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn and(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_and_si256(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_or_si256(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add32(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_add_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub32(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mullo32(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_mullo_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn srli32<const N: i32>(v: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_srli_epi32::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn slli32<const N: i32>(v: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_slli_epi32::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn srai32<const N: i32>(v: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_srai_epi32::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn srli16<const N: i32>(v: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_srli_epi16::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn slli16<const N: i32>(v: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_slli_epi16::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn byte_ps(v: __m256i, k: usize) -> __m256 {
+        let m = byte_mask(k);
+        // SAFETY: see the impl.
+        unsafe {
+            _mm256_cvtepi32_ps(_mm256_shuffle_epi8(
+                v,
+                _mm256_setr_epi32(m[0], m[1], m[2], m[3], m[0], m[1], m[2], m[3]),
+            ))
+        }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m256i) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_fnmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    fn store<const T: usize>(v: [__m256; T], out: &mut [[f32; 2 * ROWS]]) {
+        for (o, vt) in out.iter_mut().zip(v) {
+            // SAFETY: __m256 and [f32; 8] have the same size; any bits are valid f32.
+            o[..ROWS].copy_from_slice(&unsafe { std::mem::transmute::<__m256, [f32; ROWS]>(vt) });
+        }
+    }
+}
+
+/// Two adjacent groups in a zmm (group g in 256-bit half g).
+pub(super) struct Zmm;
+
+// SAFETY (every method): inlined only into kernels compiled with AVX-512 F/BW/VL + VNNI (and
+// AVX2 + FMA + F16C); the pointers are the caller's.
+impl Lanes for Zmm {
+    type I = __m512i;
+    type F = __m512;
+    const GROUPS: usize = 2;
+    #[inline(always)]
+    unsafe fn load(u: [*const u8; 2], off: usize) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe {
+            let lo = _mm512_castsi256_si512(_mm256_loadu_si256(u[0].add(off).cast()));
+            _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(u[1].add(off).cast()))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_i8(u: [*const u8; 2], off: usize) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe {
+            let (a, b) = (_mm_loadl_epi64(u[0].add(off).cast()), _mm_loadl_epi64(u[1].add(off).cast()));
+            _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(a, b))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(u: [*const u8; 2], off: usize) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe {
+            let lo = _mm256_castsi128_si256(_mm_loadu_si128(u[0].add(off).cast()));
+            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(u[1].add(off).cast())))
+        }
+    }
+    #[inline(always)]
+    unsafe fn bcast4(p: *const i8) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
+    }
+    #[inline(always)]
+    unsafe fn splat8(v: i8) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_set1_epi8(v) }
+    }
+    #[inline(always)]
+    unsafe fn splat32(v: i32) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_set1_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn zero() -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_setzero_si512() }
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn and(a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_and_si512(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_or_si512(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add32(a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_add_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub32(a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mullo32(a: __m512i, b: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_mullo_epi32(a, b) }
+    }
+    // The count forms with a constant count (folded to the immediate forms): the zmm immediate
+    // shifts take their count as u32, the ymm ones as i32.
+    #[inline(always)]
+    unsafe fn srli32<const N: i32>(v: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_srl_epi32(v, _mm_cvtsi32_si128(N)) }
+    }
+    #[inline(always)]
+    unsafe fn slli32<const N: i32>(v: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_sll_epi32(v, _mm_cvtsi32_si128(N)) }
+    }
+    #[inline(always)]
+    unsafe fn srai32<const N: i32>(v: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_sra_epi32(v, _mm_cvtsi32_si128(N)) }
+    }
+    #[inline(always)]
+    unsafe fn srli16<const N: i32>(v: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_srl_epi16(v, _mm_cvtsi32_si128(N)) }
+    }
+    #[inline(always)]
+    unsafe fn slli16<const N: i32>(v: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_sll_epi16(v, _mm_cvtsi32_si128(N)) }
+    }
+    #[inline(always)]
+    unsafe fn byte_ps(v: __m512i, k: usize) -> __m512 {
+        let m = byte_mask(k);
+        // SAFETY: see the impl.
+        unsafe {
+            _mm512_cvtepi32_ps(_mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi32(m[0], m[1], m[2], m[3]))))
+        }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m512i) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_fnmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    fn store<const T: usize>(v: [__m512; T], out: &mut [[f32; 2 * ROWS]]) {
+        for (o, vt) in out.iter_mut().zip(v) {
+            // SAFETY: __m512 and [f32; 16] have the same size; any bits are valid f32.
+            *o = unsafe { std::mem::transmute::<__m512, [f32; 2 * ROWS]>(vt) };
+        }
+    }
+}
+
+/// AVX2's integer step: `vpmaddubsw` pair sums (in i16: 2 · 63 · 128 < 2¹⁵) then `vpmaddwd`.
+pub(super) struct Avx2;
+
+impl Dot<Ymm> for Avx2 {
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: inlined only into the AVX2 kernels (the CPU has AVX2).
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))) }
+    }
+    #[inline(always)]
+    unsafe fn high(q: __m256i) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe { _mm256_and_si256(_mm256_srli_epi16::<4>(q), _mm256_set1_epi8(15)) }
+    }
+    #[inline(always)]
+    unsafe fn high_sum(s: __m256i) -> __m256i {
+        s
+    }
+}
+
+/// VNNI's integer step, `vpdpbusd`, on either width.
+pub(super) struct Vnni;
+
+impl<L: Lanes> Dot<L> for Vnni
+where
+    L: VnniOps,
+{
+    #[inline(always)]
+    unsafe fn dot(acc: L::I, w: L::I, x: L::I) -> L::I {
+        // SAFETY: inlined only into the VNNI kernels (the CPU has AVX-512 VL + VNNI).
+        unsafe { L::dpbusd(acc, w, x) }
+    }
+    #[inline(always)]
+    unsafe fn high(q: L::I) -> L::I {
+        // SAFETY: as `dot`.
+        unsafe { L::and(q, L::splat8(0xF0u8 as i8)) }
+    }
+    #[inline(always)]
+    unsafe fn high_sum(s: L::I) -> L::I {
+        // SAFETY: as `dot`. s = 16 · Σ nibble·x exactly (|Σ| < 2²⁰), so the shift is exact.
+        unsafe { L::srai32::<4>(s) }
+    }
+}
+
+/// `vpdpbusd` at a width.
+pub(super) trait VnniOps: Lanes {
+    unsafe fn dpbusd(acc: Self::I, w: Self::I, x: Self::I) -> Self::I;
+}
+
+impl VnniOps for Ymm {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: inlined only into the VNNI kernels.
+        unsafe { _mm256_dpbusd_epi32(acc, w, x) }
+    }
+}
+
+impl VnniOps for Zmm {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
+        // SAFETY: inlined only into the VNNI kernels.
+        unsafe { _mm512_dpbusd_epi32(acc, w, x) }
+    }
+}
