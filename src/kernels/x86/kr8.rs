@@ -267,6 +267,8 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
         .collect();
     let len = rows.len();
     let step = if n >= TWO_GROUPS_FROM && !kerns.two.is_empty() { 2 } else { 1 };
+    // One result buffer for every pass (each pass writes the rows it reads back).
+    let mut res = [[0f32; 2 * ROWS]; 8];
     by_groups(
         rows,
         n,
@@ -277,7 +279,6 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
             let base = w.bytes().as_ptr();
             let g = [base.wrapping_add(grp * nb * unit), base.wrapping_add((grp + 1) * nb * unit)];
             let table = if k == 2 { kerns.two } else { kerns.one };
-            let mut res = [[0f32; 2 * ROWS]; 8];
             let mut t = tokens.start;
             while t < tokens.end {
                 let level = (tokens.end - t).min(1 << (table.len() - 1)).ilog2() as usize;

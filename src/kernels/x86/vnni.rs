@@ -133,6 +133,9 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
     assert!(p.nb == g.nb && p.q.len() >= panels * g.nb * PANEL_BLOCK && p.d.len() >= panels * g.nb * PANEL);
     assert!(p.off_q4.len() == p.d.len() && p.off_q8.len() == p.d.len());
     let len = rows.len();
+    // One result buffer for every pass (each pass writes the rows it reads back): zeroed once
+    // per call, not once per pass.
+    let mut res = [[0f32; 2 * GROUP_ROWS]; PANEL];
     by_groups(
         rows,
         n,
@@ -145,7 +148,6 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
             let mut t = tokens.start;
             while t < tokens.end {
                 let take = 1usize << (tokens.end - t).min(PANEL).ilog2();
-                let mut res = [[0f32; 2 * GROUP_ROWS]; PANEL];
                 if k == 2 {
                     // SAFETY: this table only on CPUs with its features; groups grp, grp + 1 lie
                     // inside the matrix (rows.end ≤ w.rows() asserted) and rows t..t + take
