@@ -173,19 +173,19 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
     });
 }
 
-/// The interleaved K-quants of a Q4_K_M file at its decode shapes, one activation row: 64
-/// copies of an OLMoE expert projection (1024 × 2048) in turn, so that the weights come from
-/// memory, and the 50304 × 2048 lm_head (q6_k in those files).
-#[divan::bench(args = ["q4_kr8", "q6_kr8"], sample_count = 50)]
-fn gemv_kr8_expert(b: Bencher, dtype: &'static str) {
+/// The interleaved K-quants of a Q4_K_M file at its decode shapes, n activation rows (batched
+/// decode, an expert's few prefill tokens): 64 copies of an OLMoE expert projection (1024 ×
+/// 2048) in turn, so that the weights come from memory.
+#[divan::bench(args = [(1, "q4_kr8"), (2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (16, "q4_kr8"), (1, "q6_kr8"), (2, "q6_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (16, "q6_kr8")], sample_count = 50)]
+fn gemv_kr8_expert(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1024, 2048);
     let ws: Vec<Weights> = (0..64).map(|_| Weights::of_bytes(w.dtype, w.rows, w.cols, w.bytes())).collect();
-    let x = values(2048);
-    let mut y = vec![0f32; 1024];
+    let x = values(n * 2048);
+    let mut y = vec![0f32; n * 1024];
     let mut i = 0;
     b.counter(BytesCount::new(w.len)).bench_local(|| {
         i = (i + 1) % ws.len();
-        Kernels::default().matmul(ws[i].mat(), black_box(&x), 1, &mut y);
+        Kernels::default().matmul(ws[i].mat(), black_box(&x), n, &mut y);
         black_box(&y);
     });
 }
@@ -312,8 +312,9 @@ fn gemv_kr8_hot(b: Bencher, dtype: &'static str) {
 
 /// One DeepSeek-V2-Lite expert gate projection (1408 × 2048) against the ragged token counts an
 /// expert sees in prefill (items/s = multiply-adds; run at one thread: `RAYON_NUM_THREADS=1`).
-#[divan::bench(args = [(8, "q4_kr8"), (24, "q4_kr8"), (40, "q4_kr8"), (64, "q4_kr8"), (100, "q4_kr8"),
-    (8, "q6_kr8"), (40, "q6_kr8"), (100, "q6_kr8"), (8, "q8r8"), (40, "q8r8"), (100, "q8r8")], sample_count = 30)]
+#[divan::bench(args = [(2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (24, "q4_kr8"), (40, "q4_kr8"), (64, "q4_kr8"),
+    (100, "q4_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (40, "q6_kr8"), (100, "q6_kr8"), (4, "q8r8"), (8, "q8r8"),
+    (40, "q8r8"), (100, "q8r8")], sample_count = 30)]
 fn gemm_expert_ragged(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1408, 2048);
     let x = values(n * 2048);

@@ -19,7 +19,7 @@
 //!   activations' half sum), then multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵).
 //!   The 8 sub-block sums are then scaled and accumulated in the reference's order.
 //!
-//! From a panel of 8 activation rows on (prefill) the VNNI kernels take two adjacent row groups
+//! From 16 activation rows on (prefill) the VNNI kernels take two adjacent row groups
 //! per pass in the two halves of a zmm (`lanes::Zmm`): each activation broadcast and float
 //! scaling step then meets 16 rows. Zen 4 runs a zmm `vpdpbusd` as two halves, so the gain is
 //! in the scaling instructions, which share the FMA pipes with `vpdpbusd`.
@@ -42,8 +42,12 @@ use std::ops::Range;
 const Q4K_UNIT: usize = 1152;
 const Q6K_UNIT: usize = 1680;
 
-/// Activation rows from which the VNNI kernels take two row groups per pass.
-const TWO_GROUPS_FROM: usize = 8;
+/// Activation rows from which the VNNI kernels take two row groups per pass. Below it the
+/// one-group kernels are faster on weights streamed from memory (an expert's few tokens:
+/// `cargo bench --bench kernels -- gemv_kr8_expert`, q4_kr8 1024 × 2048 at 8 rows 99 against
+/// 115 µs, at 16 rows 200 against 168 µs); on weights in cache the zmm form is faster from 2
+/// rows on (`gemm_expert_ragged`).
+const TWO_GROUPS_FROM: usize = 16;
 
 /// One int8 activation row: quants, block scales and dx·Σqx (per 32; q4_k), 32 · half sums
 /// (per 16; q6_k).
