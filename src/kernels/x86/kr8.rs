@@ -181,8 +181,8 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
 
 /// Adds to sums[t][s] the integer sums of sub-blocks s = 4n + P (ql's low nibbles, qh bits
 /// 2P) and 4n + P + 2 (high nibbles, bits 2P + 4) of the q6_kr8 units at u (block b): per half
-/// of 16, Σ q·qx over 4 chunks (each ql and qh chunk loaded once for both sub-blocks), the
-/// offset −32 taken off as 32 · (the activations' half sum), times the 8 rows' i8 scales.
+/// of 16, Σ q·qx over 4 chunks (each ql and qh chunk loaded once for both sub-blocks) started at
+/// the offset's −32 · (the activations' half sum), times the 8 rows' i8 scales.
 #[inline(always)]
 unsafe fn q6_pair<L: Lanes, D: Dot<L>, const T: usize, const P: usize>(
     u: [*const u8; 2],
@@ -198,7 +198,9 @@ unsafe fn q6_pair<L: Lanes, D: Dot<L>, const T: usize, const P: usize>(
         let ql = qh + 256 + 32 * 8 * P;
         let sub = [4 * n + P, 4 * n + P + 2];
         for h in 0..2 {
-            let mut a = [[L::zero(); 2]; T];
+            // Each sum starts at the offset's term −32 · (the activations' half sum).
+            let a0 = |t: usize, j: usize| L::splat32(-*x[t].halves.add(16 * b + 2 * sub[j] + h));
+            let mut a: [[L::I; 2]; T] = std::array::from_fn(|t| [a0(t, 0), a0(t, 1)]);
             for c in 4 * h..4 * h + 4 {
                 let l = L::load(u, ql + 32 * c);
                 let hb = L::load(u, qh + 32 * c);
@@ -216,9 +218,7 @@ unsafe fn q6_pair<L: Lanes, D: Dot<L>, const T: usize, const P: usize>(
                 let s = sub[j];
                 let k = L::load_i8(u, Q6_SCALES + 8 * (8 * n + 2 * (s % 4) + h));
                 for t in 0..T {
-                    let hs = L::splat32(*x[t].halves.add(16 * b + 2 * s + h));
-                    let e = L::mullo32(L::sub32(a[t][j], hs), k);
-                    sums[t][s] = L::add32(sums[t][s], e);
+                    sums[t][s] = L::add32(sums[t][s], L::mullo32(a[t][j], k));
                 }
             }
         }

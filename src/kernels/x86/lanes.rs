@@ -36,7 +36,6 @@ pub(super) trait Lanes {
     unsafe fn and(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn add32(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn sub32(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn mullo32(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn srli32<const N: i32>(v: Self::I) -> Self::I;
     unsafe fn slli32<const N: i32>(v: Self::I) -> Self::I;
@@ -140,11 +139,6 @@ impl Lanes for Ymm {
     unsafe fn add32(a: __m256i, b: __m256i) -> __m256i {
         // SAFETY: see the impl.
         unsafe { _mm256_add_epi32(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub32(a: __m256i, b: __m256i) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_sub_epi32(a, b) }
     }
     #[inline(always)]
     unsafe fn mullo32(a: __m256i, b: __m256i) -> __m256i {
@@ -293,11 +287,6 @@ impl Lanes for Zmm {
     unsafe fn add32(a: __m512i, b: __m512i) -> __m512i {
         // SAFETY: see the impl.
         unsafe { _mm512_add_epi32(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub32(a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_sub_epi32(a, b) }
     }
     #[inline(always)]
     unsafe fn mullo32(a: __m512i, b: __m512i) -> __m512i {
