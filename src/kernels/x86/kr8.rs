@@ -21,8 +21,9 @@
 //!
 //! From 16 activation rows on (prefill) the VNNI kernels take two adjacent row groups
 //! per pass in the two halves of a zmm (`lanes::Zmm`): each activation broadcast and float
-//! scaling step then meets 16 rows. Zen 4 runs a zmm `vpdpbusd` as two halves, so the gain is
-//! in the scaling instructions, which share the FMA pipes with `vpdpbusd`.
+//! scaling step then meets 16 rows, and on a core with 512-bit datapaths (the development VM
+//! reports AMD family 1Ah, Zen 5) each `vpdpbusd` does twice the multiply-adds; where a zmm
+//! runs as two halves (Zen 4) only the instruction count halves.
 //!
 //! The integer sums are the reference's (`kernels::kr8ref`) and every float operation is the
 //! reference's in the same order on each lane: the results are its bits, on every set and width.
