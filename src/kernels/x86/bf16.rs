@@ -217,7 +217,17 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], l
 // The tiles add `bv` · the broadcast pair with the broadcast embedded in the instruction: LLVM
 // does not fold `_mm512_set1_epi32` of a load into vdpbf16ps, and the separate broadcast costs
 // ~25 % of the tile's speed on Zen 4. Each asm reads the 4 bytes at its pointer (inside row i:
-// the caller's bounds) and writes only its accumulator.
+// the caller's bounds) and writes only its accumulator; the prefetches may point anywhere.
+
+/// Column pairs per 64-byte line of a weight row: a whole tile asks for the next tile's rows (the
+/// BF16_MR rows after its own, at the column it is reading) one line each per this many pairs,
+/// so a tile's weights are on their way while the tile before it computes. The hardware
+/// prefetchers alone start each row's stream late: a tile streams 8 rows of up to 4 KiB each
+/// from memory when few panels share them. Zen 4, one thread, 16384 × 2048 bf16 (`cargo bench
+/// --bench kernels -- matmul_16384x2048_bf16`, fastest of 10, two rounds each, load 3.3–5):
+/// n = 16 4.0–4.4 → 3.1 ms, 24 6.7–7.1 → 6.1, 32 7.0–7.3 → 6.2, 48 10.1–10.4 → 9.3, 64
+/// 14.0–14.1 → 13.4; a prefetch into L2 only (T1) instead of L1 gained the same within 0.1 ms.
+const NEXT_TILE_LINE: usize = 16;
 
 /// c[i·ldc + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[q·NR + j], for R rows and
 /// j < NR (16 lanes).
@@ -229,16 +239,23 @@ unsafe fn tile_rows<const R: usize>(w: *const u16, ldw: usize, b: *const u32, pa
         for (i, a) in acc.iter_mut().enumerate() {
             *a = _mm512_loadu_ps(c.add(i * ldc));
         }
-        for q in 0..pairs {
-            let bv = _mm512_loadu_si512(b.add(q * NR).cast());
-            for (i, a) in acc.iter_mut().enumerate() {
-                core::arch::asm!(
-                    "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
-                    a = inout(zmm_reg) *a,
-                    b = in(zmm_reg) bv,
-                    p = in(reg) w.add(i * ldw + 2 * q),
-                    options(pure, readonly, nostack, preserves_flags)
-                );
+        for line in (0..pairs).step_by(NEXT_TILE_LINE) {
+            if R == BF16_MR {
+                for i in 0..R {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((i + R) * ldw + 2 * line).cast());
+                }
+            }
+            for q in line..(line + NEXT_TILE_LINE).min(pairs) {
+                let bv = _mm512_loadu_si512(b.add(q * NR).cast());
+                for (i, a) in acc.iter_mut().enumerate() {
+                    core::arch::asm!(
+                        "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
+                        a = inout(zmm_reg) *a,
+                        b = in(zmm_reg) bv,
+                        p = in(reg) w.add(i * ldw + 2 * q),
+                        options(pure, readonly, nostack, preserves_flags)
+                    );
+                }
             }
         }
         for (i, a) in acc.iter().enumerate() {
