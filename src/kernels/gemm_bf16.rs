@@ -123,13 +123,15 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
                 for i in (0..mr).filter(|_| prefetch) {
                     w.prefetch(r0 + i, next.start, next.end);
                 }
-                for p in 0..panels {
-                    let b = &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
-                    // A last panel with at most NR / 2 real rows takes the half-width tile.
-                    let nr = if n - p * NR <= NR / 2 { NR / 2 } else { NR };
+                let panel = |p: usize| &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
+                // Panels two at a time; a last one alone, with the half-width tile when it holds
+                // at most NR / 2 real rows.
+                for p in (0..panels).step_by(2) {
+                    let b2 = (p + 1 < panels).then(|| panel(p + 1));
+                    let nr = if b2.is_none() && n - p * NR <= NR / 2 { NR / 2 } else { NR };
                     for tile in 0..tiles {
-                        let ri = r0 + tile * BF16_MR;
-                        (k.tile)(w, ri, k0..k0 + kc, b, &mut c[tile * BF16_MR * ldc + p * NR..], ldc, nr);
+                        let (ri, ct) = (r0 + tile * BF16_MR, &mut c[tile * BF16_MR * ldc + p * NR..]);
+                        (k.tile)(w, ri, k0..k0 + kc, panel(p), b2, ct, ldc, nr);
                     }
                 }
             }

@@ -187,7 +187,17 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
 }
 
 /// The GEMM micro-tile (see `table::TileBf16Fn`).
-pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], ldc: usize, nr: usize) {
+#[allow(clippy::too_many_arguments)]
+pub fn tile(
+    w: Mat<'_>,
+    r0: usize,
+    ks: Range<usize>,
+    b: &[u32],
+    b2: Option<&[u32]>,
+    c: &mut [f32],
+    ldc: usize,
+    nr: usize,
+) {
     assert_eq!(w.dtype(), DType::BF16, "bf16 tile on a {} matrix", w.dtype());
     let (rows, cols, k0, kc) = (w.rows(), w.cols(), ks.start, ks.len());
     let mr = BF16_MR.min(rows.saturating_sub(r0));
@@ -195,20 +205,31 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], l
         mr > 0 && k0 + kc <= cols && k0.is_multiple_of(2) && kc.is_multiple_of(2),
         "bf16 tile: rows {r0}.. cols {k0}+{kc}"
     );
-    assert!(nr == NR || nr == NR / 2, "bf16 tile: width {nr}");
-    assert!(b.len() >= kc / 2 * NR && c.len() >= (mr - 1) * ldc + nr, "bf16 tile: short panel or output");
+    assert!(nr == NR || (nr == NR / 2 && b2.is_none()), "bf16 tile: width {nr}");
+    let width = if b2.is_some() { 2 * NR } else { nr };
+    let short = |b: &[u32]| b.len() < kc / 2 * NR;
+    assert!(
+        !short(b) && !b2.is_some_and(short) && c.len() >= (mr - 1) * ldc + width,
+        "bf16 tile: short panel or output"
+    );
     let at = |r: usize| w.as_u16()[r * cols + k0..].as_ptr();
-    let (b, pairs) = (b.as_ptr(), kc / 2);
+    let pairs = kc / 2;
     // SAFETY: reached only through the AVX-512 BF16 table; rows r0 .. r0 + mr exist and hold
-    // columns k0 .. k0 + kc, b holds kc / 2 pairs of NR and c the rows' nr outputs (asserted).
+    // columns k0 .. k0 + kc, b (and b2) hold kc / 2 pairs of NR and c the rows' outputs (asserted).
     unsafe {
         let c = c.as_mut_ptr();
-        match (mr == BF16_MR, nr == NR) {
-            (true, true) => tile_rows::<BF16_MR>(at(r0), cols, b, pairs, c, ldc),
-            (true, false) => tile_rows_half::<BF16_MR>(at(r0), cols, b, pairs, c, ldc),
-            (false, true) => (0..mr).for_each(|i| tile_rows::<1>(at(r0 + i), cols, b, pairs, c.add(i * ldc), ldc)),
-            (false, false) => {
-                (0..mr).for_each(|i| tile_rows_half::<1>(at(r0 + i), cols, b, pairs, c.add(i * ldc), ldc))
+        match (b2, mr == BF16_MR, nr == NR) {
+            (Some(b2), true, _) => tile_rows::<BF16_MR, 2>(at(r0), cols, [b.as_ptr(), b2.as_ptr()], pairs, c, ldc),
+            (Some(b2), false, _) => (0..mr).for_each(|i| {
+                tile_rows::<1, 2>(at(r0 + i), cols, [b.as_ptr(), b2.as_ptr()], pairs, c.add(i * ldc), ldc)
+            }),
+            (None, true, true) => tile_rows::<BF16_MR, 1>(at(r0), cols, [b.as_ptr()], pairs, c, ldc),
+            (None, true, false) => tile_rows_half::<BF16_MR>(at(r0), cols, b.as_ptr(), pairs, c, ldc),
+            (None, false, true) => {
+                (0..mr).for_each(|i| tile_rows::<1, 1>(at(r0 + i), cols, [b.as_ptr()], pairs, c.add(i * ldc), ldc))
+            }
+            (None, false, false) => {
+                (0..mr).for_each(|i| tile_rows_half::<1>(at(r0 + i), cols, b.as_ptr(), pairs, c.add(i * ldc), ldc))
             }
         }
     }
@@ -229,15 +250,25 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], l
 /// 14.0–14.1 → 13.4; a prefetch into L2 only (T1) instead of L1 gained the same within 0.1 ms.
 const NEXT_TILE_LINE: usize = 16;
 
-/// c[i·ldc + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[q·NR + j], for R rows and
-/// j < NR (16 lanes).
+/// c[i·ldc + NR·p + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[p][q·NR + j], for R
+/// rows, P panels side by side and j < NR (16 lanes). Two panels give each weight pair's
+/// broadcast two products and the tile 2·R independent chains.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn tile_rows<const R: usize>(w: *const u16, ldw: usize, b: *const u32, pairs: usize, c: *mut f32, ldc: usize) {
+unsafe fn tile_rows<const R: usize, const P: usize>(
+    w: *const u16,
+    ldw: usize,
+    b: [*const u32; P],
+    pairs: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
     // SAFETY: the caller's bounds (see `tile`).
     unsafe {
-        let mut acc = [_mm512_setzero_ps(); R];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_loadu_ps(c.add(i * ldc));
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        for (i, ar) in acc.iter_mut().enumerate() {
+            for (p, a) in ar.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(c.add(i * ldc + p * NR));
+            }
         }
         for line in (0..pairs).step_by(NEXT_TILE_LINE) {
             if R == BF16_MR {
@@ -246,20 +277,24 @@ unsafe fn tile_rows<const R: usize>(w: *const u16, ldw: usize, b: *const u32, pa
                 }
             }
             for q in line..(line + NEXT_TILE_LINE).min(pairs) {
-                let bv = _mm512_loadu_si512(b.add(q * NR).cast());
-                for (i, a) in acc.iter_mut().enumerate() {
-                    core::arch::asm!(
-                        "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
-                        a = inout(zmm_reg) *a,
-                        b = in(zmm_reg) bv,
-                        p = in(reg) w.add(i * ldw + 2 * q),
-                        options(pure, readonly, nostack, preserves_flags)
-                    );
+                let bv = b.map(|b| _mm512_loadu_si512(b.add(q * NR).cast()));
+                for (i, ar) in acc.iter_mut().enumerate() {
+                    for (a, &bv) in ar.iter_mut().zip(&bv) {
+                        core::arch::asm!(
+                            "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
+                            a = inout(zmm_reg) *a,
+                            b = in(zmm_reg) bv,
+                            p = in(reg) w.add(i * ldw + 2 * q),
+                            options(pure, readonly, nostack, preserves_flags)
+                        );
+                    }
                 }
             }
         }
-        for (i, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(c.add(i * ldc), *a);
+        for (i, ar) in acc.iter().enumerate() {
+            for (p, a) in ar.iter().enumerate() {
+                _mm512_storeu_ps(c.add(i * ldc + p * NR), *a);
+            }
         }
     }
 }
