@@ -124,14 +124,12 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
                     w.prefetch(r0 + i, next.start, next.end);
                 }
                 let panel = |p: usize| &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
-                // Panels two at a time; a last one alone, with the half-width tile when it holds
-                // at most NR / 2 real rows.
+                // Panels two at a time, an odd last one alone.
                 for p in (0..panels).step_by(2) {
                     let b2 = (p + 1 < panels).then(|| panel(p + 1));
-                    let nr = if b2.is_none() && n - p * NR <= NR / 2 { NR / 2 } else { NR };
                     for tile in 0..tiles {
                         let (ri, ct) = (r0 + tile * BF16_MR, &mut c[tile * BF16_MR * ldc + p * NR..]);
-                        (k.tile)(w, ri, k0..k0 + kc, panel(p), b2, ct, ldc, nr);
+                        (k.tile)(w, ri, k0..k0 + kc, panel(p), b2, ct, ldc);
                     }
                 }
             }

@@ -220,7 +220,7 @@ fn a_path_with_a_whole_bf16_gemm_takes_it_from_the_gemm_threshold() {
     // Only the whole GEMM may run from the threshold on: the other kernels fail the test.
     let k = Bf16Kernels {
         gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran at a GEMM row count"),
-        tile: |_, _, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
+        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
         gemm: Some(model_gemm),
     };
     let (rows, cols) = (40, 100);

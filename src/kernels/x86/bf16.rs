@@ -9,8 +9,9 @@
 //!   rows × activation rows in flight; the row tail by masked loads (zeros add nothing); 16
 //!   lanes summed at the end.
 //! * GEMM micro-tile: for each column pair of the block, one load of a panel (16 activation rows'
-//!   pairs) meets a broadcast of each of 8 weight rows' pair, read straight from the stored rows.
-//!   One chain per output over the pairs in ascending order.
+//!   pairs), or of two panels side by side, meets a broadcast of each of 8 weight rows' pair,
+//!   read straight from the stored rows. One chain per output over the pairs in ascending order;
+//!   a panel's rows past the activations are zeros, computed and never read.
 
 use super::super::mat::Mat;
 use super::super::table::{BF16_MR, NR};
@@ -199,17 +200,7 @@ unsafe fn block<const R: usize, const T: usize>(
 }
 
 /// The GEMM micro-tile (see `table::TileBf16Fn`).
-#[allow(clippy::too_many_arguments)]
-pub fn tile(
-    w: Mat<'_>,
-    r0: usize,
-    ks: Range<usize>,
-    b: &[u32],
-    b2: Option<&[u32]>,
-    c: &mut [f32],
-    ldc: usize,
-    nr: usize,
-) {
+pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], b2: Option<&[u32]>, c: &mut [f32], ldc: usize) {
     assert_eq!(w.dtype(), DType::BF16, "bf16 tile on a {} matrix", w.dtype());
     let (rows, cols, k0, kc) = (w.rows(), w.cols(), ks.start, ks.len());
     let mr = BF16_MR.min(rows.saturating_sub(r0));
@@ -217,8 +208,7 @@ pub fn tile(
         mr > 0 && k0 + kc <= cols && k0.is_multiple_of(2) && kc.is_multiple_of(2),
         "bf16 tile: rows {r0}.. cols {k0}+{kc}"
     );
-    assert!(nr == NR || (nr == NR / 2 && b2.is_none()), "bf16 tile: width {nr}");
-    let width = if b2.is_some() { 2 * NR } else { nr };
+    let width = if b2.is_some() { 2 * NR } else { NR };
     let short = |b: &[u32]| b.len() < kc / 2 * NR;
     assert!(
         !short(b) && !b2.is_some_and(short) && c.len() >= (mr - 1) * ldc + width,
@@ -230,18 +220,14 @@ pub fn tile(
     // columns k0 .. k0 + kc, b (and b2) hold kc / 2 pairs of NR and c the rows' outputs (asserted).
     unsafe {
         let c = c.as_mut_ptr();
-        match (b2, mr == BF16_MR, nr == NR) {
-            (Some(b2), true, _) => tile_rows::<BF16_MR, 2>(at(r0), cols, [b.as_ptr(), b2.as_ptr()], pairs, c, ldc),
-            (Some(b2), false, _) => (0..mr).for_each(|i| {
+        match (b2, mr == BF16_MR) {
+            (Some(b2), true) => tile_rows::<BF16_MR, 2>(at(r0), cols, [b.as_ptr(), b2.as_ptr()], pairs, c, ldc),
+            (Some(b2), false) => (0..mr).for_each(|i| {
                 tile_rows::<1, 2>(at(r0 + i), cols, [b.as_ptr(), b2.as_ptr()], pairs, c.add(i * ldc), ldc)
             }),
-            (None, true, true) => tile_rows::<BF16_MR, 1>(at(r0), cols, [b.as_ptr()], pairs, c, ldc),
-            (None, true, false) => tile_rows_half::<BF16_MR>(at(r0), cols, b.as_ptr(), pairs, c, ldc),
-            (None, false, true) => {
+            (None, true) => tile_rows::<BF16_MR, 1>(at(r0), cols, [b.as_ptr()], pairs, c, ldc),
+            (None, false) => {
                 (0..mr).for_each(|i| tile_rows::<1, 1>(at(r0 + i), cols, [b.as_ptr()], pairs, c.add(i * ldc), ldc))
-            }
-            (None, false, false) => {
-                (0..mr).for_each(|i| tile_rows_half::<1>(at(r0 + i), cols, b.as_ptr(), pairs, c.add(i * ldc), ldc))
             }
         }
     }
@@ -264,7 +250,11 @@ const NEXT_TILE_LINE: usize = 16;
 
 /// c[i·ldc + NR·p + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[p][q·NR + j], for R
 /// rows, P panels side by side and j < NR (16 lanes). Two panels give each weight pair's
-/// broadcast two products and the tile 2·R independent chains.
+/// broadcast two products and the tile 2·R independent chains: with R chains of one panel the
+/// tile waits on their latency, not on the width of its instructions — a last panel of at most
+/// 8 rows once took an 8-lane tile, and it cost as much as a 16-lane one (16384 × 2048, one
+/// thread: n = 24 6.1 ms, n = 32 6.2 ms; with both panels in one tile 5.7–5.9 and 5.8–6.1 ms,
+/// n = 48 9.3 → 8.4, n = 64 13.4 → 11.3).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn tile_rows<const R: usize, const P: usize>(
     w: *const u16,
@@ -307,40 +297,6 @@ unsafe fn tile_rows<const R: usize, const P: usize>(
             for (p, a) in ar.iter().enumerate() {
                 _mm512_storeu_ps(c.add(i * ldc + p * NR), *a);
             }
-        }
-    }
-}
-
-/// The same for j < NR / 2 (8 lanes): a last panel holding at most that many activation rows.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn tile_rows_half<const R: usize>(
-    w: *const u16,
-    ldw: usize,
-    b: *const u32,
-    pairs: usize,
-    c: *mut f32,
-    ldc: usize,
-) {
-    // SAFETY: the caller's bounds (see `tile`).
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(c.add(i * ldc));
-        }
-        for q in 0..pairs {
-            let bv = _mm256_loadu_si256(b.add(q * NR).cast());
-            for (i, a) in acc.iter_mut().enumerate() {
-                core::arch::asm!(
-                    "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to8}}",
-                    a = inout(ymm_reg) *a,
-                    b = in(ymm_reg) bv,
-                    p = in(reg) w.add(i * ldw + 2 * q),
-                    options(pure, readonly, nostack, preserves_flags)
-                );
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(c.add(i * ldc), *a);
         }
     }
 }
