@@ -21,10 +21,11 @@ use std::ops::Range;
 
 /// Prefetch distance of the matrix-vector kernel: the next row group's line at this column.
 /// Always with several activation rows (a prefill's small expert groups, batched decode): each
-/// weight row group then meets them all while the next one is fetched. Zen 4, one thread,
-/// 16384 × 2048 bf16 (`cargo bench --bench kernels -- matmul_16384x2048_bf16`, fastest of 10,
-/// two rounds, load 4–5, prefetch off → on): n = 4 3.0 → 2.0–2.3 ms, 8 3.9–4.0 → 2.2–2.6, 12
-/// 4.6–4.9 → 3.6. One activation row (decode) keeps the path's choice (`tune`).
+/// weight row group then meets them all while the next one is fetched. Zen 5 (EPYC VM, cpu
+/// family 1Ah), one thread, 16384 × 2048 bf16 (`cargo bench --bench kernels --
+/// matmul_16384x2048_bf16`, fastest of 10, two rounds, load 4–5, prefetch off → on): n = 4
+/// 3.0 → 2.0–2.3 ms, 8 3.9–4.0 → 2.2–2.6, 12 4.6–4.9 → 3.5–3.8. One activation row (decode)
+/// keeps the path's choice (`tune`).
 const LINE: usize = 32;
 
 /// Rows up to this many columns (8 KiB) are read one at a time by a decode product: eight of
@@ -242,8 +243,9 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], b2: Option<&[u32
 /// BF16_MR rows after its own, at the column it is reading) one line each per this many pairs,
 /// so a tile's weights are on their way while the tile before it computes. The hardware
 /// prefetchers alone start each row's stream late: a tile streams 8 rows of up to 4 KiB each
-/// from memory when few panels share them. Zen 4, one thread, 16384 × 2048 bf16 (`cargo bench
-/// --bench kernels -- matmul_16384x2048_bf16`, fastest of 10, two rounds each, load 3.3–5):
+/// from memory when few panels share them. Zen 5 (EPYC VM, cpu family 1Ah), one thread,
+/// 16384 × 2048 bf16 (`cargo bench --bench kernels -- matmul_16384x2048_bf16`, fastest of 10,
+/// two rounds each, load 3.3–5):
 /// n = 16 4.0–4.4 → 3.1 ms, 24 6.7–7.1 → 6.1, 32 7.0–7.3 → 6.2, 48 10.1–10.4 → 9.3, 64
 /// 14.0–14.1 → 13.4; a prefetch into L2 only (T1) instead of L1 gained the same within 0.1 ms.
 const NEXT_TILE_LINE: usize = 16;
