@@ -34,8 +34,8 @@ pub const GEMM_MIN_ROWS_BF16: usize = 16;
 /// Up to this many panels of activation rows, the GEMM runs over blocks of `KC_FEW` columns
 /// instead of KC. Each weight value then meets few panels, so the weights' reads dominate: a
 /// long block lets each tile stream its BF16_MR rows in order (the hardware prefetchers follow
-/// them; no software prefetch), and a task's block (MC rows × KC_FEW columns of bf16, 384 KiB)
-/// stays in L2 for the next panels. Same products in the same order as with KC blocks (each
+/// them, and the tile asks for the next tile's rows as it goes: `x86::bf16`), and a task's
+/// block (MC rows × KC_FEW columns of bf16, 384 KiB) stays in L2 for the next panels. Same products in the same order as with KC blocks (each
 /// output is one chain over k, carried through `c`). Measured as above (n activation rows,
 /// fastest of 10, KC blocks → KC_FEW blocks): n = 16 6.0–6.3 → 4.8–5.1 ms, n = 24 8.1–8.6 →
 /// 7.2–7.3 ms, n = 32 8.8–12.6 → 7.3–7.5 ms, n = 48 15.0–15.4 → 14.4–14.8 ms; on the
@@ -123,24 +123,38 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
                 for i in (0..mr).filter(|_| prefetch) {
                     w.prefetch(r0 + i, next.start, next.end);
                 }
-                for p in 0..panels {
-                    let b = &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
-                    // A last panel with at most NR / 2 real rows takes the half-width tile.
-                    let nr = if n - p * NR <= NR / 2 { NR / 2 } else { NR };
+                let panel = |p: usize| &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
+                // Panels two at a time, an odd last one alone.
+                for p in (0..panels).step_by(2) {
+                    let b2 = (p + 1 < panels).then(|| panel(p + 1));
                     for tile in 0..tiles {
-                        let ri = r0 + tile * BF16_MR;
-                        (k.tile)(w, ri, k0..k0 + kc, b, &mut c[tile * BF16_MR * ldc + p * NR..], ldc, nr);
+                        let (ri, ct) = (r0 + tile * BF16_MR, &mut c[tile * BF16_MR * ldc + p * NR..]);
+                        (k.tile)(w, ri, k0..k0 + kc, panel(p), b2, ct, ldc);
                     }
                 }
             }
-            for tok in 0..n {
-                for i in 0..mr {
-                    // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
-                    unsafe { out.write(tok * rows + r0 + i, c[i * ldc + tok]) };
-                }
-            }
+            write_back(c, ldc, mr, n, move |tok, i, v| {
+                // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
+                unsafe { out.write(tok * rows + r0 + i, v) }
+            });
         });
     });
+}
+
+/// put(tok, i, c[i·ldc + tok]) for the task's mr rows and n tokens, a tile's BF16_MR rows at a
+/// time: each token's row segment is one short contiguous write, and the tile's rows of `c` are
+/// read in order (token by token over all mr rows would read `c` a whole row apart each time).
+#[inline]
+fn write_back(c: &[f32], ldc: usize, mr: usize, n: usize, mut put: impl FnMut(usize, usize, f32)) {
+    for i0 in (0..mr).step_by(BF16_MR) {
+        let rows = &c[i0 * ldc..];
+        let height = BF16_MR.min(mr - i0);
+        for tok in 0..n {
+            for i in 0..height {
+                put(tok, i0 + i, rows[i * ldc + tok]);
+            }
+        }
+    }
 }
 
 /// Touch this thread's buffers so that their destructors are registered now (see

@@ -712,19 +712,24 @@ fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
 #[test]
 fn a_bf16_gemm_row_is_the_same_in_few_panels_and_in_many() {
     // The bf16 kernels' GEMM sums each output as one chain over k whatever the blocking: long
-    // blocks for a few panels of activation rows (one here), KC blocks for more (four). Rows
-    // past one long block (4096 + 64 columns) and a partial last panel on both sides.
-    let (rows, cols) = (40, 4096 + 64);
+    // blocks for a few panels of activation rows (one to three here), KC blocks for more (four),
+    // a panel alone (whole or half-width) or beside the next one in a tile. Rows past one long
+    // block (4096 + 64 columns), a partial last tile of weight rows (44 = 5 × 8 + 4) and a
+    // partial last panel on both sides.
+    let (rows, cols) = (44, 4096 + 64);
     let s = Stored::new(rows, cols, 31);
     let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
-    let (few, many) = (BF16_FROM + 1, 3 * NR + 5);
+    let many = 3 * NR + 5;
     let x = sample(many * cols, 32);
     for path in available_paths().into_iter().filter(|&p| table_for(p).is_some_and(|t| t.bf16.is_some())) {
         let k = kernels(path, QuantActivations::Reduced);
-        let (mut a, mut b) = (vec![f32::NAN; few * rows], vec![f32::NAN; many * rows]);
-        k.matmul(w, &x, few, &mut a);
+        let mut b = vec![f32::NAN; many * rows];
         k.matmul(w, &x, many, &mut b);
-        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{path:?}: rows differ");
+        for few in [BF16_FROM, BF16_FROM + 1, 2 * NR + 3] {
+            let mut a = vec![f32::NAN; few * rows];
+            k.matmul(w, &x, few, &mut a);
+            assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{path:?}: rows differ at n {few}");
+        }
     }
 }
 

@@ -9,8 +9,9 @@
 //!   rows × activation rows in flight; the row tail by masked loads (zeros add nothing); 16
 //!   lanes summed at the end.
 //! * GEMM micro-tile: for each column pair of the block, one load of a panel (16 activation rows'
-//!   pairs) meets a broadcast of each of 8 weight rows' pair, read straight from the stored rows.
-//!   One chain per output over the pairs in ascending order.
+//!   pairs), or of two panels side by side, meets a broadcast of each of 8 weight rows' pair,
+//!   read straight from the stored rows. One chain per output over the pairs in ascending order;
+//!   a panel's rows past the activations are zeros, computed and never read.
 
 use super::super::mat::Mat;
 use super::super::table::{BF16_MR, NR};
@@ -19,6 +20,12 @@ use core::arch::x86_64::*;
 use std::ops::Range;
 
 /// Prefetch distance of the matrix-vector kernel: the next row group's line at this column.
+/// Always with several activation rows (a prefill's small expert groups, batched decode): each
+/// weight row group then meets them all while the next one is fetched. Zen 5 (EPYC VM, cpu
+/// family 1Ah), one thread, 16384 × 2048 bf16 (`cargo bench --bench kernels --
+/// matmul_16384x2048_bf16`, fastest of 10, two rounds, load 4–5, prefetch off → on): n = 4
+/// 3.0 → 2.0–2.3 ms, 8 3.9–4.0 → 2.2–2.6, 12 4.6–4.9 → 3.5–3.8. One activation row (decode)
+/// keeps the path's choice (`tune`).
 const LINE: usize = 32;
 
 /// Rows up to this many columns (8 KiB) are read one at a time by a decode product: eight of
@@ -53,6 +60,8 @@ pub fn gemv(w: Mat<'_>, rows: Range<usize>, xb: &[u16], n: usize, out: &mut [f32
 unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u16, n: usize, out: &mut [f32]) {
     let len = rows.len();
     let mut r = rows.start;
+    // The next row group's lines are asked for while this one computes (see `LINE`).
+    let prefetch = n > 1 || super::tune::software_prefetch();
     // SAFETY: the caller's bounds: rows < the matrix's, n activation rows of cols.
     unsafe {
         if n == 1 && cols <= SHORT_ROW {
@@ -65,7 +74,7 @@ unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u1
             let (base, i) = (w.add(r * cols), r - rows.start);
             if n == 1 && rows.end - r >= 8 {
                 let mut o = [[0f32; 1]; 8];
-                block::<8, 1>(base, cols, x, &mut o);
+                block::<8, 1>(base, cols, x, prefetch, &mut o);
                 (0..8).for_each(|d| out[i + d] = o[d][0]);
                 r += 8;
             } else if rows.end - r >= 4 {
@@ -73,10 +82,10 @@ unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u1
                 while t < n {
                     let xt = x.add(t * cols);
                     match n - t {
-                        1 => put::<1>(block_of::<1>(base, cols, xt), out, t, len, i),
-                        2 => put::<2>(block_of::<2>(base, cols, xt), out, t, len, i),
-                        3 => put::<3>(block_of::<3>(base, cols, xt), out, t, len, i),
-                        _ => put::<4>(block_of::<4>(base, cols, xt), out, t, len, i),
+                        1 => put::<1>(block_of::<1>(base, cols, xt, prefetch), out, t, len, i),
+                        2 => put::<2>(block_of::<2>(base, cols, xt, prefetch), out, t, len, i),
+                        3 => put::<3>(block_of::<3>(base, cols, xt, prefetch), out, t, len, i),
+                        _ => put::<4>(block_of::<4>(base, cols, xt, prefetch), out, t, len, i),
                     }
                     t += 4;
                 }
@@ -84,7 +93,7 @@ unsafe fn gemv_rows(w: *const u16, cols: usize, rows: Range<usize>, x: *const u1
             } else {
                 for t in 0..n {
                     let mut o = [[0f32; 1]; 1];
-                    block::<1, 1>(base, cols, x.add(t * cols), &mut o);
+                    block::<1, 1>(base, cols, x.add(t * cols), prefetch, &mut o);
                     out[t * len + i] = o[0][0];
                 }
                 r += 1;
@@ -119,10 +128,10 @@ unsafe fn row_alone(w: *const u16, cols: usize, x: *const u16) -> f32 {
 /// Four weight rows × T activation rows.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn block_of<const T: usize>(w: *const u16, cols: usize, x: *const u16) -> [[f32; T]; 4] {
+unsafe fn block_of<const T: usize>(w: *const u16, cols: usize, x: *const u16, prefetch: bool) -> [[f32; T]; 4] {
     let mut o = [[0f32; T]; 4];
     // SAFETY: the caller's bounds (see `block`).
-    unsafe { block::<4, T>(w, cols, x, &mut o) };
+    unsafe { block::<4, T>(w, cols, x, prefetch, &mut o) };
     o
 }
 
@@ -140,7 +149,13 @@ fn put<const T: usize>(o: [[f32; T]; 4], out: &mut [f32], t: usize, len: usize, 
 /// from `x`), for R weight rows and T activation rows.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *const u16, out: &mut [[f32; T]; R]) {
+unsafe fn block<const R: usize, const T: usize>(
+    w: *const u16,
+    cols: usize,
+    x: *const u16,
+    prefetch: bool,
+    out: &mut [[f32; T]; R],
+) {
     // SAFETY: R rows of `cols` elements from w and T from x are readable (the caller's bounds);
     // the prefetches may point anywhere.
     unsafe {
@@ -164,7 +179,6 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
                 }
             }
         };
-        let prefetch = super::tune::software_prefetch();
         let mut i = 0;
         while i < full {
             if prefetch && i % LINE == 0 {
@@ -187,7 +201,7 @@ unsafe fn block<const R: usize, const T: usize>(w: *const u16, cols: usize, x: *
 }
 
 /// The GEMM micro-tile (see `table::TileBf16Fn`).
-pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], ldc: usize, nr: usize) {
+pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], b2: Option<&[u32]>, c: &mut [f32], ldc: usize) {
     assert_eq!(w.dtype(), DType::BF16, "bf16 tile on a {} matrix", w.dtype());
     let (rows, cols, k0, kc) = (w.rows(), w.cols(), ks.start, ks.len());
     let mr = BF16_MR.min(rows.saturating_sub(r0));
@@ -195,20 +209,26 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], l
         mr > 0 && k0 + kc <= cols && k0.is_multiple_of(2) && kc.is_multiple_of(2),
         "bf16 tile: rows {r0}.. cols {k0}+{kc}"
     );
-    assert!(nr == NR || nr == NR / 2, "bf16 tile: width {nr}");
-    assert!(b.len() >= kc / 2 * NR && c.len() >= (mr - 1) * ldc + nr, "bf16 tile: short panel or output");
+    let width = if b2.is_some() { 2 * NR } else { NR };
+    let short = |b: &[u32]| b.len() < kc / 2 * NR;
+    assert!(
+        !short(b) && !b2.is_some_and(short) && c.len() >= (mr - 1) * ldc + width,
+        "bf16 tile: short panel or output"
+    );
     let at = |r: usize| w.as_u16()[r * cols + k0..].as_ptr();
-    let (b, pairs) = (b.as_ptr(), kc / 2);
+    let pairs = kc / 2;
     // SAFETY: reached only through the AVX-512 BF16 table; rows r0 .. r0 + mr exist and hold
-    // columns k0 .. k0 + kc, b holds kc / 2 pairs of NR and c the rows' nr outputs (asserted).
+    // columns k0 .. k0 + kc, b (and b2) hold kc / 2 pairs of NR and c the rows' outputs (asserted).
     unsafe {
         let c = c.as_mut_ptr();
-        match (mr == BF16_MR, nr == NR) {
-            (true, true) => tile_rows::<BF16_MR>(at(r0), cols, b, pairs, c, ldc),
-            (true, false) => tile_rows_half::<BF16_MR>(at(r0), cols, b, pairs, c, ldc),
-            (false, true) => (0..mr).for_each(|i| tile_rows::<1>(at(r0 + i), cols, b, pairs, c.add(i * ldc), ldc)),
-            (false, false) => {
-                (0..mr).for_each(|i| tile_rows_half::<1>(at(r0 + i), cols, b, pairs, c.add(i * ldc), ldc))
+        match (b2, mr == BF16_MR) {
+            (Some(b2), true) => tile_rows::<BF16_MR, 2>(at(r0), cols, [b.as_ptr(), b2.as_ptr()], pairs, c, ldc),
+            (Some(b2), false) => (0..mr).for_each(|i| {
+                tile_rows::<1, 2>(at(r0 + i), cols, [b.as_ptr(), b2.as_ptr()], pairs, c.add(i * ldc), ldc)
+            }),
+            (None, true) => tile_rows::<BF16_MR, 1>(at(r0), cols, [b.as_ptr()], pairs, c, ldc),
+            (None, false) => {
+                (0..mr).for_each(|i| tile_rows::<1, 1>(at(r0 + i), cols, [b.as_ptr()], pairs, c.add(i * ldc), ldc))
             }
         }
     }
@@ -217,66 +237,68 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], c: &mut [f32], l
 // The tiles add `bv` · the broadcast pair with the broadcast embedded in the instruction: LLVM
 // does not fold `_mm512_set1_epi32` of a load into vdpbf16ps, and the separate broadcast costs
 // ~25 % of the tile's speed on Zen 4. Each asm reads the 4 bytes at its pointer (inside row i:
-// the caller's bounds) and writes only its accumulator.
+// the caller's bounds) and writes only its accumulator; the prefetches may point anywhere.
 
-/// c[i·ldc + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[q·NR + j], for R rows and
-/// j < NR (16 lanes).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn tile_rows<const R: usize>(w: *const u16, ldw: usize, b: *const u32, pairs: usize, c: *mut f32, ldc: usize) {
-    // SAFETY: the caller's bounds (see `tile`).
-    unsafe {
-        let mut acc = [_mm512_setzero_ps(); R];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_loadu_ps(c.add(i * ldc));
-        }
-        for q in 0..pairs {
-            let bv = _mm512_loadu_si512(b.add(q * NR).cast());
-            for (i, a) in acc.iter_mut().enumerate() {
-                core::arch::asm!(
-                    "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
-                    a = inout(zmm_reg) *a,
-                    b = in(zmm_reg) bv,
-                    p = in(reg) w.add(i * ldw + 2 * q),
-                    options(pure, readonly, nostack, preserves_flags)
-                );
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(c.add(i * ldc), *a);
-        }
-    }
-}
+/// Column pairs per 64-byte line of a weight row: a whole tile asks for the next tile's rows (the
+/// BF16_MR rows after its own, at the column it is reading) one line each per this many pairs,
+/// so a tile's weights are on their way while the tile before it computes. The hardware
+/// prefetchers alone start each row's stream late: a tile streams 8 rows of up to 4 KiB each
+/// from memory when few panels share them. Zen 5 (EPYC VM, cpu family 1Ah), one thread,
+/// 16384 × 2048 bf16 (`cargo bench --bench kernels -- matmul_16384x2048_bf16`, fastest of 10,
+/// two rounds each, load 3.3–5):
+/// n = 16 4.0–4.4 → 3.1 ms, 24 6.7–7.1 → 6.1, 32 7.0–7.3 → 6.2, 48 10.1–10.4 → 9.3, 64
+/// 14.0–14.1 → 13.4; a prefetch into L2 only (T1) instead of L1 gained the same within 0.1 ms.
+const NEXT_TILE_LINE: usize = 16;
 
-/// The same for j < NR / 2 (8 lanes): a last panel holding at most that many activation rows.
+/// c[i·ldc + NR·p + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[p][q·NR + j], for R
+/// rows, P panels side by side and j < NR (16 lanes). Two panels give each weight pair's
+/// broadcast two products and the tile 2·R independent chains: with R chains of one panel the
+/// tile waits on their latency, not on the width of its instructions — a last panel of at most
+/// 8 rows once took an 8-lane tile, and it cost as much as a 16-lane one (16384 × 2048, one
+/// thread: n = 24 6.1 ms, n = 32 6.2 ms; with both panels in one tile 5.7–5.9 and 5.8–6.1 ms,
+/// n = 48 9.3 → 8.4, n = 64 13.4 → 11.3).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn tile_rows_half<const R: usize>(
+unsafe fn tile_rows<const R: usize, const P: usize>(
     w: *const u16,
     ldw: usize,
-    b: *const u32,
+    b: [*const u32; P],
     pairs: usize,
     c: *mut f32,
     ldc: usize,
 ) {
     // SAFETY: the caller's bounds (see `tile`).
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(c.add(i * ldc));
-        }
-        for q in 0..pairs {
-            let bv = _mm256_loadu_si256(b.add(q * NR).cast());
-            for (i, a) in acc.iter_mut().enumerate() {
-                core::arch::asm!(
-                    "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to8}}",
-                    a = inout(ymm_reg) *a,
-                    b = in(ymm_reg) bv,
-                    p = in(reg) w.add(i * ldw + 2 * q),
-                    options(pure, readonly, nostack, preserves_flags)
-                );
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        for (i, ar) in acc.iter_mut().enumerate() {
+            for (p, a) in ar.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(c.add(i * ldc + p * NR));
             }
         }
-        for (i, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(c.add(i * ldc), *a);
+        for line in (0..pairs).step_by(NEXT_TILE_LINE) {
+            if R == BF16_MR {
+                for i in 0..R {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((i + R) * ldw + 2 * line).cast());
+                }
+            }
+            for q in line..(line + NEXT_TILE_LINE).min(pairs) {
+                let bv = b.map(|b| _mm512_loadu_si512(b.add(q * NR).cast()));
+                for (i, ar) in acc.iter_mut().enumerate() {
+                    for (a, &bv) in ar.iter_mut().zip(&bv) {
+                        core::arch::asm!(
+                            "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
+                            a = inout(zmm_reg) *a,
+                            b = in(zmm_reg) bv,
+                            p = in(reg) w.add(i * ldw + 2 * q),
+                            options(pure, readonly, nostack, preserves_flags)
+                        );
+                    }
+                }
+            }
+        }
+        for (i, ar) in acc.iter().enumerate() {
+            for (p, a) in ar.iter().enumerate() {
+                _mm512_storeu_ps(c.add(i * ldc + p * NR), *a);
+            }
         }
     }
 }
