@@ -41,6 +41,9 @@ pub struct BenchArgs {
     /// Skip the memory-bandwidth probe (and the bandwidth efficiency column).
     #[arg(long)]
     pub no_probe: bool,
+    /// KV cache element type: f32, f16 or bf16 (llama-bench's -ctk/-ctv; its default is f16).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    pub kv_type: String,
 }
 
 /// Largest repetition count accepted.
@@ -119,7 +122,8 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
             model.set_threads(threads::options(Some(test.n_threads)))?;
         }
         eprintln!("bench: {} with {} threads: warm-up + {} runs", test.name(), test.n_threads, a.repetitions);
-        let samples_ns = timing::measure(&model, &test, a.repetitions)?;
+        let kv = colibri::session::KvDtype::from_name(&a.kv_type).unwrap_or(colibri::session::KvDtype::F32);
+        let samples_ns = timing::measure(&model, &test, kv, a.repetitions)?;
         rows.push(Row { test, samples_ns, bandwidth_gbs: None });
     }
     // Decode is measured against the probes mixed as the weights are mapped (read after the

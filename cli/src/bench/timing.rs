@@ -8,7 +8,7 @@
 
 use colibri::forward::{forward, ForwardOptions, Input, LogitsMode};
 use colibri::rng::Rng;
-use colibri::session::{Session, SessionOptions};
+use colibri::session::{KvDtype, Session, SessionOptions};
 use colibri::{Error, Model};
 use std::time::Instant;
 
@@ -82,12 +82,12 @@ fn repetition(model: &Model, s: &mut Session, t: &Test, tok: &mut Tokens) -> Res
     Ok(t0.elapsed().as_nanos() as u64)
 }
 
-/// Run test `t` (on the model's pool): one warm-up, then `reps` timed repetitions.
-/// Returns the per-repetition times in nanoseconds.
-pub fn measure(model: &Model, t: &Test, reps: usize) -> Result<Vec<u64>, Error> {
+/// Run test `t` (on the model's pool, KV cache of `kv` elements): one warm-up, then `reps`
+/// timed repetitions. Returns the per-repetition times in nanoseconds.
+pub fn measure(model: &Model, t: &Test, kv: KvDtype, reps: usize) -> Result<Vec<u64>, Error> {
     let c = model.config();
     let n_ctx = t.n_depth + t.n_tokens();
-    let mut s = Session::new(c, &SessionOptions { n_ctx, ..Default::default() })?;
+    let mut s = Session::new(c, &SessionOptions { n_ctx, kv_dtype: kv, ..Default::default() })?;
     let mut tok = Tokens { rng: Rng::new(TOKEN_SEED), vocab: c.vocab_size.max(1) as u64, bos: c.bos_token_id };
     repetition(model, &mut s, t, &mut tok)?;
     (0..reps).map(|_| repetition(model, &mut s, t, &mut tok)).collect()
