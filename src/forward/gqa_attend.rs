@@ -7,8 +7,8 @@
 //! consecutive rows and one KV head: that head's query heads for all the block's rows go through
 //! `blocked_attention` together (M = rows·group queries on the GEMM micro-tile), so each cached
 //! block is widened and packed once per task and each of its values meets up to MR queries from
-//! registers. A sequence with fewer (decode) takes the matrix-vector form, per row and KV head:
-//! a dot product per cached position and head, the softmax over the row's range, then the values
+//! registers. A sequence with fewer (decode) takes the matrix-vector form, per row and run of KV
+//! heads: a dot product per cached position and head, the softmax over the row's range, then the values
 //! added in ascending position — no padding of a lone query to MR rows, no packing. A row's
 //! result depends only on its own sequence's rows in the step: not on the thread count nor on
 //! the other sequences of a batch (the two forms differ in the last bits, so a prompt's rows
