@@ -6,7 +6,7 @@ use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::{available_paths, table_for, Kernels};
 use super::gemm::GEMM_MIN_ROWS;
 use super::par::MC;
-use super::table::{CpuPath, Table, NR};
+use super::table::{CpuPath, Table, MR, NR};
 use super::Mat;
 use crate::format::DType;
 
@@ -834,4 +834,27 @@ fn q8_0_and_q4_0_float_kernels_are_q8_and_q4_bit_for_bit() {
             }
         }
     }
+}
+
+/// Every x86 path's GEMM micro-tile gives the same bits (one fused multiply-add chain per output
+/// in ascending k, whatever the register width), full and half-width panels.
+#[test]
+fn the_micro_tile_is_the_same_bits_on_every_simd_path() {
+    let kc = 37;
+    let (a, b, c0) = (sample(MR * kc, 21), sample(kc * NR, 22), sample(MR * 2 * NR, 23));
+    let tiles: Vec<(CpuPath, Vec<f32>)> = available_paths()
+        .into_iter()
+        .filter(|p| *p != CpuPath::Generic)
+        .map(|path| {
+            let t = kernels(path, QuantActivations::Float).table().tile;
+            let mut c = c0.clone();
+            t(&a, &b, kc, &mut c, 2 * NR, NR);
+            t(&a, &b, kc, &mut c[NR..], 2 * NR, NR / 2);
+            (path, c)
+        })
+        .collect();
+    for (path, c) in &tiles[1.min(tiles.len())..] {
+        assert_eq!(c, &tiles[0].1, "{path:?} against {:?}", tiles[0].0);
+    }
+    assert_ne!(tiles.first().map(|t| &t.1), Some(&c0), "the tile wrote its outputs");
 }

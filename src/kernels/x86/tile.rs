@@ -58,6 +58,41 @@ unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *
     }
 }
 
+/// `tile` for the AVX-512 table: the same 6 × 16 outputs, each row's 16 lanes in one zmm — the
+/// same fused multiply-add chain per output in ascending k, so the same bits as `tile`; on a
+/// core with 512-bit datapaths each instruction does twice a ymm's multiply-adds. A short last
+/// panel (8 columns) takes `tile`'s half-width form.
+pub fn tile_512(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
+    if nr != NR {
+        return tile(a, b, kc, c, ldc, nr);
+    }
+    assert!(a.len() >= MR * kc && b.len() >= kc * NR && c.len() >= (MR - 1) * ldc + NR);
+    // SAFETY: the AVX-512 table is chosen only on CPUs with AVX-512 F; bounds asserted above.
+    unsafe { tile_6x16_zmm(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc) }
+}
+
+/// The 6 × 16 tile: 6 accumulators of 16 lanes.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_6x16_zmm(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
+    // SAFETY: reached only through the AVX-512 table (the CPU has AVX-512 F); the caller passes
+    // pointers valid for the ranges `tile_512` asserts.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for (i, r) in acc.iter_mut().enumerate() {
+            *r = _mm512_loadu_ps(c.add(i * ldc));
+        }
+        for k in 0..kc {
+            let bv = _mm512_loadu_ps(b.add(k * NR));
+            for (i, r) in acc.iter_mut().enumerate() {
+                *r = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(i * kc + k)), bv, *r);
+            }
+        }
+        for (i, r) in acc.iter().enumerate() {
+            _mm512_storeu_ps(c.add(i * ldc), *r);
+        }
+    }
+}
+
 /// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row of a float matrix of kind K
 /// (see `table::WidenFn`).
 pub fn widen_float<const K: u8>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
