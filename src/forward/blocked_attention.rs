@@ -272,7 +272,7 @@ pub(super) fn merge(parts: &[Partial], m: usize, vw: usize, out: &mut [f32], sin
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! The blocked, split form against the plain one (per head: every score, softmax, Σ p·c).
 
     use super::*;
@@ -292,7 +292,8 @@ mod tests {
     const RANK: usize = 20;
     const LAT: usize = 24;
 
-    fn values(n: usize, seed: u64) -> Vec<f32> {
+    /// n pseudo-random values in [-2, 2) (also the GQA attention's tests').
+    pub(in crate::forward) fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed;
         (0..n)
             .map(|_| {

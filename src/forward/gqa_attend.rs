@@ -190,6 +190,7 @@ fn rows_alone(
 mod tests {
     //! A row in different blocks and batches (the same bits), and against the plain form in f64.
 
+    use super::super::blocked_attention::tests::values;
     use super::super::buffers::Buffers as Pool;
 
     use super::*;
@@ -207,16 +208,6 @@ mod tests {
     const HD: usize = 12;
     const NQ: usize = 4 * HD;
     const ROW: usize = 2 * HD;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-            })
-            .collect()
-    }
 
     /// A session caching n K and V rows (k, v: [n, ROW]) in `dtype`.
     fn cached(c: &Config, k: &[f32], v: &[f32], dtype: KvDtype) -> Session {
