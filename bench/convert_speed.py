@@ -2,7 +2,7 @@
 """GGUF conversion throughput against `cat FILE > /dev/null` on the same cold file (issue 14:
 `colibri convert` must stream at >= 0.7 of it, with peak RSS under 256 MB whatever the size).
 
-    /work/venv/bin/python bench/convert_speed.py [--gb 2.3] [--rounds 2] [--work DIR] [--keep]
+    /work/venv/bin/python bench/convert_speed.py [--gb 2.3] [--rounds 2] [--work DIR] [--out-dir DIR] [--keep]
         [--colibri target/release/colibri] [--baseline OTHER/colibri]
 
 Steps:
@@ -41,6 +41,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--work", type=Path, default=Path("/tmp/convert-speed"))
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--out-dir", type=Path,
+                    help="where convert and dd write (default: --work); e.g. /dev/shm, to time the converter "
+                         "apart from the device's write speed (the input stays cold on --work's device)")
     ap.add_argument("--colibri", type=Path, default=REPO / "target/release/colibri")
     ap.add_argument("--baseline", type=Path, help="a second colibri binary timed in each round too (A/B)")
     ap.add_argument("--make-only", type=Path, help=argparse.SUPPRESS)
@@ -127,13 +130,13 @@ def main() -> None:
     if a.make_only:
         return make_gguf(a.make_only, a.gb)
     a.work.mkdir(parents=True, exist_ok=True)
-    gguf_path, out = a.work / "synthetic-q8_0.gguf", a.work / "synthetic.colibri"
+    gguf_path, out = a.work / "synthetic-q8_0.gguf", (a.out_dir or a.work) / "synthetic.colibri"
     if not gguf_path.exists():
         # In a child process: a forked child counts its parent's pages in ru_maxrss until it
         # execs, so the measuring process must stay small.
         subprocess.run([sys.executable, __file__, "--make-only", str(gguf_path), "--gb", str(a.gb)], check=True)
     size = gguf_path.stat().st_size
-    print(f"file: {gguf_path} ({size / 1e9:.2f} GB)")
+    print(f"file: {gguf_path} ({size / 1e9:.2f} GB), output: {out}")
     engines = [("colibri", a.colibri)] + ([("baseline", a.baseline)] if a.baseline else [])
     print("| round | engine | cat s (MB/s) | dd copy s (MB/s) | convert s (MB/s) | convert / cat | convert / copy "
           "| convert peak RSS | load |")
