@@ -12,12 +12,15 @@
 //!   scales and mins come out of the three interleaved scale words with ggml's word shuffle, 8
 //!   rows at once, then one byte shuffle per sub-block; the activations' dx·Σqx (the mins'
 //!   term) is taken once per product (`QuantizedActs::scaled_sums`).
-//! * q6_kr8, per half n of the block and P ∈ {0, 1}: one load of each ql chunk makes the 6-bit
-//!   quants of sub-blocks 4n + P (low nibbles) and 4n + P + 2 (high), with the qh chunk loaded
-//!   once for both (the unit's scales and d first, then each half's qh and ql side by side: the
-//!   kernel reads the unit front to back); each half of 16 sums apart, the offset −32 taken off as 32 · (the
-//!   activations' half sum), then multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵).
-//!   The 8 sub-block sums are then scaled and accumulated in the reference's order.
+//! * q6_kr8, per sub-block s = 4n + 2J + P (n: half of the block, J: ql's low or high nibbles,
+//!   P: which ql chunk and qh bit pair): its ql and qh chunks make the 6-bit quants (the unit's
+//!   scales and d first, then each half's qh and ql side by side: the kernel reads the unit front
+//!   to back); each half of 16 sums apart, the offset −32 taken off as 32 · (the activations'
+//!   half sum), then multiplied by the 8 rows' i8 scales in i32 (exact: |Σ| < 2²⁵), and
+//!   scaled and accumulated in the reference's order. With 1–2 activation rows each ql / qh chunk
+//!   is loaded once for the two sub-blocks it serves and the 8 sums wait for the block's end;
+//!   from 4 rows on each sub-block's sum is accumulated as soon as it is complete, so only one
+//!   sum per row is live (all 8 per row spilled out of the registers at 8 rows: 1.45× slower).
 //!
 //! From 16 activation rows on (prefill) the VNNI kernels take two adjacent row groups
 //! per pass in the two halves of a zmm (`lanes::Zmm`): each activation broadcast and float
@@ -161,22 +164,89 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
             let u = units::<L>(g, b, Q6K_UNIT, ahead);
-            // The integer sums S of the block's 8 sub-blocks (see `kr8ref::dot_i8_q6k`), per
-            // activation row: one pass per (n, P) makes sub-blocks 4n + P and 4n + P + 2.
-            let mut sums = [[L::zero(); 8]; T];
-            for n in 0..2 {
-                q6_pair::<L, D, T, 0>(u, b, n, &x, &mut sums);
-                q6_pair::<L, D, T, 1>(u, b, n, &x, &mut sums);
-            }
             let d = L::load_f16(u, Q6_D);
-            for ((a, xt), st) in acc.iter_mut().zip(&x).zip(&sums) {
-                for (s, &v) in st.iter().enumerate() {
-                    let f = L::mul(d, L::splat_f(*xt.d.add(8 * b + s)));
-                    *a = L::fmadd(L::cvt(v), f, *a);
+            // The sums S of sub-blocks s = 4n + 2J + P (see `kr8ref::dot_i8_q6k`), each scaled and
+            // accumulated in the reference's order.
+            if T <= 2 {
+                // Few rows: the 8 sums fit in registers, and each ql / qh chunk is loaded once
+                // for the two sub-blocks it serves.
+                let mut sums = [[L::zero(); 8]; T];
+                for n in 0..2 {
+                    q6_pair::<L, D, T, 0>(u, b, n, &x, &mut sums);
+                    q6_pair::<L, D, T, 1>(u, b, n, &x, &mut sums);
                 }
+                for (s, k) in (0..8).zip(8 * b..) {
+                    scale_add::<L, T>(&mut acc, d, &x, k, std::array::from_fn(|t| sums[t][s]));
+                }
+                continue;
+            }
+            // More rows: each sub-block's sum is accumulated as soon as it is complete, so only T
+            // sums are live (eight per row spilled out of the registers at T = 8).
+            for n in 0..2 {
+                let s = 4 * n;
+                scale_add::<L, T>(&mut acc, d, &x, 8 * b + s, q6_sub::<L, D, T, 0, 0>(u, b, n, &x));
+                scale_add::<L, T>(&mut acc, d, &x, 8 * b + s + 1, q6_sub::<L, D, T, 1, 0>(u, b, n, &x));
+                scale_add::<L, T>(&mut acc, d, &x, 8 * b + s + 2, q6_sub::<L, D, T, 0, 1>(u, b, n, &x));
+                scale_add::<L, T>(&mut acc, d, &x, 8 * b + s + 3, q6_sub::<L, D, T, 1, 1>(u, b, n, &x));
             }
         }
         L::store(acc, out)
+    }
+}
+
+/// acc[t] += S[t] · d · (activation row t's scale of block k), the reference's float steps.
+#[inline(always)]
+unsafe fn scale_add<L: Lanes, const T: usize>(acc: &mut [L::F; T], d: L::F, x: &[Acts; T], k: usize, sums: [L::I; T]) {
+    // SAFETY: the caller's contract (`Kern`): every activation row has block scale k.
+    unsafe {
+        for ((a, xt), &v) in acc.iter_mut().zip(x).zip(&sums) {
+            *a = L::fmadd(L::cvt(v), L::mul(d, L::splat_f(*xt.d.add(k))), *a);
+        }
+    }
+}
+
+/// The integer sums S of sub-block 4n + 2J + P of the q6_kr8 units at u (block b), per activation
+/// row: ql's low (J = 0) or high (J = 1) nibbles with qh's bits 2P + 4J; per half of 16, Σ q·qx
+/// over 4 chunks started at the offset's −32 · (the activations' half sum), times the 8 rows' i8
+/// scales (exact in i32: |S| < 2²⁵).
+#[inline(always)]
+unsafe fn q6_sub<L: Lanes, D: Dot<L>, const T: usize, const P: usize, const J: usize>(
+    u: [*const u8; 2],
+    b: usize,
+    n: usize,
+    x: &[Acts; T],
+) -> [L::I; T] {
+    // SAFETY: the caller's contract (`Kern`): the units' chunks and the activation bytes exist.
+    unsafe {
+        let (m4, m30) = (L::splat8(15), L::splat8(0x30));
+        let qh = Q6_QUANTS + Q6_HALF * n;
+        let ql = qh + 256 + 32 * 8 * P;
+        let s = 4 * n + 2 * J + P;
+        let mut sums = [L::zero(); T];
+        for h in 0..2 {
+            let mut a: [L::I; T] = std::array::from_fn(|t| L::splat32(-*x[t].halves.add(16 * b + 2 * s + h)));
+            for c in 4 * h..4 * h + 4 {
+                let l = L::load(u, ql + 32 * c);
+                let hb = L::load(u, qh + 32 * c);
+                // The nibble and qh's bits 2P + 4J moved to bits 4..6 of each byte.
+                let lo = if J == 0 { L::and(l, m4) } else { L::and(L::srli16::<4>(l), m4) };
+                let hi = match (P, J) {
+                    (0, 0) => L::slli16::<4>(hb),
+                    (0, _) => hb,
+                    (_, 0) => L::slli16::<2>(hb),
+                    _ => L::srli16::<2>(hb),
+                };
+                let q = L::or(lo, L::and(hi, m30));
+                for t in 0..T {
+                    a[t] = D::dot(a[t], q, L::bcast4(x[t].q.add(QK_K * b + 4 * c + QK * s)));
+                }
+            }
+            let k = L::load_i8(u, Q6_SCALES + 8 * (8 * n + 2 * (2 * J + P) + h));
+            for t in 0..T {
+                sums[t] = L::add32(sums[t], L::mullo32(a[t], k));
+            }
+        }
+        sums
     }
 }
 
