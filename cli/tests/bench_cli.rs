@@ -103,6 +103,12 @@ fn json_report_has_the_requested_tests_and_consistent_figures() {
                 let expect = 1e9 * (p + n) as f64 / *n_ as f64;
                 assert!((t - expect).abs() <= 1e-9 * expect, "{name}: t/s {t} vs {expect}");
             }
+            // Process CPU time per repetition (every thread), and its mean per token.
+            let cpu: Vec<u64> = row["samples_cpu_ns"].as_array().unwrap().iter().map(u).collect();
+            assert!(cpu.len() == 2 && cpu.iter().all(|&c| c > 0), "{name}: cpu samples {cpu:?}");
+            let cpu_ms = row["avg_cpu_ms_per_token"].as_f64().unwrap();
+            let cpu_expect = (cpu[0] + cpu[1]) as f64 / 2.0 / 1e6 / (p + n) as f64;
+            assert!((cpu_ms - cpu_expect).abs() <= 1e-9 * cpu_expect, "{name}: cpu ms {cpu_ms} vs {cpu_expect}");
             let avg = row["avg_ts"].as_f64().unwrap();
             let sd = row["stddev_ts"].as_f64().unwrap();
             assert!(avg > 0.0 && (avg - (ts[0] + ts[1]) / 2.0).abs() <= 1e-9 * avg, "{name}: avg {avg} of {ts:?}");
@@ -170,14 +176,18 @@ fn markdown_report_is_a_header_and_one_row_per_test() {
     let table: Vec<&str> = out.lines().filter(|l| l.starts_with('|')).collect();
     assert_eq!(table.len(), 4, "header, rule and two rows: {out}");
     let cols = |l: &str| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect::<Vec<_>>();
-    assert_eq!(cols(table[0]), ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "bw eff"]);
+    assert_eq!(
+        cols(table[0]),
+        ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "cpu ms/tok", "bw eff"]
+    );
     assert!(table[1].chars().all(|c| "|-: ".contains(c)), "{}", table[1]);
     for (line, test) in table[2..].iter().zip(["pp16", "tg4"]) {
         let c = cols(line);
         assert_eq!((c[0].as_str(), c[4].as_str(), c[6].as_str()), ("qwen2_moe_shared", "f32", test), "{line}");
         let (avg, sd) = c[7].split_once(" ± ").unwrap_or_else(|| panic!("t/s cell {:?}", c[7]));
         assert!(avg.parse::<f64>().unwrap() > 0.0 && sd.parse::<f64>().unwrap().is_finite());
-        assert_eq!(c[8], "", "no efficiency without the probe");
+        assert!(c[8].parse::<f64>().is_ok_and(|ms| ms > 0.0), "cpu ms per token {:?}", c[8]);
+        assert_eq!(c[9], "", "no efficiency without the probe");
     }
     assert!(err.contains("pp16") && !out.contains("warm-up"), "progress belongs on stderr");
 }

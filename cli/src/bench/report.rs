@@ -2,7 +2,7 @@
 //! it), or a JSON list with one object per test. Only these go to stdout.
 
 use super::footprint::Footprint;
-use super::timing::{mean_sd, samples_ts, Test};
+use super::timing::{mean_sd, samples_cpu_ms, samples_ts, Sample, Test};
 use crate::inspect::human_count;
 use serde_json::{json, Value};
 
@@ -32,7 +32,10 @@ pub struct Probe {
 /// One measured test.
 pub struct Row {
     pub test: Test,
+    /// Wall-clock nanoseconds of each repetition.
     pub samples_ns: Vec<u64>,
+    /// Process CPU nanoseconds (all threads) of each repetition.
+    pub cpu_ns: Vec<u64>,
     /// Probe bandwidth at this row's thread count, the two page sizes mixed as the weights are
     /// mapped (None with --no-probe).
     pub bandwidth_gbs: Option<f64>,
@@ -41,6 +44,13 @@ pub struct Row {
 impl Row {
     fn ts(&self) -> (f64, f64) {
         mean_sd(&samples_ts(&self.test, &self.samples_ns))
+    }
+
+    /// CPU milliseconds per token of each repetition.
+    fn cpu_ms(&self) -> Vec<f64> {
+        let samples: Vec<Sample> =
+            self.samples_ns.iter().zip(&self.cpu_ns).map(|(&wall_ns, &cpu_ns)| Sample { wall_ns, cpu_ns }).collect();
+        samples_cpu_ms(&self.test, &samples)
     }
 
     /// Share of the probe bandwidth a tg row reads: active bytes × tokens/s / bandwidth.
@@ -86,9 +96,9 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
         };
     }
     out += "\n";
-    let header = ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "bw eff"];
-    let right = [false, true, true, true, false, true, true, true, true];
-    let cells: Vec<[String; 9]> = rows
+    let header = ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "cpu ms/tok", "bw eff"];
+    let right = [false, true, true, true, false, true, true, true, true, true];
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             let (avg, sd) = r.ts();
@@ -101,6 +111,7 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
                 r.test.n_threads.to_string(),
                 r.test.name(),
                 format!("{avg:.2} ± {sd:.2}"),
+                format!("{:.3}", mean_sd(&r.cpu_ms()).0),
                 r.efficiency(f)
                     .map(|e| format!("{:.1} %{}", e * 100.0, if e > 1.0 { " *" } else { "" }))
                     .unwrap_or_default(),
@@ -173,6 +184,8 @@ pub fn json(cx: &Context, rows: &[Row]) -> Value {
                 "stddev_ts": stddev_ts,
                 "samples_ns": r.samples_ns,
                 "samples_ts": ts,
+                "samples_cpu_ns": r.cpu_ns,
+                "avg_cpu_ms_per_token": mean_sd(&r.cpu_ms()).0,
                 "bandwidth_gbs": r.bandwidth_gbs,
                 "bw_efficiency": r.efficiency(f),
                 "bw_efficiency_note": r.efficiency(f).filter(|&e| e > 1.0).map(|_| cache_note(f)),
@@ -202,7 +215,8 @@ mod tests {
             Context { model_filename: "m.colibri".into(), model: "m".into(), footprint, cpu_path: "generic".into() };
         let test = Test { n_prompt: 0, n_gen: 10, n_depth: 0, n_threads: 1 };
         // 10 tokens in 1 ms: 10 000 tokens/s × 1 MiB ≈ 10.5 GB/s.
-        let row = |gbs: f64| Row { test, samples_ns: vec![1_000_000], bandwidth_gbs: Some(gbs) };
+        let row =
+            |gbs: f64| Row { test, samples_ns: vec![1_000_000], cpu_ns: vec![2_500_000], bandwidth_gbs: Some(gbs) };
         let probe = [Probe { threads: 1, gbs: 5.0, gbs_huge: 6.0, bytes: 64 << 20 }];
         let md = markdown(&cx, &probe, Some(0.25), &[row(5.0)]);
         assert!(
@@ -211,9 +225,12 @@ mod tests {
         );
         assert!(md.contains("over 64 MiB)") && md.contains("6.00 through 2 MiB pages"), "{md}");
         assert!(md.contains("weights: 25 % of the resident bytes mapped with 2 MiB pages"), "{md}");
+        // 2.5 ms of CPU over 10 tokens.
+        assert!(md.contains("| cpu ms/tok |") && md.contains("|      0.250 |"), "{md}");
         let js = json(&cx, &[row(5.0), row(50.0)]);
         assert!(js[0]["bw_efficiency_note"].as_str().is_some_and(|n| n.contains("CPU caches")));
         assert!(js[1]["bw_efficiency_note"].is_null());
+        assert_eq!(js[0]["avg_cpu_ms_per_token"], 0.25);
         let md = markdown(&cx, &probe, None, &[row(50.0)]);
         assert!(md.contains("21.0 %") && !md.contains('*'), "{md}");
     }

@@ -63,8 +63,26 @@ fn run(model: &Model, s: &mut Session, ids: &[u32], logits: LogitsMode) -> Resul
     forward(model, s, Input::Tokens(ids), &ForwardOptions { logits, ..Default::default() })
 }
 
-/// One repetition from an empty cache; returns the timed part in nanoseconds.
-fn repetition(model: &Model, s: &mut Session, t: &Test, tok: &mut Tokens) -> Result<u64, Error> {
+/// CPU time of the whole process (every thread, user + system) in nanoseconds.
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One timed repetition: wall-clock and process CPU time (all threads) of its timed part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub wall_ns: u64,
+    pub cpu_ns: u64,
+}
+
+/// One repetition from an empty cache; returns the timed part's wall and CPU time.
+fn repetition(model: &Model, s: &mut Session, t: &Test, tok: &mut Tokens) -> Result<Sample, Error> {
     s.reset();
     if t.n_depth > 0 {
         let fill = tok.sequence(t.n_depth, true);
@@ -72,19 +90,20 @@ fn repetition(model: &Model, s: &mut Session, t: &Test, tok: &mut Tokens) -> Res
     }
     let prompt = tok.sequence(t.n_prompt, t.n_depth == 0);
     let gen = tok.sequence(t.n_gen, t.n_depth == 0);
-    let t0 = Instant::now();
+    let (t0, c0) = (Instant::now(), process_cpu_ns());
     if !prompt.is_empty() {
         run(model, s, &prompt, LogitsMode::Last)?;
     }
     for id in &gen {
         run(model, s, std::slice::from_ref(id), LogitsMode::Last)?;
     }
-    Ok(t0.elapsed().as_nanos() as u64)
+    let wall_ns = t0.elapsed().as_nanos() as u64;
+    Ok(Sample { wall_ns, cpu_ns: process_cpu_ns().saturating_sub(c0) })
 }
 
 /// Run test `t` (on the model's pool, KV cache of `kv` elements): one warm-up, then `reps`
-/// timed repetitions. Returns the per-repetition times in nanoseconds.
-pub fn measure(model: &Model, t: &Test, kv: KvDtype, reps: usize) -> Result<Vec<u64>, Error> {
+/// timed repetitions. Returns each repetition's times.
+pub fn measure(model: &Model, t: &Test, kv: KvDtype, reps: usize) -> Result<Vec<Sample>, Error> {
     let c = model.config();
     let n_ctx = t.n_depth + t.n_tokens();
     let mut s = Session::new(c, &SessionOptions { n_ctx, kv_dtype: kv, ..Default::default() })?;
@@ -106,6 +125,12 @@ pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
     }
     let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
     (mean, var.sqrt())
+}
+
+/// CPU milliseconds per token of each repetition (all threads: a figure that a busy machine
+/// disturbs far less than tokens/s, since time spent waiting for a core is not counted).
+pub fn samples_cpu_ms(t: &Test, samples: &[Sample]) -> Vec<f64> {
+    samples.iter().map(|s| s.cpu_ns as f64 / 1e6 / t.n_tokens().max(1) as f64).collect()
 }
 
 /// Tokens per second of each repetition.
@@ -131,5 +156,34 @@ mod tests {
         assert_eq!(t.name(), "pp512");
         let t = Test { n_prompt: 0, n_gen: 64, n_depth: 512, n_threads: 2 };
         assert_eq!(t.name(), "tg64 @ d512");
+    }
+
+    /// The process clock counts the work of every thread: two threads that each burn 30 ms of
+    /// their own CPU time add at least 60 ms (more if other tests run meanwhile), and CPU ms per
+    /// token divides by the test's tokens.
+    #[test]
+    fn process_cpu_time_counts_every_thread() {
+        let thread_ns = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a valid timespec; a constant clock id.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        let burn = || {
+            let t0 = thread_ns();
+            while thread_ns() - t0 < 30_000_000 {
+                std::hint::black_box(0u64);
+            }
+        };
+        let c0 = process_cpu_ns();
+        std::thread::scope(|s| {
+            s.spawn(burn);
+            s.spawn(burn);
+        });
+        let used = process_cpu_ns() - c0;
+        assert!(used >= 60_000_000, "{used} ns");
+        let t = Test { n_prompt: 0, n_gen: 4, n_depth: 0, n_threads: 2 };
+        let s = [Sample { wall_ns: 1, cpu_ns: 8_000_000 }];
+        assert_eq!(samples_cpu_ms(&t, &s), vec![2.0]);
     }
 }
