@@ -1519,6 +1519,24 @@ fn q03_row_length_not_a_multiple_of_32() {
 }
 
 #[test]
+fn q03_iq4_xsr8_needs_rows_of_256_in_whole_groups_of_8() {
+    // A q4 stack [4, 32, 32] relabelled iq4_xsr8 (id 27, group 256): rows of 32.
+    let b = qpatched(|b, l| {
+        put_u32(b, l.rec("layers.0.moe.experts.down") + R_DTYPE, 27);
+        put_u32(b, l.rec("layers.0.moe.experts.down") + R_GROUP_SIZE, 256);
+    });
+    expect_open_err("iq4_xsr8 rows of 32", &b, "bad_shape", &["layers.0.moe.experts.down", "row length 32"]);
+    // With iq4_xs's group size it is still not one.
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.moe.experts.down") + R_DTYPE, 27));
+    expect_open_err(
+        "iq4_xsr8 group 32",
+        &b,
+        "bad_shape",
+        &["layers.0.moe.experts.down", "group size 32 given for iq4_xsr8"],
+    );
+}
+
+#[test]
 fn q04_a_block_tensor_must_be_a_matrix_or_a_stack() {
     let b = qpatched(|b, l| {
         put_u32(b, l.rec("norm") + R_DTYPE, DType::Q8.id());

@@ -1,5 +1,6 @@
-//! The interleaved K-quant kernels (q4_kr8 / q6_kr8) on every path against the scalar reference
-//! (`kr8ref`), bit for bit: integer sums and float operations are the reference's on each lane.
+//! The interleaved K-quant kernels (q4_kr8 / q6_kr8 / iq4_xsr8) on every path against the scalar
+//! reference (`kr8ref`), bit for bit: integer sums and float operations are the reference's on each
+//! lane.
 
 use super::actq::QuantizedActs;
 use super::dispatch::{available_paths, table_for};
@@ -7,7 +8,7 @@ use super::tests::sample;
 use super::{reference, Mat};
 use crate::format::DType;
 
-const DTYPES: [DType; 2] = [DType::Q4KR8, DType::Q6KR8];
+const DTYPES: [DType; 3] = [DType::Q4KR8, DType::Q6KR8, DType::Iq4XsR8];
 
 /// Every row range of `rows` tried: whole, ragged at either end, inside one group.
 fn ranges(rows: usize) -> Vec<std::ops::Range<usize>> {
