@@ -1516,6 +1516,12 @@ fn q03_row_length_not_a_multiple_of_32() {
         put_u32(b, l.rec("layers.1.moe.experts.down") + R_GROUP_SIZE, 32);
     });
     expect_open_err("q4 stack rows of 8", &b, "bad_shape", &["layers.1.moe.experts.down", "row length 8"]);
+    // The same relabelled iq4_nlr8 (id 28, group 32).
+    let b = patched(|b, l| {
+        put_u32(b, l.rec("layers.1.moe.experts.down") + R_DTYPE, 28);
+        put_u32(b, l.rec("layers.1.moe.experts.down") + R_GROUP_SIZE, 32);
+    });
+    expect_open_err("iq4_nlr8 stack rows of 8", &b, "bad_shape", &["layers.1.moe.experts.down", "row length 8"]);
 }
 
 #[test]

@@ -92,7 +92,7 @@ fn mxfp4_dtype(r: &Resolved) -> DType {
     }
 }
 
-/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8, iq4_xs → iq4_xsr8, q8_0 → q8r8,
+/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8, iq4_xs → iq4_xsr8, iq4_nl → iq4_nlr8, q8_0 → q8r8,
 /// q4_0 → q4r8: what the int8 kernels read fastest) for a matrix whose rows are whole groups and
 /// that is not split per head; else `src`.
 fn interleaved(src: DType, spec: &colibri::model::TensorSpec) -> DType {
@@ -271,6 +271,7 @@ mod tests {
             (DType::Q4K, DType::Q4KR8),
             (DType::Q6K, DType::Q6KR8),
             (DType::Iq4Xs, DType::Iq4XsR8),
+            (DType::Iq4Nl, DType::Iq4NlR8),
             (DType::Q8_0, DType::Q8R8),
             (DType::Q4_0, DType::Q4R8),
         ];
@@ -281,7 +282,7 @@ mod tests {
             assert_eq!(interleaved(src, &spec("layers.0.attn.k_b", &[16, 128, 512])), src, "{src}: per head");
         }
         // Types without an interleaved layout stay as they are.
-        assert_eq!(interleaved(DType::Iq4Nl, &experts), DType::Iq4Nl);
+        assert_eq!(interleaved(DType::Q3K, &experts), DType::Q3K);
         assert_eq!(interleaved(DType::Q5K, &experts), DType::Q5K);
     }
 

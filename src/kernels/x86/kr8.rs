@@ -25,6 +25,7 @@
 //!   `vpshufb` each (`Dot::LEVELS`: + 128 on VNNI, whose sum starts at −128 · the activations'
 //!   block sum; signed on AVX2, where `vpmaddubsw` takes |K| and x with K's sign); the 8 rows'
 //!   d·(ls − 32) of the 8 sub-blocks come out of the unit's scale words once per block.
+//!   iq4_nlr8 (one 32-column block and its 8 f16 d per unit) is one such sub-block, scaled by d.
 //!
 //! From 16 activation rows on (prefill) the VNNI kernels take two adjacent row groups
 //! per pass in the two halves of a zmm (`lanes::Zmm`): each activation broadcast and float
@@ -42,14 +43,17 @@ use super::lanes::{Avx2, Dot, Lanes, Vnni, Ymm, Zmm};
 use super::qgroup::by_groups;
 use crate::format::blocks::QK;
 use crate::format::ggml::QK_K;
-use crate::format::kr8::{IQ4_QUANTS, IQ4_SCALES_H, IQ4_SCALES_L, Q6_D, Q6_HALF, Q6_QUANTS, Q6_SCALES, ROWS};
+use crate::format::kr8::{
+    IQ4NL_QUANTS, IQ4_QUANTS, IQ4_SCALES_H, IQ4_SCALES_L, Q6_D, Q6_HALF, Q6_QUANTS, Q6_SCALES, ROWS,
+};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
-/// Unit bytes (8 blocks) of q4_kr8, q6_kr8 and iq4_xsr8.
+/// Unit bytes (8 blocks) of q4_kr8, q6_kr8, iq4_xsr8 and iq4_nlr8.
 const Q4K_UNIT: usize = 1152;
 const Q6K_UNIT: usize = 1680;
 const IQ4XS_UNIT: usize = 1088;
+const IQ4NL_UNIT: usize = 144;
 
 /// Activation rows from which the VNNI kernels take two row groups per pass. Below it the
 /// one-group kernels are faster on weights streamed from memory (an expert's few tokens:
@@ -327,26 +331,14 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
         let ahead = super::tune::kr8_prefetch_units();
-        let (table, m4) = (L::table16(D::LEVELS.as_ptr()), L::splat8(15));
+        let table = L::table16(D::LEVELS.as_ptr());
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
             let u = units::<L>(g, b, IQ4XS_UNIT, ahead);
             let d = L::load_f16(u, 0);
             let (sh, sl) = (L::load_u16(u, IQ4_SCALES_H), L::load(u, IQ4_SCALES_L));
             for j in 0..8 {
-                // Σ (K + offset)·qx over sub-block j, from −offset · Σqx: Σ K·qx.
-                let mut s: [L::I; T] =
-                    std::array::from_fn(|t| L::splat32(-D::LEVEL_OFFSET * *x[t].isums.add(8 * b + j)));
-                for c in 0..4 {
-                    let q = L::load(u, IQ4_QUANTS + 32 * (4 * j + c));
-                    let lo = L::shuffle8(table, L::and(q, m4));
-                    let hi = L::shuffle8(table, L::and(L::srli16::<4>(q), m4));
-                    for t in 0..T {
-                        let xb = x[t].q.add(QK_K * b + QK * j + 4 * c);
-                        s[t] = D::dot_levels(s[t], lo, L::bcast4(xb));
-                        s[t] = D::dot_levels(s[t], hi, L::bcast4(xb.add(QK / 2)));
-                    }
-                }
+                let s = iq4_block::<L, D, T>(u, IQ4_QUANTS + 128 * j, table, &x, 8 * b + j);
                 // d·(ls − 32) of the 8 rows per group: ls's low nibble at bits 4j of the rows'
                 // u32, its high 2 bits at bits 2j of their u16.
                 let low = L::and(L::srl32(sl, 4 * j as i32), L::splat32(15));
@@ -359,6 +351,63 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
             }
         }
         L::store(acc, out)
+    }
+}
+
+/// iq4_nlr8 for T activation rows (see `Kern`): one 32-column block per unit.
+#[inline(always)]
+unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
+    g: [*const u8; 2],
+    nb: usize,
+    xs: &[Acts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
+    // row.
+    unsafe {
+        let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units() * (IQ4XS_UNIT / IQ4NL_UNIT);
+        let table = L::table16(D::LEVELS.as_ptr());
+        let mut acc = [L::zero_f(); T];
+        for b in 0..nb {
+            let u = units::<L>(g, b, IQ4NL_UNIT, ahead);
+            let s = iq4_block::<L, D, T>(u, IQ4NL_QUANTS, table, &x, b);
+            let d = L::load_f16(u, 0);
+            for t in 0..T {
+                let f = L::mul(d, L::splat_f(*x[t].d.add(b)));
+                acc[t] = L::fmadd(L::cvt(s[t]), f, acc[t]);
+            }
+        }
+        L::store(acc, out)
+    }
+}
+
+/// Σ K[q]·qx of one 32-element iq4 block of the units at u, per activation row: its 4 quant
+/// chunks from unit byte `at`, each one's low and high nibbles turned into levels by one
+/// `vpshufb`, against activation block k; the sums start at −offset · Σqx (`Dot::LEVELS`).
+#[inline(always)]
+unsafe fn iq4_block<L: Lanes, D: Dot<L>, const T: usize>(
+    u: [*const u8; 2],
+    at: usize,
+    table: L::I,
+    x: &[Acts; T],
+    k: usize,
+) -> [L::I; T] {
+    // SAFETY: the caller's contract (`Kern`): the units' chunks and the activation bytes exist.
+    unsafe {
+        let m4 = L::splat8(15);
+        let mut s: [L::I; T] = std::array::from_fn(|t| L::splat32(-D::LEVEL_OFFSET * *x[t].isums.add(k)));
+        for c in 0..4 {
+            let q = L::load(u, at + 32 * c);
+            let lo = L::shuffle8(table, L::and(q, m4));
+            let hi = L::shuffle8(table, L::and(L::srli16::<4>(q), m4));
+            for t in 0..T {
+                let xb = x[t].q.add(QK * k + 4 * c);
+                s[t] = D::dot_levels(s[t], lo, L::bcast4(xb));
+                s[t] = D::dot_levels(s[t], hi, L::bcast4(xb.add(QK / 2)));
+            }
+        }
+        s
     }
 }
 
@@ -383,6 +432,9 @@ kernels!(q6k_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, 
 kernels!(iq4xs_avx2, "avx2,fma,f16c", Ymm, Avx2, iq4xs);
 kernels!(iq4xs_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, iq4xs);
 kernels!(iq4xs_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, iq4xs);
+kernels!(iq4nl_avx2, "avx2,fma,f16c", Ymm, Avx2, iq4nl);
+kernels!(iq4nl_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, iq4nl);
+kernels!(iq4nl_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, iq4nl);
 
 /// The kernels of a dtype on one instruction set: `one[l]` takes one row group and 2^l
 /// activation rows per pass, `two[l]` (if any) two adjacent groups.
@@ -396,7 +448,7 @@ struct Kerns<'a> {
 /// the reference).
 fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32], kerns: Kerns<'_>, sums: Sums) {
     let cols = w.cols();
-    let (nb, unit) = (cols / QK_K, w.dtype().info().block_bytes as usize * ROWS);
+    let (nb, unit) = (cols / w.dtype().block(), w.dtype().info().block_bytes as usize * ROWS);
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * cols / QK);
     assert!(out.len() >= n * rows.len() && rows.end <= w.rows() && w.bytes().len() >= w.rows() / ROWS * nb * unit);
     // q6_k's offset meets the activations per half block of 16, q4_k's min and the iq4 levels'
@@ -481,5 +533,18 @@ pub fn gemv_i8_iq4xs(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usiz
 pub fn gemv_i8_iq4xs_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let one: &[Kern] = &[iq4xs_vnni::<1>, iq4xs_vnni::<2>, iq4xs_vnni::<4>, iq4xs_vnni::<8>];
     let two: &[Kern] = &[iq4xs_vnni16::<1>, iq4xs_vnni16::<2>, iq4xs_vnni16::<4>, iq4xs_vnni16::<8>];
+    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Blocks)
+}
+
+/// iq4_nlr8 · int8 activations, AVX2.
+pub fn gemv_i8_iq4nl(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let one: &[Kern] = &[iq4nl_avx2::<1>, iq4nl_avx2::<2>, iq4nl_avx2::<4>];
+    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Blocks)
+}
+
+/// iq4_nlr8 · int8 activations, AVX-512 VNNI.
+pub fn gemv_i8_iq4nl_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let one: &[Kern] = &[iq4nl_vnni::<1>, iq4nl_vnni::<2>, iq4nl_vnni::<4>, iq4nl_vnni::<8>];
+    let two: &[Kern] = &[iq4nl_vnni16::<1>, iq4nl_vnni16::<2>, iq4nl_vnni16::<4>, iq4nl_vnni16::<8>];
     drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Blocks)
 }

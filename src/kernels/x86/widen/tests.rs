@@ -119,7 +119,12 @@ fn interleaved_k_quants_widen_to_their_reference_values_bit_for_bit() {
     let Some(t) = table_for(CpuPath::Avx2) else { return };
     let (rows, cols, n) = (16, 768, 2);
     let x: Vec<f32> = (0..n * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
-    let pairs = [(DType::Q4KR8, DType::Q4K), (DType::Q6KR8, DType::Q6K), (DType::Iq4XsR8, DType::Iq4Xs)];
+    let pairs = [
+        (DType::Q4KR8, DType::Q4K),
+        (DType::Q6KR8, DType::Q6K),
+        (DType::Iq4XsR8, DType::Iq4Xs),
+        (DType::Iq4NlR8, DType::Iq4Nl),
+    ];
     for (i, (d, row_major)) in pairs.into_iter().enumerate() {
         let blocks = random_blocks(row_major, rows * cols / d.block(), 200 + i as u64);
         let bytes = crate::format::kr8::interleave(d, &blocks, cols).expect("whole groups");
