@@ -176,7 +176,7 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
 /// The interleaved K-quants of a Q4_K_M file at its decode shapes, n activation rows (batched
 /// decode, an expert's few prefill tokens): 64 copies of an OLMoE expert projection (1024 ×
 /// 2048) in turn, so that the weights come from memory.
-#[divan::bench(args = [(1, "q4_kr8"), (2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (16, "q4_kr8"), (1, "q6_kr8"), (2, "q6_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (16, "q6_kr8"), (1, "iq4_xs"), (1, "iq4_xsr8"), (16, "iq4_xs"), (16, "iq4_xsr8")], sample_count = 50)]
+#[divan::bench(args = [(1, "q4_kr8"), (2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (16, "q4_kr8"), (1, "q6_kr8"), (2, "q6_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (16, "q6_kr8"), (1, "iq4_xs"), (1, "iq4_xsr8"), (16, "iq4_xs"), (16, "iq4_xsr8"), (1, "iq4_nl"), (1, "iq4_nlr8")], sample_count = 50)]
 fn gemv_kr8_expert(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1024, 2048);
     let ws: Vec<Weights> = (0..64).map(|_| Weights::of_bytes(w.dtype, w.rows, w.cols, w.bytes())).collect();
@@ -315,7 +315,7 @@ fn gemv_kr8_hot(b: Bencher, dtype: &'static str) {
 #[divan::bench(args = [(2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (24, "q4_kr8"), (40, "q4_kr8"), (64, "q4_kr8"),
     (100, "q4_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (40, "q6_kr8"), (100, "q6_kr8"), (4, "q8r8"), (8, "q8r8"),
     (40, "q8r8"), (100, "q8r8"), (8, "iq4_xs"), (40, "iq4_xs"), (100, "iq4_xs"), (8, "iq4_xsr8"), (40, "iq4_xsr8"),
-    (100, "iq4_xsr8")], sample_count = 30)]
+    (100, "iq4_xsr8"), (40, "iq4_nl"), (40, "iq4_nlr8")], sample_count = 30)]
 fn gemm_expert_ragged(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1408, 2048);
     let x = values(n * 2048);
