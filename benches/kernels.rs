@@ -122,7 +122,7 @@ fn gemm_512x2048x1408(b: Bencher, dtype: &'static str) {
 
 /// An expert's share of a 512-token prompt with 64 experts top-8 (64 tokens); GGUF's types
 /// widen for the FMA GEMM with float activations (`COLIBRI_QUANT_ACT=float`).
-#[divan::bench(args = ["bf16", "q4", "q4r8", "q4_k", "q4_kr8", "q6_k", "q6_kr8", "q5_k", "iq4_xs"], sample_count = 20)]
+#[divan::bench(args = ["bf16", "q4", "q4r8", "q4_k", "q4_kr8", "q6_k", "q6_kr8", "q5_k", "iq4_xs", "iq4_xsr8"], sample_count = 20)]
 fn gemm_64x2048x1024(b: Bencher, dtype: &'static str) {
     let w = Weights::new(dtype, 1024, 2048);
     let x = values(64 * 2048);
@@ -176,7 +176,7 @@ fn gemv_1024x2048(b: Bencher, dtype: &'static str) {
 /// The interleaved K-quants of a Q4_K_M file at its decode shapes, n activation rows (batched
 /// decode, an expert's few prefill tokens): 64 copies of an OLMoE expert projection (1024 ×
 /// 2048) in turn, so that the weights come from memory.
-#[divan::bench(args = [(1, "q4_kr8"), (2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (16, "q4_kr8"), (1, "q6_kr8"), (2, "q6_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (16, "q6_kr8")], sample_count = 50)]
+#[divan::bench(args = [(1, "q4_kr8"), (2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (16, "q4_kr8"), (1, "q6_kr8"), (2, "q6_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (16, "q6_kr8"), (1, "iq4_xs"), (1, "iq4_xsr8"), (16, "iq4_xs"), (16, "iq4_xsr8"), (1, "iq4_nl"), (1, "iq4_nlr8")], sample_count = 50)]
 fn gemv_kr8_expert(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1024, 2048);
     let ws: Vec<Weights> = (0..64).map(|_| Weights::of_bytes(w.dtype, w.rows, w.cols, w.bytes())).collect();
@@ -314,7 +314,8 @@ fn gemv_kr8_hot(b: Bencher, dtype: &'static str) {
 /// expert sees in prefill (items/s = multiply-adds; run at one thread: `RAYON_NUM_THREADS=1`).
 #[divan::bench(args = [(2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (24, "q4_kr8"), (40, "q4_kr8"), (64, "q4_kr8"),
     (100, "q4_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (40, "q6_kr8"), (100, "q6_kr8"), (4, "q8r8"), (8, "q8r8"),
-    (40, "q8r8"), (100, "q8r8")], sample_count = 30)]
+    (40, "q8r8"), (100, "q8r8"), (8, "iq4_xs"), (40, "iq4_xs"), (100, "iq4_xs"), (8, "iq4_xsr8"), (40, "iq4_xsr8"),
+    (100, "iq4_xsr8"), (40, "iq4_nl"), (40, "iq4_nlr8")], sample_count = 30)]
 fn gemm_expert_ragged(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1408, 2048);
     let x = values(n * 2048);

@@ -1,6 +1,6 @@
-//! Contract: q4_kr8 / q6_kr8 (`colibri::format::kr8`) are GGUF's q4_k / q6_k blocks re-laid-out,
-//! and q8r8 / q4r8 as the GGUF importer writes them (`blocks::interleave_ggml_blocks`) GGUF's
-//! q8_0 / q4_0 blocks, nothing else. On the blocks llama.cpp's quantiser wrote
+//! Contract: q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8 (`colibri::format::kr8`) are GGUF's q4_k /
+//! q6_k / iq4_xs / iq4_nl blocks re-laid-out, and q8r8 / q4r8 as the GGUF importer writes them
+//! (`blocks::interleave_ggml_blocks`) GGUF's q8_0 / q4_0 blocks, nothing else. On the blocks llama.cpp's quantiser wrote
 //! (tests/fixtures/gguf_blocks, made by tools/make_gguf_vectors.py) and gguf-py's
 //! dequantisation of them:
 //! * interleaving the rows and dequantising the interleaved matrix gives gguf-py's values bit
@@ -47,8 +47,14 @@ fn load(name: &str, ggml_type: u32) -> Vectors {
 }
 
 /// The K-quants (`kr8`) and the 32-element types the importer interleaves (`blocks`).
-const KQUANTS: &[(&str, u32, DType)] = &[("q4_k", 12, DType::Q4KR8), ("q6_k", 14, DType::Q6KR8)];
-const ALL: &[(&str, u32, DType)] = &[KQUANTS[0], KQUANTS[1], ("q8_0", 8, DType::Q8R8), ("q4_0", 2, DType::Q4R8)];
+const KQUANTS: &[(&str, u32, DType)] = &[
+    ("q4_k", 12, DType::Q4KR8),
+    ("q6_k", 14, DType::Q6KR8),
+    ("iq4_xs", 23, DType::Iq4XsR8),
+    ("iq4_nl", 20, DType::Iq4NlR8),
+];
+const ALL: &[(&str, u32, DType)] =
+    &[KQUANTS[0], KQUANTS[1], KQUANTS[2], KQUANTS[3], ("q8_0", 8, DType::Q8R8), ("q4_0", 2, DType::Q4R8)];
 
 /// Row-major GGUF blocks (rows of `cols`) as the importer interleaves them into `il`.
 fn interleave(il: DType, rm: &[u8], cols: usize) -> Result<Vec<u8>, String> {
@@ -97,8 +103,9 @@ fn interleaved_dequantisation_is_gguf_py_bit_for_bit() {
 fn a_bad_scale_is_found_by_its_row_major_block() {
     each(KQUANTS, |il, v, _| {
         let bb = il.info().block_bytes as usize;
-        let nb = v.cols / 256;
-        // Row 11's second block: its d (q6_k: at 208) turned to +Inf in the row-major bytes.
+        let nb = v.cols / il.block();
+        // Row 11's second block: its d (q6_k: at 208; q4_k, iq4_xs, iq4_nl: at 0) turned to +Inf in the
+        // row-major bytes.
         let at = (11 * nb + 1) * bb + if il == DType::Q6KR8 { 208 } else { 0 };
         let mut rm = v.blocks.clone();
         rm[at..at + 2].copy_from_slice(&0x7c00u16.to_le_bytes());

@@ -1516,6 +1516,30 @@ fn q03_row_length_not_a_multiple_of_32() {
         put_u32(b, l.rec("layers.1.moe.experts.down") + R_GROUP_SIZE, 32);
     });
     expect_open_err("q4 stack rows of 8", &b, "bad_shape", &["layers.1.moe.experts.down", "row length 8"]);
+    // The same relabelled iq4_nlr8 (id 28, group 32).
+    let b = patched(|b, l| {
+        put_u32(b, l.rec("layers.1.moe.experts.down") + R_DTYPE, 28);
+        put_u32(b, l.rec("layers.1.moe.experts.down") + R_GROUP_SIZE, 32);
+    });
+    expect_open_err("iq4_nlr8 stack rows of 8", &b, "bad_shape", &["layers.1.moe.experts.down", "row length 8"]);
+}
+
+#[test]
+fn q03_iq4_xsr8_needs_rows_of_256_in_whole_groups_of_8() {
+    // A q4 stack [4, 32, 32] relabelled iq4_xsr8 (id 27, group 256): rows of 32.
+    let b = qpatched(|b, l| {
+        put_u32(b, l.rec("layers.0.moe.experts.down") + R_DTYPE, 27);
+        put_u32(b, l.rec("layers.0.moe.experts.down") + R_GROUP_SIZE, 256);
+    });
+    expect_open_err("iq4_xsr8 rows of 32", &b, "bad_shape", &["layers.0.moe.experts.down", "row length 32"]);
+    // With iq4_xs's group size it is still not one.
+    let b = qpatched(|b, l| put_u32(b, l.rec("layers.0.moe.experts.down") + R_DTYPE, 27));
+    expect_open_err(
+        "iq4_xsr8 group 32",
+        &b,
+        "bad_shape",
+        &["layers.0.moe.experts.down", "group size 32 given for iq4_xsr8"],
+    );
 }
 
 #[test]

@@ -56,6 +56,9 @@ pub enum DType {
     /// q4_k / q6_k blocks in 8-row interleaved units (`kr8`); rows a multiple of 8.
     Q4KR8,
     Q6KR8,
+    /// iq4_xs / iq4_nl blocks in 8-row interleaved units (`kr8`); rows a multiple of 8.
+    Iq4XsR8,
+    Iq4NlR8,
 }
 
 /// How a dtype lays out the bytes of one matrix.
@@ -155,8 +158,8 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
     DTypeInfo { interleaved: DType::Q4KR8, ..ggml_row::<ggml::BlockQ4K>(DType::Q4K, 44, "q4_k") },
     ggml_row::<ggml::BlockQ5K>(DType::Q5K, 45, "q5_k"),
     DTypeInfo { interleaved: DType::Q6KR8, ..ggml_row::<ggml::BlockQ6K>(DType::Q6K, 46, "q6_k") },
-    ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl, 52, "iq4_nl"),
-    ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs, 55, "iq4_xs"),
+    DTypeInfo { interleaved: DType::Iq4NlR8, ..ggml_row::<ggml::BlockIq4Nl>(DType::Iq4Nl, 52, "iq4_nl") },
+    DTypeInfo { interleaved: DType::Iq4XsR8, ..ggml_row::<ggml::BlockIq4Xs>(DType::Iq4Xs, 55, "iq4_xs") },
     DTypeInfo {
         dtype: DType::Mxfp4R8,
         id: 24,
@@ -175,10 +178,12 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         find_nonfinite: mxfp4::find_nan_scale_r8,
         encode: mxfp4::quantize_r8,
     },
-    // Interleaved K-quants: free ids ≥ 20 two bits from every 4.5 / 6.5625-bit dtype (q6_kr8's
-    // 25 retired with its earlier layout: `table::RETIRED`).
+    // Interleaved K-quants: free ids ≥ 20 two bits from every 4.25 / 4.5 / 6.5625-bit dtype
+    // (q6_kr8's 25 retired with its earlier layout: `table::RETIRED`).
     kr8_row::<ggml::BlockQ4K>(DType::Q4KR8, DType::Q4K, 23, "q4_kr8"),
     kr8_row::<ggml::BlockQ6K>(DType::Q6KR8, DType::Q6K, 26, "q6_kr8"),
+    kr8_row::<ggml::BlockIq4Xs>(DType::Iq4XsR8, DType::Iq4Xs, 27, "iq4_xsr8"),
+    kr8_row::<ggml::BlockIq4Nl>(DType::Iq4NlR8, DType::Iq4Nl, 28, "iq4_nlr8"),
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -276,14 +281,10 @@ const fn kr8_row<B: kr8::Interleave>(dtype: DType, row_major: DType, id: u32, na
         row_major,
         interleaved: dtype,
         dequantize: kr8::dequantize::<B>,
-        find_nonfinite: scan_kr8::<B>,
+        find_nonfinite: kr8::find_bad_scale::<B>,
         encode: kr8::encode::<B>,
         ..ggml_row::<B>(dtype, id, name)
     }
-}
-
-fn scan_kr8<B: kr8::Interleave>(bytes: &[u8], cols: usize) -> Option<NonFinite> {
-    kr8::find_bad_scale::<B>(bytes, cols).map(NonFinite::Scale)
 }
 
 fn deq_ggml<B: Block>(bytes: &[u8], _cols: usize, start: usize, out: &mut [f32]) {
@@ -324,6 +325,8 @@ impl DType {
         DType::Mxfp4R8,
         DType::Q4KR8,
         DType::Q6KR8,
+        DType::Iq4XsR8,
+        DType::Iq4NlR8,
     ];
     /// Number of dtypes (rows of the table).
     pub const COUNT: usize = DType::ALL.len();
@@ -481,11 +484,7 @@ fn block_elements(bytes: &[u8], block_bytes: usize) -> usize {
 }
 
 fn grouping<const GROUPED: bool>(cols: usize) -> Layout {
-    if GROUPED {
-        Layout::Interleaved { nb: cols / QK }
-    } else {
-        Layout::Rows
-    }
+    [Layout::Rows, Layout::Interleaved { nb: cols / QK }][usize::from(GROUPED)]
 }
 
 fn deq_q8<const GROUPED: bool>(bytes: &[u8], cols: usize, start: usize, out: &mut [f32]) {

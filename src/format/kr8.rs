@@ -1,12 +1,14 @@
-//! The 8-row interleaved layouts of GGUF's q4_k and q6_k (dtypes q4_kr8 / q6_kr8): the same
-//! ggml blocks, only their bytes moved, so that one 32-byte load holds 4 bytes of each of 8
-//! rows (what the int8 kernels of `kernels::x86::kr8` consume: one activation broadcast meets 8
-//! rows, whose sums build up in the 8 lanes of one vector). A lossless byte permutation:
-//! dequantising is de-interleaving a row's block, then ggml's dequantisation of that block.
+//! The 8-row interleaved layouts of GGUF's q4_k, q6_k, iq4_xs and iq4_nl (dtypes q4_kr8 / q6_kr8 /
+//! iq4_xsr8 / iq4_nlr8): the same ggml blocks, only their bytes moved, so that one 32-byte load holds 4 bytes
+//! of each of 8 rows (what the int8 kernels of `kernels::x86::kr8` consume: one activation
+//! broadcast meets 8 rows, whose sums build up in the 8 lanes of one vector). A lossless byte
+//! permutation: dequantising is de-interleaving a row's block, then ggml's dequantisation of that
+//! block.
 //!
 //! ```text
-//! A matrix of R rows (a multiple of 8) and C columns (a multiple of 256) is R/8 · C/256 units;
-//! unit (g, b) — rows 8g..8g+8, columns 256b..256b+256 — at byte (g·C/256 + b) · 8·BB.
+//! A matrix of R rows (a multiple of 8) and C columns (a multiple of the block, QK = 256; 32 for
+//! iq4_nl) is R/8 · C/QK units; unit (g, b) — rows 8g..8g+8, columns QK·b..QK·b+QK — at byte
+//! (g·C/QK + b) · 8·BB.
 //! A unit holds the 8 rows' blocks as segments: bytes [at, at + F) of every row's block take 8F
 //! bytes from unit byte `to`, the rows' bytes interleaved in chunks of `chunk` bytes:
 //!     byte i of row r's segment  →  to + (⌊i / chunk⌋ · 8 + r) · chunk + i mod chunk
@@ -19,6 +21,17 @@
 //!   128   16    qs       128  4            400   0     ql[0..64]   64   4
 //!                                          912   160   qh[32..64]  32   4
 //!                                          1168  64    ql[64..128] 64   4
+//!
+//! iq4_xsr8 (BB 136, unit 1088)
+//!   to    at    segment   F    chunk
+//!   0     0     d         2    2
+//!   16    2     scales_h  2    2
+//!   32    4     scales_l  4    4
+//!   64    8     qs        128  4
+//!
+//! iq4_nlr8 (QK 32, BB 18, unit 144)
+//!   0     0     d         2    2
+//!   16    2     qs        16   4
 //! ```
 //!
 //! So q4_kr8's d / dmin are 8 f16 in row order, its scales three words of 8 rows (each row's
@@ -27,9 +40,13 @@
 //! (128 columns) as its qh chunks and the ql chunks they complete: a decode kernel reads the
 //! unit front to back, a half's ql and qh side by side (the earlier order, ql, qh, scales, d as
 //! in the ggml block, jumped between the ql and qh regions and streamed at two thirds of the
-//! speed; it had dtype id 25, now refused).
+//! speed; it had dtype id 25, now refused). iq4_xsr8 is q4_kr8's order: d, the 6-bit scales
+//! (each row's 8 high 2-bit parts in one u16, its 8 low nibbles in one u32, sub-block ib at bits
+//! 2ib / 4ib), then 32 quant chunks, chunk 4ib + c holding bytes 4c.. of sub-block ib (elements
+//! 4c.. in the low nibbles, 16 + 4c.. in the high).
 
-use super::ggml::{self, Block, BlockQ4K, BlockQ6K, QK_K};
+use super::finite::NonFinite;
+use super::ggml::{self, Block, BlockIq4Nl, BlockIq4Xs, BlockQ4K, BlockQ6K};
 use super::DType;
 
 /// Rows of one interleaved group.
@@ -72,6 +89,27 @@ impl Interleave for BlockQ6K {
     ];
     const ZERO: Self = BlockQ6K::ZERO;
 }
+
+impl Interleave for BlockIq4Xs {
+    const FIELDS: &'static [Field] =
+        &[f(0, 2, 0, 2), f(2, 2, IQ4_SCALES_H, 2), f(4, 4, IQ4_SCALES_L, 4), f(8, 128, IQ4_QUANTS, 4)];
+    const ZERO: Self = BlockIq4Xs::ZERO;
+}
+
+impl Interleave for BlockIq4Nl {
+    const FIELDS: &'static [Field] = &[f(0, 2, 0, 2), f(2, 16, IQ4NL_QUANTS, 4)];
+    const ZERO: Self = BlockIq4Nl::ZERO;
+}
+
+/// Where an iq4_nlr8 unit (one 32-column block of 8 rows) holds its 4 quant chunks of 8 rows × 4
+/// bytes (its 8 f16 d at 0).
+pub const IQ4NL_QUANTS: usize = 16;
+
+/// Where an iq4_xsr8 unit holds its 8 u16 high scale bits, its 8 u32 low scale nibbles and its
+/// 32 quant chunks of 8 rows × 4 bytes (its 8 f16 d at 0).
+pub const IQ4_SCALES_H: usize = 16;
+pub const IQ4_SCALES_L: usize = 32;
+pub const IQ4_QUANTS: usize = 64;
 
 /// Where a q6_kr8 unit holds its 16 × 8 i8 scales, its 8 f16 d, and its quants: half block n
 /// (columns 128n..128n + 128) in the Q6_HALF bytes from Q6_QUANTS + n·Q6_HALF, 8 qh chunks of
@@ -128,18 +166,22 @@ pub fn interleave_rows<B: Interleave>(rows: &[u8], nb: usize, out: &mut [u8]) {
     }
 }
 
-/// Row-major blocks of whole row groups (rows of `cols` elements) in `dtype`'s interleaved
-/// layout (q4_kr8 from q4_k bytes, q6_kr8 from q6_k bytes); an error names what does not fit.
+/// Row-major blocks of whole row groups (rows of `cols` elements) in `dtype`'s interleaved layout
+/// (q4_kr8 from q4_k bytes, q6_kr8 from q6_k, iq4_xsr8 from iq4_xs); an error names what does not
+/// fit.
 pub fn interleave(dtype: DType, row_major: &[u8], cols: usize) -> Result<Vec<u8>, String> {
     let bb = dtype.info().block_bytes as usize;
-    let nb = cols / QK_K;
-    if !cols.is_multiple_of(QK_K) || cols == 0 || !row_major.len().is_multiple_of(ROWS * nb * bb) {
+    let qk = dtype.block();
+    let nb = cols / qk;
+    if !cols.is_multiple_of(qk) || cols == 0 || !row_major.len().is_multiple_of(ROWS * nb * bb) {
         return Err(format!("{} bytes are not whole groups of 8 rows of {cols} {dtype} columns", row_major.len()));
     }
     let mut out = vec![0u8; row_major.len()];
     match dtype {
         DType::Q4KR8 => interleave_rows::<BlockQ4K>(row_major, nb, &mut out),
         DType::Q6KR8 => interleave_rows::<BlockQ6K>(row_major, nb, &mut out),
+        DType::Iq4XsR8 => interleave_rows::<BlockIq4Xs>(row_major, nb, &mut out),
+        DType::Iq4NlR8 => interleave_rows::<BlockIq4Nl>(row_major, nb, &mut out),
         _ => return Err(format!("{dtype} has no interleaved K-quant layout")),
     }
     Ok(out)
@@ -156,10 +198,10 @@ pub fn row_block<B: Interleave>(bytes: &[u8], nb: usize, r: usize, b: usize) -> 
 /// Elements [start, start + out.len()) (whole blocks) of an interleaved matrix with rows of
 /// `cols`, dequantised as ggml does (the dtype table's `dequantize`).
 pub fn dequantize<B: Interleave>(bytes: &[u8], cols: usize, start: usize, out: &mut [f32]) {
-    let nb = cols / QK_K;
-    for (k, o) in out.chunks_exact_mut(QK_K).enumerate() {
-        let e = start + k * QK_K;
-        row_block::<B>(bytes, nb, e / cols, e % cols / QK_K).dequantize(o);
+    let nb = cols / B::QK;
+    for (k, o) in out.chunks_exact_mut(B::QK).enumerate() {
+        let e = start + k * B::QK;
+        row_block::<B>(bytes, nb, e / cols, e % cols / B::QK).dequantize(o);
     }
 }
 
@@ -168,17 +210,17 @@ pub fn dequantize<B: Interleave>(bytes: &[u8], cols: usize, start: usize, out: &
 pub fn encode<B: Interleave>(x: &[f32], cols: usize) -> Vec<u8> {
     let rows = ggml::quantize::<B>(x);
     let mut out = vec![0u8; rows.len()];
-    interleave_rows::<B>(&rows, cols / QK_K, &mut out);
+    interleave_rows::<B>(&rows, cols / B::QK, &mut out);
     out
 }
 
 /// First block (counted row-major) of an interleaved matrix one of whose f16 scales is NaN/Inf.
-pub fn find_bad_scale<B: Interleave>(bytes: &[u8], cols: usize) -> Option<u64> {
-    let nb = cols.max(1) / QK_K;
+pub fn find_bad_scale<B: Interleave>(bytes: &[u8], cols: usize) -> Option<NonFinite> {
+    let nb = cols.max(1) / B::QK;
     let rows = if nb == 0 { 0 } else { bytes.len() / (nb * ggml::block_bytes::<B>()) };
     (0..rows * nb)
         .find(|&i| ggml::find_bad_scale::<B>(ggml::bytes_of(&row_block::<B>(bytes, nb, i / nb, i % nb))).is_some())
-        .map(|i| i as u64)
+        .map(|i| NonFinite::Scale(i as u64))
 }
 
 #[cfg(test)]
@@ -211,6 +253,8 @@ mod tests {
     fn interleaving_is_a_byte_permutation() {
         round_trip::<BlockQ4K>();
         round_trip::<BlockQ6K>();
+        round_trip::<BlockIq4Xs>();
+        round_trip::<BlockIq4Nl>();
     }
 
     #[test]

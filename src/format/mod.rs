@@ -56,7 +56,8 @@
 //!                              43 Q3_K, 44 Q4_K, 45 Q5_K, 46 Q6_K, 52 IQ4_NL, 55 IQ4_XS,
 //!                              71 MXFP4; 23 Q4_KR8, 26 Q6_KR8 (q4_k / q6_k in 8-row
 //!                              interleaved units, `kr8`; 25 was q6_kr8's earlier unit
-//!                              layout, refused), 24 MXFP4R8
+//!                              layout, refused), 24 MXFP4R8, 27 IQ4_XSR8, 28 IQ4_NLR8
+//!                              (iq4_xs / iq4_nl in 8-row interleaved units, `kr8`)
 //!   12  u32      ndim          1..=4
 //!   16  u64[4]   dims          outermost first; unused dims are 0; used dims ≥ 1
 //!   48  u64      data_offset   absolute; multiple of 64 (4096 for expert stacks)

@@ -1,5 +1,6 @@
-//! The interleaved K-quant kernels (q4_kr8 / q6_kr8) on every path against the scalar reference
-//! (`kr8ref`), bit for bit: integer sums and float operations are the reference's on each lane.
+//! The interleaved K-quant kernels (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8) on every path against the scalar
+//! reference (`kr8ref`), bit for bit: integer sums and float operations are the reference's on each
+//! lane.
 
 use super::actq::QuantizedActs;
 use super::dispatch::{available_paths, table_for};
@@ -7,7 +8,7 @@ use super::tests::sample;
 use super::{reference, Mat};
 use crate::format::DType;
 
-const DTYPES: [DType; 2] = [DType::Q4KR8, DType::Q6KR8];
+const DTYPES: [DType; 4] = [DType::Q4KR8, DType::Q6KR8, DType::Iq4XsR8, DType::Iq4NlR8];
 
 /// Every row range of `rows` tried: whole, ragged at either end, inside one group.
 fn ranges(rows: usize) -> Vec<std::ops::Range<usize>> {
@@ -17,7 +18,8 @@ fn ranges(rows: usize) -> Vec<std::ops::Range<usize>> {
 #[test]
 fn int8_products_are_the_reference_bit_for_bit_on_every_path() {
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    for (rows, cols) in [(16, 256), (24, 512), (72, 1024)] {
+    // 352 = 11 blocks of 32: iq4_nlr8 only (the others' blocks are 256).
+    for (rows, cols) in [(16, 256), (24, 512), (72, 1024), (24, 352)] {
         // Outlier weights and activations: the widest scales and quants.
         let mut wf = sample(rows * cols, 5);
         wf.iter_mut().step_by(97).for_each(|v| *v *= 40.0);
@@ -26,7 +28,7 @@ fn int8_products_are_the_reference_bit_for_bit_on_every_path() {
             x.iter_mut().step_by(61).for_each(|v| *v = v.signum() * 25.0);
             let mut xa = QuantizedActs::default();
             xa.quantize_with(super::actq::quantize_blocks, &x, n, cols);
-            for dtype in DTYPES {
+            for dtype in DTYPES.into_iter().filter(|d| cols % d.block() == 0) {
                 let bytes = dtype.encode(&wf, cols);
                 let w = Mat::new(dtype, rows, cols, &bytes).unwrap();
                 let dot = reference::row(dtype).dot_i8.unwrap();

@@ -1,4 +1,5 @@
-//! Scalar reference products of the interleaved K-quants (q4_kr8 / q6_kr8, `format::kr8`): the
+//! Scalar reference products of the interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8,
+//! `format::kr8`): the
 //! specification the SIMD kernels of `x86::kr8` reproduce bit for bit. Each row's block is taken
 //! out of its unit; the integer sums per 32-element sub-block are the exact ones, and the float
 //! operations are fixed here (fused multiply-adds, one accumulator per row, blocks and
@@ -7,18 +8,20 @@
 use super::actq::QuantizedActs;
 use super::mat::Mat;
 use crate::format::blocks::QK;
-use crate::format::ggml::{h, scale_min_k4, BlockQ4K, BlockQ6K, QK_K};
+use crate::format::ggml::{
+    h, iq4xs_scale, scale_min_k4, BlockIq4Nl, BlockIq4Xs, BlockQ4K, BlockQ6K, KVALUES_IQ4NL, QK_K,
+};
 use crate::format::kr8::{row_block, Interleave};
 
 /// Row `r` · x with f32 activations: each block dequantised (ggml's values), its products
 /// summed in f32 in element order, blocks accumulated in order (as `reference::dot_ggml`).
 pub fn dot<B: Interleave>(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
-    let nb = w.cols() / QK_K;
+    let nb = w.cols() / B::QK;
     let mut deq = [0f32; QK_K];
     let mut acc = 0f32;
-    for (b, xb) in x[..w.cols()].chunks_exact(QK_K).enumerate() {
+    for (b, xb) in x[..w.cols()].chunks_exact(B::QK).enumerate() {
         row_block::<B>(w.bytes(), nb, r, b).dequantize(&mut deq);
-        acc += deq.iter().zip(xb).map(|(&a, &v)| a * v).sum::<f32>();
+        acc += deq[..B::QK].iter().zip(xb).map(|(&a, &v)| a * v).sum::<f32>();
     }
     acc
 }
@@ -77,6 +80,44 @@ pub fn dot_i8_q6k(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
     acc
 }
 
+/// Row `r` of an iq4_xsr8 matrix · int8 activation row t: per block and sub-block j (6-bit
+/// scale ls), with s = Σ K[q]·qx over its 32 levels:  acc = fma(s, (d·(ls − 32))·dx, acc).
+pub fn dot_i8_iq4xs(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd) = xa.row(t);
+    let nb = w.cols() / QK_K;
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let blk: BlockIq4Xs = row_block(w.bytes(), nb, r, b);
+        let d = h(blk.d);
+        for j in 0..8 {
+            let s = iq4_isum(&blk.qs[16 * j..16 * j + 16], &xq[QK_K * b + QK * j..][..QK]);
+            let f = (d * (iq4xs_scale(&blk, j) - 32) as f32) * xd[8 * b + j];
+            acc = (s as f32).mul_add(f, acc);
+        }
+    }
+    acc
+}
+
+/// Σ K[q]·qx over one 32-element iq4 block's 16 nibble bytes (element i in the low nibble of
+/// byte i, i + 16 in its high one), exact in i32.
+fn iq4_isum(qs: &[u8], x: &[i8]) -> i32 {
+    isum((0..QK).map(|i| i32::from(KVALUES_IQ4NL[usize::from((qs[i % 16] >> (4 * (i / 16))) & 15)])), x)
+}
+
+/// Row `r` of an iq4_nlr8 matrix · int8 activation row t: per block b, with s = Σ K[q]·qx:
+///     acc = fma(s, d·dx, acc).
+pub fn dot_i8_iq4nl(w: Mat<'_>, r: usize, xa: &QuantizedActs, t: usize) -> f32 {
+    let (xq, xd) = xa.row(t);
+    let nb = w.cols() / QK;
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let blk: BlockIq4Nl = row_block(w.bytes(), nb, r, b);
+        let s = iq4_isum(&blk.qs, &xq[QK * b..][..QK]);
+        acc = (s as f32).mul_add(h(blk.d) * xd[b], acc);
+    }
+    acc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,9 +134,12 @@ mod tests {
         xa.quantize_with(quantize_blocks, &x, 1, cols);
         let mut xd = vec![0f32; cols];
         xa.dequantize(&mut xd);
-        for (dtype, f) in
-            [(DType::Q4KR8, dot_i8_q4k as crate::kernels::reference::RowDotI8), (DType::Q6KR8, dot_i8_q6k)]
-        {
+        for (dtype, f) in [
+            (DType::Q4KR8, dot_i8_q4k as crate::kernels::reference::RowDotI8),
+            (DType::Q6KR8, dot_i8_q6k),
+            (DType::Iq4XsR8, dot_i8_iq4xs),
+            (DType::Iq4NlR8, dot_i8_iq4nl),
+        ] {
             let bytes = dtype.encode(&w, cols);
             let m = Mat::new(dtype, rows, cols, &bytes).unwrap();
             let mut row = vec![0f32; cols];

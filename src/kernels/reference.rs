@@ -234,6 +234,8 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     RefKernels { dtype: DType::Mxfp4R8, dot: dot_mxfp4, dot_i8: Some(actq::dot_mxfp4_i8) },
     RefKernels { dtype: DType::Q4KR8, dot: kr8ref::dot::<ggml::BlockQ4K>, dot_i8: Some(kr8ref::dot_i8_q4k) },
     RefKernels { dtype: DType::Q6KR8, dot: kr8ref::dot::<ggml::BlockQ6K>, dot_i8: Some(kr8ref::dot_i8_q6k) },
+    RefKernels { dtype: DType::Iq4XsR8, dot: kr8ref::dot::<ggml::BlockIq4Xs>, dot_i8: Some(kr8ref::dot_i8_iq4xs) },
+    RefKernels { dtype: DType::Iq4NlR8, dot: kr8ref::dot::<ggml::BlockIq4Nl>, dot_i8: Some(kr8ref::dot_i8_iq4nl) },
 ];
 
 /// The reference row of GGUF block type `B`.

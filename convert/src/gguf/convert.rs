@@ -92,9 +92,9 @@ fn mxfp4_dtype(r: &Resolved) -> DType {
     }
 }
 
-/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8, q8_0 → q8r8, q4_0 → q4r8:
-/// what the int8 kernels read fastest) for a matrix whose rows are whole groups and that is not
-/// split per head; else `src`.
+/// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8, iq4_xs → iq4_xsr8, iq4_nl → iq4_nlr8, q8_0 → q8r8,
+/// q4_0 → q4r8: what the int8 kernels read fastest) for a matrix whose rows are whole groups and
+/// that is not split per head; else `src`.
 fn interleaved(src: DType, spec: &colibri::model::TensorSpec) -> DType {
     let il = relayout::twin(src);
     let rows = spec.shape.len().checked_sub(2).map(|i| spec.shape[i]);
@@ -252,6 +252,39 @@ pub fn is_gguf(path: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use colibri::format::TensorKind;
+    use colibri::model::TensorSpec;
+
+    /// GGUF's q4_k / q6_k / iq4_xs / q8_0 / q4_0 matrices are written interleaved when their rows
+    /// are whole 8-row groups and they are not split per head; otherwise as they are.
+    #[test]
+    fn block_matrices_of_whole_row_groups_take_their_interleaved_twin() {
+        let spec = |name: &str, shape: &[u64]| TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            kind: TensorKind::Experts,
+            role: Role::Experts,
+            quant: None,
+        };
+        let experts = spec("layers.0.moe.experts.gate", &[64, 1024, 2048]);
+        let twins = [
+            (DType::Q4K, DType::Q4KR8),
+            (DType::Q6K, DType::Q6KR8),
+            (DType::Iq4Xs, DType::Iq4XsR8),
+            (DType::Iq4Nl, DType::Iq4NlR8),
+            (DType::Q8_0, DType::Q8R8),
+            (DType::Q4_0, DType::Q4R8),
+        ];
+        for (src, il) in twins {
+            assert_eq!(interleaved(src, &experts), il, "{src}");
+            assert!(relayout::writes(il), "{il}");
+            assert_eq!(interleaved(src, &spec("layers.0.moe.experts.gate", &[64, 1020, 2048])), src, "{src}");
+            assert_eq!(interleaved(src, &spec("layers.0.attn.k_b", &[16, 128, 512])), src, "{src}: per head");
+        }
+        // Types without an interleaved layout stay as they are.
+        assert_eq!(interleaved(DType::Q3K, &experts), DType::Q3K);
+        assert_eq!(interleaved(DType::Q5K, &experts), DType::Q5K);
+    }
 
     /// A GLM-4 vocabulary's recorded bos is not the model's (llama.cpp and HF take none); its
     /// eos and pad are.

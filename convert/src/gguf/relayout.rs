@@ -1,8 +1,9 @@
 //! Writing a GGUF block matrix in colibri's 8-row interleaved layouts: q4_k → q4_kr8, q6_k →
-//! q6_kr8 (`colibri::format::kr8`), q8_0 → q8r8, q4_0 → q4r8 (`colibri::format::blocks`: the
-//! same blocks, scales and quants in two regions). Each piece is read in bounded runs of whole
-//! 8-row groups (its rows gathered through llama.cpp's q/k permutation when it has one),
-//! re-laid-out, written. The bytes are the GGUF's blocks, moved: nothing is re-quantised.
+//! q6_kr8, iq4_xs / iq4_nl → iq4_xsr8 / iq4_nlr8 (`colibri::format::kr8`), q8_0 → q8r8, q4_0 → q4r8
+//! (`colibri::format::blocks`: the same blocks, scales and quants in two regions). Each piece is
+//! read in bounded runs of whole 8-row groups (its rows gathered through llama.cpp's q/k
+//! permutation when it has one), re-laid-out, written. The bytes are the GGUF's blocks, moved:
+//! nothing is re-quantised.
 
 use super::file::GgufFile;
 use super::sources::{Piece, Resolved};
@@ -23,7 +24,7 @@ pub fn twin(src: DType) -> DType {
 
 /// True for the dtypes `tensor` writes.
 pub fn writes(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4KR8 | DType::Q6KR8 | DType::Q8R8 | DType::Q4R8)
+    matches!(dtype, DType::Q4KR8 | DType::Q6KR8 | DType::Iq4XsR8 | DType::Iq4NlR8 | DType::Q8R8 | DType::Q4R8)
 }
 
 /// The scales of a q8r8 / q4r8 matrix follow all its quants: those of the rows read so far.

@@ -1,6 +1,6 @@
-//! Int8-activation kernels of the interleaved K-quants (q4_kr8 / q6_kr8, `format::kr8`), AVX2
-//! and AVX-512 VNNI from one body each: a 32-byte load of a unit holds 4 quant bytes of each of
-//! 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
+//! Int8-activation kernels of the interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8, `format::kr8`),
+//! AVX2 and AVX-512 VNNI from one body each: a 32-byte load of a unit holds 4 quant bytes of each
+//! of 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
 //! one `vpdpbusd` on VNNI), and the 8 rows' sums live in the 8 i32 lanes of one vector: no
 //! horizontal adds anywhere. One pass over a group's units serves up to 4 (AVX2) or 8 (VNNI)
 //! activation rows, so prefill unpacks each weight once per pass; the unit some way ahead is
@@ -21,6 +21,11 @@
 //!   is loaded once for the two sub-blocks it serves and the 8 sums wait for the block's end;
 //!   from 4 rows on each sub-block's sum is accumulated as soon as it is complete, so only one
 //!   sum per row is live (all 8 per row spilled out of the registers at 8 rows: 1.45× slower).
+//! * iq4_xsr8, per sub-block: 4 loads, each one's low and high nibbles turned into levels by one
+//!   `vpshufb` each (`Dot::LEVELS`: + 128 on VNNI, whose sum starts at −128 · the activations'
+//!   block sum; signed on AVX2, where `vpmaddubsw` takes |K| and x with K's sign); the 8 rows'
+//!   d·(ls − 32) of the 8 sub-blocks come out of the unit's scale words once per block.
+//!   iq4_nlr8 (one 32-column block and its 8 f16 d per unit) is one such sub-block, scaled by d.
 //!
 //! From 16 activation rows on (prefill) the VNNI kernels take two adjacent row groups
 //! per pass in the two halves of a zmm (`lanes::Zmm`): each activation broadcast and float
@@ -38,13 +43,17 @@ use super::lanes::{Avx2, Dot, Lanes, Vnni, Ymm, Zmm};
 use super::qgroup::by_groups;
 use crate::format::blocks::QK;
 use crate::format::ggml::QK_K;
-use crate::format::kr8::{Q6_D, Q6_HALF, Q6_QUANTS, Q6_SCALES, ROWS};
+use crate::format::kr8::{
+    IQ4NL_QUANTS, IQ4_QUANTS, IQ4_SCALES_H, IQ4_SCALES_L, Q6_D, Q6_HALF, Q6_QUANTS, Q6_SCALES, ROWS,
+};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
-/// Unit bytes (8 blocks) of q4_kr8 and q6_kr8.
+/// Unit bytes (8 blocks) of q4_kr8, q6_kr8, iq4_xsr8 and iq4_nlr8.
 const Q4K_UNIT: usize = 1152;
 const Q6K_UNIT: usize = 1680;
+const IQ4XS_UNIT: usize = 1088;
+const IQ4NL_UNIT: usize = 144;
 
 /// Activation rows from which the VNNI kernels take two row groups per pass. Below it the
 /// one-group kernels are faster on weights streamed from memory (an expert's few tokens:
@@ -53,14 +62,25 @@ const Q6K_UNIT: usize = 1680;
 /// rows on (`gemm_expert_ragged`).
 const TWO_GROUPS_FROM: usize = 16;
 
-/// One int8 activation row: quants, block scales and dx·Σqx (per 32; q4_k), 32 · half sums
-/// (per 16; q6_k).
+/// One int8 activation row: quants, block scales and dx·Σqx (per 32; q4_k), integer sums
+/// (`Sums`: 32 · half sums per 16, q6_k; Σqx per 32, iq4_xs).
 #[derive(Clone, Copy)]
 struct Acts {
     q: *const i8,
     d: *const f32,
     dsums: *const f32,
-    halves: *const i32,
+    isums: *const i32,
+}
+
+/// The activation sums a dtype's kernel reads besides quants and scales.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sums {
+    /// dx·Σqx per block of 32 (q4_k's mins).
+    Scaled,
+    /// 32 · Σqx per 16 (q6_k's offset).
+    Halves,
+    /// Σqx per block of 32 (the iq4 levels' offset).
+    Blocks,
 }
 
 /// A kernel: out[t][8·i + j] = row 8·i + j of the groups whose first units are at g[i] (i <
@@ -98,7 +118,8 @@ unsafe fn q4k<L: Lanes, D: Dot<L>, const T: usize>(
     xs: &[Acts],
     out: &mut [[f32; 2 * ROWS]],
 ) {
-    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation row.
+    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
+    // row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
         let ahead = super::tune::kr8_prefetch_units();
@@ -157,7 +178,8 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
     xs: &[Acts],
     out: &mut [[f32; 2 * ROWS]],
 ) {
-    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation row.
+    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
+    // row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
         let ahead = super::tune::kr8_prefetch_units();
@@ -224,7 +246,7 @@ unsafe fn q6_sub<L: Lanes, D: Dot<L>, const T: usize, const P: usize, const J: u
         let s = 4 * n + 2 * J + P;
         let mut sums = [L::zero(); T];
         for h in 0..2 {
-            let mut a: [L::I; T] = std::array::from_fn(|t| L::splat32(-*x[t].halves.add(16 * b + 2 * s + h)));
+            let mut a: [L::I; T] = std::array::from_fn(|t| L::splat32(-*x[t].isums.add(16 * b + 2 * s + h)));
             for c in 4 * h..4 * h + 4 {
                 let l = L::load(u, ql + 32 * c);
                 let hb = L::load(u, qh + 32 * c);
@@ -270,7 +292,7 @@ unsafe fn q6_pair<L: Lanes, D: Dot<L>, const T: usize, const P: usize>(
         let sub = [4 * n + P, 4 * n + P + 2];
         for h in 0..2 {
             // Each sum starts at the offset's term −32 · (the activations' half sum).
-            let a0 = |t: usize, j: usize| L::splat32(-*x[t].halves.add(16 * b + 2 * sub[j] + h));
+            let a0 = |t: usize, j: usize| L::splat32(-*x[t].isums.add(16 * b + 2 * sub[j] + h));
             let mut a: [[L::I; 2]; T] = std::array::from_fn(|t| [a0(t, 0), a0(t, 1)]);
             for c in 4 * h..4 * h + 4 {
                 let l = L::load(u, ql + 32 * c);
@@ -296,6 +318,99 @@ unsafe fn q6_pair<L: Lanes, D: Dot<L>, const T: usize, const P: usize>(
     }
 }
 
+/// iq4_xsr8 for T activation rows (see `Kern`).
+#[inline(always)]
+unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
+    g: [*const u8; 2],
+    nb: usize,
+    xs: &[Acts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
+    // row.
+    unsafe {
+        let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units();
+        let table = L::table16(D::LEVELS.as_ptr());
+        let mut acc = [L::zero_f(); T];
+        for b in 0..nb {
+            let u = units::<L>(g, b, IQ4XS_UNIT, ahead);
+            let d = L::load_f16(u, 0);
+            let (sh, sl) = (L::load_u16(u, IQ4_SCALES_H), L::load(u, IQ4_SCALES_L));
+            for j in 0..8 {
+                let s = iq4_block::<L, D, T>(u, IQ4_QUANTS + 128 * j, table, &x, 8 * b + j);
+                // d·(ls − 32) of the 8 rows per group: ls's low nibble at bits 4j of the rows'
+                // u32, its high 2 bits at bits 2j of their u16.
+                let low = L::and(L::srl32(sl, 4 * j as i32), L::splat32(15));
+                let high = L::slli32::<4>(L::and(L::srl32(sh, 2 * j as i32), L::splat32(3)));
+                let dsc = L::mul(d, L::cvt(L::add32(L::or(low, high), L::splat32(-32))));
+                for t in 0..T {
+                    let f = L::mul(dsc, L::splat_f(*x[t].d.add(8 * b + j)));
+                    acc[t] = L::fmadd(L::cvt(s[t]), f, acc[t]);
+                }
+            }
+        }
+        L::store(acc, out)
+    }
+}
+
+/// iq4_nlr8 for T activation rows (see `Kern`): one 32-column block per unit.
+#[inline(always)]
+unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
+    g: [*const u8; 2],
+    nb: usize,
+    xs: &[Acts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
+    // row.
+    unsafe {
+        let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
+        let ahead = super::tune::kr8_prefetch_units() * (IQ4XS_UNIT / IQ4NL_UNIT);
+        let table = L::table16(D::LEVELS.as_ptr());
+        let mut acc = [L::zero_f(); T];
+        for b in 0..nb {
+            let u = units::<L>(g, b, IQ4NL_UNIT, ahead);
+            let s = iq4_block::<L, D, T>(u, IQ4NL_QUANTS, table, &x, b);
+            let d = L::load_f16(u, 0);
+            for t in 0..T {
+                let f = L::mul(d, L::splat_f(*x[t].d.add(b)));
+                acc[t] = L::fmadd(L::cvt(s[t]), f, acc[t]);
+            }
+        }
+        L::store(acc, out)
+    }
+}
+
+/// Σ K[q]·qx of one 32-element iq4 block of the units at u, per activation row: its 4 quant
+/// chunks from unit byte `at`, each one's low and high nibbles turned into levels by one
+/// `vpshufb`, against activation block k; the sums start at −offset · Σqx (`Dot::LEVELS`).
+#[inline(always)]
+unsafe fn iq4_block<L: Lanes, D: Dot<L>, const T: usize>(
+    u: [*const u8; 2],
+    at: usize,
+    table: L::I,
+    x: &[Acts; T],
+    k: usize,
+) -> [L::I; T] {
+    // SAFETY: the caller's contract (`Kern`): the units' chunks and the activation bytes exist.
+    unsafe {
+        let m4 = L::splat8(15);
+        let mut s: [L::I; T] = std::array::from_fn(|t| L::splat32(-D::LEVEL_OFFSET * *x[t].isums.add(k)));
+        for c in 0..4 {
+            let q = L::load(u, at + 32 * c);
+            let lo = L::shuffle8(table, L::and(q, m4));
+            let hi = L::shuffle8(table, L::and(L::srli16::<4>(q), m4));
+            for t in 0..T {
+                let xb = x[t].q.add(QK * k + 4 * c);
+                s[t] = D::dot_levels(s[t], lo, L::bcast4(xb));
+                s[t] = D::dot_levels(s[t], hi, L::bcast4(xb.add(QK / 2)));
+            }
+        }
+        s
+    }
+}
+
 /// The kernels of `body` on one instruction set and width, for 1, 2, 4 (and 8) activation rows.
 macro_rules! kernels {
     ($name:ident, $features:literal, $lanes:ty, $dot:ty, $body:ident) => {
@@ -314,6 +429,12 @@ kernels!(q4k_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vn
 kernels!(q6k_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, q6k);
 kernels!(q4k_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, q4k);
 kernels!(q6k_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, q6k);
+kernels!(iq4xs_avx2, "avx2,fma,f16c", Ymm, Avx2, iq4xs);
+kernels!(iq4xs_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, iq4xs);
+kernels!(iq4xs_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, iq4xs);
+kernels!(iq4nl_avx2, "avx2,fma,f16c", Ymm, Avx2, iq4nl);
+kernels!(iq4nl_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, iq4nl);
+kernels!(iq4nl_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, iq4nl);
 
 /// The kernels of a dtype on one instruction set: `one[l]` takes one row group and 2^l
 /// activation rows per pass, `two[l]` (if any) two adjacent groups.
@@ -325,19 +446,24 @@ struct Kerns<'a> {
 /// out[t·rows.len() + i] = w[rows.start + i] · activation row t by `kerns` (two groups per pass
 /// from `TWO_GROUPS_FROM` activation rows on, where there are two; the ragged ends of `rows`:
 /// the reference).
-fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32], kerns: Kerns<'_>, q6: bool) {
+fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32], kerns: Kerns<'_>, sums: Sums) {
     let cols = w.cols();
-    let (nb, unit) = (cols / QK_K, w.dtype().info().block_bytes as usize * ROWS);
+    let (nb, unit) = (cols / w.dtype().block(), w.dtype().info().block_bytes as usize * ROWS);
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.sums.len() >= n * cols / QK);
     assert!(out.len() >= n * rows.len() && rows.end <= w.rows() && w.bytes().len() >= w.rows() / ROWS * nb * unit);
-    // q6_k's offset meets the activations per half block of 16, q4_k's min per block.
-    let (halves, dsums): (&[i32], &[f32]) = if q6 { (xa.half_sums(), &[]) } else { (&[], xa.scaled_sums()) };
+    // q6_k's offset meets the activations per half block of 16, q4_k's min and the iq4 levels'
+    // offset per block.
+    let (isums, per, dsums): (&[i32], usize, &[f32]) = match sums {
+        Sums::Halves => (xa.half_sums(), 16, &[]),
+        Sums::Blocks => (&xa.sums, QK, &[]),
+        Sums::Scaled => (&[], QK, xa.scaled_sums()),
+    };
     let acts: Vec<Acts> = (0..n)
         .map(|t| {
             let (q, d) = xa.row(t);
-            let halves = halves.as_ptr().wrapping_add(t * cols / 16);
+            let isums = isums.as_ptr().wrapping_add(t * cols / per);
             let dsums = dsums.as_ptr().wrapping_add(t * cols / QK);
-            Acts { q: q.as_ptr(), d: d.as_ptr(), dsums, halves }
+            Acts { q: q.as_ptr(), d: d.as_ptr(), dsums, isums }
         })
         .collect();
     let len = rows.len();
@@ -374,25 +500,51 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
 /// q4_kr8 · int8 activations (see `table::GemvI8Fn`), AVX2.
 pub fn gemv_i8_q4k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let one: &[Kern] = &[q4k_avx2::<1>, q4k_avx2::<2>, q4k_avx2::<4>];
-    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, false)
+    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Scaled)
 }
 
 /// q6_kr8 · int8 activations, AVX2.
 pub fn gemv_i8_q6k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let one: &[Kern] = &[q6k_avx2::<1>, q6k_avx2::<2>, q6k_avx2::<4>];
-    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, true)
+    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Halves)
 }
 
 /// q4_kr8 · int8 activations, AVX-512 VNNI (eight activation rows per pass: 32 registers).
 pub fn gemv_i8_q4k_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let one: &[Kern] = &[q4k_vnni::<1>, q4k_vnni::<2>, q4k_vnni::<4>, q4k_vnni::<8>];
     let two: &[Kern] = &[q4k_vnni16::<1>, q4k_vnni16::<2>, q4k_vnni16::<4>, q4k_vnni16::<8>];
-    drive(w, rows, xa, n, out, Kerns { one, two }, false)
+    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Scaled)
 }
 
 /// q6_kr8 · int8 activations, AVX-512 VNNI.
 pub fn gemv_i8_q6k_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let one: &[Kern] = &[q6k_vnni::<1>, q6k_vnni::<2>, q6k_vnni::<4>, q6k_vnni::<8>];
     let two: &[Kern] = &[q6k_vnni16::<1>, q6k_vnni16::<2>, q6k_vnni16::<4>, q6k_vnni16::<8>];
-    drive(w, rows, xa, n, out, Kerns { one, two }, true)
+    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Halves)
+}
+
+/// iq4_xsr8 · int8 activations, AVX2.
+pub fn gemv_i8_iq4xs(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let one: &[Kern] = &[iq4xs_avx2::<1>, iq4xs_avx2::<2>, iq4xs_avx2::<4>];
+    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Blocks)
+}
+
+/// iq4_xsr8 · int8 activations, AVX-512 VNNI.
+pub fn gemv_i8_iq4xs_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let one: &[Kern] = &[iq4xs_vnni::<1>, iq4xs_vnni::<2>, iq4xs_vnni::<4>, iq4xs_vnni::<8>];
+    let two: &[Kern] = &[iq4xs_vnni16::<1>, iq4xs_vnni16::<2>, iq4xs_vnni16::<4>, iq4xs_vnni16::<8>];
+    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Blocks)
+}
+
+/// iq4_nlr8 · int8 activations, AVX2.
+pub fn gemv_i8_iq4nl(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let one: &[Kern] = &[iq4nl_avx2::<1>, iq4nl_avx2::<2>, iq4nl_avx2::<4>];
+    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Blocks)
+}
+
+/// iq4_nlr8 · int8 activations, AVX-512 VNNI.
+pub fn gemv_i8_iq4nl_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    let one: &[Kern] = &[iq4nl_vnni::<1>, iq4nl_vnni::<2>, iq4nl_vnni::<4>, iq4nl_vnni::<8>];
+    let two: &[Kern] = &[iq4nl_vnni16::<1>, iq4nl_vnni16::<2>, iq4nl_vnni16::<4>, iq4nl_vnni16::<8>];
+    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Blocks)
 }

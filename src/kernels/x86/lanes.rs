@@ -26,6 +26,12 @@ pub(super) trait Lanes {
     unsafe fn load_i8(u: [*const u8; 2], off: usize) -> Self::I;
     /// The 8 f16 at u[g] + off as f32 lanes.
     unsafe fn load_f16(u: [*const u8; 2], off: usize) -> Self::F;
+    /// The 8 u16 at u[g] + off as i32 lanes.
+    unsafe fn load_u16(u: [*const u8; 2], off: usize) -> Self::I;
+    /// The 16 bytes at p in every 128-bit lane (a `shuffle8` table).
+    unsafe fn table16(p: *const u8) -> Self::I;
+    /// Byte i of each 128-bit lane: that lane's byte idx[i] (`vpshufb`; idx < 16 here).
+    unsafe fn shuffle8(table: Self::I, idx: Self::I) -> Self::I;
     /// The 4 bytes at p in every i32 lane.
     unsafe fn bcast4(p: *const i8) -> Self::I;
     unsafe fn splat8(v: i8) -> Self::I;
@@ -40,6 +46,8 @@ pub(super) trait Lanes {
     unsafe fn srli32<const N: i32>(v: Self::I) -> Self::I;
     unsafe fn slli32<const N: i32>(v: Self::I) -> Self::I;
     unsafe fn srai32<const N: i32>(v: Self::I) -> Self::I;
+    /// Each i32 lane shifted right by n (logical; n < 32).
+    unsafe fn srl32(v: Self::I, n: i32) -> Self::I;
     unsafe fn srli16<const N: i32>(v: Self::I) -> Self::I;
     unsafe fn slli16<const N: i32>(v: Self::I) -> Self::I;
     /// Byte k (< 4) of each i32 lane, as f32.
@@ -62,6 +70,24 @@ pub(super) trait Dot<L: Lanes> {
     unsafe fn dot(acc: L::I, w: L::I, x: L::I) -> L::I;
     unsafe fn high(q: L::I) -> L::I;
     unsafe fn high_sum(s: L::I) -> L::I;
+    /// The iq4 levels as this set meets them: `LEVELS[q]` = K[q] plus LEVEL_OFFSET as a byte
+    /// (VNNI: offset 128, unsigned as `vpdpbusd` wants; AVX2: offset 0, signed), and
+    /// `dot_levels` = acc plus the sum over each 4-byte lane of those bytes times x (AVX2: |K|
+    /// times x with K's sign, whose pair sums fit i16 as |K|, |x| ≤ 127).
+    const LEVELS: [u8; 16];
+    const LEVEL_OFFSET: i32;
+    unsafe fn dot_levels(acc: L::I, w: L::I, x: L::I) -> L::I;
+}
+
+/// ggml's iq4 levels (`KVALUES_IQ4NL`) plus `offset`, as bytes.
+const fn levels(offset: i32) -> [u8; 16] {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (crate::format::ggml::KVALUES_IQ4NL[i] as i32 + offset) as u8;
+        i += 1;
+    }
+    t
 }
 
 /// The shuffle of `byte_ps` within each 128-bit lane: byte 0 of dword i ← byte 4i + k, the rest
@@ -94,6 +120,21 @@ impl Lanes for Ymm {
     unsafe fn load_f16(u: [*const u8; 2], off: usize) -> __m256 {
         // SAFETY: see the impl.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(u[0].add(off).cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_u16(u: [*const u8; 2], off: usize) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cvtepu16_epi32(_mm_loadu_si128(u[0].add(off).cast())) }
+    }
+    #[inline(always)]
+    unsafe fn table16(p: *const u8) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn shuffle8(table: __m256i, idx: __m256i) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_shuffle_epi8(table, idx) }
     }
     #[inline(always)]
     unsafe fn bcast4(p: *const i8) -> __m256i {
@@ -159,6 +200,11 @@ impl Lanes for Ymm {
     unsafe fn srai32<const N: i32>(v: __m256i) -> __m256i {
         // SAFETY: see the impl.
         unsafe { _mm256_srai_epi32::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn srl32(v: __m256i, n: i32) -> __m256i {
+        // SAFETY: see the impl.
+        unsafe { _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)) }
     }
     #[inline(always)]
     unsafe fn srli16<const N: i32>(v: __m256i) -> __m256i {
@@ -244,6 +290,24 @@ impl Lanes for Zmm {
         }
     }
     #[inline(always)]
+    unsafe fn load_u16(u: [*const u8; 2], off: usize) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe {
+            let lo = _mm256_castsi128_si256(_mm_loadu_si128(u[0].add(off).cast()));
+            _mm512_cvtepu16_epi32(_mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(u[1].add(off).cast())))
+        }
+    }
+    #[inline(always)]
+    unsafe fn table16(p: *const u8) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn shuffle8(table: __m512i, idx: __m512i) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_shuffle_epi8(table, idx) }
+    }
+    #[inline(always)]
     unsafe fn bcast4(p: *const i8) -> __m512i {
         // SAFETY: see the impl.
         unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
@@ -311,6 +375,11 @@ impl Lanes for Zmm {
         unsafe { _mm512_sra_epi32(v, _mm_cvtsi32_si128(N)) }
     }
     #[inline(always)]
+    unsafe fn srl32(v: __m512i, n: i32) -> __m512i {
+        // SAFETY: see the impl.
+        unsafe { _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)) }
+    }
+    #[inline(always)]
     unsafe fn srli16<const N: i32>(v: __m512i) -> __m512i {
         // SAFETY: see the impl.
         unsafe { _mm512_srl_epi16(v, _mm_cvtsi32_si128(N)) }
@@ -375,6 +444,13 @@ impl Dot<Ymm> for Avx2 {
     unsafe fn high_sum(s: __m256i) -> __m256i {
         s
     }
+    const LEVELS: [u8; 16] = levels(0);
+    const LEVEL_OFFSET: i32 = 0;
+    #[inline(always)]
+    unsafe fn dot_levels(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe { Self::dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)) }
+    }
 }
 
 /// VNNI's integer step, `vpdpbusd`, on either width.
@@ -398,6 +474,13 @@ where
     unsafe fn high_sum(s: L::I) -> L::I {
         // SAFETY: as `dot`. s = 16 · Σ nibble·x exactly (|Σ| < 2²⁰), so the shift is exact.
         unsafe { L::srai32::<4>(s) }
+    }
+    const LEVELS: [u8; 16] = levels(128);
+    const LEVEL_OFFSET: i32 = 128;
+    #[inline(always)]
+    unsafe fn dot_levels(acc: L::I, w: L::I, x: L::I) -> L::I {
+        // SAFETY: as `dot`.
+        unsafe { L::dpbusd(acc, w, x) }
     }
 }
 

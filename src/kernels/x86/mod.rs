@@ -11,8 +11,9 @@
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
 //! * `amx` (opt-in): the AVX-512 BF16 table with the bf16 prefill GEMM on AMX tiles
 //!   (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state.
-//! * both: the interleaved K-quants q4_kr8 / q6_kr8 take `kr8`'s int8 kernels (one body per
-//!   dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every activation-row count.
+//! * both: the interleaved K-quants q4_kr8 / q6_kr8 / iq4_xsr8 (and iq4_nlr8) take `kr8`'s int8 kernels (one
+//!   body per dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every activation-row
+//!   count.
 
 mod actq;
 mod bf16;
@@ -100,11 +101,17 @@ const MATS: [MatKernels; DType::COUNT] = {
     float_widen::<BlockQ4_1>(&mut m[DType::Q4_1.index()]);
     float_widen_kr8::<BlockQ4K>(&mut m[DType::Q4KR8.index()]);
     float_widen_kr8::<BlockQ6K>(&mut m[DType::Q6KR8.index()]);
+    float_widen_kr8::<BlockIq4Xs>(&mut m[DType::Iq4XsR8.index()]);
+    float_widen_kr8::<BlockIq4Nl>(&mut m[DType::Iq4NlR8.index()]);
     // The interleaved K-quants (`kr8`): int8 kernels meeting several activation rows per unpack.
     m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k);
     m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k);
+    m[DType::Iq4XsR8.index()].gemv_i8 = Some(kr8::gemv_i8_iq4xs);
     m[DType::Q4KR8.index()].int8_at_any_n = true;
     m[DType::Q6KR8.index()].int8_at_any_n = true;
+    m[DType::Iq4XsR8.index()].int8_at_any_n = true;
+    m[DType::Iq4NlR8.index()].gemv_i8 = Some(kr8::gemv_i8_iq4nl);
+    m[DType::Iq4NlR8.index()].int8_at_any_n = true;
     m
 };
 
@@ -130,6 +137,8 @@ const MATS_512: [MatKernels; DType::COUNT] = {
     m[DType::Mxfp4R8.index()].gemv_i8 = Some(mxfp4r8::gemv_i8_vnni);
     m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k_vnni);
     m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k_vnni);
+    m[DType::Iq4XsR8.index()].gemv_i8 = Some(kr8::gemv_i8_iq4xs_vnni);
+    m[DType::Iq4NlR8.index()].gemv_i8 = Some(kr8::gemv_i8_iq4nl_vnni);
     // Float activations against row-major q8 / q8_0 / q4 / q4_0 blocks: 16 lanes.
     m[DType::Q8.index()].gemv = gemv::gemv_quant_512::<false>;
     m[DType::Q8_0.index()].gemv = gemv::gemv_quant_512::<false>;

@@ -110,15 +110,22 @@ fn the_float_activation_gemv_is_the_exact_product_closely() {
     }
 }
 
-/// The interleaved K-quants (q4_kr8 / q6_kr8: random q4_k / q6_k blocks, interleaved) widen to
-/// the reference's values bit for bit over row ranges starting and ending inside 8-row groups,
-/// and their float-activation matrix-vector kernel is the exact product closely.
+/// The interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8: random blocks of their row-major twins,
+/// interleaved) widen to the reference's values bit for bit over row ranges starting and ending
+/// inside 8-row groups, and their float-activation matrix-vector kernel is the exact product
+/// closely.
 #[test]
 fn interleaved_k_quants_widen_to_their_reference_values_bit_for_bit() {
     let Some(t) = table_for(CpuPath::Avx2) else { return };
     let (rows, cols, n) = (16, 768, 2);
     let x: Vec<f32> = (0..n * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
-    for (i, (d, row_major)) in [(DType::Q4KR8, DType::Q4K), (DType::Q6KR8, DType::Q6K)].into_iter().enumerate() {
+    let pairs = [
+        (DType::Q4KR8, DType::Q4K),
+        (DType::Q6KR8, DType::Q6K),
+        (DType::Iq4XsR8, DType::Iq4Xs),
+        (DType::Iq4NlR8, DType::Iq4Nl),
+    ];
+    for (i, (d, row_major)) in pairs.into_iter().enumerate() {
         let blocks = random_blocks(row_major, rows * cols / d.block(), 200 + i as u64);
         let bytes = crate::format::kr8::interleave(d, &blocks, cols).expect("whole groups");
         let w = Mat::new(d, rows, cols, &bytes).expect("binds");
