@@ -14,7 +14,7 @@
 //! * both: the interleaved K-quants q4_kr8 / q6_kr8 take `kr8`'s int8 kernels (one body per
 //!   dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every activation-row count;
 //!   GGUF's row-major q5_0 meets its activations as q8r8 does (`q5r8`: 8 rows in place for
-//!   decode, copied to q8r8 for the table's q8r8 kernels from a few activation rows on).
+//!   decode, copied to q8r8 for the table's q8r8 kernels from 2 activation rows on).
 
 mod actq;
 mod bf16;

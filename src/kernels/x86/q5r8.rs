@@ -8,8 +8,8 @@
 //!   the interleaved q8r8 kernels of the path (`qgroup` on AVX2, `vnni` on AVX-512: several
 //!   activation rows per weight load, `vpdpbusd`). The file keeps q5_0's 22 bytes per 32
 //!   weights; the copy is paid once per product.
-//! * Fewer (decode): each group's 8 rows read in place, unpacked once per pass of up to 4
-//!   activation rows, their sums reduced across lanes into q8r8's row order (`group`).
+//! * One activation row (decode): each group's 8 rows read in place, their sums reduced across
+//!   lanes into q8r8's row order (`group`).
 //! * Rows of a range outside whole groups of 8: the row-major kernel (`legacy`).
 //!
 //! A row's result depends only on its row index, never on the range it comes in, the thread
@@ -30,9 +30,9 @@ use std::ops::Range;
 
 /// From this many activation rows on, the groups are copied for the q8r8 kernels (the same bits
 /// as in place). One expert's down projection, 2048 × 1408, one thread, in cache
-/// (`cargo bench --bench kernels -- gemm_expert_down`): in place 91 / ~115 / 215 µs at n = 1 /
-/// 2 / 4, copied 113 µs at 2, 141 µs at 4.
-pub const REPACK_MIN_ROWS: usize = 3;
+/// (`cargo bench --bench kernels -- gemm_expert_down`): in place 104 / 142 µs at n = 1 / 2,
+/// copied 113 µs at 2 (the copy alone ≈ 75 µs).
+pub const REPACK_MIN_ROWS: usize = 2;
 
 /// q8r8 bytes per copied run of rows: the run (and a block of activation rows) stays in L2
 /// while the q8r8 kernel passes over it.
@@ -97,57 +97,42 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
 }
 
 /// out[t·len + i] = row rows.start + i of `w` · activation row t for whole groups `rows` (len
-/// of them), read in place: activation rows in passes of up to 4.
+/// of them), read in place: one activation row per pass (decode has one).
 fn groups_in_place(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let (nb, len) = (w.cols() / QK, rows.len());
     let row_bytes = nb * block_bytes::<BlockQ5_0>();
     assert!(xa.qs.len() >= n * w.cols() && xa.sums.len() >= n * nb && out.len() >= n * len);
-    let acts = |t: usize| {
-        let (q, d) = xa.row(t);
-        Acts { q: q.as_ptr(), d: d.as_ptr(), sums: xa.row_sums(t).as_ptr() }
-    };
     for (i, r0) in rows.step_by(GROUP_ROWS).enumerate() {
         let src = w.bytes()[r0 * row_bytes..(r0 + GROUP_ROWS) * row_bytes].as_ptr();
         // The next group's bytes (or past the matrix: a prefetch is only a hint).
         let next = src.wrapping_add(GROUP_ROWS * row_bytes);
-        let mut t = 0;
-        while t < n {
-            let take = 1usize << (n - t).min(4).ilog2();
-            let x: [Acts; 4] = std::array::from_fn(|k| acts(t + k.min(take - 1)));
+        for t in 0..n {
+            let (q, d) = xa.row(t);
+            let x = Acts { q: q.as_ptr(), d: d.as_ptr(), sums: xa.row_sums(t).as_ptr() };
             // SAFETY: reached only through the AVX2 / AVX-512 tables; `src` holds the group's 8
-            // rows of nb blocks, every activation row nb blocks (asserted).
-            let v: Vec<__m256> = unsafe {
-                match take {
-                    4 => group::<4>(src, next, nb, &x).to_vec(),
-                    2 => group::<2>(src, next, nb, &[x[0], x[1]]).to_vec(),
-                    _ => group::<1>(src, next, nb, &[x[0]]).to_vec(),
-                }
-            };
-            for (k, vk) in v.into_iter().enumerate() {
-                // SAFETY: __m256 and [f32; 8] have the same size; any bits are valid f32.
-                let lanes = unsafe { std::mem::transmute::<__m256, [f32; GROUP_ROWS]>(vk) };
-                let o = (t + k) * len + i * GROUP_ROWS;
-                out[o..o + GROUP_ROWS].copy_from_slice(&lanes);
-            }
-            t += take;
+            // rows of nb blocks, the activation row nb blocks (asserted).
+            let v = unsafe { group(src, next, nb, x) };
+            // SAFETY: __m256 and [f32; 8] have the same size; any bits are valid f32.
+            let lanes = unsafe { std::mem::transmute::<__m256, [f32; GROUP_ROWS]>(v) };
+            out[t * len + i * GROUP_ROWS..t * len + (i + 1) * GROUP_ROWS].copy_from_slice(&lanes);
         }
     }
 }
 
-/// Lane j of result t = row j of the 8 row-major rows at `src` (nb blocks each) · activation
-/// row x[t]: q8r8's integer block sums (Σ (q − 16)·qx, here Σ q·qx per row reduced across lanes,
-/// minus 16·Σ qx) and its float steps (8 scales × dx, one fused multiply-add per block), so
-/// every lane is the q8r8 kernels' result on the copy bit for bit. The 8 rows are one run of
-/// bytes read in 8 interleaved streams, which the hardware prefetcher follows poorly (decode
-/// from memory ran 30 % slower than the row-major kernel's single stream): each block asks for
-/// its share of the next group's run at `next`.
+/// Lane j = row j of the 8 row-major rows at `src` (nb blocks each) · activation row x: q8r8's
+/// integer block sums (Σ (q − 16)·qx, here Σ q·qx per row reduced across lanes, minus
+/// 16·Σ qx) and its float steps (8 scales × dx, one fused multiply-add per block), so every
+/// lane is the q8r8 kernels' result on the copy bit for bit. The 8 rows are one run of bytes
+/// read in 8 interleaved streams, which the hardware prefetcher follows poorly (decode from
+/// memory ran 30 % slower than the row-major kernel's single stream): each block asks for its
+/// share of the next group's run at `next`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const T: usize>(src: *const u8, next: *const u8, nb: usize, x: &[Acts; T]) -> [__m256; T] {
+unsafe fn group(src: *const u8, next: *const u8, nb: usize, x: Acts) -> __m256 {
     const BB: usize = block_bytes::<BlockQ5_0>();
     // SAFETY: the caller's contract (`groups_in_place`).
     unsafe {
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc = _mm256_setzero_ps();
         for b in 0..nb {
             for line in (b * GROUP_ROWS * BB..(b + 1) * GROUP_ROWS * BB).step_by(64) {
                 _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast());
@@ -157,13 +142,11 @@ unsafe fn group<const T: usize>(src: *const u8, next: *const u8, nb: usize, x: &
                 std::array::from_fn(|j| _mm256_or_si256(nibbles(p(j).add(6)), fifth_bits(p(j).add(2))));
             let h = |j: usize| p(j).cast::<i16>().read_unaligned();
             let d = _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
-            for (a, xt) in acc.iter_mut().zip(x) {
-                let xv = _mm256_loadu_si256(xt.q.add(b * QK).cast());
-                let s = lane_sums(std::array::from_fn(|j| _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xv), ones)));
-                let si = _mm256_sub_epi32(s, _mm256_set1_epi32(16 * *xt.sums.add(b)));
-                let dx = _mm256_mul_ps(d, _mm256_set1_ps(*xt.d.add(b)));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), dx, *a);
-            }
+            let xv = _mm256_loadu_si256(x.q.add(b * QK).cast());
+            let s = lane_sums(std::array::from_fn(|j| _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xv), ones)));
+            let si = _mm256_sub_epi32(s, _mm256_set1_epi32(16 * *x.sums.add(b)));
+            let dx = _mm256_mul_ps(d, _mm256_set1_ps(*x.d.add(b)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), dx, acc);
         }
         acc
     }
