@@ -325,3 +325,17 @@ fn gemm_expert_ragged(b: Bencher, (n, dtype): (usize, &'static str)) {
         black_box(&y);
     });
 }
+
+/// One expert's down projection of DeepSeek-V2-Lite (2048 × 1408): llama-quantize's Q4_K_M
+/// stores it as Q5_0 (1408 is not a multiple of 256); q8r8 for comparison. Items: multiply-adds.
+#[divan::bench(args = [(1, "q5_0"), (2, "q5_0"), (4, "q5_0"), (8, "q5_0"), (16, "q5_0"), (24, "q5_0"), (40, "q5_0"),
+    (64, "q5_0"), (100, "q5_0"), (16, "q8r8"), (40, "q8r8"), (100, "q8r8")], sample_count = 30)]
+fn gemm_expert_down(b: Bencher, (n, dtype): (usize, &'static str)) {
+    let w = Weights::new(dtype, 2048, 1408);
+    let x = values(n * 1408);
+    let mut y = vec![0f32; n * 2048];
+    b.counter(ItemsCount::new(n * 2048 * 1408usize)).bench_local(|| {
+        Kernels::default().matmul(w.mat(), black_box(&x), n, &mut y);
+        black_box(&y);
+    });
+}

@@ -124,22 +124,33 @@ fn a_bad_scale_is_found_in_every_block_type() {
 
 #[test]
 fn reference_dots_are_dequantise_then_dot() {
-    let x: Vec<f32> = (0..512).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.5).collect();
-    each(|name, v| {
-        let m = Mat::new(v.dtype, v.rows, v.cols, &v.blocks).unwrap();
-        for act in [QuantActivations::Float, QuantActivations::Reduced] {
-            let k = Kernels::new(act);
-            let mut y = vec![0f32; v.rows];
-            k.matmul(m, &x[..v.cols], 1, &mut y);
-            for (r, &yr) in y.iter().enumerate() {
-                let w = &v.deq[r * v.cols..(r + 1) * v.cols];
-                let exact: f64 = w.iter().zip(&x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
-                let mag: f64 = w.iter().zip(&x).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
-                // f32 activations: float rounding only; int8: half an activation step per weight.
-                let tol = if act == QuantActivations::Float { 1e-5 * mag } else { 1.5e-2 * mag };
-                let err = (f64::from(yr) - exact).abs();
-                assert!(err <= tol + 1e-30, "{name} {act:?} row {r}: {yr} vs {exact} (err {err:e}, Σ|wx| {mag:e})");
+    // 1 activation row (decode), 5 and 40 (batched decode, prefill: q5_0's copies to q8r8, the
+    // GEMM of the types without an int8 prefill kernel), over the rows repeated 8 times (whole
+    // groups of 8 rows for the kernels that take them).
+    for n in [1, 5, 40] {
+        let x: Vec<f32> = (0..512 * n).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.5).collect();
+        each(|name, v| {
+            let (rows, blocks) = (8 * v.rows, v.blocks.repeat(8));
+            let m = Mat::new(v.dtype, rows, v.cols, &blocks).unwrap();
+            let xs: Vec<f32> = (0..n).flat_map(|t| x[t * 512..t * 512 + v.cols].to_vec()).collect();
+            for act in [QuantActivations::Float, QuantActivations::Reduced] {
+                let k = Kernels::new(act);
+                let mut y = vec![0f32; n * rows];
+                k.matmul(m, &xs, n, &mut y);
+                for (i, &yr) in y.iter().enumerate() {
+                    let (t, r) = (i / rows, i % v.rows);
+                    let (w, xt) = (&v.deq[r * v.cols..(r + 1) * v.cols], &xs[t * v.cols..(t + 1) * v.cols]);
+                    let exact: f64 = w.iter().zip(xt).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                    let mag: f64 = w.iter().zip(xt).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
+                    // f32 activations: float rounding only; int8: half an activation step per weight.
+                    let tol = if act == QuantActivations::Float { 1e-5 * mag } else { 1.5e-2 * mag };
+                    let err = (f64::from(yr) - exact).abs();
+                    assert!(
+                        err <= tol + 1e-30,
+                        "{name} {act:?} n {n} token {t} row {r}: {yr} vs {exact} (err {err:e}, Σ|wx| {mag:e})"
+                    );
+                }
             }
-        }
-    });
+        });
+    }
 }

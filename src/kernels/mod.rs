@@ -26,6 +26,8 @@ mod heads;
 mod kr8ref;
 mod mat;
 mod par;
+#[cfg(test)]
+mod q5r8;
 pub mod reference;
 mod table;
 #[cfg(target_arch = "x86_64")]
@@ -136,6 +138,8 @@ pub fn swiglu(g: &mut [f32], u: &[f32]) {
 
 #[cfg(test)]
 mod kr8_tests;
+#[cfg(test)]
+mod q5r8_tests;
 #[cfg(test)]
 mod tests;
 

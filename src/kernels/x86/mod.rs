@@ -11,9 +11,11 @@
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
 //! * `amx` (opt-in): the AVX-512 BF16 table with the bf16 prefill GEMM on AMX tiles
 //!   (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state.
-//! * both: the interleaved K-quants q4_kr8 / q6_kr8 / iq4_xsr8 (and iq4_nlr8) take `kr8`'s int8 kernels (one
-//!   body per dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every activation-row
-//!   count.
+//! * both: the interleaved K-quants q4_kr8 / q6_kr8 / iq4_xsr8 (and iq4_nlr8) take `kr8`'s int8
+//!   kernels (one body per dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every
+//!   activation-row count; GGUF's row-major q5_0 meets its activations as q8r8 does (`q5r8`: 8
+//!   rows in place for decode, copied to q8r8 for the table's q8r8 kernels from 2 activation rows
+//!   on).
 
 mod actq;
 mod bf16;
@@ -25,6 +27,7 @@ mod lanes;
 mod legacy;
 mod mxfp4;
 mod mxfp4r8;
+pub(super) mod q5r8;
 mod qdot;
 mod qgroup;
 mod qrows;
@@ -78,7 +81,10 @@ const MATS: [MatKernels; DType::COUNT] = {
         int8_at_any_n: false,
     };
     m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
-    m[DType::Q5_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_0 }>);
+    // q5_0 (Q4_K_M's rows whose width is not a multiple of 256): the row-major kernel for
+    // decode, copies to q8r8 for the interleaved kernels from REPACK_MIN_ROWS rows (`q5r8`).
+    m[DType::Q5_0.index()].gemv_i8 = Some(q5r8::gemv_i8);
+    m[DType::Q5_0.index()].int8_at_any_n = true;
     m[DType::Iq4Nl.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::IQ4_NL }>);
     m[DType::Q4_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_1 }>);
     m[DType::Q5_1.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q5_1 }>);
@@ -135,6 +141,7 @@ const MATS_512: [MatKernels; DType::COUNT] = {
     m[DType::Q8R8.index()].gemv_i8 = Some(vnni::gemv_i8);
     m[DType::Q4R8.index()].gemv_i8 = Some(vnni::gemv_i8);
     m[DType::Mxfp4R8.index()].gemv_i8 = Some(mxfp4r8::gemv_i8_vnni);
+    m[DType::Q5_0.index()].gemv_i8 = Some(q5r8::gemv_i8_vnni);
     m[DType::Q4KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q4k_vnni);
     m[DType::Q6KR8.index()].gemv_i8 = Some(kr8::gemv_i8_q6k_vnni);
     m[DType::Iq4XsR8.index()].gemv_i8 = Some(kr8::gemv_i8_iq4xs_vnni);
