@@ -16,7 +16,7 @@
 
 use super::bf16act::{round_bf16, Bf16Acts};
 use super::mat::Mat;
-use super::par::{for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
+use super::par::{for_tasks, gemv_by, with_buffer, OutPtr, MC};
 use super::table::{Bf16Kernels, Table, BF16_MR, NR};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -24,25 +24,27 @@ use std::ops::Range;
 /// From this many activation rows on, the bf16 kernels' GEMM is used. Measured on a 16384 ×
 /// 2048 matrix, one thread, Zen 4, under load 5 (`COLIBRI_CPU=avx512 cargo bench --bench kernels
 /// -- matmul_16384x2048_bf16`, fastest of 10, two rounds): GEMV 3.3–3.4 / 4.5–4.7 / 5.1–5.4 ms
-/// and GEMM (long blocks, `FEW_PANELS`) 4.0 / 4.0 / 4.0 ms at n = 4 / 8 / 12 — the GEMM would pay
+/// and GEMM (long blocks, `KC_BF16`) 4.0 / 4.0 / 4.0 ms at n = 4 / 8 / 12 — the GEMM would pay
 /// from 8 rows, but the switch stays at 16: the two sum in different orders, so a batch whose
 /// rows cross the switch where its sequences' separate calls do not gives them other bits, and
 /// at 8 serve's `n` choices over a short prompt (3 × 5 rows) stopped repeating their separate
 /// runs (cli/tests/serve_choices.rs).
 pub const GEMM_MIN_ROWS_BF16: usize = 16;
 
-/// Up to this many panels of activation rows, the GEMM runs over blocks of `KC_FEW` columns
-/// instead of KC. Each weight value then meets few panels, so the weights' reads dominate: a
-/// long block lets each tile stream its BF16_MR rows in order (the hardware prefetchers follow
-/// them, and the tile asks for the next tile's rows as it goes: `x86::bf16`), and a task's
-/// block (MC rows × KC_FEW columns of bf16, 384 KiB) stays in L2 for the next panels. Same products in the same order as with KC blocks (each
-/// output is one chain over k, carried through `c`). Measured as above (n activation rows,
-/// fastest of 10, KC blocks → KC_FEW blocks): n = 16 6.0–6.3 → 4.8–5.1 ms, n = 24 8.1–8.6 →
-/// 7.2–7.3 ms, n = 32 8.8–12.6 → 7.3–7.5 ms, n = 48 15.0–15.4 → 14.4–14.8 ms; on the
-/// DeepSeek-V2-Lite shape (bf16, pp256, one thread, `perf stat` task-clock of six passes, three
-/// rounds) up to three panels took 1.6–2.2 % less CPU time than up to two, up to four no less.
-const FEW_PANELS: usize = 3;
-const KC_FEW: usize = 2048;
+/// The GEMM runs over blocks of this many columns, whatever the number of panels: each tile
+/// streams its BF16_MR rows in order over a long block (the hardware prefetchers follow them, and
+/// the tile asks for the next tile's rows as it goes: `x86::bf16`), and a task's block (MC rows
+/// × KC_BF16 columns of bf16, 384 KiB) stays in L2 for the next panels. Same products in the same
+/// order as with shorter blocks (each output is one chain over k, carried through `c`). Measured
+/// as above (n activation rows, fastest of 10, 256-column blocks → 2048): n = 16 6.0–6.3 →
+/// 4.8–5.1 ms, n = 24 8.1–8.6 → 7.2–7.3 ms, n = 32 8.8–12.6 → 7.3–7.5 ms, n = 48 15.0–15.4 →
+/// 14.4–14.8 ms. Up to three panels only, until the tile's lagged prefetch: then on Zen 5 (EPYC
+/// VM), one thread, process CPU time of one product, fastest of 10, two rounds, load 5–7,
+/// 256-column blocks from four panels on → 2048 always (rows × columns, n = 64 / 128 / 512):
+/// 1408 × 2048 0.97–0.98 / 2.06–2.07 / 8.07–8.15 ms → 0.89 / 1.95–1.96 / 7.72–7.85 ms, 2048 ×
+/// 1408 0.96–0.97 / 2.02–2.05 / 7.85–8.00 → 0.84–0.86 / 1.88 / 7.46–7.49, 2048 × 5632 4.10 /
+/// 7.93–7.94 / 30.2–30.3 → 3.66 / 7.27–7.38 / 29.2–29.5 (`examples/bf16gemm`).
+const KC_BF16: usize = 2048;
 
 thread_local! {
     /// The calling thread's bf16 activations.
@@ -101,14 +103,15 @@ pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usiz
     }
 }
 
-/// The blocked GEMM over packed panels: tasks of MC weight rows; per KC columns, every panel
-/// meets every BF16_MR-row tile of the task while those weights sit in L1/L2.
+/// The blocked GEMM over packed panels: tasks of MC weight rows; per KC_BF16 columns, every
+/// panel meets every BF16_MR-row tile of the task while those weights sit in L2.
 fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     let (panels, pairs) = (n.div_ceil(NR), cols / 2);
-    let ldc = panels * NR;
+    // An odd number of cache lines per row of `c`: its rows then fall in different L1 sets
+    // (`write_back` reads a column of them; 2 KiB apart they shared two sets).
+    let ldc = (panels * NR) | NR;
     let out = OutPtr(y.as_mut_ptr());
-    let (kcs, prefetch) = if panels <= FEW_PANELS { (KC_FEW, false) } else { (KC, true) };
     for_tasks(rows.div_ceil(MC), rows * cols * n, |task| {
         let r0 = task * MC;
         let mr = (r0 + MC).min(rows) - r0;
@@ -116,13 +119,8 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
         with_buffer(&OUT, |c| {
             c.clear();
             c.resize(tiles * BF16_MR * ldc, 0.0);
-            for k0 in (0..cols).step_by(kcs) {
-                let kc = kcs.min(cols - k0);
-                // The weight block is read from the mapping: ask for the next one's rows now.
-                let next = (k0 + kcs).min(cols)..(k0 + 2 * kcs).min(cols);
-                for i in (0..mr).filter(|_| prefetch) {
-                    w.prefetch(r0 + i, next.start, next.end);
-                }
+            for k0 in (0..cols).step_by(KC_BF16) {
+                let kc = KC_BF16.min(cols - k0);
                 let panel = |p: usize| &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
                 // Panels two at a time, an odd last one alone.
                 for p in (0..panels).step_by(2) {
@@ -141,21 +139,25 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
     });
 }
 
-/// put(tok, i, c[i·ldc + tok]) for the task's mr rows and n tokens, a tile's BF16_MR rows at a
-/// time: each token's row segment is one short contiguous write, and the tile's rows of `c` are
-/// read in order (token by token over all mr rows would read `c` a whole row apart each time).
+/// put(tok, i, c[i·ldc + tok]) for the task's mr rows and n tokens, WRITE_BACK_TOKENS tokens at a
+/// time: each token's mr outputs are one contiguous run of y, and the block's columns of `c`
+/// (mr lines) stay in L1 while they are read token by token. (A tile's rows at a time over all
+/// n tokens wrote each token's row of y in short pieces, rows of y 8 KiB apart for 2048 outputs:
+/// all in one L1 set. 2048 × 1408, n = 512, one thread: 8.37–8.39 → 7.84–7.92 ms; products
+/// with 1408 outputs unchanged.)
 #[inline]
 fn write_back(c: &[f32], ldc: usize, mr: usize, n: usize, mut put: impl FnMut(usize, usize, f32)) {
-    for i0 in (0..mr).step_by(BF16_MR) {
-        let rows = &c[i0 * ldc..];
-        let height = BF16_MR.min(mr - i0);
-        for tok in 0..n {
-            for i in 0..height {
-                put(tok, i0 + i, rows[i * ldc + tok]);
+    for t0 in (0..n).step_by(WRITE_BACK_TOKENS) {
+        for tok in t0..(t0 + WRITE_BACK_TOKENS).min(n) {
+            for i in 0..mr {
+                put(tok, i, c[i * ldc + tok]);
             }
         }
     }
 }
+
+/// Tokens per block of the GEMM's write-back: the block's 32 bytes of each row of `c`.
+const WRITE_BACK_TOKENS: usize = 8;
 
 /// Touch this thread's buffers so that their destructors are registered now (see
 /// `kernels::prepare_thread`).
