@@ -1525,7 +1525,7 @@ fn q03_row_length_not_a_multiple_of_32() {
 }
 
 #[test]
-fn q03_iq4_xsr8_needs_rows_of_256_in_whole_groups_of_8() {
+fn q03_iq4_r8_need_whole_blocks_in_whole_groups_of_8() {
     // A q4 stack [4, 32, 32] relabelled iq4_xsr8 (id 27, group 256): rows of 32.
     let b = qpatched(|b, l| {
         put_u32(b, l.rec("layers.0.moe.experts.down") + R_DTYPE, 27);
@@ -1539,6 +1539,20 @@ fn q03_iq4_xsr8_needs_rows_of_256_in_whole_groups_of_8() {
         &b,
         "bad_shape",
         &["layers.0.moe.experts.down", "group size 32 given for iq4_xsr8"],
+    );
+    // The q4 stack relabelled iq4_nlr8 (id 28: q4's 18 bytes per 32) as [4, 4, 256]: the same
+    // bytes and whole blocks, but 4 rows per expert, not whole 8-row groups.
+    let b = qpatched(|b, l| {
+        let r = l.rec("layers.0.moe.experts.down");
+        put_u32(b, r + R_DTYPE, 28);
+        put_u64(b, r + R_DIMS + 8, 4);
+        put_u64(b, r + R_DIMS + 16, 256);
+    });
+    expect_open_err(
+        "iq4_nlr8 rows of 4",
+        &b,
+        "bad_shape",
+        &["layers.0.moe.experts.down", "4 rows are not a multiple of the iq4_nlr8 row group 8"],
     );
 }
 

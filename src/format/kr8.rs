@@ -167,7 +167,7 @@ pub fn interleave_rows<B: Interleave>(rows: &[u8], nb: usize, out: &mut [u8]) {
 }
 
 /// Row-major blocks of whole row groups (rows of `cols` elements) in `dtype`'s interleaved layout
-/// (q4_kr8 from q4_k bytes, q6_kr8 from q6_k, iq4_xsr8 from iq4_xs); an error names what does not
+/// (q4_kr8 from q4_k bytes, q6_kr8 from q6_k, iq4_xsr8 from iq4_xs, iq4_nlr8 from iq4_nl); an error names what does not
 /// fit.
 pub fn interleave(dtype: DType, row_major: &[u8], cols: usize) -> Result<Vec<u8>, String> {
     let bb = dtype.info().block_bytes as usize;

@@ -1,4 +1,4 @@
-//! Scalar reference products of the interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8,
+//! Scalar reference products of the interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8,
 //! `format::kr8`): the
 //! specification the SIMD kernels of `x86::kr8` reproduce bit for bit. Each row's block is taken
 //! out of its unit; the integer sums per 32-element sub-block are the exact ones, and the float

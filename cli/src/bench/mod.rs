@@ -124,8 +124,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
         eprintln!("bench: {} with {} threads: warm-up + {} runs", test.name(), test.n_threads, a.repetitions);
         let kv = colibri::session::KvDtype::from_name(&a.kv_type).unwrap_or(colibri::session::KvDtype::F32);
         let samples = timing::measure(&model, &test, kv, a.repetitions)?;
-        let (samples_ns, cpu_ns) = samples.iter().map(|s| (s.wall_ns, s.cpu_ns)).unzip();
-        rows.push(Row { test, samples_ns, cpu_ns, bandwidth_gbs: None });
+        rows.push(Row { test, samples, bandwidth_gbs: None });
     }
     // Decode is measured against the probes mixed as the weights are mapped (read after the
     // runs: the mapping's pages exist once touched).

@@ -32,10 +32,8 @@ pub struct Probe {
 /// One measured test.
 pub struct Row {
     pub test: Test,
-    /// Wall-clock nanoseconds of each repetition.
-    pub samples_ns: Vec<u64>,
-    /// Process CPU nanoseconds (all threads) of each repetition.
-    pub cpu_ns: Vec<u64>,
+    /// Wall-clock and process CPU time of each repetition.
+    pub samples: Vec<Sample>,
     /// Probe bandwidth at this row's thread count, the two page sizes mixed as the weights are
     /// mapped (None with --no-probe).
     pub bandwidth_gbs: Option<f64>,
@@ -43,14 +41,11 @@ pub struct Row {
 
 impl Row {
     fn ts(&self) -> (f64, f64) {
-        mean_sd(&samples_ts(&self.test, &self.samples_ns))
+        mean_sd(&samples_ts(&self.test, &self.wall_ns()))
     }
 
-    /// CPU milliseconds per token of each repetition.
-    fn cpu_ms(&self) -> Vec<f64> {
-        let samples: Vec<Sample> =
-            self.samples_ns.iter().zip(&self.cpu_ns).map(|(&wall_ns, &cpu_ns)| Sample { wall_ns, cpu_ns }).collect();
-        samples_cpu_ms(&self.test, &samples)
+    fn wall_ns(&self) -> Vec<u64> {
+        self.samples.iter().map(|s| s.wall_ns).collect()
     }
 
     /// Share of the probe bandwidth a tg row reads: active bytes × tokens/s / bandwidth.
@@ -111,7 +106,7 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
                 r.test.n_threads.to_string(),
                 r.test.name(),
                 format!("{avg:.2} ± {sd:.2}"),
-                format!("{:.3}", mean_sd(&r.cpu_ms()).0),
+                format!("{:.3}", mean_sd(&samples_cpu_ms(&r.test, &r.samples)).0),
                 r.efficiency(f)
                     .map(|e| format!("{:.1} %{}", e * 100.0, if e > 1.0 { " *" } else { "" }))
                     .unwrap_or_default(),
@@ -159,9 +154,10 @@ pub fn json(cx: &Context, rows: &[Row]) -> Value {
     let list: Vec<Value> = rows
         .iter()
         .map(|r| {
-            let ts = samples_ts(&r.test, &r.samples_ns);
+            let wall_ns = r.wall_ns();
+            let ts = samples_ts(&r.test, &wall_ns);
             let (avg_ts, stddev_ts) = mean_sd(&ts);
-            let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+            let ns: Vec<f64> = wall_ns.iter().map(|&x| x as f64).collect();
             let (avg_ns, stddev_ns) = mean_sd(&ns);
             json!({
                 "build_version": colibri::VERSION,
@@ -182,10 +178,10 @@ pub fn json(cx: &Context, rows: &[Row]) -> Value {
                 "stddev_ns": stddev_ns,
                 "avg_ts": avg_ts,
                 "stddev_ts": stddev_ts,
-                "samples_ns": r.samples_ns,
+                "samples_ns": wall_ns,
                 "samples_ts": ts,
-                "samples_cpu_ns": r.cpu_ns,
-                "avg_cpu_ms_per_token": mean_sd(&r.cpu_ms()).0,
+                "samples_cpu_ns": r.samples.iter().map(|s| s.cpu_ns).collect::<Vec<_>>(),
+                "avg_cpu_ms_per_token": mean_sd(&samples_cpu_ms(&r.test, &r.samples)).0,
                 "bandwidth_gbs": r.bandwidth_gbs,
                 "bw_efficiency": r.efficiency(f),
                 "bw_efficiency_note": r.efficiency(f).filter(|&e| e > 1.0).map(|_| cache_note(f)),
@@ -215,8 +211,8 @@ mod tests {
             Context { model_filename: "m.colibri".into(), model: "m".into(), footprint, cpu_path: "generic".into() };
         let test = Test { n_prompt: 0, n_gen: 10, n_depth: 0, n_threads: 1 };
         // 10 tokens in 1 ms: 10 000 tokens/s × 1 MiB ≈ 10.5 GB/s.
-        let row =
-            |gbs: f64| Row { test, samples_ns: vec![1_000_000], cpu_ns: vec![2_500_000], bandwidth_gbs: Some(gbs) };
+        let samples = vec![Sample { wall_ns: 1_000_000, cpu_ns: 2_500_000 }];
+        let row = |gbs: f64| Row { test, samples: samples.clone(), bandwidth_gbs: Some(gbs) };
         let probe = [Probe { threads: 1, gbs: 5.0, gbs_huge: 6.0, bytes: 64 << 20 }];
         let md = markdown(&cx, &probe, Some(0.25), &[row(5.0)]);
         assert!(

@@ -1,4 +1,4 @@
-//! Int8-activation kernels of the interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8, `format::kr8`),
+//! Int8-activation kernels of the interleaved K-quants (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8, `format::kr8`),
 //! AVX2 and AVX-512 VNNI from one body each: a 32-byte load of a unit holds 4 quant bytes of each
 //! of 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
 //! one `vpdpbusd` on VNNI), and the 8 rows' sums live in the 8 i32 lanes of one vector: no

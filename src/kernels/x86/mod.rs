@@ -81,8 +81,9 @@ const MATS: [MatKernels; DType::COUNT] = {
         int8_at_any_n: false,
     };
     m[DType::Q4_0.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::Q4_0 }>);
-    // q5_0 (Q4_K_M's rows whose width is not a multiple of 256): the row-major kernel for
-    // decode, copies to q8r8 for the interleaved kernels from REPACK_MIN_ROWS rows (`q5r8`).
+    // q5_0 (Q4_K_M's rows whose width is not a multiple of 256): whole 8-row groups read in
+    // place for one activation row, copied to q8r8 for the interleaved kernels from
+    // REPACK_MIN_ROWS rows, ragged rows by the row-major kernel (`q5r8`).
     m[DType::Q5_0.index()].gemv_i8 = Some(q5r8::gemv_i8);
     m[DType::Q5_0.index()].int8_at_any_n = true;
     m[DType::Iq4Nl.index()].gemv_i8 = Some(legacy::gemv_i8::<{ legacy::IQ4_NL }>);

@@ -12,8 +12,10 @@
 //!   lanes into q8r8's row order (`group`).
 //! * Rows of a range outside whole groups of 8: the row-major kernel (`legacy`).
 //!
-//! A row's result depends only on its row index, never on the range it comes in, the thread
-//! count or n (groups are taken at multiples of 8).
+//! A row of a whole group gets q8r8's result on the copy whatever n or the thread count; a row
+//! outside whole groups (a range not starting at a multiple of 8) takes the row-major kernel,
+//! whose sums differ in the last bits. Every caller splits at multiples of 8 (`gemv_by`'s
+//! 64-row chunks, the layer primitive's slices), so results do not depend on the thread count.
 
 use super::super::actq::QuantizedActs;
 use super::super::mat::Mat;

@@ -2,7 +2,7 @@
 //! not on the instruction set: whether the kernels issue their software prefetches — a float
 //! kernel's next row group, an interleaved int8 kernel's stream 1 KiB ahead (q8r8 / q4r8 in
 //! `qgroup` / `vnni`; mxfp4r8 keeps its own: no difference measured), and how far ahead
-//! q4_kr8 / q6_kr8 (`kr8`) prefetch their stream.
+//! the `kr8` kernels (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8) prefetch their stream.
 //!
 //! The float matrix-vector kernels read R rows in lockstep; with short rows every group
 //! restarts R hardware streams, and on Zen 3 a software prefetch of the next group's line at
@@ -32,7 +32,7 @@ pub(super) fn software_prefetch() -> bool {
     *ON.get_or_init(|| forced().unwrap_or_else(|| !zen4_or_later()))
 }
 
-/// Units (8 rows × 256 columns) ahead of the one being read that the q4_kr8 / q6_kr8 kernels
+/// Units (8 rows × 256 columns; iq4_nlr8 scales it to its 32-column units) ahead that the kr8 kernels
 /// prefetch, 0 for none. Zen 3: 2 (as the other int8 kernels' stream). Zen 4: 8 (9–13 KiB
 /// ahead; olmoe-4l Q4_K_M, one thread, CPU ms per decoded token: none 7.99, 4 units 7.35, 6
 /// units 7.14, 8 units 7.07; fastest of 3, load 4–6 — the whole-unit prefetch two units ahead

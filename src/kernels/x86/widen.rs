@@ -1,5 +1,5 @@
 //! AVX2 widening (dequantisation to f32) of GGUF's block types — q4_k, q6_k, q5_k, q3_k, q2_k,
-//! iq4_xs, iq4_nl, q5_0, q5_1, q4_0, q4_1, and the interleaved q4_kr8 / q6_kr8 / iq4_xsr8 — for
+//! iq4_xs, iq4_nl, q5_0, q5_1, q4_0, q4_1, and the interleaved q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8 — for
 //! the float-activation products: the prefill GEMM widens weight panels with these, and the
 //! float-activation matrix-vector kernel (`gemv`, `COLIBRI_QUANT_ACT=float`) widens 256 columns
 //! of a row at a time, then takes FMA dots.
@@ -47,7 +47,7 @@ pub fn widen<B: Widen>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32
     }
 }
 
-/// The same for an interleaved K-quant matrix (q4_kr8 / q6_kr8, `format::kr8`): each block taken
+/// The same for an interleaved K-quant matrix (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8, `format::kr8`): each block taken
 /// out of its unit as ggml stores it, then widened as a row-major one.
 pub fn widen_kr8<B: Widen + Interleave>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
     let (cols, nb) = (w.cols(), w.cols() / B::QK);
