@@ -478,13 +478,16 @@ impl Loop {
         }
         let completion_tokens = a.decoder.generated();
         let (prompt_tokens, timing, cached_tokens) = (a.job.prompt.len(), a.timing, a.cached);
-        a.job.end(Event::Done(Done { finish: end, prompt_tokens, completion_tokens, cached_tokens, timing }));
-        let Active { job, session, decoder, .. } = a;
+        let done = Done { finish: end, prompt_tokens, completion_tokens, cached_tokens, timing };
+        // The session goes into the prompt cache (and the gauges say so) before the client hears
+        // it is done: a next request sent on the answer finds it.
+        let Active { mut job, session, decoder, .. } = a;
         if let Some(tokens) = decoder.history().get(..session.position()) {
             self.cache.put(&job.engine, tokens, session);
         }
         self.metrics.prompt_cache_bytes.store(self.cache.bytes(), Ordering::Relaxed);
         self.metrics.prompt_cache_sessions.store(self.cache.len() as u64, Ordering::Relaxed);
+        job.end(Event::Done(done));
     }
 }
 
