@@ -59,7 +59,7 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
             _ if float_only => DType::F32,
             _ if by_rows => src,
             DType::Mxfp4 => mxfp4_dtype(r),
-            _ => interleaved(src, &r.spec),
+            _ => interleaved(src, &r.spec, in_row_groups(r, true)),
         };
         planned.push(PlannedTensor {
             name: r.spec.name.clone(),
@@ -81,25 +81,36 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
 /// MXFP4 experts are stored interleaved (mxfp4r8, the same blocks) when every piece is whole
 /// 8-row groups of whole rows, copied as they are otherwise.
 fn mxfp4_dtype(r: &Resolved) -> DType {
-    let whole_groups = r.pieces.iter().all(|p| {
-        let group = p.row_bytes * DType::Mxfp4R8.row_group() as u64;
-        p.permute.is_none() && p.map.is_none() && group > 0 && p.bytes.is_multiple_of(group)
-    });
-    if whole_groups {
+    if in_row_groups(r, false) {
         crate::plan::mxfp4_dtype(&r.spec.shape, true)
     } else {
         DType::Mxfp4
     }
 }
 
+/// Every GGUF piece of `r` is whole 8-row groups of whole rows, not value-mapped (and not
+/// row-permuted unless `permuted_ok`): what the interleaving writer can take piece by piece.
+fn in_row_groups(r: &Resolved, permuted_ok: bool) -> bool {
+    r.pieces.iter().all(|p| {
+        let group = p.row_bytes * DType::Mxfp4R8.row_group() as u64;
+        (permuted_ok || p.permute.is_none()) && p.map.is_none() && group > 0 && p.bytes.is_multiple_of(group)
+    })
+}
+
 /// `src`'s 8-row interleaved twin (q4_k → q4_kr8, q6_k → q6_kr8, iq4_xs → iq4_xsr8, iq4_nl → iq4_nlr8, q8_0 → q8r8,
-/// q4_0 → q4r8: what the int8 kernels read fastest) for a matrix whose rows are whole groups and
-/// that is not split per head; else `src`.
-fn interleaved(src: DType, spec: &colibri::model::TensorSpec) -> DType {
+/// q4_0 → q4r8: what the int8 kernels read fastest) for a matrix whose rows are whole groups —
+/// in every GGUF piece it is made of (`pieces_in_groups`) — and that is not split per head; else
+/// `src` (a piece of ragged groups would otherwise stop the conversion).
+fn interleaved(src: DType, spec: &colibri::model::TensorSpec, pieces_in_groups: bool) -> DType {
     let il = relayout::twin(src);
     let rows = spec.shape.len().checked_sub(2).map(|i| spec.shape[i]);
     match rows {
-        Some(rows) if il != src && !colibri::model::is_per_head(spec) && rows.is_multiple_of(il.row_group() as u64) => {
+        Some(rows)
+            if il != src
+                && pieces_in_groups
+                && !colibri::model::is_per_head(spec)
+                && rows.is_multiple_of(il.row_group() as u64) =>
+        {
             il
         }
         _ => src,
@@ -276,14 +287,15 @@ mod tests {
             (DType::Q4_0, DType::Q4R8),
         ];
         for (src, il) in twins {
-            assert_eq!(interleaved(src, &experts), il, "{src}");
+            assert_eq!(interleaved(src, &experts, true), il, "{src}");
             assert!(relayout::writes(il), "{il}");
-            assert_eq!(interleaved(src, &spec("layers.0.moe.experts.gate", &[64, 1020, 2048])), src, "{src}");
-            assert_eq!(interleaved(src, &spec("layers.0.attn.k_b", &[16, 128, 512])), src, "{src}: per head");
+            assert_eq!(interleaved(src, &experts, false), src, "{src}: a GGUF piece of ragged groups");
+            assert_eq!(interleaved(src, &spec("layers.0.moe.experts.gate", &[64, 1020, 2048]), true), src, "{src}");
+            assert_eq!(interleaved(src, &spec("layers.0.attn.k_b", &[16, 128, 512]), true), src, "{src}: per head");
         }
         // Types without an interleaved layout stay as they are.
-        assert_eq!(interleaved(DType::Q3K, &experts), DType::Q3K);
-        assert_eq!(interleaved(DType::Q5K, &experts), DType::Q5K);
+        assert_eq!(interleaved(DType::Q3K, &experts, true), DType::Q3K);
+        assert_eq!(interleaved(DType::Q5K, &experts, true), DType::Q5K);
     }
 
     /// A GLM-4 vocabulary's recorded bos is not the model's (llama.cpp and HF take none); its
