@@ -157,11 +157,10 @@ unsafe fn q4k<L: Lanes, D: Dot<L>, const T: usize>(
                     // d·scale and dmin·min of sub-block j, 8 rows per group.
                     let dsc = L::mul(d, L::byte_ps(sc[j / 4], j % 4));
                     let dmn = L::mul(dmin, L::byte_ps(mn[j / 4], j % 4));
-                    for t in 0..T {
-                        let k = 8 * b + j;
-                        let f = L::mul(dsc, L::splat_f(*x[t].d.add(k)));
-                        acc[t] = L::fmadd(L::cvt(s[t]), f, acc[t]);
-                        acc[t] = L::fnmadd(dmn, L::splat_f(*x[t].dsums.add(k)), acc[t]);
+                    let k = 8 * b + j;
+                    scale_add::<L, T>(&mut acc, dsc, &x, k, *s);
+                    for (a, xt) in acc.iter_mut().zip(&x) {
+                        *a = L::fnmadd(dmn, L::splat_f(*xt.dsums.add(k)), *a);
                     }
                 }
             }
@@ -216,7 +215,8 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
     }
 }
 
-/// acc[t] += S[t] · d · (activation row t's scale of block k), the reference's float steps.
+/// acc[t] += S[t] · d · (activation row t's scale of block k), the reference's float steps (every
+/// kr8 body's: d is the block's, or the sub-block's d·scale, per row of the groups).
 #[inline(always)]
 unsafe fn scale_add<L: Lanes, const T: usize>(acc: &mut [L::F; T], d: L::F, x: &[Acts; T], k: usize, sums: [L::I; T]) {
     // SAFETY: the caller's contract (`Kern`): every activation row has block scale k.
@@ -344,10 +344,7 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
                 let low = L::and(L::srl32(sl, 4 * j as i32), L::splat32(15));
                 let high = L::slli32::<4>(L::and(L::srl32(sh, 2 * j as i32), L::splat32(3)));
                 let dsc = L::mul(d, L::cvt(L::add32(L::or(low, high), L::splat32(-32))));
-                for t in 0..T {
-                    let f = L::mul(dsc, L::splat_f(*x[t].d.add(8 * b + j)));
-                    acc[t] = L::fmadd(L::cvt(s[t]), f, acc[t]);
-                }
+                scale_add::<L, T>(&mut acc, dsc, &x, 8 * b + j, s);
             }
         }
         L::store(acc, out)
@@ -373,10 +370,7 @@ unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
             let u = units::<L>(g, b, IQ4NL_UNIT, ahead);
             let s = iq4_block::<L, D, T>(u, IQ4NL_QUANTS, table, &x, b);
             let d = L::load_f16(u, 0);
-            for t in 0..T {
-                let f = L::mul(d, L::splat_f(*x[t].d.add(b)));
-                acc[t] = L::fmadd(L::cvt(s[t]), f, acc[t]);
-            }
+            scale_add::<L, T>(&mut acc, d, &x, b, s);
         }
         L::store(acc, out)
     }
