@@ -33,39 +33,78 @@ pub(super) fn software_prefetch() -> bool {
 }
 
 /// Units (8 rows × 256 columns; iq4_nlr8 scales it to its 32-column units) ahead that the kr8 kernels
-/// prefetch, 0 for none. Zen 3: 2 (as the other int8 kernels' stream). Zen 4: 8 (9–13 KiB
-/// ahead; olmoe-4l Q4_K_M, one thread, CPU ms per decoded token: none 7.99, 4 units 7.35, 6
-/// units 7.14, 8 units 7.07; fastest of 3, load 4–6 — the whole-unit prefetch two units ahead
-/// was the one that cost, see the module). `COLIBRI_PREFETCH=off` turns it off too.
+/// prefetch, 0 for none. Zen 3: 2 (as the other int8 kernels' stream). Zen 5 (family 1Ah): 8
+/// (9–13 KiB ahead; olmoe-4l Q4_K_M, one thread, CPU ms per decoded token: none 7.99, 4 units
+/// 7.35, 6 units 7.14, 8 units 7.07; fastest of 3, load 4–6). Zen 4: none — there every
+/// distance costs (DeepSeek-V2-Lite-3l Q4_K_M, q6_kr8 lm_head and q4_kr8 experts, one thread,
+/// CPU ms per decoded token, two rounds, load 4.5: none 14.3 / 14.1, 1 unit 17.1 / 17.0, 2
+/// 17.9 / 17.3, 4 19.7 / 19.4, 8 22.2 / 22.3; prefill pp256 2.43–2.45 against 2.43–2.53 ms per
+/// token). `COLIBRI_PREFETCH=off` turns it off everywhere.
 pub(super) fn kr8_prefetch_units() -> usize {
     static UNITS: OnceLock<usize> = OnceLock::new();
-    *UNITS.get_or_init(|| match forced() {
-        Some(false) => 0,
-        _ if zen4_or_later() => 8,
+    *UNITS.get_or_init(|| match (forced(), amd_core()) {
+        (Some(false), _) | (_, AmdCore::Zen4) => 0,
+        (_, AmdCore::Zen5OrLater) => 8,
         _ => 2,
     })
 }
 
-/// AMD family 19h model ≥ 10h (Zen 4; family 19h below that is Zen 3) or a later family.
-fn zen4_or_later() -> bool {
+/// The AMD core generations whose memory-access choices differ here.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum AmdCore {
+    /// Not AMD, or an AMD core before Zen 4 (Zen 3: family 19h model < 10h).
+    Other,
+    /// Family 19h model ≥ 10h.
+    Zen4,
+    /// Family 1Ah or later.
+    Zen5OrLater,
+}
+
+/// This CPU's `AmdCore`, from cpuid's vendor and family / model.
+fn amd_core() -> AmdCore {
     let (vendor, sig) = (core::arch::x86_64::__cpuid(0), core::arch::x86_64::__cpuid(1).eax);
     let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
+    let (family, model) = family_model(sig);
+    match (amd, family, model) {
+        (true, f, _) if f > 0x19 => AmdCore::Zen5OrLater,
+        (true, 0x19, m) if m >= 0x10 => AmdCore::Zen4,
+        _ => AmdCore::Other,
+    }
+}
+
+/// cpuid leaf 1's display family and model.
+fn family_model(sig: u32) -> (u32, u32) {
     let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
     let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
-    amd && (family > 0x19 || (family == 0x19 && model >= 0x10))
+    (family, model)
+}
+
+/// AMD family 19h model ≥ 10h (Zen 4; family 19h below that is Zen 3) or a later family.
+fn zen4_or_later() -> bool {
+    amd_core() != AmdCore::Other
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{amd_core, family_model, AmdCore};
+
     #[test]
     fn this_cpu_is_classified() {
-        // The VM these figures come from is family 25 model 17 (Zen 4): the decoder must
-        // see it as such; any CPU gives a definite answer.
-        let sig = core::arch::x86_64::__cpuid(1).eax;
-        let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
-        let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
-        if (family, model) == (25, 17) {
-            assert!(super::zen4_or_later());
+        // The VMs these figures come from are family 25 model 17 (Zen 4) and family 26 model 2
+        // (Zen 5): the decoder must tell them apart; any CPU gives a definite answer.
+        let (family, model) = family_model(core::arch::x86_64::__cpuid(1).eax);
+        match (family, model) {
+            (25, 17) => assert_eq!(amd_core(), AmdCore::Zen4),
+            (26, 2) => assert_eq!(amd_core(), AmdCore::Zen5OrLater),
+            _ => {}
         }
+    }
+
+    #[test]
+    fn family_and_model_are_decoded_with_their_extended_fields() {
+        // Signatures as cpuid reports them: Zen 4 EPYC (A10F11), Zen 5 EPYC (B00F21), Zen 3 (A00F11).
+        assert_eq!(family_model(0x00A1_0F11), (0x19, 0x11));
+        assert_eq!(family_model(0x00B0_0F21), (0x1A, 0x02));
+        assert_eq!(family_model(0x00A0_0F11), (0x19, 0x01));
     }
 }
