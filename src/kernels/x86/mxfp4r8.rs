@@ -44,8 +44,18 @@ static TABLE: [u8; 32] = {
     t
 };
 
-/// How far ahead of the unit being read the kernels ask for weight bytes (as `qgroup`).
+/// How far ahead of the unit being read the kernels ask for weight bytes (as `qgroup`), where
+/// they do (`tune::mxfp4r8_prefetch`).
 const PREFETCH: usize = 1024;
+
+/// Ask for the three lines PREFETCH bytes past the unit at u (a hint: any address is fine).
+#[inline(always)]
+unsafe fn ahead(u: *const u8) {
+    for line in [0, 64, 128] {
+        // SAFETY: a prefetch reads nothing architecturally.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH + line).cast()) };
+    }
+}
 
 /// The 8 scales of the unit at `u` as f32 (`e8m0_to_f32_half` of each: 2^(e − 128), with e = 0
 /// and 1 the subnormals 2^-128 and 2^-127).
@@ -91,7 +101,7 @@ unsafe fn scale_add(acc: __m256, s: __m256i, d: __m256, x: Acts, b: usize) -> __
 /// Lane j of result t = row j of the group whose units start at `g` (nb of them) · activation
 /// row t, AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T]) -> [__m256; T] {
+unsafe fn group_avx2<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T], prefetch: bool) -> [__m256; T] {
     // SAFETY: reached only through the AVX2 table; the caller passes nb whole units at g and
     // activation rows of nb blocks.
     unsafe {
@@ -99,9 +109,9 @@ unsafe fn group_avx2<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T]) -> 
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * UNIT_BYTES);
-            _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH).cast());
-            _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH + 64).cast());
-            _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH + 128).cast());
+            if prefetch {
+                ahead(u);
+            }
             let mut s = [_mm256_setzero_si256(); T];
             for half in [0, 2] {
                 let mut s16 = [_mm256_setzero_si256(); T];
@@ -129,15 +139,15 @@ unsafe fn group_avx2<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T]) -> 
 
 /// `group_avx2` with `vpdpbusd` (AVX-512 VNNI, 256-bit forms).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_vnni<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T]) -> [__m256; T] {
+unsafe fn group_vnni<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T], prefetch: bool) -> [__m256; T] {
     // SAFETY: reached only through the AVX-512 table; as `group_avx2`.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let u = g.add(b * UNIT_BYTES);
-            _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH).cast());
-            _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH + 64).cast());
-            _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH + 128).cast());
+            if prefetch {
+                ahead(u);
+            }
             let mut s = [_mm256_setzero_si256(); T];
             for c in 0..4 {
                 let (lo, hi) = chunk(u, c);
@@ -162,16 +172,17 @@ unsafe fn group_vnni<const T: usize>(g: *const u8, nb: usize, x: &[Acts; T]) -> 
 /// SAFETY: the CPU has the kernel's features; nb whole units at g; activation rows of nb blocks.
 unsafe fn group_rows<const VNNI: bool>(g: *const u8, nb: usize, x: &[Acts], out: &mut [[f32; GROUP_ROWS]]) {
     let a = |k: usize| x[k.min(x.len() - 1)];
+    let pf = super::tune::mxfp4r8_prefetch();
     // SAFETY: the caller's contract.
     unsafe {
         match (VNNI, x.len()) {
-            (true, 8) => store(group_vnni::<8>(g, nb, &std::array::from_fn(a)), out),
-            (true, 4) => store(group_vnni::<4>(g, nb, &std::array::from_fn(a)), out),
-            (true, 2) => store(group_vnni::<2>(g, nb, &std::array::from_fn(a)), out),
-            (true, _) => store(group_vnni::<1>(g, nb, &std::array::from_fn(a)), out),
-            (false, 4) => store(group_avx2::<4>(g, nb, &std::array::from_fn(a)), out),
-            (false, 2) => store(group_avx2::<2>(g, nb, &std::array::from_fn(a)), out),
-            (false, _) => store(group_avx2::<1>(g, nb, &std::array::from_fn(a)), out),
+            (true, 8) => store(group_vnni::<8>(g, nb, &std::array::from_fn(a), pf), out),
+            (true, 4) => store(group_vnni::<4>(g, nb, &std::array::from_fn(a), pf), out),
+            (true, 2) => store(group_vnni::<2>(g, nb, &std::array::from_fn(a), pf), out),
+            (true, _) => store(group_vnni::<1>(g, nb, &std::array::from_fn(a), pf), out),
+            (false, 4) => store(group_avx2::<4>(g, nb, &std::array::from_fn(a), pf), out),
+            (false, 2) => store(group_avx2::<2>(g, nb, &std::array::from_fn(a), pf), out),
+            (false, _) => store(group_avx2::<1>(g, nb, &std::array::from_fn(a), pf), out),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Memory-access tuning of the matrix-vector kernels that depends on the microarchitecture,
 //! not on the instruction set: whether the kernels issue their software prefetches — a float
 //! kernel's next row group, an interleaved int8 kernel's stream 1 KiB ahead (q8r8 / q4r8 in
-//! `qgroup` / `vnni`; mxfp4r8 keeps its own: no difference measured), and how far ahead
-//! the `kr8` kernels (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8) prefetch their stream.
+//! `qgroup` / `vnni`; mxfp4r8's own, off on Zen 4 only), and how far ahead the `kr8` kernels
+//! (q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8) prefetch their stream.
 //!
 //! The float matrix-vector kernels read R rows in lockstep; with short rows every group
 //! restarts R hardware streams, and on Zen 3 a software prefetch of the next group's line at
@@ -47,6 +47,16 @@ pub(super) fn kr8_prefetch_units() -> usize {
         (_, AmdCore::Zen5OrLater) => 8,
         _ => 2,
     })
+}
+
+/// Whether the mxfp4r8 kernels ask for the lines 1 KiB ahead of the unit they read. Where it was
+/// added no difference was measured; on Zen 4 it costs: gpt-oss-20b-4l
+/// (MXFP4 experts), one thread, decode, `perf record` samples of the VNNI kernel over the same
+/// 64 tokens, four rounds alternating, load 3.8–5.3: with 2857 / 2856 / 2872 / 3027, without
+/// 2462 / 2558 / 2546 / 2560 (−12 %). `COLIBRI_PREFETCH=on|off` overrides.
+pub(super) fn mxfp4r8_prefetch() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| forced().unwrap_or_else(|| amd_core() != AmdCore::Zen4))
 }
 
 /// The AMD core generations whose memory-access choices differ here.
