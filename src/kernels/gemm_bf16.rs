@@ -108,6 +108,8 @@ pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usiz
 fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     let (panels, pairs) = (n.div_ceil(NR), cols / 2);
+    // A last panel of at most NR / 2 activation rows is computed on its lower half only.
+    let half = n - (panels - 1) * NR <= NR / 2;
     // An odd number of cache lines per row of `c`: its rows then fall in different L1 sets
     // (`write_back` reads a column of them; 2 KiB apart they shared two sets).
     let ldc = (panels * NR) | NR;
@@ -122,12 +124,12 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
             for k0 in (0..cols).step_by(KC_BF16) {
                 let kc = KC_BF16.min(cols - k0);
                 let panel = |p: usize| &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
-                // Panels two at a time, an odd last one alone.
-                for p in (0..panels).step_by(2) {
-                    let b2 = (p + 1 < panels).then(|| panel(p + 1));
+                for (p, count) in passes(panels, half) {
+                    let list = [panel(p), panel((p + 1).min(panels - 1)), panel((p + 2).min(panels - 1))];
+                    let last_half = half && p + count == panels;
                     for tile in 0..tiles {
                         let (ri, ct) = (r0 + tile * BF16_MR, &mut c[tile * BF16_MR * ldc + p * NR..]);
-                        (k.tile)(w, ri, k0..k0 + kc, panel(p), b2, ct, ldc);
+                        (k.tile)(w, ri, k0..k0 + kc, &list[..count], last_half, ct, ldc);
                     }
                 }
             }
@@ -137,6 +139,20 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
             });
         });
     });
+}
+
+/// The tile passes over `panels` panels: (first panel, count). Panels two at a time; a half last
+/// panel joins the pass before it (three panels: 16 + 16 + 8 lanes, 27 of the 32 vector
+/// registers) — alone it would run 8 chains of 8 lanes, which wait on the instruction's latency;
+/// an odd whole last panel goes alone. Zen 4 (EPYC VM, family 19h model 11h), one thread,
+/// 1408 × 2048 (`RAYON_NUM_THREADS=1 examples/bf16gemm 1408 2048 10 N…`, fastest of 10, two
+/// rounds alternating, load 4.4–5), ms, 16-lane last panel → 8-lane: n = 20 0.85–0.90 → 0.76–0.77,
+/// 24 0.86–0.91 → 0.76–0.77, 36 1.29–1.34 → 1.13–1.14, 40 1.32–1.33 → 1.15–1.17, 56 1.75 →
+/// 1.60–1.61; whole panels within 2–4 % (n = 16 0.50–0.51 → 0.53, 64 1.73–1.77 → 1.79).
+fn passes(panels: usize, half: bool) -> impl Iterator<Item = (usize, usize)> {
+    let joined = half && panels % 2 == 1 && panels > 1;
+    let pairs_end = if joined { panels - 3 } else { panels };
+    (0..pairs_end).step_by(2).map(move |p| (p, 2.min(panels - p))).chain(joined.then_some((panels - 3, 3)))
 }
 
 /// put(tok, i, c[i·ldc + tok]) for the task's mr rows and n tokens, WRITE_BACK_TOKENS tokens at a

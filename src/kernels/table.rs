@@ -60,12 +60,13 @@ pub(crate) type AxpyFn<T> = fn(a: f32, x: &[T], y: &mut [f32]);
 /// `bf16act`): out[t·rows.len() + i] = w[rows.start + i] · xb[t].
 pub(crate) type GemvBf16Fn = fn(w: Mat<'_>, rows: Range<usize>, xb: &[u16], n: usize, out: &mut [f32]);
 /// bf16 GEMM micro-tile read straight from the stored weights: for the rows i < BF16_MR of `w`
-/// from r0 that exist and j < NR, c[i·ldc + j] += Σ_{k in ks} w[r0 + i, k] · x[j, k], where b
-/// holds a panel's column pairs of ks ([ks.len() / 2, NR], `Bf16Acts::panels`: zero past the
-/// activation rows); ks starts and ends even. With `b2` (the next panel's pairs of ks) the tile
-/// also adds its products to c[i·ldc + NR + j]: two panels per pass over the weights.
+/// from r0 that exist, each panel b = panels[p] (a panel's column pairs of ks, [ks.len() / 2, NR],
+/// `Bf16Acts::panels`: zero past the activation rows) and j < NR, c[i·ldc + p·NR + j] +=
+/// Σ_{k in ks} w[r0 + i, k] · x[j, k]; ks starts and ends even. One to three panels per pass over
+/// the weights (three only with `half`). With `half` the last panel holds at most NR / 2
+/// activation rows: only its lanes j < NR / 2 are computed and stored.
 pub(crate) type TileBf16Fn =
-    fn(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], b2: Option<&[u32]>, c: &mut [f32], ldc: usize);
+    fn(w: Mat<'_>, r0: usize, ks: Range<usize>, panels: &[&[u32]], half: bool, c: &mut [f32], ldc: usize);
 
 /// One token of the gated delta rule on one value head (Qwen3-Next's DeltaNet): q, k [k_dim]
 /// (l2-normalised, q scaled), v [v_dim], the decay e^g and the write strength β.

@@ -712,8 +712,9 @@ fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
 #[test]
 fn a_bf16_gemm_row_is_the_same_in_few_panels_and_in_many() {
     // The bf16 kernels' GEMM sums each output as one chain over k whatever the number of panels
-    // of activation rows (one to four here): a panel alone (whole or half-width) or beside the
-    // next one in a tile, the 8-row tile or a partial last one. Rows past one long
+    // of activation rows (one to four here): a panel alone or beside the next one in a tile, a
+    // half-width last panel beside one or two whole ones (17, 35 and 53 rows: its 256-bit form),
+    // the 8-row tile or a partial last one. Rows past one long
     // block (4096 + 64 columns), a partial last tile of weight rows (44 = 5 × 8 + 4) and a
     // partial last panel on both sides.
     let (rows, cols) = (44, 4096 + 64);

@@ -10,8 +10,10 @@
 //!   lanes summed at the end.
 //! * GEMM micro-tile: for each column pair of the block, one load of a panel (16 activation rows'
 //!   pairs), or of two panels side by side, meets a broadcast of each of 8 weight rows' pair,
-//!   read straight from the stored rows. One chain per output over the pairs in ascending order;
-//!   a panel's rows past the activations are zeros, computed and never read.
+//!   read straight from the stored rows; a last panel of at most 8 activation rows takes its
+//!   lower 8 lanes only (the 256-bit form: the same operation per lane), beside the whole ones.
+//!   One chain per output over the pairs in ascending order; a panel's rows past the
+//!   activations are zeros, computed and never read (stored only within a half panel's 8 lanes).
 
 use super::super::mat::Mat;
 use super::super::table::{BF16_MR, NR};
@@ -201,7 +203,7 @@ unsafe fn block<const R: usize, const T: usize>(
 }
 
 /// The GEMM micro-tile (see `table::TileBf16Fn`).
-pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], b2: Option<&[u32]>, c: &mut [f32], ldc: usize) {
+pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, panels: &[&[u32]], half: bool, c: &mut [f32], ldc: usize) {
     assert_eq!(w.dtype(), DType::BF16, "bf16 tile on a {} matrix", w.dtype());
     let (rows, cols, k0, kc) = (w.rows(), w.cols(), ks.start, ks.len());
     let mr = BF16_MR.min(rows.saturating_sub(r0));
@@ -209,27 +211,50 @@ pub fn tile(w: Mat<'_>, r0: usize, ks: Range<usize>, b: &[u32], b2: Option<&[u32
         mr > 0 && k0 + kc <= cols && k0.is_multiple_of(2) && kc.is_multiple_of(2),
         "bf16 tile: rows {r0}.. cols {k0}+{kc}"
     );
-    let width = if b2.is_some() { 2 * NR } else { NR };
-    let short = |b: &[u32]| b.len() < kc / 2 * NR;
+    let width = panels.len() * NR - if half { NR / 2 } else { 0 };
     assert!(
-        !short(b) && !b2.is_some_and(short) && c.len() >= (mr - 1) * ldc + width,
-        "bf16 tile: short panel or output"
+        matches!((panels.len(), half), (1 | 2, _) | (3, true))
+            && panels.iter().all(|b| b.len() >= kc / 2 * NR)
+            && c.len() >= (mr - 1) * ldc + width,
+        "bf16 tile: {} panels (half {half}), short panel or output",
+        panels.len()
     );
-    let at = |r: usize| w.as_u16()[r * cols + k0..].as_ptr();
-    let pairs = kc / 2;
+    let at = |i: usize| w.as_u16()[(r0 + i) * cols + k0..].as_ptr();
+    let (pairs, b) = (kc / 2, |p: usize| panels[p].as_ptr());
     // SAFETY: reached only through the AVX-512 BF16 table; rows r0 .. r0 + mr exist and hold
-    // columns k0 .. k0 + kc, b (and b2) hold kc / 2 pairs of NR and c the rows' outputs (asserted).
+    // columns k0 .. k0 + kc, the panels hold kc / 2 pairs of NR and c the rows' outputs (asserted).
     unsafe {
         let c = c.as_mut_ptr();
-        match (b2, mr == BF16_MR) {
-            (Some(b2), true) => tile_rows::<BF16_MR, 2>(at(r0), cols, [b.as_ptr(), b2.as_ptr()], pairs, c, ldc),
-            (Some(b2), false) => (0..mr).for_each(|i| {
-                tile_rows::<1, 2>(at(r0 + i), cols, [b.as_ptr(), b2.as_ptr()], pairs, c.add(i * ldc), ldc)
-            }),
-            (None, true) => tile_rows::<BF16_MR, 1>(at(r0), cols, [b.as_ptr()], pairs, c, ldc),
-            (None, false) => {
-                (0..mr).for_each(|i| tile_rows::<1, 1>(at(r0 + i), cols, [b.as_ptr()], pairs, c.add(i * ldc), ldc))
-            }
+        match (panels.len(), half) {
+            (1, false) => tile_of::<1, 0>(at, mr, cols, [b(0)], [], pairs, c, ldc),
+            (1, true) => tile_of::<0, 1>(at, mr, cols, [], [b(0)], pairs, c, ldc),
+            (2, false) => tile_of::<2, 0>(at, mr, cols, [b(0), b(1)], [], pairs, c, ldc),
+            (2, true) => tile_of::<1, 1>(at, mr, cols, [b(0)], [b(1)], pairs, c, ldc),
+            _ => tile_of::<2, 1>(at, mr, cols, [b(0), b(1)], [b(2)], pairs, c, ldc),
+        }
+    }
+}
+
+/// The tile's mr rows (row i from `at(i)`, rows `ldw` apart) against P whole panels and H half
+/// panels: the 8-row body, or one row at a time for a partial last tile.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn tile_of<'a, const P: usize, const H: usize>(
+    at: impl Fn(usize) -> *const u16 + 'a,
+    mr: usize,
+    ldw: usize,
+    b: [*const u32; P],
+    bh: [*const u32; H],
+    pairs: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    // SAFETY: the caller's bounds (see `tile`).
+    unsafe {
+        if mr == BF16_MR {
+            tile_rows::<BF16_MR, P, H>(at(0), ldw, b, bh, pairs, c, ldc)
+        } else {
+            (0..mr).for_each(|i| tile_rows::<1, P, H>(at(i), ldw, b, bh, pairs, c.add(i * ldc), ldc))
         }
     }
 }
@@ -261,17 +286,21 @@ const NEXT_TILE_LINE: usize = 16;
 const NEXT_TILE_LAG: usize = 64;
 
 /// c[i·ldc + NR·p + j] += Σ_q pair q of row i (rows `ldw` apart from w) · b[p][q·NR + j], for R
-/// rows, P panels side by side and j < NR (16 lanes). Two panels give each weight pair's
+/// rows, P whole panels side by side and j < NR (16 lanes), then H half panels (at most one:
+/// j < NR / 2, 8 lanes, after the whole ones). Two panels give each weight pair's
 /// broadcast two products and the tile 2·R independent chains: with R chains of one panel the
-/// tile waits on their latency, not on the width of its instructions — a last panel of at most
-/// 8 rows once took an 8-lane tile, and it cost as much as a 16-lane one (16384 × 2048, one
-/// thread: n = 24 6.1 ms, n = 32 6.2 ms; with both panels in one tile 5.7–5.9 and 5.8–6.1 ms,
-/// n = 48 9.3 → 8.4, n = 64 13.4 → 11.3).
+/// tile waited on their latency on Zen 5, not on the width of its instructions — a last panel of
+/// at most 8 rows once took an 8-lane tile alone, and it cost as much as a 16-lane one (16384 ×
+/// 2048, one thread: n = 24 6.1 ms, n = 32 6.2 ms; with both panels in one tile 5.7–5.9 and
+/// 5.8–6.1 ms, n = 48 9.3 → 8.4, n = 64 13.4 → 11.3). Beside whole panels, as here, an 8-lane
+/// half panel costs no latency; on Zen 4, whose 512-bit `vdpbf16ps` is two 256-bit halves (one
+/// per cycle, latency 6: measured), it costs half a whole one.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn tile_rows<const R: usize, const P: usize>(
+unsafe fn tile_rows<const R: usize, const P: usize, const H: usize>(
     w: *const u16,
     ldw: usize,
     b: [*const u32; P],
+    bh: [*const u32; H],
     pairs: usize,
     c: *mut f32,
     ldc: usize,
@@ -279,9 +308,13 @@ unsafe fn tile_rows<const R: usize, const P: usize>(
     // SAFETY: the caller's bounds (see `tile`).
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); P]; R];
-        for (i, ar) in acc.iter_mut().enumerate() {
-            for (p, a) in ar.iter_mut().enumerate() {
+        let mut acch = [[_mm256_setzero_ps(); H]; R];
+        for i in 0..R {
+            for (p, a) in acc[i].iter_mut().enumerate() {
                 *a = _mm512_loadu_ps(c.add(i * ldc + p * NR));
+            }
+            for a in acch[i].iter_mut() {
+                *a = _mm256_loadu_ps(c.add(i * ldc + P * NR));
             }
         }
         for line in (0..pairs).step_by(NEXT_TILE_LINE) {
@@ -292,22 +325,36 @@ unsafe fn tile_rows<const R: usize, const P: usize>(
             }
             for q in line..(line + NEXT_TILE_LINE).min(pairs) {
                 let bv = b.map(|b| _mm512_loadu_si512(b.add(q * NR).cast()));
-                for (i, ar) in acc.iter_mut().enumerate() {
-                    for (a, &bv) in ar.iter_mut().zip(&bv) {
+                let bvh = bh.map(|b| _mm256_loadu_si256(b.add(q * NR).cast()));
+                for i in 0..R {
+                    let p = w.add(i * ldw + 2 * q);
+                    for (a, &bv) in acc[i].iter_mut().zip(&bv) {
                         core::arch::asm!(
                             "vdpbf16ps {a}, {b}, dword ptr [{p}]{{1to16}}",
                             a = inout(zmm_reg) *a,
                             b = in(zmm_reg) bv,
-                            p = in(reg) w.add(i * ldw + 2 * q),
+                            p = in(reg) p,
+                            options(pure, readonly, nostack, preserves_flags)
+                        );
+                    }
+                    for (a, &bv) in acch[i].iter_mut().zip(&bvh) {
+                        core::arch::asm!(
+                            "vdpbf16ps {a:y}, {b:y}, dword ptr [{p}]{{1to8}}",
+                            a = inout(zmm_reg) *a,
+                            b = in(zmm_reg) bv,
+                            p = in(reg) p,
                             options(pure, readonly, nostack, preserves_flags)
                         );
                     }
                 }
             }
         }
-        for (i, ar) in acc.iter().enumerate() {
-            for (p, a) in ar.iter().enumerate() {
+        for i in 0..R {
+            for (p, a) in acc[i].iter().enumerate() {
                 _mm512_storeu_ps(c.add(i * ldc + p * NR), *a);
+            }
+            for a in &acch[i] {
+                _mm256_storeu_ps(c.add(i * ldc + P * NR), *a);
             }
         }
     }
