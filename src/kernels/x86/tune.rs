@@ -33,26 +33,43 @@ pub(super) fn software_prefetch() -> bool {
 }
 
 /// Units (8 rows × 256 columns; iq4_nlr8 scales it to its 32-column units) ahead that the kr8 kernels
-/// prefetch, 0 for none. Zen 3: 2 (as the other int8 kernels' stream). Zen 4: 8 (9–13 KiB
-/// ahead; olmoe-4l Q4_K_M, one thread, CPU ms per decoded token: none 7.99, 4 units 7.35, 6
-/// units 7.14, 8 units 7.07; fastest of 3, load 4–6 — the whole-unit prefetch two units ahead
-/// was the one that cost, see the module). `COLIBRI_PREFETCH=off` turns it off too.
-pub(super) fn kr8_prefetch_units() -> usize {
-    static UNITS: OnceLock<usize> = OnceLock::new();
-    *UNITS.get_or_init(|| match forced() {
-        Some(false) => 0,
-        _ if zen4_or_later() => 8,
-        _ => 2,
-    })
+/// prefetch when a pass takes `rows` activation rows, 0 for none. Zen 3: 2 (as the other int8
+/// kernels' stream). Zen 5 (family 1Ah, where it was measured): 8 (9–13 KiB ahead; olmoe-4l Q4_K_M, one thread, CPU ms per decoded
+/// token: none 7.99, 4 units 7.35, 6 units 7.14, 8 units 7.07; fastest of 3, load 4–6 — the
+/// whole-unit prefetch two units ahead was the one that cost, see the module). Zen 4 (family 19h
+/// model 11h): 8 from 8 rows on, none below — there the prefetch costs decode a third of its time
+/// (the same file, one thread, CPU ms per decoded token with → without: 17.7 / 18.1 / 15.0 →
+/// 10.7 / 12.2 / 10.4, load 4–5; `gemv_kr8_expert` q6_kr8 at 1 row 121 → 59 µs, q4_kr8 at 4 rows
+/// 109 → 81 µs) while 8-row passes gain from it (q4_kr8 at 8 rows 150 against 190 µs; prefill
+/// pp512 CPU 1–2 % less). `COLIBRI_PREFETCH=off` turns it off too.
+pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
+    static UNITS: OnceLock<(usize, usize)> = OnceLock::new();
+    // (units ahead, from how many activation rows per pass)
+    let (units, from) = *UNITS.get_or_init(|| match (forced(), amd_family_model()) {
+        (Some(false), _) => (0, 0),
+        (_, Some((0x19, m))) if m >= 0x10 => (8, 8),
+        _ if zen4_or_later() => (8, 0),
+        _ => (2, 0),
+    });
+    if rows >= from {
+        units
+    } else {
+        0
+    }
 }
 
-/// AMD family 19h model ≥ 10h (Zen 4; family 19h below that is Zen 3) or a later family.
-fn zen4_or_later() -> bool {
+/// The AMD family and model (None on other vendors).
+fn amd_family_model() -> Option<(u32, u32)> {
     let (vendor, sig) = (core::arch::x86_64::__cpuid(0), core::arch::x86_64::__cpuid(1).eax);
     let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
     let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
     let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
-    amd && (family > 0x19 || (family == 0x19 && model >= 0x10))
+    amd.then_some((family, model))
+}
+
+/// AMD family 19h model ≥ 10h (Zen 4; family 19h below that is Zen 3) or a later family.
+fn zen4_or_later() -> bool {
+    amd_family_model().is_some_and(|(family, model)| family > 0x19 || (family == 0x19 && model >= 0x10))
 }
 
 #[cfg(test)]
