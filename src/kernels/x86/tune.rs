@@ -83,6 +83,9 @@ mod tests {
         let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
         if (family, model) == (25, 17) {
             assert!(super::zen4_or_later());
+            // Zen 4: the kr8 kernels prefetch in 8-row passes only (none when forced off).
+            assert_eq!(super::kr8_prefetch_units(1), 0);
+            assert_eq!(super::kr8_prefetch_units(8), if super::forced() == Some(false) { 0 } else { 8 });
         }
     }
 }
