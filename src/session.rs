@@ -242,6 +242,32 @@ impl KvCache {
         Self::axpy(k, &self.k[layer], pos * self.row, p, out);
     }
 
+    /// out[r·w..(r + 1)·w] = K (`value` false) or V of (layer, js.start + r, kv_head) as f32,
+    /// w = out.len() / js.len() (MLA's latent: kv_head 0 and w the K row): a block of one head's
+    /// cached rows for the blocked attention, f32 stores copied and halves widened.
+    pub(crate) fn head_rows(
+        &self,
+        k: &Kernels,
+        layer: usize,
+        value: bool,
+        js: std::ops::Range<usize>,
+        kv_head: usize,
+        out: &mut [f32],
+    ) {
+        let (store, row) = if value { (&self.v[layer], self.v_row) } else { (&self.k[layer], self.row) };
+        let w = out.len() / js.len().max(1);
+        for (o, pos) in out.chunks_exact_mut(w.max(1)).zip(js) {
+            let at = pos * row + kv_head * w;
+            match store {
+                Store::F32(d) => o.copy_from_slice(&d[at..at + w]),
+                Store::Half { .. } => {
+                    o.fill(0.0);
+                    Self::axpy(k, store, at, 1.0, o);
+                }
+            }
+        }
+    }
+
     #[inline]
     fn axpy(k: &Kernels, store: &Store, at: usize, p: f32, out: &mut [f32]) {
         match store {

@@ -91,8 +91,8 @@ impl Partial {
 
 impl Cached {
     /// keys[j − j0, ..kw] (and, for a GQA head, values[j − j0, ..vw]) = position j of `layer`
-    /// as f32 for j in `js` (the path's widening axpy onto zeros); the block's other rows are
-    /// zero.
+    /// as f32 for j in `js` (`KvCache::head_rows`: f32 caches copied, halves widened); the block's
+    /// other rows are zero.
     #[allow(clippy::too_many_arguments)]
     fn widen(
         self,
@@ -106,20 +106,16 @@ impl Cached {
         values: &mut [f32],
         vw: usize,
     ) {
-        keys.fill(0.0);
+        let (a, b) = (js.start - j0, js.end - j0);
+        keys[..a * kw].fill(0.0);
+        keys[b * kw..].fill(0.0);
         match self {
-            Cached::Latent => {
-                for j in js {
-                    kv.latent_axpy(kern, layer, j, 1.0, &mut keys[(j - j0) * kw..(j - j0 + 1) * kw]);
-                }
-            }
+            Cached::Latent => kv.head_rows(kern, layer, false, js, 0, &mut keys[a * kw..b * kw]),
             Cached::Head { kv_head } => {
-                values.fill(0.0);
-                for j in js {
-                    let r = j - j0;
-                    kv.k_axpy(kern, layer, j, kv_head, 1.0, &mut keys[r * kw..(r + 1) * kw]);
-                    kv.v_axpy(kern, layer, j, kv_head, 1.0, &mut values[r * vw..(r + 1) * vw]);
-                }
+                values[..a * vw].fill(0.0);
+                values[b * vw..].fill(0.0);
+                kv.head_rows(kern, layer, false, js.clone(), kv_head, &mut keys[a * kw..b * kw]);
+                kv.head_rows(kern, layer, true, js, kv_head, &mut values[a * vw..b * vw]);
             }
         }
     }
@@ -242,8 +238,13 @@ fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32], gqa: bool
         let w = NR.min(vw - d0);
         for (k, row) in src[..ks * stride].chunks_exact(stride).enumerate() {
             let dst = &mut b.panel[k * NR..(k + 1) * NR];
-            dst[..w].copy_from_slice(&row[d0..d0 + w]);
-            dst[w..].fill(0.0);
+            if w == NR {
+                // A whole panel row: a copy of known length (no library call per row).
+                dst.copy_from_slice(&row[d0..d0 + NR]);
+            } else {
+                dst[..w].copy_from_slice(&row[d0..d0 + w]);
+                dst[w..].fill(0.0);
+            }
         }
         for i0 in (0..mp).step_by(MR) {
             tile(&b.s[i0 * ks..(i0 + MR) * ks], &b.panel[..ks * NR], ks, &mut acc[i0 * rp + d0..], rp, NR);

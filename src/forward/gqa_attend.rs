@@ -24,8 +24,9 @@ use std::ops::Range;
 
 /// Queries (rows × query heads of one KV head) per block of prefill rows: enough that packing a
 /// cached block is small beside the products it feeds, few enough that a block's accumulators
-/// stay in L2.
-const BLOCK_QUERIES: usize = 48;
+/// stay in L2 (96 × 128 f32: 48 KiB). 48 → 96 with the tasks in KV-head order: olmoe-4l Q4_K_M
+/// pp2048 at one thread on Zen 4, CPU s of load + two passes, 14.02 / 14.04 → 13.21 / 12.74.
+const BLOCK_QUERIES: usize = 96;
 
 /// The shape of one layer's attention: head width, query heads, query heads per KV head, the
 /// score scale, the cached positions row p attends to (`LayerSpec::first_key(p)..=p`) and each
@@ -144,6 +145,9 @@ fn tasks<'o>(s: &Shape<'_>, seqs: &[Lane<'_>], threads: usize, att: &'o mut [f32
             }
         }
     }
+    // A tiled sequence's tasks by KV head, then rows: consecutive tasks read the same head's
+    // cached rows (a few MiB at long prompts, in the last-level cache) instead of every head's.
+    tasks.sort_by_key(|t| (t.seq, if t.tiled { t.kv_heads.start } else { 0 }, t.rows.start));
     tasks
 }
 

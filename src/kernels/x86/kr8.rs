@@ -122,7 +122,7 @@ unsafe fn q4k<L: Lanes, D: Dot<L>, const T: usize>(
     // row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
-        let ahead = super::tune::kr8_prefetch_units();
+        let ahead = super::tune::kr8_prefetch_units(T);
         let m4 = L::splat8(15);
         let (m1, m2, m3) = (L::splat32(0x3f3f_3f3f), L::splat32(0x0f0f_0f0f), L::splat32(0x0303_0303));
         let mut acc = [L::zero_f(); T];
@@ -181,7 +181,7 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
     // row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
-        let ahead = super::tune::kr8_prefetch_units();
+        let ahead = super::tune::kr8_prefetch_units(T);
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
             let u = units::<L>(g, b, Q6K_UNIT, ahead);
@@ -330,7 +330,7 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
     // row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
-        let ahead = super::tune::kr8_prefetch_units();
+        let ahead = super::tune::kr8_prefetch_units(T);
         let table = L::table16(D::LEVELS.as_ptr());
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
@@ -363,7 +363,7 @@ unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
     // row.
     unsafe {
         let x: [Acts; T] = std::array::from_fn(|k| xs[k]);
-        let ahead = super::tune::kr8_prefetch_units() * (IQ4XS_UNIT / IQ4NL_UNIT);
+        let ahead = super::tune::kr8_prefetch_units(T) * (IQ4XS_UNIT / IQ4NL_UNIT);
         let table = L::table16(D::LEVELS.as_ptr());
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {

@@ -33,20 +33,30 @@ pub(super) fn software_prefetch() -> bool {
 }
 
 /// Units (8 rows × 256 columns; iq4_nlr8 scales it to its 32-column units) ahead that the kr8 kernels
-/// prefetch, 0 for none. Zen 3: 2 (as the other int8 kernels' stream). Zen 5 (family 1Ah): 8
-/// (9–13 KiB ahead; olmoe-4l Q4_K_M, one thread, CPU ms per decoded token: none 7.99, 4 units
-/// 7.35, 6 units 7.14, 8 units 7.07; fastest of 3, load 4–6). Zen 4: none — there every
-/// distance costs (DeepSeek-V2-Lite-3l Q4_K_M, q6_kr8 lm_head and q4_kr8 experts, one thread,
-/// CPU ms per decoded token, two rounds, load 4.5: none 14.3 / 14.1, 1 unit 17.1 / 17.0, 2
-/// 17.9 / 17.3, 4 19.7 / 19.4, 8 22.2 / 22.3; prefill pp256 2.43–2.45 against 2.43–2.53 ms per
-/// token). `COLIBRI_PREFETCH=off` turns it off everywhere.
-pub(super) fn kr8_prefetch_units() -> usize {
-    static UNITS: OnceLock<usize> = OnceLock::new();
-    *UNITS.get_or_init(|| match (forced(), amd_core()) {
-        (Some(false), _) | (_, AmdCore::Zen4) => 0,
-        (_, AmdCore::Zen5OrLater) => 8,
-        _ => 2,
-    })
+/// prefetch when a pass takes `rows` activation rows, 0 for none. Zen 3: 2 (as the other int8
+/// kernels' stream). Zen 5 (family 1Ah, where it was measured): 8 (9–13 KiB ahead; olmoe-4l
+/// Q4_K_M, one thread, CPU ms per decoded token: none 7.99, 4 units 7.35, 6 units 7.14, 8 units
+/// 7.07; fastest of 3, load 4–6). Zen 4 (family 19h model ≥ 10h): 8 from 8 rows on, none below —
+/// there the prefetch costs decode a third of its time (DeepSeek-V2-Lite-3l Q4_K_M, q6_kr8
+/// lm_head and q4_kr8 experts, one thread, CPU ms per decoded token, two rounds, load 4.5: none
+/// 14.3 / 14.1, 1 unit 17.1 / 17.0, 2 17.9 / 17.3, 4 19.7 / 19.4, 8 22.2 / 22.3; olmoe-4l Q4_K_M
+/// with → without 17.7 / 18.1 / 15.0 → 10.7 / 12.2 / 10.4; `gemv_kr8_expert` q6_kr8 at 1 row 121
+/// → 59 µs, q4_kr8 at 4 rows 109 → 81 µs) while 8-row passes gain from it (q4_kr8 at 8 rows 150
+/// against 190 µs; prefill pp512 CPU 1–2 % less). `COLIBRI_PREFETCH=off` turns it off everywhere.
+pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
+    static UNITS: OnceLock<(usize, usize)> = OnceLock::new();
+    // (units ahead, from how many activation rows per pass)
+    let (units, from) = *UNITS.get_or_init(|| match (forced(), amd_core()) {
+        (Some(false), _) => (0, 0),
+        (_, AmdCore::Zen4) => (8, 8),
+        (_, AmdCore::Zen5OrLater) => (8, 0),
+        _ => (2, 0),
+    });
+    if rows >= from {
+        units
+    } else {
+        0
+    }
 }
 
 /// Whether the mxfp4r8 kernels ask for the lines 1 KiB ahead of the unit they read. Where it was
@@ -104,7 +114,12 @@ mod tests {
         // (Zen 5): the decoder must tell them apart; any CPU gives a definite answer.
         let (family, model) = family_model(core::arch::x86_64::__cpuid(1).eax);
         match (family, model) {
-            (25, 17) => assert_eq!(amd_core(), AmdCore::Zen4),
+            (25, 17) => {
+                assert_eq!(amd_core(), AmdCore::Zen4);
+                // Zen 4: the kr8 kernels prefetch in 8-row passes only (none when forced off).
+                assert_eq!(super::kr8_prefetch_units(1), 0);
+                assert_eq!(super::kr8_prefetch_units(8), if super::forced() == Some(false) { 0 } else { 8 });
+            }
             (26, 2) => assert_eq!(amd_core(), AmdCore::Zen5OrLater),
             _ => {}
         }
