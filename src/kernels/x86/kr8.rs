@@ -417,18 +417,32 @@ macro_rules! kernels {
     };
 }
 
-kernels!(q4k_avx2, "avx2,fma,f16c", Ymm, Avx2, q4k);
-kernels!(q6k_avx2, "avx2,fma,f16c", Ymm, Avx2, q6k);
-kernels!(q4k_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, q4k);
-kernels!(q6k_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, q6k);
-kernels!(q4k_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, q4k);
-kernels!(q6k_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, q6k);
-kernels!(iq4xs_avx2, "avx2,fma,f16c", Ymm, Avx2, iq4xs);
-kernels!(iq4xs_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, iq4xs);
-kernels!(iq4xs_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, iq4xs);
-kernels!(iq4nl_avx2, "avx2,fma,f16c", Ymm, Avx2, iq4nl);
-kernels!(iq4nl_vnni, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, iq4nl);
-kernels!(iq4nl_vnni16, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, iq4nl);
+/// A dtype's product on AVX2 (`$name`, one row group per pass, 1, 2 or 4 activation rows) from
+/// its kernel body.
+macro_rules! avx2_product {
+    ($(#[$doc:meta])* $name:ident, $body:ident, $sums:expr) => {
+        $(#[$doc])*
+        pub fn $name(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+            kernels!(one, "avx2,fma,f16c", Ymm, Avx2, $body);
+            drive(w, rows, xa, n, out, Kerns { one: &[one::<1>, one::<2>, one::<4>], two: &[] }, $sums)
+        }
+    };
+}
+
+/// A dtype's product on AVX-512 VNNI (`$name`: one row group per pass in a ymm, or two in a zmm;
+/// 1, 2, 4 or 8 activation rows) from its kernel body.
+macro_rules! vnni_product {
+    ($(#[$doc:meta])* $name:ident, $body:ident, $sums:expr) => {
+        $(#[$doc])*
+        pub fn $name(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+            kernels!(one, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Ymm, Vnni, $body);
+            kernels!(two, "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", Zmm, Vnni, $body);
+            let one: &[Kern] = &[one::<1>, one::<2>, one::<4>, one::<8>];
+            let two: &[Kern] = &[two::<1>, two::<2>, two::<4>, two::<8>];
+            drive(w, rows, xa, n, out, Kerns { one, two }, $sums)
+        }
+    };
+}
 
 /// The kernels of a dtype on one instruction set: `one[l]` takes one row group and 2^l
 /// activation rows per pass, `two[l]` (if any) two adjacent groups.
@@ -491,54 +505,35 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
     );
 }
 
-/// q4_kr8 · int8 activations (see `table::GemvI8Fn`), AVX2.
-pub fn gemv_i8_q4k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[q4k_avx2::<1>, q4k_avx2::<2>, q4k_avx2::<4>];
-    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Scaled)
-}
-
-/// q6_kr8 · int8 activations, AVX2.
-pub fn gemv_i8_q6k(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[q6k_avx2::<1>, q6k_avx2::<2>, q6k_avx2::<4>];
-    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Halves)
-}
-
-/// q4_kr8 · int8 activations, AVX-512 VNNI (eight activation rows per pass: 32 registers).
-pub fn gemv_i8_q4k_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[q4k_vnni::<1>, q4k_vnni::<2>, q4k_vnni::<4>, q4k_vnni::<8>];
-    let two: &[Kern] = &[q4k_vnni16::<1>, q4k_vnni16::<2>, q4k_vnni16::<4>, q4k_vnni16::<8>];
-    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Scaled)
-}
-
-/// q6_kr8 · int8 activations, AVX-512 VNNI.
-pub fn gemv_i8_q6k_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[q6k_vnni::<1>, q6k_vnni::<2>, q6k_vnni::<4>, q6k_vnni::<8>];
-    let two: &[Kern] = &[q6k_vnni16::<1>, q6k_vnni16::<2>, q6k_vnni16::<4>, q6k_vnni16::<8>];
-    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Halves)
-}
-
-/// iq4_xsr8 · int8 activations, AVX2.
-pub fn gemv_i8_iq4xs(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[iq4xs_avx2::<1>, iq4xs_avx2::<2>, iq4xs_avx2::<4>];
-    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Blocks)
-}
-
-/// iq4_xsr8 · int8 activations, AVX-512 VNNI.
-pub fn gemv_i8_iq4xs_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[iq4xs_vnni::<1>, iq4xs_vnni::<2>, iq4xs_vnni::<4>, iq4xs_vnni::<8>];
-    let two: &[Kern] = &[iq4xs_vnni16::<1>, iq4xs_vnni16::<2>, iq4xs_vnni16::<4>, iq4xs_vnni16::<8>];
-    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Blocks)
-}
-
-/// iq4_nlr8 · int8 activations, AVX2.
-pub fn gemv_i8_iq4nl(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[iq4nl_avx2::<1>, iq4nl_avx2::<2>, iq4nl_avx2::<4>];
-    drive(w, rows, xa, n, out, Kerns { one, two: &[] }, Sums::Blocks)
-}
-
-/// iq4_nlr8 · int8 activations, AVX-512 VNNI.
-pub fn gemv_i8_iq4nl_vnni(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
-    let one: &[Kern] = &[iq4nl_vnni::<1>, iq4nl_vnni::<2>, iq4nl_vnni::<4>, iq4nl_vnni::<8>];
-    let two: &[Kern] = &[iq4nl_vnni16::<1>, iq4nl_vnni16::<2>, iq4nl_vnni16::<4>, iq4nl_vnni16::<8>];
-    drive(w, rows, xa, n, out, Kerns { one, two }, Sums::Blocks)
-}
+avx2_product!(
+    /// q4_kr8 · int8 activations (see `table::GemvI8Fn`), AVX2.
+    gemv_i8_q4k, q4k, Sums::Scaled
+);
+avx2_product!(
+    /// q6_kr8 · int8 activations, AVX2.
+    gemv_i8_q6k, q6k, Sums::Halves
+);
+avx2_product!(
+    /// iq4_xsr8 · int8 activations, AVX2.
+    gemv_i8_iq4xs, iq4xs, Sums::Blocks
+);
+avx2_product!(
+    /// iq4_nlr8 · int8 activations, AVX2.
+    gemv_i8_iq4nl, iq4nl, Sums::Blocks
+);
+vnni_product!(
+    /// q4_kr8 · int8 activations, AVX-512 VNNI (eight activation rows per pass: 32 registers).
+    gemv_i8_q4k_vnni, q4k, Sums::Scaled
+);
+vnni_product!(
+    /// q6_kr8 · int8 activations, AVX-512 VNNI.
+    gemv_i8_q6k_vnni, q6k, Sums::Halves
+);
+vnni_product!(
+    /// iq4_xsr8 · int8 activations, AVX-512 VNNI.
+    gemv_i8_iq4xs_vnni, iq4xs, Sums::Blocks
+);
+vnni_product!(
+    /// iq4_nlr8 · int8 activations, AVX-512 VNNI.
+    gemv_i8_iq4nl_vnni, iq4nl, Sums::Blocks
+);
