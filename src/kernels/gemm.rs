@@ -16,7 +16,7 @@ use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::Kernels;
 use super::gemm_bf16;
 use super::mat::Mat;
-use super::par::{for_tasks, gemv_by, with_buffer, OutPtr, KC, MC};
+use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
 use super::table::{MatKernels, Table, MR, NR};
 use crate::format::DType;
 use std::cell::RefCell;
@@ -50,7 +50,7 @@ impl Kernels {
         }
         if w.dtype() == DType::BF16 && self.act() == QuantActivations::Reduced {
             return match gemm_bf16::kernels_for(t, w) {
-                Some(k) => gemm_bf16::product(k, w, x, n, y),
+                Some(k) => gemm_bf16::product(t, k, w, x, n, y),
                 None => gemm_bf16::with_rounded(x, n, cols, |xr| float_product(t, w, xr, n, y)),
             };
         }
@@ -187,13 +187,7 @@ fn gemm_packed(t: &Table, ops: &MatKernels, w: Mat<'_>, xp: &[f32], n: usize, y:
                     }
                 }
             }
-            // Token-major so the writes to y are contiguous runs of mr elements.
-            for tok in 0..n {
-                for i in 0..mr {
-                    // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
-                    unsafe { out.write(tok * rows + r0 + i, c[i * ldc + tok]) };
-                }
-            }
+            write_back(t.transpose, c, ldc, n, out, rows, r0..r0 + mr);
         });
     });
 }

@@ -16,8 +16,8 @@
 
 use super::bf16act::{round_bf16, Bf16Acts};
 use super::mat::Mat;
-use super::par::{for_tasks, gemv_by, with_buffer, OutPtr, MC};
-use super::table::{Bf16Kernels, Table, BF16_MR, NR};
+use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, MC};
+use super::table::{Bf16Kernels, Table, TransposeFn, BF16_MR, NR};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -73,7 +73,7 @@ pub(super) fn with_rounded<R>(x: &[f32], n: usize, cols: usize, f: impl FnOnce(&
 
 /// y [n, rows] = x [n, cols] · wᵀ for a bf16 `w` by the bf16 kernels `k`, activations rounded
 /// to bf16.
-pub(super) fn product(k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+pub(super) fn product(t: &Table, k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
@@ -81,7 +81,7 @@ pub(super) fn product(k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [
             xa.pack_panels();
             match k.gemm {
                 Some(whole) => whole(w, &xa.panels, n, y),
-                None => gemm(&k, w, xa, n, y),
+                None => gemm(&k, t.transpose, w, xa, n, y),
             }
         } else {
             let xb = &xa.bits;
@@ -105,7 +105,7 @@ pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usiz
 
 /// The blocked GEMM over packed panels: tasks of MC weight rows; per KC_BF16 columns, every
 /// panel meets every BF16_MR-row tile of the task while those weights sit in L2.
-fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
+fn gemm(k: &Bf16Kernels, transpose: TransposeFn, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     let (panels, pairs) = (n.div_ceil(NR), cols / 2);
     // A last panel of at most NR / 2 activation rows is computed on its lower half only.
@@ -133,10 +133,7 @@ fn gemm(k: &Bf16Kernels, w: Mat<'_>, xa: &Bf16Acts, n: usize, y: &mut [f32]) {
                     }
                 }
             }
-            write_back(c, ldc, mr, n, move |tok, i, v| {
-                // SAFETY: row r0 + i belongs to this task only; y holds n·rows elements.
-                unsafe { out.write(tok * rows + r0 + i, v) }
-            });
+            write_back(transpose, c, ldc, n, out, rows, r0..r0 + mr);
         });
     });
 }
@@ -154,26 +151,6 @@ fn passes(panels: usize, half: bool) -> impl Iterator<Item = (usize, usize)> {
     let pairs_end = if joined { panels - 3 } else { panels };
     (0..pairs_end).step_by(2).map(move |p| (p, 2.min(panels - p))).chain(joined.then_some((panels - 3, 3)))
 }
-
-/// put(tok, i, c[i·ldc + tok]) for the task's mr rows and n tokens, WRITE_BACK_TOKENS tokens at a
-/// time: each token's mr outputs are one contiguous run of y, and the block's columns of `c`
-/// (mr lines) stay in L1 while they are read token by token. (A tile's rows at a time over all
-/// n tokens wrote each token's row of y in short pieces, rows of y 8 KiB apart for 2048 outputs:
-/// all in one L1 set. 2048 × 1408, n = 512, one thread: 8.37–8.39 → 7.84–7.92 ms; products
-/// with 1408 outputs unchanged.)
-#[inline]
-fn write_back(c: &[f32], ldc: usize, mr: usize, n: usize, mut put: impl FnMut(usize, usize, f32)) {
-    for t0 in (0..n).step_by(WRITE_BACK_TOKENS) {
-        for tok in t0..(t0 + WRITE_BACK_TOKENS).min(n) {
-            for i in 0..mr {
-                put(tok, i, c[i * ldc + tok]);
-            }
-        }
-    }
-}
-
-/// Tokens per block of the GEMM's write-back: the block's 32 bytes of each row of `c`.
-const WRITE_BACK_TOKENS: usize = 8;
 
 /// Touch this thread's buffers so that their destructors are registered now (see
 /// `kernels::prepare_thread`).

@@ -33,10 +33,20 @@ pub(crate) static GENERIC: Table = Table {
     axpy_f16,
     axpy_bf16,
     tile,
+    transpose,
     quantize: quantize_blocks,
     bf16: None,
     delta_step: super::delta::reference_step,
 };
+
+/// dst[j·rows + i] = src[i·lds + j] (see `table::TransposeFn`).
+pub fn transpose(src: &[f32], lds: usize, rows: usize, cols: usize, dst: &mut [f32]) {
+    for i in 0..rows {
+        for j in 0..cols {
+            dst[j * rows + i] = src[i * lds + j];
+        }
+    }
+}
 
 /// out[t·rows.len() + i] = w[rows.start + i] · x[t] (see `table::GemvFn`).
 pub fn gemv(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {

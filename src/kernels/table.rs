@@ -51,6 +51,9 @@ pub(crate) type WidenFn = fn(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mu
 /// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr, k ascending;
 /// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
 pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
+/// dst[j·rows + i] = src[i·lds + j] for i < rows, j < cols: a block of GEMM results (outputs ×
+/// tokens, rows lds apart) turned token-major, as the product's y stores them.
+pub(crate) type TransposeFn = fn(src: &[f32], lds: usize, rows: usize, cols: usize, dst: &mut [f32]);
 /// Σ w[i]·x[i] over a float vector (f32, or f16 / bf16 bits).
 pub(crate) type DotFn<T> = fn(w: &[T], x: &[f32]) -> f32;
 /// y[i] += a · x[i] for a float vector x of at least y's length (shorter panics on every path).
@@ -123,6 +126,8 @@ pub(crate) struct Table {
     pub axpy_f16: AxpyFn<u16>,
     pub axpy_bf16: AxpyFn<u16>,
     pub tile: TileFn,
+    /// The GEMMs' write-back (`TransposeFn`).
+    pub transpose: TransposeFn,
     /// Int8 activation blocks (`actq::quantize_blocks`).
     pub quantize: QuantizeFn,
     /// bf16 × bf16 products, when the path has a bf16 dot instruction (otherwise the float

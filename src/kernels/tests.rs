@@ -859,3 +859,28 @@ fn the_micro_tile_is_the_same_bits_on_every_simd_path() {
     }
     assert_ne!(tiles.first().map(|t| &t.1), Some(&c0), "the tile wrote its outputs");
 }
+
+#[test]
+fn every_path_writes_gemm_results_back_like_the_reference() {
+    // Blocks of results (rows × tokens, rows lds apart) turned token-major: whole 8 × 8 blocks,
+    // row and token edges, padding columns in the source that must not be read into the result.
+    let lds = 27;
+    let src = sample(96 * lds, 31);
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        for (rows, cols) in [(0, 8), (1, 1), (7, 8), (8, 8), (16, 8), (19, 8), (96, 8), (96, 3), (13, 5), (40, 8)] {
+            let mut want = vec![f32::NAN; rows * cols + 3];
+            let mut got = want.clone();
+            super::generic::transpose(&src, lds, rows, cols, &mut want);
+            (t.transpose)(&src, lds, rows, cols, &mut got);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{path:?} {rows} × {cols}"
+            );
+            for (j, i) in (0..cols).flat_map(|j| (0..rows).map(move |i| (j, i))) {
+                assert_eq!(want[j * rows + i], src[i * lds + j], "reference {rows} × {cols} at ({i}, {j})");
+            }
+        }
+    }
+}

@@ -229,7 +229,7 @@ fn a_path_with_a_whole_bf16_gemm_takes_it_from_the_gemm_threshold() {
     for n in [GEMM_MIN_ROWS_BF16, 33, 100] {
         let x = sample(n * cols, 9 + n as u64);
         let mut y = vec![f32::NAN; n * rows];
-        product(k, w, &x, n, &mut y);
+        product(&crate::kernels::generic::GENERIC, k, w, &x, n, &mut y);
         check_against_reference(w, &x, n, &y, &format!("through product, n {n}"));
     }
 }

@@ -16,6 +16,8 @@
 //!   activation-row count; GGUF's row-major q5_0 meets its activations as q8r8 does (`q5r8`: 8
 //!   rows in place for decode, copied to q8r8 for the table's q8r8 kernels from 2 activation rows
 //!   on).
+//! * both: the GEMMs' write-back (results turned token-major) by 8 × 8 register transposes
+//!   (`transpose`).
 
 mod actq;
 mod bf16;
@@ -32,6 +34,7 @@ mod qdot;
 mod qgroup;
 mod qrows;
 mod tile;
+mod transpose;
 mod tune;
 mod vnni;
 mod widen;
@@ -169,6 +172,7 @@ static AVX2: Table = Table {
     axpy_f16: gemv::axpy_f16,
     axpy_bf16: gemv::axpy_bf16,
     tile: tile::tile,
+    transpose: transpose::transpose,
     quantize: actq::quantize_blocks,
     bf16: None,
     delta_step: delta::step_avx2,
