@@ -167,7 +167,7 @@ pub(super) fn partial(
         let js = lo.max(j0)..hi.min(j0 + KC);
         qs.from.widen(kern, kv, layer, j0, js, &mut b.rows[..ks * kw], kw, &mut b.vrows[..vlen], vw);
         scores(kern, &mut b, ks);
-        weigh(&mut b.s[..mp * ks], ks, &mut out, qs, j0, &pos, vp);
+        weigh(&mut b.s[..mp * ks], ks, &mut out, qs, j0, &pos, kern.table().exp_sum);
         values(kern, &mut b, ks, &mut out.acc, gqa);
         j0 += KC;
     }
@@ -178,14 +178,10 @@ pub(super) fn partial(
 /// b.s = b.q·b.rows[..ks]ᵀ ([mp, ks]): per panel of NR cached rows, the rows transposed into
 /// panel[d·NR + jj], then the tile for every MR queries.
 fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
-    let (tile, mp, kw) = (kern.table().tile, b.mp, b.kw);
+    let (tile, transpose, mp, kw) = (kern.table().tile, kern.table().transpose, b.mp, b.kw);
     b.s[..mp * ks].fill(0.0);
     for p0 in (0..ks).step_by(NR) {
-        for (jj, row) in b.rows[p0 * kw..(p0 + NR) * kw].chunks_exact(kw).enumerate() {
-            for (d, &x) in row.iter().enumerate() {
-                b.panel[d * NR + jj] = x;
-            }
-        }
+        transpose(&b.rows[p0 * kw..(p0 + NR) * kw], kw, NR, kw, &mut b.panel[..kw * NR]);
         for i0 in (0..mp).step_by(MR) {
             tile(&b.q[i0 * kw..(i0 + MR) * kw], &b.panel[..kw * NR], kw, &mut b.s[i0 * ks + p0..], ks, NR);
         }
@@ -193,9 +189,19 @@ fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
 }
 
 /// For each query, scale the block's live scores (its own positions within `pos`), fold them
-/// into its running maximum (rescaling `sum` and `acc`) and turn them into weights e^(s − max);
-/// the other columns (and padding queries) get weight 0.
-fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usize, pos: &Range<usize>, vp: usize) {
+/// into its running maximum (rescaling `sum` and `acc`) and turn them into weights e^(s − max)
+/// by the path's `exp_sum` (vectorised, the same bits on every path); the other columns (and
+/// padding queries) get weight 0.
+fn weigh(
+    s: &mut [f32],
+    ks: usize,
+    out: &mut Partial,
+    qs: &Queries<'_>,
+    j0: usize,
+    pos: &Range<usize>,
+    exp_sum: fn(&mut [f32], f32) -> f32,
+) {
+    let vp = round_up(qs.vw, NR);
     for (i, row) in s.chunks_exact_mut(ks).enumerate() {
         let Some(live) = qs.live.get(i / qs.heads) else {
             row.fill(0.0);
@@ -219,12 +225,7 @@ fn weigh(s: &mut [f32], ks: usize, out: &mut Partial, qs: &Queries<'_>, j0: usiz
             out.acc[i * vp..(i + 1) * vp].iter_mut().for_each(|a| *a *= r);
             out.max[i] = m;
         }
-        let mut sum = 0.0;
-        for x in cols.iter_mut() {
-            *x = (*x - m).exp();
-            sum += *x;
-        }
-        out.sum[i] += sum;
+        out.sum[i] += exp_sum(cols, m);
     }
 }
 

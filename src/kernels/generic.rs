@@ -34,6 +34,7 @@ pub(crate) static GENERIC: Table = Table {
     axpy_bf16,
     tile,
     transpose,
+    exp_sum: super::vexp::exp_sum,
     quantize: quantize_blocks,
     bf16: None,
     delta_step: super::delta::reference_step,

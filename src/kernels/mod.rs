@@ -30,6 +30,7 @@ mod par;
 mod q5r8;
 pub mod reference;
 mod table;
+pub(crate) mod vexp;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -52,8 +52,12 @@ pub(crate) type WidenFn = fn(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mu
 /// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
 pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
 /// dst[j·rows + i] = src[i·lds + j] for i < rows, j < cols: a block of GEMM results (outputs ×
-/// tokens, rows lds apart) turned token-major, as the product's y stores them.
+/// tokens, rows lds apart) turned token-major, as the product's y stores them; attention's
+/// cached key rows turned into the tile's panels.
 pub(crate) type TransposeFn = fn(src: &[f32], lds: usize, rows: usize, cols: usize, dst: &mut [f32]);
+/// xs[i] = e^(xs[i] − m) in place (m ≥ every xs[i]), returning Σ xs (`vexp::exp_sum_body`: the
+/// same bits on every path).
+pub(crate) type ExpSumFn = fn(xs: &mut [f32], m: f32) -> f32;
 /// Σ w[i]·x[i] over a float vector (f32, or f16 / bf16 bits).
 pub(crate) type DotFn<T> = fn(w: &[T], x: &[f32]) -> f32;
 /// y[i] += a · x[i] for a float vector x of at least y's length (shorter panics on every path).
@@ -128,6 +132,8 @@ pub(crate) struct Table {
     pub tile: TileFn,
     /// The GEMMs' write-back (`TransposeFn`).
     pub transpose: TransposeFn,
+    /// The softmax rows of blocked attention (`ExpSumFn`).
+    pub exp_sum: ExpSumFn,
     /// Int8 activation blocks (`actq::quantize_blocks`).
     pub quantize: QuantizeFn,
     /// bf16 × bf16 products, when the path has a bf16 dot instruction (otherwise the float

@@ -866,9 +866,25 @@ fn every_path_writes_gemm_results_back_like_the_reference() {
     // row and token edges, padding columns in the source that must not be read into the result.
     let lds = 27;
     let src = sample(96 * lds, 31);
+    // Also attention's key panels: NR rows of kw columns (any width).
     for path in available_paths() {
         let t = table_for(path).expect("available");
-        for (rows, cols) in [(0, 8), (1, 1), (7, 8), (8, 8), (16, 8), (19, 8), (96, 8), (96, 3), (13, 5), (40, 8)] {
+        let shapes = [
+            (0, 8),
+            (1, 1),
+            (7, 8),
+            (8, 8),
+            (16, 8),
+            (19, 8),
+            (96, 8),
+            (96, 3),
+            (13, 5),
+            (40, 8),
+            (16, 27),
+            (16, 24),
+            (9, 17),
+        ];
+        for (rows, cols) in shapes {
             let mut want = vec![f32::NAN; rows * cols + 3];
             let mut got = want.clone();
             super::generic::transpose(&src, lds, rows, cols, &mut want);
@@ -881,6 +897,23 @@ fn every_path_writes_gemm_results_back_like_the_reference() {
             for (j, i) in (0..cols).flat_map(|j| (0..rows).map(move |i| (j, i))) {
                 assert_eq!(want[j * rows + i], src[i * lds + j], "reference {rows} × {cols} at ({i}, {j})");
             }
+        }
+    }
+}
+
+#[test]
+fn every_path_weighs_softmax_rows_with_the_same_bits() {
+    // The same lane loops compiled per instruction set: the weights and the sum bit-identical.
+    for n in [1, 5, 8, 13, 64, 301] {
+        let xs: Vec<f32> = sample(n, 40 + n as u64).iter().map(|v| v * 30.0).collect();
+        let m = xs.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+        let mut want = xs.clone();
+        let want_sum = super::vexp::exp_sum(&mut want, m);
+        for path in available_paths() {
+            let mut got = xs.clone();
+            let sum = (table_for(path).expect("available").exp_sum)(&mut got, m);
+            assert_eq!(sum.to_bits(), want_sum.to_bits(), "{path:?} n {n}: sum");
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{path:?} n {n}: weights");
         }
     }
 }

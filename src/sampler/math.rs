@@ -1,41 +1,12 @@
-//! Vector math of the sampler on plain `f32` slices: the branch-free `exp` behind the softmax
-//! weights, the whole-vocabulary weight pass, NaN-ignoring max / argmax and the `f64` sum. Knows
-//! nothing of candidates or parameters.
+//! Vector math of the sampler on plain `f32` slices: the softmax weights (by the branch-free
+//! `kernels::vexp::exp_nonpositive`), the whole-vocabulary weight pass, NaN-ignoring max / argmax
+//! and the `f64` sum. Knows nothing of candidates or parameters.
+
+use crate::kernels::vexp::exp_nonpositive;
 
 /// Lanes of the reductions below (and of the chunked scans elsewhere in the sampler): independent
 /// accumulators let them vectorise, and their fixed combination order keeps results deterministic.
 pub(super) const LANES: usize = 8;
-
-/// `e^x` for `x <= 0` (or −∞), as weights need it: Cephes `expf` (range reduction by ln 2 in two
-/// parts, degree-6 polynomial), relative error below 3e-7 on [−87, 0], exactly 1 at 0, and 0 below
-/// −87 (where `f32` results would be subnormal), 0 for NaN. Branch-free, so the weight loop over a
-/// whole vocabulary vectorises (`f32::exp` is a libm call per element).
-pub(super) fn exp_nonpositive(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // Adding 1.5 · 2^23 rounds to an integer, readable in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
-    let xc = x.clamp(-87.0, 0.0);
-    // k = round(x / ln 2) in [-126, 0].
-    let z = xc * std::f32::consts::LOG2_E + ROUND;
-    let k = (z.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
-    let kf = z - ROUND;
-    let r = xc - kf * LN2_HI - kf * LN2_LO;
-    let mut p = 1.987_569_1e-4;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits((k.wrapping_add(127) as u32) << 23);
-    // Written so that NaN also gives 0.
-    if x >= -87.0 {
-        y * scale
-    } else {
-        0.0
-    }
-}
 
 /// Softmax weight of `logit` given the step's maximum and 1/T: `exp((logit − max) / T)`, so the
 /// maximum weighs exactly 1; NaN and −∞ weigh 0. When `max` is +∞ the +∞ logits weigh 1 and all
@@ -140,22 +111,5 @@ mod tests {
                 assert_eq!(argmax(&x), naive(&x), "{x:?}");
             }
         }
-    }
-
-    #[test]
-    fn fast_exp_matches_exp() {
-        let mut worst = 0.0f64;
-        for i in 0..=870_000 {
-            let x = -(i as f32) * 1e-4;
-            let got = f64::from(exp_nonpositive(x));
-            let want = f64::from(x).exp();
-            worst = worst.max((got - want).abs() / want);
-        }
-        assert!(worst < 3e-7, "max relative error {worst}");
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert_eq!(exp_nonpositive(-0.0), 1.0);
-        assert_eq!(exp_nonpositive(-87.5), 0.0);
-        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_nonpositive(-f32::MAX), 0.0);
     }
 }

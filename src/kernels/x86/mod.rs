@@ -36,6 +36,7 @@ mod qrows;
 mod tile;
 mod transpose;
 mod tune;
+mod vexp;
 mod vnni;
 mod widen;
 
@@ -173,6 +174,7 @@ static AVX2: Table = Table {
     axpy_bf16: gemv::axpy_bf16,
     tile: tile::tile,
     transpose: transpose::transpose,
+    exp_sum: vexp::exp_sum,
     quantize: actq::quantize_blocks,
     bf16: None,
     delta_step: delta::step_avx2,

@@ -1,4 +1,4 @@
-//! The GEMMs' write-back transpose on AVX: 8 × 8 blocks of f32 through registers (unpack, shuffle,
+//! The transposes of the GEMMs' write-back and of attention's key panels on AVX: 8 × 8 blocks of f32 through registers (unpack, shuffle,
 //! 128-bit lane permute), the edges element by element. Moves values only: the result is the
 //! portable one's, bit for bit.
 
@@ -7,15 +7,19 @@ use core::arch::x86_64::*;
 /// dst[j·rows + i] = src[i·lds + j] for i < rows, j < cols (see `table::TransposeFn`).
 pub fn transpose(src: &[f32], lds: usize, rows: usize, cols: usize, dst: &mut [f32]) {
     assert!(dst.len() >= rows * cols && (rows == 0 || cols == 0 || src.len() >= (rows - 1) * lds + cols));
-    let whole = if cols == 8 { rows - rows % 8 } else { 0 };
-    for i0 in (0..whole).step_by(8) {
-        // SAFETY: rows i0..i0 + 8 of src hold 8 readable elements each (asserted: cols = 8), and
-        // dst holds columns i0..i0 + 8 of its 8 rows (rows·8 elements); reached only from the
-        // x86 tables, whose CPUs have AVX.
-        unsafe { block8(src.as_ptr().add(i0 * lds), lds, dst.as_mut_ptr().add(i0), rows) };
+    let (whole_rows, whole_cols) = (rows - rows % 8, cols - cols % 8);
+    for i0 in (0..whole_rows).step_by(8) {
+        for j0 in (0..whole_cols).step_by(8) {
+            // SAFETY: rows i0..i0 + 8 of src hold columns j0..j0 + 8 (asserted: j0 + 8 ≤ cols),
+            // and dst rows j0..j0 + 8 hold columns i0..i0 + 8 (rows·cols elements); reached
+            // only from the x86 tables, whose CPUs have AVX.
+            unsafe { block8(src.as_ptr().add(i0 * lds + j0), lds, dst.as_mut_ptr().add(j0 * rows + i0), rows) };
+        }
     }
-    for i in whole..rows {
-        for j in 0..cols {
+    // The edges: the last rows % 8 rows, and the last cols % 8 columns of the whole rows.
+    for i in 0..rows {
+        let from = if i < whole_rows { whole_cols } else { 0 };
+        for j in from..cols {
             dst[j * rows + i] = src[i * lds + j];
         }
     }

@@ -1,0 +1,13 @@
+//! The softmax rows' exp-and-sum (`kernels::vexp`) compiled for AVX2: the same source and
+//! operation order as the portable path's, eight lanes per instruction, the same bits.
+
+/// See `table::ExpSumFn`.
+pub fn exp_sum(xs: &mut [f32], m: f32) -> f32 {
+    // SAFETY: reached only through the x86 tables, whose CPUs have AVX2.
+    unsafe { exp_sum_avx2(xs, m) }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn exp_sum_avx2(xs: &mut [f32], m: f32) -> f32 {
+    crate::kernels::vexp::exp_sum_body(xs, m)
+}
