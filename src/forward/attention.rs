@@ -59,9 +59,7 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut
     let (nq, nkv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
     let eps = c.rms_norm_eps as f32;
     let xn = &b.xn[..n * c.hidden_size];
-    kern.matmul(w.wq, xn, n, &mut b.q);
-    kern.matmul(w.wk, xn, n, &mut b.k);
-    kern.matmul(w.wv, xn, n, &mut b.v);
+    kern.matmuls(xn, n, &mut [(w.wq, &mut b.q[..]), (w.wk, &mut b.k[..]), (w.wv, &mut b.v[..])]);
     let (q, k, v) = (&mut b.q[..n * nq], &mut b.k[..n * nkv], &mut b.v[..n * nkv]);
     for (buf, bias) in [(&mut *q, &w.bq), (&mut *k, &w.bk), (&mut *v, &w.bv)] {
         if let Some(bias) = bias {

@@ -28,8 +28,8 @@ pub fn delta_net(
     let n = lanes.last().map_or(0, |s| s.rows.end);
     let (qkvz_w, vd) = (2 * d.key_dim() + 2 * d.value_dim(), d.value_dim());
     // [q k v z] and [b a] of every row.
-    kern.matmul(w.in_qkvz, &b.xn[..n * c.hidden_size], n, &mut b.dn_qkvz);
-    kern.matmul(w.in_ba, &b.xn[..n * c.hidden_size], n, &mut b.dn_ba);
+    let xn = &b.xn[..n * c.hidden_size];
+    kern.matmuls(xn, n, &mut [(w.in_qkvz, &mut b.dn_qkvz[..]), (w.in_ba, &mut b.dn_ba[..])]);
     for lane in lanes.iter_mut() {
         let Some(state) = lane.rec.layer_write(layer) else {
             unreachable!("a session holds a recurrent state for every DeltaNet layer of its model")

@@ -11,8 +11,8 @@ use crate::model::{ExpertAct, MlpWeights};
 pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     let ffn = w.gate.rows();
     let (mut g, mut u) = (bufs.take(n * ffn), bufs.take(n * ffn));
-    k.matmul(w.gate, x, n, &mut g);
-    k.matmul(w.up, x, n, &mut u);
+    // gate · x and up · x, x rounded to int8 once for both.
+    k.matmuls(x, n, &mut [(w.gate, &mut g[..]), (w.up, &mut u[..])]);
     if let Some(b) = &w.bias {
         kernels::add_bias_row(&mut g, b.gate, b.row);
         kernels::add_bias_row(&mut u, b.up, b.row);

@@ -71,17 +71,17 @@ fn norm_leading(x: &mut [f32], width: usize, w: Mat<'_>, eps: f32) {
 fn project(c: &Config, m: &Mla, kern: &Kernels, w: &MlaWeights<'_>, n: usize, b: &mut Scratch) {
     let xn = &b.xn[..n * c.hidden_size];
     let eps = m.latent_norm_eps as f32;
+    // The products over xn (q's, or q_a's, and kv_a's) round it to int8 once.
     match w.q_a {
         Some((q_a, q_a_norm)) => {
-            kern.matmul(q_a, xn, n, &mut b.q_low);
+            kern.matmuls(xn, n, &mut [(q_a, &mut b.q_low[..]), (w.kv_a, &mut b.latent[..])]);
             let r = m.q_lora_rank;
             norm_leading(&mut b.q_low[..n * r], r, q_a_norm, eps);
             kern.matmul(w.q, &b.q_low[..n * r], n, &mut b.q);
         }
-        None => kern.matmul(w.q, xn, n, &mut b.q),
+        None => kern.matmuls(xn, n, &mut [(w.q, &mut b.q[..]), (w.kv_a, &mut b.latent[..])]),
     }
     let lat = m.kv_lora_rank + m.qk_rope_head_dim;
-    kern.matmul(w.kv_a, xn, n, &mut b.latent);
     norm_leading(&mut b.latent[..n * lat], lat, w.kv_a_norm, eps);
 }
 

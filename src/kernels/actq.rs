@@ -1,6 +1,7 @@
 //! Int8 activations for quantised weights (the W8A8 / W4A8 decode path): each activation row is
-//! quantised once per product to blocks of 32 int8 values with an f32 scale, so a weight block
-//! meets it in integer arithmetic and only the block sums are scaled in float.
+//! quantised once per product (once for several products over the same rows: `Kernels::matmuls`)
+//! to blocks of 32 int8 values with an f32 scale, so a weight block meets it in integer
+//! arithmetic and only the block sums are scaled in float.
 //!
 //! Reference semantics (every SIMD path computes the same integers and differs only in the
 //! order of the float additions):

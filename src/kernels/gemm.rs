@@ -1,5 +1,6 @@
 //! y = x · wᵀ for a stored weight matrix: the one entry point every projection, expert and the
-//! lm_head go through, and its two strategies.
+//! lm_head go through (`matmul`; `matmuls` for several matrices over the same rows, which it
+//! rounds to int8 once), and its two strategies.
 //!
 //! * Few activation rows (decode, small expert groups): matrix-vector products straight from the
 //!   stored weights, rows split across the thread pool in contiguous chunks; every weight is read
@@ -17,7 +18,7 @@ use super::dispatch::Kernels;
 use super::gemm_bf16;
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
-use super::table::{MatKernels, Table, MR, NR};
+use super::table::{GemvI8Fn, MatKernels, Table, MR, NR};
 use crate::format::DType;
 use std::cell::RefCell;
 
@@ -43,9 +44,56 @@ impl Kernels {
     /// meaning with the number of rows in the call) and bf16 weights bf16-rounded ones
     /// (`gemm_bf16`).
     pub fn matmul(&self, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
-        let (t, rows, cols) = (self.table(), w.rows(), w.cols());
-        check_shapes(w, x, n, y);
-        if n == 0 || rows == 0 {
+        self.matmuls(x, n, &mut [(w, y)]);
+    }
+
+    /// y = x · wᵀ for each (w, y) of `products`, all over the same x ([n, cols], the matrices'
+    /// common width): each product's bits are `matmul`'s, but x is rounded to int8 blocks (and
+    /// widened back for the GEMM strategy) once for all the products that meet it so — an MLP's
+    /// gate and up, attention's q, k and v.
+    pub fn matmuls(&self, x: &[f32], n: usize, products: &mut [(Mat<'_>, &mut [f32])]) {
+        let Some(cols) = products.first().map(|(w, _)| w.cols()) else { return };
+        for (w, y) in products.iter() {
+            assert!(w.cols() == cols, "matmuls: widths {} and {cols}", w.cols());
+            check_shapes(*w, x, n, y);
+        }
+        if n == 0 {
+            return;
+        }
+        if products.iter().all(|(w, _)| self.int8_kernel(*w).is_none()) {
+            return products.iter_mut().for_each(|(w, y)| self.unquantised(*w, x, n, y));
+        }
+        let t = self.table();
+        with_buffer(&ACTS, |acts| {
+            let mut xq = Int8Rows { x, n, cols, acts, quantised: false, widened: Vec::new() };
+            for (w, y) in products.iter_mut() {
+                let (w, ops) = (*w, t.mat(w.dtype()));
+                match self.int8_kernel(w) {
+                    _ if w.rows() == 0 => {}
+                    None => self.unquantised(w, x, n, y),
+                    // A dtype whose int8 kernel beats widening for the FMA GEMM takes it at every
+                    // n (measured: see docs/performance.md, "Kernel paths").
+                    Some(kernel) if n < GEMM_MIN_ROWS || ops.int8_at_any_n || cols == 0 => {
+                        let xa = xq.acts(t);
+                        gemv_by(w.rows(), cols, n, y, |r, out| kernel(w, r, xa, n, out));
+                    }
+                    Some(_) => gemm(t, ops, w, xq.widened(t), n, y),
+                }
+            }
+        });
+    }
+
+    /// The int8-activation kernel of `w` in this mode, if it meets int8 activations.
+    fn int8_kernel(&self, w: Mat<'_>) -> Option<GemvI8Fn> {
+        let reduced = self.act() == QuantActivations::Reduced;
+        self.table().mat(w.dtype()).gemv_i8.filter(|_| reduced && w.dtype() != DType::BF16)
+    }
+
+    /// y = x · wᵀ for a `w` that does not meet int8 activations: bf16 × bf16 in `Reduced` mode,
+    /// else x as f32.
+    fn unquantised(&self, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+        let (t, cols) = (self.table(), w.cols());
+        if w.rows() == 0 {
             return;
         }
         if w.dtype() == DType::BF16 && self.act() == QuantActivations::Reduced {
@@ -54,28 +102,7 @@ impl Kernels {
                 None => gemm_bf16::with_rounded(x, n, cols, |xr| float_product(t, w, xr, n, y)),
             };
         }
-        let ops = t.mat(w.dtype());
-        let int8 = match ops.gemv_i8 {
-            Some(kernel) if self.act() == QuantActivations::Reduced => Some(kernel),
-            _ => None,
-        };
-        // A dtype whose int8 kernel beats widening for the FMA GEMM takes it at every n (measured:
-        // see docs/performance.md, "Kernel paths").
-        let gemm_from = if int8.is_some() && ops.int8_at_any_n { usize::MAX } else { GEMM_MIN_ROWS };
-        match (n >= gemm_from && cols > 0, int8) {
-            (_, None) => float_product(t, w, x, n, y),
-            (true, Some(_)) => with_buffer(&ACTS, |xa| {
-                xa.quantize_with(t.quantize, x, n, cols);
-                let mut xr = vec![0f32; n * cols];
-                xa.dequantize(&mut xr);
-                gemm(t, ops, w, &xr, n, y);
-            }),
-            (false, Some(kernel)) => with_buffer(&ACTS, |xa| {
-                xa.quantize_with(t.quantize, x, n, cols);
-                let xa = &*xa;
-                gemv_by(rows, cols, n, y, |r, out| kernel(w, r, xa, n, out));
-            }),
-        }
+        float_product(t, w, x, n, y)
     }
 
     /// y[t·rows.len() + i] = w[rows.start + i] · x[t] for a range of rows and n activation rows
@@ -126,6 +153,40 @@ fn check_shapes(w: Mat<'_>, x: &[f32], n: usize, y: &[f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     assert!(n.checked_mul(cols).is_some_and(|v| x.len() >= v), "matmul: x shorter than {n} × {cols}");
     assert!(n.checked_mul(rows).is_some_and(|v| y.len() >= v), "matmul: y shorter than {n} × {rows}");
+}
+
+/// A call's activations x ([n, cols]) in int8 blocks, made on the first product that meets them
+/// and kept for the call's other products (`Kernels::matmuls`).
+struct Int8Rows<'a> {
+    x: &'a [f32],
+    n: usize,
+    cols: usize,
+    acts: &'a mut QuantizedActs,
+    quantised: bool,
+    /// The int8 rows as the GEMM strategy meets them, dx·qx ([n, cols]): made on first use.
+    widened: Vec<f32>,
+}
+
+impl Int8Rows<'_> {
+    /// The int8 blocks, by the path's quantiser.
+    fn acts(&mut self, t: &Table) -> &QuantizedActs {
+        if !self.quantised {
+            self.acts.quantize_with(t.quantize, self.x, self.n, self.cols);
+            self.quantised = true;
+        }
+        self.acts
+    }
+
+    /// The int8 rows widened back to f32 (dx·qx).
+    fn widened(&mut self, t: &Table) -> &[f32] {
+        if self.widened.is_empty() {
+            let len = self.n * self.cols;
+            self.acts(t);
+            self.widened.resize(len, 0.0);
+            self.acts.dequantize(&mut self.widened);
+        }
+        &self.widened
+    }
 }
 
 /// Pack x ([n, cols]) into panels of NR rows: xp[p][k][j] = x[p·NR + j, k] (zero past n).

@@ -625,6 +625,41 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
     }
 }
 
+/// `matmuls` over several matrices of one width (every dtype, two row counts) gives each one
+/// `matmul`'s bits: the int8 activations (and their widened form) made once are the ones each
+/// product would make.
+#[test]
+fn products_sharing_their_input_equal_separate_products_bit_for_bit() {
+    let cols = 256;
+    let (a, b) = (Stored::new(16, cols, 3), Stored::new(24, cols, 4));
+    let mats: Vec<Mat<'_>> = a.mats().into_iter().chain(b.mats()).map(|m| m.1).collect();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for path in available_paths() {
+        for mode in [QuantActivations::Reduced, QuantActivations::Float] {
+            let k = kernels(path, mode);
+            // 5: the matrix-vector strategy; 40: the GEMM for the row-major block layouts.
+            for n in [5, 40] {
+                let x = sample(n * cols, n as u64);
+                let want: Vec<Vec<f32>> = mats
+                    .iter()
+                    .map(|&w| {
+                        let mut y = vec![0f32; n * w.rows()];
+                        k.matmul(w, &x, n, &mut y);
+                        y
+                    })
+                    .collect();
+                let mut got: Vec<Vec<f32>> = mats.iter().map(|w| vec![0f32; n * w.rows()]).collect();
+                let mut products: Vec<(Mat<'_>, &mut [f32])> =
+                    mats.iter().copied().zip(got.iter_mut().map(|y| &mut y[..])).collect();
+                k.matmuls(&x, n, &mut products);
+                for ((w, g), want) in mats.iter().zip(&got).zip(&want) {
+                    assert_eq!(bits(g), bits(want), "{path:?} {mode:?} {} n {n}", w.dtype().name());
+                }
+            }
+        }
+    }
+}
+
 /// The activations as `Reduced` mode hands them to a bf16 weight: rounded to bf16, as f32.
 fn rounded_bf16(x: &[f32]) -> Vec<f32> {
     x.iter().map(|&v| f32::from_bits(u32::from(super::bf16act::round_bf16(v)) << 16)).collect()

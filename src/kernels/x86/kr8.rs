@@ -3,8 +3,9 @@
 //! of 8 rows, one broadcast of 4 activation bytes meets all 8 (`vpmaddubsw` + `vpmaddwd` on AVX2,
 //! one `vpdpbusd` on VNNI), and the 8 rows' sums live in the 8 i32 lanes of one vector: no
 //! horizontal adds anywhere. One pass over a group's units serves up to 4 (AVX2) or 8 (VNNI)
-//! activation rows, so prefill unpacks each weight once per pass; the unit some way ahead is
-//! prefetched (`tune::kr8_prefetch_units`).
+//! activation rows, so prefill unpacks each weight once per pass, and stores its results straight
+//! into the product's output rows; the unit some way ahead is prefetched
+//! (`tune::kr8_prefetch_units`).
 //!
 //! * q4_kr8, per sub-block pair p: 8 loads, low nibbles (sub-block 2p) and high (2p + 1) against
 //!   their activation bytes (VNNI takes the high nibbles where they are, 16 × their value, and
@@ -83,10 +84,10 @@ enum Sums {
     Blocks,
 }
 
-/// A kernel: out[t][8·i + j] = row 8·i + j of the groups whose first units are at g[i] (i <
-/// the width's groups; nb units each) · activation row x[t], x.len() activation rows (the
-/// kernel's T).
-type Kern = unsafe fn(g: [*const u8; 2], nb: usize, x: &[Acts], out: &mut [[f32; 2 * ROWS]]);
+/// A kernel: out[t·stride + 8·i + j] = row 8·i + j of the groups whose first units are at g[i]
+/// (i < the width's groups; nb units each) · activation row x[t], x.len() activation rows (the
+/// kernel's T); out must be valid for those writes.
+type Kern = unsafe fn(g: [*const u8; 2], nb: usize, x: &[Acts], out: *mut f32, stride: usize);
 
 /// Prefetch the `bytes` bytes at p (a hint: never faults, any address is fine).
 #[inline(always)]
@@ -116,7 +117,8 @@ unsafe fn q4k<L: Lanes, D: Dot<L>, const T: usize>(
     g: [*const u8; 2],
     nb: usize,
     xs: &[Acts],
-    out: &mut [[f32; 2 * ROWS]],
+    out: *mut f32,
+    stride: usize,
 ) {
     // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
     // row.
@@ -165,7 +167,7 @@ unsafe fn q4k<L: Lanes, D: Dot<L>, const T: usize>(
                 }
             }
         }
-        L::store(acc, out)
+        L::store(acc, out, stride)
     }
 }
 
@@ -175,7 +177,8 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
     g: [*const u8; 2],
     nb: usize,
     xs: &[Acts],
-    out: &mut [[f32; 2 * ROWS]],
+    out: *mut f32,
+    stride: usize,
 ) {
     // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
     // row.
@@ -211,7 +214,7 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
                 scale_add::<L, T>(&mut acc, d, &x, 8 * b + s + 3, q6_sub::<L, D, T, 1, 1>(u, b, n, &x));
             }
         }
-        L::store(acc, out)
+        L::store(acc, out, stride)
     }
 }
 
@@ -324,7 +327,8 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
     g: [*const u8; 2],
     nb: usize,
     xs: &[Acts],
-    out: &mut [[f32; 2 * ROWS]],
+    out: *mut f32,
+    stride: usize,
 ) {
     // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
     // row.
@@ -347,7 +351,7 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
                 scale_add::<L, T>(&mut acc, dsc, &x, 8 * b + j, s);
             }
         }
-        L::store(acc, out)
+        L::store(acc, out, stride)
     }
 }
 
@@ -357,7 +361,8 @@ unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
     g: [*const u8; 2],
     nb: usize,
     xs: &[Acts],
-    out: &mut [[f32; 2 * ROWS]],
+    out: *mut f32,
+    stride: usize,
 ) {
     // SAFETY: the caller's contract (`Kern`): nb whole units at each g, nb blocks per activation
     // row.
@@ -372,7 +377,7 @@ unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
             let d = L::load_f16(u, 0);
             scale_add::<L, T>(&mut acc, d, &x, b, s);
         }
-        L::store(acc, out)
+        L::store(acc, out, stride)
     }
 }
 
@@ -409,10 +414,10 @@ unsafe fn iq4_block<L: Lanes, D: Dot<L>, const T: usize>(
 macro_rules! kernels {
     ($name:ident, $features:literal, $lanes:ty, $dot:ty, $body:ident) => {
         #[target_feature(enable = $features)]
-        unsafe fn $name<const T: usize>(g: [*const u8; 2], nb: usize, x: &[Acts], out: &mut [[f32; 2 * ROWS]]) {
+        unsafe fn $name<const T: usize>(g: [*const u8; 2], nb: usize, x: &[Acts], out: *mut f32, stride: usize) {
             // SAFETY: the caller's contract (`Kern`); reached only through a table whose CPU has
             // these features.
-            unsafe { $body::<$lanes, $dot, T>(g, nb, x, out) }
+            unsafe { $body::<$lanes, $dot, T>(g, nb, x, out, stride) }
         }
     };
 }
@@ -476,8 +481,6 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
         .collect();
     let len = rows.len();
     let step = if n >= TWO_GROUPS_FROM && !kerns.two.is_empty() { 2 } else { 1 };
-    // One result buffer for every pass (each pass writes the rows it reads back).
-    let mut res = [[0f32; 2 * ROWS]; 8];
     by_groups(
         rows,
         n,
@@ -492,13 +495,13 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
             while t < tokens.end {
                 let level = (tokens.end - t).min(1 << (table.len() - 1)).ilog2() as usize;
                 let take = 1 << level;
+                // The pass's results go straight to out: rows t.. of it, k·8 values each from at.
+                assert!(out.len() >= (t + take - 1) * len + at + k * ROWS);
                 // SAFETY: the kernels' table only on CPUs with their features; the k groups from
-                // grp lie inside the matrix (asserted above; by_groups passes whole groups) and
-                // every activation row holds nb blocks.
-                unsafe { table[level](g, nb, &acts[t..t + take], &mut res[..take]) };
-                for (i, r) in res[..take].iter().enumerate() {
-                    out[(t + i) * len + at..(t + i) * len + at + k * ROWS].copy_from_slice(&r[..k * ROWS]);
-                }
+                // grp lie inside the matrix (asserted above; by_groups passes whole groups),
+                // every activation row holds nb blocks, and the last write ends inside `out`
+                // (asserted).
+                unsafe { table[level](g, nb, &acts[t..t + take], out[t * len + at..].as_mut_ptr(), len) };
                 t += take;
             }
         },

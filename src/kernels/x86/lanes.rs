@@ -11,9 +11,6 @@
 
 use core::arch::x86_64::*;
 
-/// Rows of one interleaved group.
-const ROWS: usize = 8;
-
 /// A register width: `GROUPS` row groups of 8 lanes each.
 pub(super) trait Lanes {
     type I: Copy;
@@ -58,8 +55,8 @@ pub(super) trait Lanes {
     unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
     /// c − a·b.
     unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
-    /// out[t][..8·GROUPS] = the lanes of v[t].
-    fn store<const T: usize>(v: [Self::F; T], out: &mut [[f32; 2 * ROWS]]);
+    /// out[t·stride..t·stride + 8·GROUPS] = the lanes of v[t] (unaligned stores).
+    unsafe fn store<const T: usize>(v: [Self::F; T], out: *mut f32, stride: usize);
 }
 
 /// The integer step of an instruction set on width L: acc + Σ over each 4-byte lane of u8 w ×
@@ -248,10 +245,10 @@ impl Lanes for Ymm {
         unsafe { _mm256_fnmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    fn store<const T: usize>(v: [__m256; T], out: &mut [[f32; 2 * ROWS]]) {
-        for (o, vt) in out.iter_mut().zip(v) {
-            // SAFETY: __m256 and [f32; 8] have the same size; any bits are valid f32.
-            o[..ROWS].copy_from_slice(&unsafe { std::mem::transmute::<__m256, [f32; ROWS]>(vt) });
+    unsafe fn store<const T: usize>(v: [__m256; T], out: *mut f32, stride: usize) {
+        for (t, vt) in v.into_iter().enumerate() {
+            // SAFETY: see the impl.
+            unsafe { _mm256_storeu_ps(out.add(t * stride), vt) };
         }
     }
 }
@@ -418,10 +415,10 @@ impl Lanes for Zmm {
         unsafe { _mm512_fnmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    fn store<const T: usize>(v: [__m512; T], out: &mut [[f32; 2 * ROWS]]) {
-        for (o, vt) in out.iter_mut().zip(v) {
-            // SAFETY: __m512 and [f32; 16] have the same size; any bits are valid f32.
-            *o = unsafe { std::mem::transmute::<__m512, [f32; 2 * ROWS]>(vt) };
+    unsafe fn store<const T: usize>(v: [__m512; T], out: *mut f32, stride: usize) {
+        for (t, vt) in v.into_iter().enumerate() {
+            // SAFETY: see the impl.
+            unsafe { _mm512_storeu_ps(out.add(t * stride), vt) };
         }
     }
 }

@@ -133,9 +133,6 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
     assert!(p.nb == g.nb && p.q.len() >= panels * g.nb * PANEL_BLOCK && p.d.len() >= panels * g.nb * PANEL);
     assert!(p.off_q4.len() == p.d.len() && p.off_q8.len() == p.d.len());
     let len = rows.len();
-    // One result buffer for every pass (each pass writes the rows it reads back): zeroed once
-    // per call, not once per pass.
-    let mut res = [[0f32; 2 * GROUP_ROWS]; PANEL];
     by_groups(
         rows,
         n,
@@ -144,24 +141,23 @@ pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out
         |r, o| generic::gemv_i8(w, r, xa, n, o),
         |grp, k, at, out, tokens| {
             // Passes of 8 activation rows (then 4, 2, 1: tokens start at a multiple of 8, so a
-            // pass never leaves its panel).
+            // pass never leaves its panel), their results straight to out: rows t.., k·8 values
+            // each from at.
             let mut t = tokens.start;
             while t < tokens.end {
                 let take = 1usize << (tokens.end - t).min(PANEL).ilog2();
+                assert!(out.len() >= (t + take - 1) * len + at + k * GROUP_ROWS);
+                let o = out[t * len + at..].as_mut_ptr();
                 if k == 2 {
                     // SAFETY: this table only on CPUs with its features; groups grp, grp + 1 lie
-                    // inside the matrix (rows.end ≤ w.rows() asserted) and rows t..t + take
-                    // inside the panels (lengths asserted).
-                    unsafe { two_groups(g, grp, PanelAt::of(p, t, g.q4), take, &mut res) };
+                    // inside the matrix (rows.end ≤ w.rows() asserted), rows t..t + take inside
+                    // the panels (lengths asserted), and the last write ends inside `out`
+                    // (asserted).
+                    unsafe { two_groups(g, grp, PanelAt::of(p, t, g.q4), take, o, len) };
                 } else {
                     let x: [Acts; PANEL] = std::array::from_fn(|i| acts(xa, (t + i).min(t + take - 1)));
-                    // SAFETY: as above, for group grp and the row-major activation rows; rows
-                    // t < take of `res` hold 2·GROUP_ROWS floats each.
-                    unsafe { Vnni::run(g, grp..grp + 1, &x[..take], res.as_mut_ptr().cast(), 2 * GROUP_ROWS) };
-                }
-                for (i, r) in res[..take].iter().enumerate() {
-                    let o = (t + i) * len + at;
-                    out[o..o + k * GROUP_ROWS].copy_from_slice(&r[..k * GROUP_ROWS]);
+                    // SAFETY: as above, for group grp and the row-major activation rows.
+                    unsafe { Vnni::run(g, grp..grp + 1, &x[..take], o, len) };
                 }
                 t += take;
             }
@@ -197,29 +193,35 @@ impl PanelAt {
     }
 }
 
-/// res[t][j] = row 8·grp + j (j < 16: groups grp and grp + 1) · panel row t, for t < take.
+/// out[t·stride + j] = row 8·grp + j (j < 16: groups grp and grp + 1) · panel row t, for t <
+/// take.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn two_groups(g: Grouped, grp: usize, p: PanelAt, take: usize, res: &mut [[f32; 2 * GROUP_ROWS]; PANEL]) {
-    // SAFETY: the caller's contract: both groups and `take` panel rows in bounds.
+unsafe fn two_groups(g: Grouped, grp: usize, p: PanelAt, take: usize, out: *mut f32, stride: usize) {
+    // SAFETY: the caller's contract: both groups and `take` panel rows in bounds, out valid for
+    // the writes named.
     unsafe {
         match (g.q4, take) {
-            (true, 8) => store16(q4x16::<8>(g, grp, p), res),
-            (true, 4) => store16(q4x16::<4>(g, grp, p), res),
-            (true, 2) => store16(q4x16::<2>(g, grp, p), res),
-            (true, _) => store16(q4x16::<1>(g, grp, p), res),
-            (false, 8) => store16(q8x16::<8>(g, grp, p), res),
-            (false, 4) => store16(q8x16::<4>(g, grp, p), res),
-            (false, 2) => store16(q8x16::<2>(g, grp, p), res),
-            (false, _) => store16(q8x16::<1>(g, grp, p), res),
+            (true, 8) => store16(q4x16::<8>(g, grp, p), out, stride),
+            (true, 4) => store16(q4x16::<4>(g, grp, p), out, stride),
+            (true, 2) => store16(q4x16::<2>(g, grp, p), out, stride),
+            (true, _) => store16(q4x16::<1>(g, grp, p), out, stride),
+            (false, 8) => store16(q8x16::<8>(g, grp, p), out, stride),
+            (false, 4) => store16(q8x16::<4>(g, grp, p), out, stride),
+            (false, 2) => store16(q8x16::<2>(g, grp, p), out, stride),
+            (false, _) => store16(q8x16::<1>(g, grp, p), out, stride),
         }
     }
 }
 
-#[inline(always)]
-fn store16<const T: usize>(v: [__m512; T], res: &mut [[f32; 2 * GROUP_ROWS]; PANEL]) {
-    for (r, vt) in res.iter_mut().zip(v) {
-        // SAFETY: __m512 and [f32; 16] have the same size; any bits are valid f32.
-        *r = unsafe { std::mem::transmute::<__m512, [f32; 2 * GROUP_ROWS]>(vt) };
+/// out[t·stride..t·stride + 16] = v[t].
+///
+/// SAFETY: out valid for those writes; the CPU has AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn store16<const T: usize>(v: [__m512; T], out: *mut f32, stride: usize) {
+    for (t, vt) in v.into_iter().enumerate() {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_storeu_ps(out.add(t * stride), vt) };
     }
 }
 
