@@ -80,7 +80,7 @@ pub(super) fn product(t: &Table, k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize
         if n >= GEMM_MIN_ROWS_BF16 {
             xa.pack_panels();
             match k.gemm {
-                Some(whole) => whole(w, &xa.panels, n, y),
+                Some(whole) => whole(t.transpose, w, &xa.panels, n, y),
                 None => gemm(&k, t.transpose, w, xa, n, y),
             }
         } else {

@@ -43,13 +43,6 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    /// SAFETY: `i` in bounds of the buffer and written by no other task.
-    #[inline]
-    pub(super) unsafe fn write(&self, i: usize, v: f32) {
-        // SAFETY: the caller guarantees i is in bounds and written by no other task.
-        unsafe { *self.0.add(i) = v };
-    }
-
     /// Elements i..i + vs.len() = vs. SAFETY: that range in bounds and written by no other task.
     #[inline]
     pub(super) unsafe fn write_run(&self, i: usize, vs: &[f32]) {

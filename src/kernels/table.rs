@@ -92,7 +92,7 @@ pub(crate) type DeltaStepFn = fn(from: Option<&[f32]>, s: &mut [f32], t: &DeltaT
 
 /// A whole bf16 GEMM: y [n, w.rows()] = x · wᵀ for bf16 `w` (even row length) against x's
 /// column-pair panels ([⌈n / NR⌉, w.cols() / 2, NR], `Bf16Acts::panels`), on the calling pool.
-pub(crate) type Bf16GemmFn = fn(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]);
+pub(crate) type Bf16GemmFn = fn(transpose: TransposeFn, w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]);
 
 /// The products of bf16 weights with bf16 activations (`Reduced` mode) on a path with a bf16 dot
 /// instruction.

@@ -9,16 +9,19 @@
 //! * tmm4, tmm5: A, weight rows r0 .. r0 + 16 and r0 + 16 .. r0 + 32;
 //! * tmm6, tmm7: B, activation panels p0 and p0 + 1.
 //!
-//! Edges (weight rows past `rows`, columns past `cols`, panels past the last, pairs past
-//! cols / 2) come from zero-padded copies of the tile. Tasks are blocks of 32 weight rows on
-//! the calling pool; each output is one chain over the column steps in ascending order, so the
-//! result does not depend on the thread count.
+//! Steps whose tiles lie inside the matrix and the panels load in place; edges (weight rows
+//! past `rows`, columns past `cols`, panels past the last, pairs past cols / 2) come from
+//! zero-padded copies of the tile. Tasks are 128 weight rows on the calling pool; each panel pair
+//! meets the task's four blocks in turn, and each block's C tiles are stored as one 32 × 32
+//! block, turned token-major by the path's `transpose` and written as runs of weight rows. Each
+//! output is one chain over the column steps in ascending order, so the result does not depend
+//! on the thread count.
 
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::mat::Mat;
 use crate::kernels::par::{for_tasks, OutPtr};
-use crate::kernels::table::NR;
+use crate::kernels::table::{TransposeFn, NR};
 
 /// bf16 columns per A tile row (64 bytes).
 pub(super) const TK: usize = TILE_COLSB / 2;
@@ -27,6 +30,11 @@ const TQ: usize = TK / 2;
 /// Weight rows (and activation rows) per 2 × 2 step.
 const BLOCK: usize = 2 * TILE_ROWS;
 const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's width");
+
+/// Weight rows per task: each panel pair meets the task's 2 × 2 blocks in turn while it is in
+/// L2 (a pair is 128 KiB at 2048 columns), so the panels are read from further away once per
+/// 128 rows instead of once per 32.
+const TASK_ROWS: usize = 4 * BLOCK;
 
 /// A tile's bytes: 16 rows × 64.
 #[repr(C, align(64))]
@@ -80,27 +88,28 @@ pub(super) fn b_tile(panels: &[u32], pairs: usize, p: usize, q0: usize, buf: &mu
 }
 
 /// y [n, rows] = x · wᵀ: w bf16 [rows, cols] (cols even), x's panels [⌈n / 16⌉, cols / 2, 16]
-/// (`Bf16Acts::pack_panels`), on tiles `T`.
-pub(crate) fn gemm<T: Tiles>(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
+/// (`Bf16Acts::pack_panels`), on tiles `T`; `transpose` turns each block's results token-major.
+pub(crate) fn gemm<T: Tiles>(transpose: TransposeFn, w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows(), w.cols());
     assert_eq!(w.dtype(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
     assert!(cols.is_multiple_of(2) && panels.len() == n.div_ceil(NR) * cols / 2 * NR, "amx gemm: panels");
     assert!(y.len() >= n * rows, "amx gemm: short output");
     let out = OutPtr(y.as_mut_ptr());
-    for_tasks(rows.div_ceil(BLOCK), rows * cols * n, |task| {
+    for_tasks(rows.div_ceil(TASK_ROWS), rows * cols * n, |task| {
         let mut t = T::default();
         t.configure(&TileConfig::full(0..8));
-        let r0 = task * BLOCK;
+        let mut runs = [0f32; BLOCK * BLOCK];
+        let task_rows = task * TASK_ROWS..((task + 1) * TASK_ROWS).min(rows);
         for p0 in (0..n.div_ceil(NR)).step_by(2) {
-            let c = block::<T>(&mut t, w, panels, r0, p0);
-            // C tile 2i + j holds weight rows r0 + 16i + a × activation rows 16(p0 + j) + b.
-            for (ci, tile) in c.chunks_exact(TILE_ROWS * NR).enumerate() {
-                let (r, tok0) = (r0 + (ci / 2) * TILE_ROWS, (p0 + ci % 2) * NR);
-                for a in 0..TILE_ROWS.min(rows.saturating_sub(r)) {
-                    for b in 0..NR.min(n.saturating_sub(tok0)) {
-                        // SAFETY: weight row r + a belongs to this task only; y holds n·rows.
-                        unsafe { out.write((tok0 + b) * rows + r + a, tile[a * NR + b]) };
-                    }
+            for r0 in task_rows.clone().step_by(BLOCK) {
+                // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
+                let c = block::<T>(&mut t, w, panels, r0, p0);
+                let (mr, tok0) = (BLOCK.min(rows - r0), p0 * NR);
+                let k = BLOCK.min(n - tok0);
+                transpose(&c, BLOCK, mr, k, &mut runs[..k * mr]);
+                for (j, run) in runs[..k * mr].chunks_exact(mr).enumerate() {
+                    // SAFETY: weight rows r0 .. r0 + mr belong to this task only; y holds n·rows.
+                    unsafe { out.write_run((tok0 + j) * rows + r0, run) };
                 }
             }
         }
@@ -109,20 +118,32 @@ pub(crate) fn gemm<T: Tiles>(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]
 }
 
 /// One 2 × 2 block over every column: the four C tiles of weight rows r0 .. r0 + 32 against
-/// panels p0, p0 + 1, as [4][16][16] f32.
-fn block<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], r0: usize, p0: usize) -> [f32; 4 * TILE_ROWS * NR] {
+/// panels p0, p0 + 1, as [32 weight rows][32 activation rows] f32. The column steps whose tiles all lie inside the
+/// matrix and the panels read them in place (`steps`); the rest through `a_tile` / `b_tile`.
+fn block<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], r0: usize, p0: usize) -> [f32; BLOCK * BLOCK] {
     let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
-    let mut bufs: [TileBuf; 4] = Default::default();
+    let pairs = cols / 2;
+    let n_panels = panels.len() / (pairs * NR).max(1);
     t.zero::<0>();
     t.zero::<1>();
     t.zero::<2>();
     t.zero::<3>();
-    for k0 in (0..cols).step_by(TK) {
+    // Whole steps: every tile of them in place.
+    let inside = if r0 + BLOCK <= rows && p0 + 2 <= n_panels { cols / TK } else { 0 };
+    if inside > 0 {
+        let a = [&wb[r0 * cols..], &wb[(r0 + TILE_ROWS) * cols..]];
+        let b = [&panels[p0 * pairs * NR..], &panels[(p0 + 1) * pairs * NR..]];
+        // SAFETY: step s < cols / TK reads, of each weight half, 16 rows of 64 bytes from column
+        // 32s (inside rows r0 .. r0 + 32), and of each panel 16 pairs from pair 16s (inside it).
+        unsafe { steps(t, a.map(|a| a.as_ptr().cast()), cols * 2, b.map(|b| b.as_ptr().cast()), inside) };
+    }
+    let mut bufs: [TileBuf; 4] = Default::default();
+    for k0 in (inside * TK..cols).step_by(TK) {
         let [b0, b1, b2, b3] = &mut bufs;
         let a0 = a_tile(wb, rows, cols, r0, k0, b0);
         let a1 = a_tile(wb, rows, cols, r0 + TILE_ROWS, k0, b1);
-        let p0b = b_tile(panels, cols / 2, p0, k0 / 2, b2);
-        let p1b = b_tile(panels, cols / 2, p0 + 1, k0 / 2, b3);
+        let p0b = b_tile(panels, pairs, p0, k0 / 2, b2);
+        let p1b = b_tile(panels, pairs, p0 + 1, k0 / 2, b3);
         // SAFETY: each source is 16 rows of 64 readable bytes `stride` apart (a_tile / b_tile).
         unsafe {
             t.load::<4>(a0.0, a0.1);
@@ -130,19 +151,46 @@ fn block<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], r0: usize, p0: usize) 
             t.load::<6>(p0b.0, p0b.1);
             t.load::<7>(p1b.0, p1b.1);
         }
-        t.dpbf16ps::<0, 4, 6>();
-        t.dpbf16ps::<1, 4, 7>();
-        t.dpbf16ps::<2, 5, 6>();
-        t.dpbf16ps::<3, 5, 7>();
+        product(t);
     }
-    let mut c = [0f32; 4 * TILE_ROWS * NR];
-    let tile = TILE_ROWS * NR;
-    // SAFETY: each C tile is 16 rows of 64 bytes, stored into its own quarter of c.
+    // C tile 2i + j holds weight rows 16i .. 16i + 16 × activation rows 16j .. 16j + 16 of c.
+    let mut c = [0f32; BLOCK * BLOCK];
+    let (half, ldc) = (TILE_ROWS * BLOCK, BLOCK * 4);
+    // SAFETY: each C tile is 16 rows of 64 bytes, `ldc` apart from its corner inside c.
     unsafe {
-        t.store::<0>(c.as_mut_ptr().cast(), TILE_COLSB);
-        t.store::<1>(c[tile..].as_mut_ptr().cast(), TILE_COLSB);
-        t.store::<2>(c[2 * tile..].as_mut_ptr().cast(), TILE_COLSB);
-        t.store::<3>(c[3 * tile..].as_mut_ptr().cast(), TILE_COLSB);
+        t.store::<0>(c.as_mut_ptr().cast(), ldc);
+        t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
+        t.store::<2>(c[half..].as_mut_ptr().cast(), ldc);
+        t.store::<3>(c[half + NR..].as_mut_ptr().cast(), ldc);
     }
     c
+}
+
+/// Column steps 0 .. count of a block read in place: A tiles from the weight halves `a` (rows
+/// `stride` bytes apart, step s at byte 64s), B tiles from the panels `b` (step s at byte 1024s).
+///
+/// # Safety
+/// Every step's tiles must be readable: 16 rows of 64 bytes from a[h] + 64s, `stride` apart, and
+/// 1 KiB from b[j] + 1024s.
+#[inline(always)]
+unsafe fn steps<T: Tiles>(t: &mut T, a: [*const u8; 2], stride: usize, b: [*const u8; 2], count: usize) {
+    for s in 0..count {
+        // SAFETY: the caller's bounds.
+        unsafe {
+            t.load::<4>(a[0].add(s * TILE_COLSB), stride);
+            t.load::<5>(a[1].add(s * TILE_COLSB), stride);
+            t.load::<6>(b[0].add(s * TILE_ROWS * TILE_COLSB), TILE_COLSB);
+            t.load::<7>(b[1].add(s * TILE_ROWS * TILE_COLSB), TILE_COLSB);
+        }
+        product(t);
+    }
+}
+
+/// The four products of a step: C(2i + j) += A(4 + i) · B(6 + j).
+#[inline(always)]
+fn product<T: Tiles>(t: &mut T) {
+    t.dpbf16ps::<0, 4, 6>();
+    t.dpbf16ps::<1, 4, 7>();
+    t.dpbf16ps::<2, 5, 6>();
+    t.dpbf16ps::<3, 5, 7>();
 }

@@ -97,6 +97,12 @@ pub(crate) fn status() -> &'static Result<(), String> {
 }
 
 /// The AMX GEMM (`table::Bf16GemmFn`) on this CPU's tiles.
-pub(crate) fn gemm(w: crate::kernels::mat::Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
-    super::gemm::<Hw>(w, panels, n, y)
+pub(crate) fn gemm(
+    transpose: crate::kernels::table::TransposeFn,
+    w: crate::kernels::mat::Mat<'_>,
+    panels: &[u32],
+    n: usize,
+    y: &mut [f32],
+) {
+    super::gemm::<Hw>(transpose, w, panels, n, y)
 }

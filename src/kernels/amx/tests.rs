@@ -9,7 +9,8 @@ use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::bf16act::{round_bf16, Bf16Acts};
 use crate::kernels::dispatch::Kernels;
-use crate::kernels::table::{CpuPath, NR};
+use crate::kernels::generic;
+use crate::kernels::table::{CpuPath, TransposeFn, NR};
 use crate::kernels::tests::{exact, sample, FLOAT_TOL};
 use crate::kernels::{Mat, QuantActivations};
 
@@ -170,7 +171,7 @@ fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     acts.pack_panels();
     let mut y = vec![f32::NAN; n * w.rows()];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-    pool.install(|| gemm::<T>(w, &acts.panels, n, &mut y));
+    pool.install(|| gemm::<T>(generic::transpose, w, &acts.panels, n, &mut y));
     y
 }
 
@@ -209,8 +210,8 @@ fn the_gemm_on_the_tile_model_matches_the_reference_on_ragged_shapes() {
 }
 
 /// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
-fn model_gemm(w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
-    gemm::<Model>(w, panels, n, y)
+fn model_gemm(transpose: TransposeFn, w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
+    gemm::<Model>(transpose, w, panels, n, y)
 }
 
 #[test]
