@@ -7,18 +7,43 @@
 //! summation order; its instruction also treats bf16 subnormals (|v| < 2⁻¹²⁶) as zero, which
 //! stays far inside the float tolerances.
 
-use super::table::NR;
+use super::table::{TransposeFn, NR};
 
 /// f32 → bf16 bits, rounded to nearest even; ±∞ stay, finite values past bf16's range become
 /// ±∞, NaN stays a (quiet) NaN. Every path rounds with this function: the same bits everywhere.
-#[inline]
+/// Written as a select of two integer results (no branch), so that loops over it vectorise.
+#[inline(always)]
 pub fn round_bf16(v: f32) -> u16 {
     let b = v.to_bits();
-    if v.is_nan() {
-        ((b >> 16) | 0x40) as u16
+    let quiet = ((b >> 16) | 0x40) as u16;
+    let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+    if b & 0x7FFF_FFFF > 0x7F80_0000 {
+        quiet
     } else {
-        (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+        rounded
     }
+}
+
+/// out[i] = round_bf16(x[i]): on CPUs with AVX-512 BW the same integer operations 32 lanes at a
+/// time (the same bits).
+fn round_slice(x: &[f32], out: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { round_slice_avx512(x, out) };
+    }
+    round_slice_body(x, out)
+}
+
+#[inline(always)]
+fn round_slice_body(x: &[f32], out: &mut [u16]) {
+    out.iter_mut().zip(x).for_each(|(b, &v)| *b = round_bf16(v));
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+unsafe fn round_slice_avx512(x: &[f32], out: &mut [u16]) {
+    round_slice_body(x, out)
 }
 
 /// n activation rows rounded to bf16 (`bits`, [n, cols]) and, for the GEMM, the same values in
@@ -38,21 +63,23 @@ impl Bf16Acts {
     /// Round x ([n, cols]).
     pub fn round(&mut self, x: &[f32], n: usize, cols: usize) {
         self.cols = cols;
-        self.bits.clear();
         let x = &x[..n * cols];
+        self.bits.resize(x.len(), 0);
         if x.len() > PAR_ELEMENTS && crate::threads::current() > 1 {
             use rayon::prelude::*;
-            self.bits.resize(x.len(), 0);
-            self.bits.par_chunks_mut(PAR_ELEMENTS).zip(x.par_chunks(PAR_ELEMENTS)).for_each(|(b, xs)| {
-                b.iter_mut().zip(xs).for_each(|(b, &v)| *b = round_bf16(v));
-            });
+            self.bits
+                .par_chunks_mut(PAR_ELEMENTS)
+                .zip(x.par_chunks(PAR_ELEMENTS))
+                .for_each(|(b, xs)| round_slice(xs, b));
         } else {
-            self.bits.extend(x.iter().map(|&v| round_bf16(v)));
+            round_slice(x, &mut self.bits);
         }
     }
 
-    /// Pack the rounded rows into column-pair panels (cols even).
-    pub fn pack_panels(&mut self) {
+    /// Pack the rounded rows into column-pair panels (cols even). Whole panels are 16 rows of
+    /// cols / 2 pairs turned pair-major by the path's `transpose` (the pairs' bits moved as f32
+    /// lanes, never computed on); the last partial panel element by element.
+    pub fn pack_panels(&mut self, transpose: TransposeFn) {
         let cols = self.cols;
         assert!(cols.is_multiple_of(2), "bf16 panels pair columns: {cols} is odd");
         let n = self.bits.len().checked_div(cols).unwrap_or(0);
@@ -60,7 +87,15 @@ impl Bf16Acts {
         self.panels.clear();
         self.panels.resize(panels * pairs * NR, 0);
         let bits = &self.bits;
+        // SAFETY: any bits are a valid f32; align_to splits off what is not 4-byte aligned.
+        let (head, pair_bits, _) = unsafe { bits.align_to::<f32>() };
+        let aligned = head.is_empty();
         let pack = |(p, panel): (usize, &mut [u32])| {
+            if aligned && (p + 1) * NR <= n {
+                // SAFETY: as above.
+                let (_, dst, _) = unsafe { panel.align_to_mut::<f32>() };
+                return transpose(&pair_bits[p * NR * pairs..], pairs, NR, pairs, dst);
+            }
             for j in 0..NR.min(n - p * NR) {
                 let row = &bits[(p * NR + j) * cols..(p * NR + j + 1) * cols];
                 for (q, pair) in row.chunks_exact(2).enumerate() {
@@ -124,7 +159,7 @@ mod tests {
         let x: Vec<f32> = (0..n * cols).map(|i| i as f32).collect();
         let mut a = Bf16Acts::default();
         a.round(&x, n, cols);
-        a.pack_panels();
+        a.pack_panels(crate::kernels::generic::transpose);
         assert_eq!(a.panels.len(), 2 * (cols / 2) * NR);
         let at = |p: usize, q: usize, j: usize| a.panels[p * (cols / 2) * NR + q * NR + j];
         for t in 0..n {
@@ -144,13 +179,13 @@ mod tests {
         let x: Vec<f32> = (0..n * cols).map(|i| ((i * 2654435761usize) % 10007) as f32 * 1e-3 - 5.0).collect();
         let mut one = Bf16Acts::default();
         one.round(&x, n, cols);
-        one.pack_panels();
+        one.pack_panels(crate::kernels::generic::transpose);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
         let mut two = Bf16Acts::default();
         pool.install(|| {
             assert_eq!(crate::threads::current(), 2);
             two.round(&x, n, cols);
-            two.pack_panels();
+            two.pack_panels(crate::kernels::generic::transpose);
         });
         assert!(n * cols > PAR_ELEMENTS, "the input must take the pool's path");
         assert!(one.bits == two.bits && one.panels == two.panels);

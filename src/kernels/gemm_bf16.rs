@@ -78,7 +78,7 @@ pub(super) fn product(t: &Table, k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
         if n >= GEMM_MIN_ROWS_BF16 {
-            xa.pack_panels();
+            xa.pack_panels(t.transpose);
             match k.gemm {
                 Some(whole) => whole(t.transpose, w, &xa.panels, n, y),
                 None => gemm(&k, t.transpose, w, xa, n, y),

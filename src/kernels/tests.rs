@@ -896,6 +896,49 @@ fn the_micro_tile_is_the_same_bits_on_every_simd_path() {
 }
 
 #[test]
+fn every_path_rounds_and_packs_bf16_activations_with_the_same_bits() {
+    use super::bf16act::{round_bf16, Bf16Acts};
+    // Values with NaN payloads, infinities, subnormals and ties among ordinary ones; row counts
+    // with and without a partial last panel; an odd number of pairs.
+    let (cols, specials) =
+        (70, [f32::NAN, -f32::NAN, f32::from_bits(0x7F80_0001), f32::INFINITY, 1e-40, f32::from_bits(0x3F81_8000)]);
+    for n in [1, 15, 16, 33, 48] {
+        let mut x = sample(n * cols, 40 + n as u64);
+        let len = x.len();
+        for (i, v) in specials.iter().enumerate() {
+            x[(i * 37) % len] = *v;
+        }
+        let want_bits: Vec<u16> = x.iter().map(|&v| round_bf16(v)).collect();
+        for path in available_paths() {
+            let t = table_for(path).expect("available");
+            let mut a = Bf16Acts::default();
+            a.round(&x, n, cols);
+            assert_eq!(a.bits, want_bits, "{path:?} n {n}: rounding");
+            a.pack_panels(t.transpose);
+            for p in 0..n.div_ceil(NR) {
+                for q in 0..cols / 2 {
+                    for j in 0..NR {
+                        let t = p * NR + j;
+                        let want = match t < n {
+                            true => {
+                                u32::from(want_bits[t * cols + 2 * q])
+                                    | u32::from(want_bits[t * cols + 2 * q + 1]) << 16
+                            }
+                            false => 0,
+                        };
+                        assert_eq!(
+                            a.panels[(p * cols / 2 + q) * NR + j],
+                            want,
+                            "{path:?} n {n} panel {p} pair {q} row {j}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn every_path_writes_gemm_results_back_like_the_reference() {
     // Blocks of results (rows × tokens, rows lds apart) turned token-major: whole 8 × 8 blocks,
     // row and token edges, padding columns in the source that must not be read into the result.

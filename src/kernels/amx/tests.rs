@@ -142,7 +142,7 @@ fn activation_tiles_pair_columns_zero_past_the_panels() {
         let x = sample(n * cols, 3);
         let mut acts = Bf16Acts::default();
         acts.round(&x, n, cols);
-        acts.pack_panels();
+        acts.pack_panels(generic::transpose);
         let pairs = cols / 2;
         for p in 0..n.div_ceil(NR) + 1 {
             for q0 in (0..pairs).step_by(TILE_ROWS) {
@@ -168,7 +168,7 @@ fn activation_tiles_pair_columns_zero_past_the_panels() {
 fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     let mut acts = Bf16Acts::default();
     acts.round(x, n, w.cols());
-    acts.pack_panels();
+    acts.pack_panels(generic::transpose);
     let mut y = vec![f32::NAN; n * w.rows()];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
     pool.install(|| gemm::<T>(generic::transpose, w, &acts.panels, n, &mut y));
