@@ -5,10 +5,9 @@
 //! Paths: `Generic` (the scalar reference, any CPU), `Avx2` (x86-64 AVX2 + FMA + F16C) and
 //! `Avx512` (AVX2's features plus AVX-512 F/BW/VL and VNNI, and the bf16 kernels where the CPU
 //! has AVX-512 BF16; tested on Zen 4). `Amx` is that AVX-512 table with the bf16 prefill GEMM on
-//! AMX-BF16 tiles (`amx`): it runs only when asked for (`COLIBRI_CPU=amx`, never by default:
-//! it has never run on a CPU with AMX) and only where cpuid reports AMX-BF16 and Linux grants the
-//! tile state; otherwise the request selects the best implemented path and `path_note()` says
-//! why. An aarch64/NEON path would be one more table.
+//! AMX-BF16 tiles (`amx`; tested on an AMX Xeon): the default where cpuid reports AMX-BF16 and
+//! Linux grants the tile state. A request for a path this CPU cannot run selects the best one
+//! and `path_note()` says why. An aarch64/NEON path would be one more table.
 
 use super::actq::QuantActivations;
 use super::generic::GENERIC;
@@ -117,10 +116,10 @@ struct Chosen {
 
 static CHOSEN: OnceLock<Chosen> = OnceLock::new();
 
-/// The best table this CPU can run.
+/// The best table this CPU can run: AMX, else AVX-512, else AVX2, else the reference.
 fn best() -> &'static Table {
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = super::x86::table_512().or_else(super::x86::table) {
+    if let Some(t) = amx_table().ok().or_else(super::x86::table_512).or_else(super::x86::table) {
         return t;
     }
     &GENERIC
@@ -219,7 +218,8 @@ mod tests {
                 eprintln!("COLIBRI_CPU=amx here: {}", amx.note.as_deref().unwrap_or(""));
             }
         }
-        assert_ne!(best().path, CpuPath::Amx, "the default never selects AMX");
+        let runs_amx = amx_table().is_ok();
+        assert_eq!(best().path == CpuPath::Amx, runs_amx, "the default is AMX exactly where it runs");
         let avx2 = choose(Some("avx2"));
         match table_for(CpuPath::Avx2) {
             Some(_) => assert_eq!((avx2.table.path, avx2.note.is_none()), (CpuPath::Avx2, true)),

@@ -11,7 +11,7 @@
 //! (tasks, per-thread buffers, blocking). `mat` is the operand type, `actq` the int8 activation
 //! blocks and the activation modes (`actpanel`: the same in panels of 8 rows for the AVX-512
 //! prefill kernels), `bf16act` the bf16 activations of bf16 weights, `reference` the scalar
-//! specification, `amx` the AMX tiles (opt-in: their GEMM over a tile model and the hardware).
+//! specification, `amx` the AMX tiles (their GEMM over a tile model and the hardware).
 
 mod actpanel;
 pub mod actq;

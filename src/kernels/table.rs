@@ -24,7 +24,7 @@ pub enum CpuPath {
     /// x86-64 with AVX2's features plus AVX-512 F/BW/VL and VNNI.
     Avx512,
     /// The AVX-512 path (with AVX-512 BF16) whose bf16 prefill GEMM runs on AMX-BF16 tiles;
-    /// opt-in only (`COLIBRI_CPU=amx`), never chosen by default.
+    /// the default where the CPU has AMX-BF16 and Linux grants the tile state.
     Amx,
 }
 

@@ -1,12 +1,13 @@
-//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode), opt-in only
-//! (`COLIBRI_CPU=amx`). Owns the tile abstraction — `Tiles`, the operations the kernel needs,
+//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode): the `amx` path,
+//! the default where the CPU has AMX and Linux grants the tile state. Owns the tile abstraction — `Tiles`, the operations the kernel needs,
 //! with a hardware implementation (`hw::Hw`, x86-64 inline asm) and a software model of the
 //! eight tile registers (`model::Model`, any CPU) — and the GEMM written once against it
 //! (`gemm`). The choice of path is `dispatch`'s; the activations' rounding and panels are
 //! `bf16act`'s.
 //!
-//! The hardware kernel has never run on a CPU with AMX: every part but the tile instructions is
-//! tested here through the model (see docs/performance.md, "AMX").
+//! Every part but the tile instructions is tested on any CPU through the model; on a CPU with
+//! AMX the hardware kernel is tested against the model too (`amx_hardware_kernel_matches_the_model`,
+//! bit-identical on the Xeon it first ran on; see docs/performance.md, "AMX").
 
 mod gemm;
 #[cfg(target_arch = "x86_64")]
