@@ -1,8 +1,9 @@
-//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode), opt-in only
-//! (`COLIBRI_CPU=amx`). Owns the tile abstraction — `Tiles`, the operations the kernel needs,
+//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode) and AMX-INT8
+//! products of q8r8 / q4r8 weights with int8 activations (`int8`), opt-in only
+//! (`COLIBRI_CPU=amx`). Owns the tile abstraction — `Tiles`, the operations the kernels need,
 //! with a hardware implementation (`hw::Hw`, x86-64 inline asm) and a software model of the
-//! eight tile registers (`model::Model`, any CPU) — and the GEMM written once against it
-//! (`gemm`). The choice of path is `dispatch`'s; the activations' rounding and panels are
+//! eight tile registers (`model::Model`, any CPU) — and the kernels written once against it
+//! (`gemm`, `int8`). The choice of path is `dispatch`'s; the activations' rounding and panels are
 //! `bf16act`'s.
 //!
 //! The hardware kernel has never run on a CPU with AMX: every part but the tile instructions is
@@ -11,6 +12,10 @@
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod hw;
+#[cfg(target_arch = "x86_64")]
+mod int8;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod int8_tests;
 #[cfg(test)]
 mod model;
 #[cfg(test)]
@@ -46,6 +51,17 @@ impl TileConfig {
         }
         c
     }
+
+    /// Palette 1 with register t shaped `shapes[t]` = (rows, bytes per row), the rest unused.
+    pub fn shaped(shapes: &[(usize, usize)]) -> TileConfig {
+        let mut c = TileConfig::full(0..0);
+        assert!(shapes.len() <= 8, "{} tile shapes", shapes.len());
+        for (t, &(rows, colsb)) in shapes.iter().enumerate() {
+            assert!(rows <= TILE_ROWS && colsb <= TILE_COLSB, "tmm{t}: {rows} rows × {colsb} bytes");
+            (c.rows[t], c.colsb[t]) = (rows as u8, colsb as u16);
+        }
+        c
+    }
 }
 
 /// The tile operations of the GEMM, named as the instructions; registers are const parameters
@@ -63,6 +79,9 @@ pub trait Tiles: Default {
     /// `tdpbf16ps tmm{C}, tmm{A}, tmm{B}`: C[m][n] += Σ_k A.bf16[m][2k]·B.bf16[k][2n] +
     /// A.bf16[m][2k + 1]·B.bf16[k][2n + 1] (see `model` for the rounding).
     fn dpbf16ps<const C: u8, const A: u8, const B: u8>(&mut self);
+    /// `tdpbssd tmm{C}, tmm{A}, tmm{B}`: C.i32[m][n] += Σ_k Σ_{t<4} A.i8[m][4k + t]·B.i8[k][4n + t]
+    /// (signed bytes, i32 sums wrapping).
+    fn dpbssd<const C: u8, const A: u8, const B: u8>(&mut self);
     /// `tilestored [ptr + stride], tmm{T}`.
     ///
     /// # Safety
