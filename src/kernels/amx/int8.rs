@@ -7,19 +7,19 @@
 //! and each block's i32 C tile is stored, converted and scaled into f32 accumulators (AVX-512)
 //! before the next block. Per block and pair of row groups (16 weight rows) a step is
 //!
-//! * tmm2 / tmm3: A, 16 activation rows × 32 bytes (their quants of block b), read in place
+//! * tmm4 / tmm5: A, 16 activation rows × 32 bytes (their quants of block b), read in place
 //!   from `QuantizedActs::qs` (row stride `cols`) — only the last, ragged tile of a product
 //!   reads a zero-padded copy of its rows (`Tail`), made once per call;
-//! * tmm4 / tmm5: B, 8 rows × 64 bytes: the block's two units side by side in VNNI order —
+//! * tmm6 / tmm7: B, 8 rows × 64 bytes: the block's two units side by side in VNNI order —
 //!   B row k holds bytes 4k..4k + 4 of the 16 weight rows (4 bytes per output column), which is
 //!   chunk k of unit (grp, b) then chunk k of unit (grp + 1, b) for q8, and for q4 the chunk
 //!   k mod 4's low (k < 4: elements 4k..) or high nibbles (k ≥ 4: elements 16 + 4(k − 4)..)
 //!   widened to q − 8. `prepare` builds them for every block of the pair once per block of
 //!   activation rows (`by_groups`), with the 16 scales as f32;
-//! * tmm0 / tmm1: C, 16 activation rows × 16 i32 (one 64-byte row per activation row: one zmm).
+//! * tmm0 … tmm3: C, 16 activation rows × 16 i32 (one 64-byte row per activation row: one zmm).
 //!
-//! Blocks alternate between the two register sets so that one block's tile product runs while
-//! the previous block is scaled. Each output is acc = fma(f32(Σ_block), dw·dx, acc) over the
+//! Blocks rotate through the registers so that the tile products of the next blocks run while
+//! one block is scaled (`tile16`). Each output is acc = fma(f32(Σ_block), dw·dx, acc) over the
 //! blocks in ascending order from zero: the float operations of the VNNI kernels (whose integer
 //! sums are the same), so the results are bit-identical to the AVX-512 path.
 //!
@@ -46,10 +46,10 @@ const TN: usize = 2 * GROUP_ROWS;
 /// Bytes of one block's B tile: 8 rows of 64.
 const B_BYTES: usize = QK * TN;
 
-/// The registers: C (16 × 64 bytes), A (16 × 32), B (8 × 64), two of each.
+/// The registers: tmm0 … tmm3 C (16 × 64 bytes), tmm4, tmm5 A (16 × 32), tmm6, tmm7 B (8 × 64).
 fn config() -> TileConfig {
     let (c, a, b) = ((TM, TILE_COLSB), (TM, QK), (QK / 4, TILE_COLSB));
-    TileConfig::shaped(&[c, c, a, a, b, b])
+    TileConfig::shaped(&[c, c, c, c, a, a, b, b])
 }
 
 /// One block's B tile and the 16 weight rows' scales of that block.
@@ -214,18 +214,25 @@ unsafe fn product<T: Tiles, const C: u8, const A: u8, const B: u8>(
     t.dpbssd::<C, A, B>();
 }
 
-/// Register C's block sums (16 activation rows × 16 weight rows) scaled into acc: acc[r] =
-/// fma(f32(C[r]), dw·dx[r], acc[r]), the VNNI kernels' operations.
-///
-/// SAFETY: as `tile16`.
+/// A C tile's 16 rows of 16 i32 sums.
+#[repr(C, align(64))]
+struct CBuf([i32; TM * TN]);
+
+/// Register C into `c`.
 #[inline(always)]
-unsafe fn scale<T: Tiles, const C: u8>(t: &mut T, acc: &mut [__m512; TM], blk: &BlockB, dx: *const f32, ldd: usize) {
-    #[repr(C, align(64))]
-    struct CBuf([i32; TM * TN]);
-    let mut c = CBuf([0; TM * TN]);
-    // SAFETY: c is 16 rows of 64 writable bytes; dx holds 16 rows ldd apart (the caller's).
+fn stash<T: Tiles, const C: u8>(t: &mut T, c: &mut CBuf) {
+    // SAFETY: c is 16 rows of 64 writable bytes.
+    unsafe { t.store::<C>(c.0.as_mut_ptr().cast(), TILE_COLSB) };
+}
+
+/// A block's sums (16 activation rows × 16 weight rows) scaled into acc: acc[r] = fma(f32(c[r]),
+/// dw·dx[r], acc[r]), the VNNI kernels' operations.
+///
+/// SAFETY: as `tile16` (dx: the block's scale of the first row, rows ldd apart).
+#[inline(always)]
+unsafe fn scale(acc: &mut [__m512; TM], c: &CBuf, blk: &BlockB, dx: *const f32, ldd: usize) {
+    // SAFETY: the caller's contract; the CPU has AVX-512 F (the callers' target features).
     unsafe {
-        t.store::<C>(c.0.as_mut_ptr().cast(), TILE_COLSB);
         let dw = _mm512_load_ps(blk.dw.as_ptr());
         for (r, a) in acc.iter_mut().enumerate() {
             let s = _mm512_cvtepi32_ps(_mm512_load_si512(c.0[r * TN..].as_ptr().cast()));
@@ -235,27 +242,73 @@ unsafe fn scale<T: Tiles, const C: u8>(t: &mut T, acc: &mut [__m512; TM], blk: &
     }
 }
 
+/// Blocks whose tile products are issued ahead of the block being stored and scaled.
+const AHEAD: usize = 3;
+
+/// Step b of `tile16` (I = b mod 4): issue block b + AHEAD's product into tmm P (A: tmm PA, B:
+/// tmm PB), store block b's sums (tmm I) and scale block b − 1's, stored one step earlier (a
+/// stored tile is not read back at once).
+///
+/// SAFETY: as `tile16`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn step<T: Tiles, const I: u8, const P: u8, const PA: u8, const PB: u8>(
+    t: &mut T,
+    acc: &mut [__m512; TM],
+    cb: &mut [CBuf; 2],
+    bufs: &[BlockB],
+    x: Rows16,
+    lda: usize,
+    ldd: usize,
+    b: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if b + AHEAD < bufs.len() {
+            product::<T, P, PA, PB>(t, bufs, x, lda, b + AHEAD);
+        }
+        stash::<T, I>(t, &mut cb[b % 2]);
+        if b > 0 {
+            scale(acc, &cb[(b - 1) % 2], &bufs[b - 1], x.d.add(b - 1), ldd);
+        }
+    }
+}
+
 /// The 16 × 16 results of activation rows x against the pair of groups in bufs, over every
-/// block: acc[r] lane j = weight row j · activation row r.
+/// block: acc[r] lane j = weight row j · activation row r. Software-pipelined: block b's
+/// product runs in C tile tmm(b mod 4) (A tmm(4 + b mod 2), B tmm(6 + b mod 2)), issued AHEAD
+/// blocks before it is stored; the blocks are scaled in ascending order.
 ///
 /// SAFETY: the CPU has AVX-512 F and the tiles configured by `config`; x holds 16 rows of
-/// bufs.len() blocks, their quants lda bytes and scales ldd apart.
+/// bufs.len() ≥ 1 blocks, their quants lda bytes and scales ldd apart.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn tile16<T: Tiles>(t: &mut T, bufs: &[BlockB], x: Rows16, lda: usize, ldd: usize) -> [__m512; TM] {
     // SAFETY: the caller's contract, for every block b < bufs.len().
     unsafe {
         let mut acc = [_mm512_setzero_ps(); TM];
         let nb = bufs.len();
-        for b in (0..nb).step_by(2) {
-            product::<T, 0, 2, 4>(t, bufs, x, lda, b);
+        // Written by each tile store before it is read.
+        let mut cb = [CBuf([0; TM * TN]), CBuf([0; TM * TN])];
+        product::<T, 0, 4, 6>(t, bufs, x, lda, 0);
+        if nb > 1 {
+            product::<T, 1, 5, 7>(t, bufs, x, lda, 1);
+        }
+        if nb > 2 {
+            product::<T, 2, 4, 6>(t, bufs, x, lda, 2);
+        }
+        for b in (0..nb).step_by(4) {
+            step::<T, 0, 3, 5, 7>(t, &mut acc, &mut cb, bufs, x, lda, ldd, b);
             if b + 1 < nb {
-                product::<T, 1, 3, 5>(t, bufs, x, lda, b + 1);
+                step::<T, 1, 0, 4, 6>(t, &mut acc, &mut cb, bufs, x, lda, ldd, b + 1);
             }
-            scale::<T, 0>(t, &mut acc, &bufs[b], x.d.add(b), ldd);
-            if b + 1 < nb {
-                scale::<T, 1>(t, &mut acc, &bufs[b + 1], x.d.add(b + 1), ldd);
+            if b + 2 < nb {
+                step::<T, 2, 1, 5, 7>(t, &mut acc, &mut cb, bufs, x, lda, ldd, b + 2);
+            }
+            if b + 3 < nb {
+                step::<T, 3, 2, 4, 6>(t, &mut acc, &mut cb, bufs, x, lda, ldd, b + 3);
             }
         }
+        scale(&mut acc, &cb[(nb - 1) % 2], &bufs[nb - 1], x.d.add(nb - 1), ldd);
         acc
     }
 }
