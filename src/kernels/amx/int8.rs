@@ -1,7 +1,7 @@
 //! W8A8 / W4A8 products of the 8-row interleaved block matrices (q8r8 / q4r8) against int8
 //! activation rows (`QuantizedActs`) on AMX-INT8 tiles (TDPBSSD: signed × signed bytes, i32
-//! sums), a `table::GemvI8Fn` for the opt-in AMX path. Below `AMX_MIN_ROWS` activation rows
-//! (decode, small expert batches) it is the AVX-512 VNNI kernel (`x86::vnni::gemv_i8`).
+//! sums), a `table::GemvI8Fn` for the opt-in AMX path. Below `AMX_MIN_ROWS` (32) activation
+//! rows (decode, small expert batches) it is the AVX-512 VNNI kernel (`x86::vnni::gemv_i8`).
 //!
 //! The block scales allow one tile product per 32-column block: K = 32 (one block, 8 B rows),
 //! and each block's i32 C tile is stored, converted and scaled into f32 accumulators (AVX-512)
@@ -37,8 +37,12 @@ use crate::kernels::x86::vnni;
 use core::arch::x86_64::*;
 use std::ops::Range;
 
-/// Activation rows from which the tiles run (below: the VNNI kernel).
-pub(crate) const AMX_MIN_ROWS: usize = 16;
+/// Activation rows from which the tiles run (below: the VNNI kernel). A ragged last tile costs a
+/// whole one: `cargo bench --bench kernels -- gemm_expert_ragged` (1408 × 2048, one thread)
+/// measured amx / avx512 time (two alternated runs, noisy 2-core Xeon VM) 0.98–1.0 (q4r8) and
+/// 1.07–1.10 (q8r8) at 16 rows, 1.02–1.04 / 1.03–1.06 at 24, 0.82 / 0.81–0.87 at 32, 0.87 / 0.91
+/// at 40, 0.66–0.69 / 0.62–0.66 at 64.
+pub(crate) const AMX_MIN_ROWS: usize = 32;
 /// Activation rows per A tile.
 const TM: usize = TILE_ROWS;
 /// Weight rows per B tile: two row groups.
@@ -102,6 +106,11 @@ pub(crate) fn gemv_i8<T: Tiles>(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedAc
     if n < AMX_MIN_ROWS {
         return vnni::gemv_i8(w, rows, xa, n, out);
     }
+    on_tiles::<T>(w, rows, xa, n, out)
+}
+
+/// `gemv_i8`'s tile path, for any n ≥ 1 (the tests run it below the threshold too).
+pub(super) fn on_tiles<T: Tiles>(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     let (g, cols) = (Grouped::of(w), w.cols());
     let nb = g.nb;
     assert!(xa.cols == cols && xa.qs.len() >= n * cols && xa.d.len() >= n * nb && out.len() >= n * rows.len());

@@ -4,7 +4,7 @@
 //! runs only where the CPU has AMX-INT8 (`amx_hardware_int8_kernel_matches_the_model`, ignored
 //! elsewhere). The kernel scales with AVX-512: its tests need an AVX-512 VNNI CPU.
 
-use super::int8::{gemv_i8, AMX_MIN_ROWS};
+use super::int8::{gemv_i8, on_tiles, AMX_MIN_ROWS};
 use super::model::Model;
 use super::{TileConfig, Tiles};
 use crate::format::DType;
@@ -130,8 +130,13 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-/// The kernel on the tile model.
+/// The kernel's tile path on the tile model, at every n (below the threshold too).
 fn on_model(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+    on_tiles::<Model>(w, rows, xa, n, out)
+}
+
+/// The kernel as the table calls it (the VNNI kernel below the threshold), on the tile model.
+fn dispatched(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     gemv_i8::<Model>(w, rows, xa, n, out)
 }
 
@@ -176,6 +181,7 @@ fn the_int8_kernel_on_the_tile_model_is_the_vnni_kernel_bit_for_bit() {
             let what = format!("{} n {n} rows {rows} cols {cols}", d.name());
             let got = call(on_model, w, 0..rows, &xa, n);
             assert_eq!(bits(&got), bits(&call(vnni(), w, 0..rows, &xa, n)), "{what}: model vs vnni");
+            assert_eq!(bits(&got), bits(&call(dispatched, w, 0..rows, &xa, n)), "{what}: tiles vs dispatched");
             check_reference(w, 0..rows, &xa, n, &got, &what);
         }
     }
@@ -189,7 +195,7 @@ fn the_int8_kernel_takes_any_row_range() {
     let (rows, cols) = (40, 96);
     // Ranges starting or ending inside a group, odd group counts (a last single group), one row.
     let ranges = [0..40, 3..37, 8..16, 8..32, 0..24, 5..6, 16..40, 7..9];
-    for n in [AMX_MIN_ROWS, 17, 70] {
+    for n in [1, AMX_MIN_ROWS, 17, 70] {
         let xa = acts(n, cols);
         for (d, bytes) in matrices(rows, cols) {
             let w = Mat::new(d, rows, cols, &bytes).expect("binds");
@@ -223,6 +229,10 @@ mod hardware {
     use crate::kernels::amx::hw::{cpuid_has_amx_int8, status, Hw};
 
     fn on_hw(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+        on_tiles::<Hw>(w, rows, xa, n, out)
+    }
+
+    fn dispatched_hw(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
         gemv_i8::<Hw>(w, rows, xa, n, out)
     }
 
@@ -243,6 +253,7 @@ mod hardware {
                 let hw = split(on_hw, w, &xa, n, 3);
                 assert_eq!(bits(&hw), bits(&split(on_hw, w, &xa, n, 1)), "{what}: 1 vs 3 threads");
                 assert_eq!(bits(&hw), bits(&call(vnni(), w, 0..rows, &xa, n)), "{what}: vs vnni");
+                assert_eq!(bits(&hw), bits(&split(dispatched_hw, w, &xa, n, 2)), "{what}: vs dispatched");
                 if n * rows * cols <= 100 * 64 * 2048 {
                     assert_eq!(bits(&hw), bits(&call(on_model, w, 0..rows, &xa, n)), "{what}: vs model");
                 }
