@@ -314,7 +314,9 @@ fn gemv_kr8_hot(b: Bencher, dtype: &'static str) {
 /// expert sees in prefill (items/s = multiply-adds; run at one thread: `RAYON_NUM_THREADS=1`).
 #[divan::bench(args = [(2, "q4_kr8"), (4, "q4_kr8"), (8, "q4_kr8"), (24, "q4_kr8"), (40, "q4_kr8"), (64, "q4_kr8"),
     (100, "q4_kr8"), (4, "q6_kr8"), (8, "q6_kr8"), (40, "q6_kr8"), (100, "q6_kr8"), (4, "q8r8"), (8, "q8r8"),
-    (40, "q8r8"), (100, "q8r8"), (8, "iq4_xs"), (40, "iq4_xs"), (100, "iq4_xs"), (8, "iq4_xsr8"), (40, "iq4_xsr8"),
+    (16, "q8r8"), (24, "q8r8"), (32, "q8r8"), (40, "q8r8"), (64, "q8r8"), (100, "q8r8"), (16, "q4r8"), (24, "q4r8"),
+    (32, "q4r8"), (40, "q4r8"), (64, "q4r8"), (100, "q4r8"),
+    (512, "q8r8"), (512, "q4r8"), (8, "iq4_xs"), (40, "iq4_xs"), (100, "iq4_xs"), (8, "iq4_xsr8"), (40, "iq4_xsr8"),
     (100, "iq4_xsr8"), (40, "iq4_nl"), (40, "iq4_nlr8")], sample_count = 30)]
 fn gemm_expert_ragged(b: Bencher, (n, dtype): (usize, &'static str)) {
     let w = Weights::new(dtype, 1408, 2048);

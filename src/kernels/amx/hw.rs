@@ -1,4 +1,4 @@
-//! The tile operations on the hardware (AMX-TILE / AMX-BF16 inline asm, stable Rust), and
+//! The tile operations on the hardware (AMX-TILE / AMX-BF16 / AMX-INT8 inline asm, stable Rust), and
 //! whether this process may run them: cpuid reports both features and Linux granted the tile
 //! data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), asked once per process.
 //! `Hw` is reached only through the AMX table, which exists only when `status()` is Ok.
@@ -43,6 +43,14 @@ impl Tiles for Hw {
         }
     }
 
+    fn dpbssd<const C: u8, const A: u8, const B: u8>(&mut self) {
+        // SAFETY: see above (the int8 kernels only where cpuid also has AMX-INT8).
+        unsafe {
+            asm!("tdpbssd tmm{c}, tmm{a}, tmm{b}", c = const C, a = const A, b = const B,
+                options(nomem, nostack, preserves_flags))
+        }
+    }
+
     unsafe fn store<const T: u8>(&mut self, ptr: *mut u8, stride: usize) {
         // SAFETY: see above; the caller's bounds.
         unsafe {
@@ -70,6 +78,14 @@ pub(crate) fn cpuid_has_amx_bf16() -> bool {
     edx & (1 << 22) != 0 && edx & (1 << 24) != 0
 }
 
+/// True when cpuid (leaf 7, sub-leaf 0) also reports AMX-INT8 (EDX bit 25): the int8 kernels'
+/// condition on top of `status()` (the tile data permission covers every AMX instruction).
+pub(crate) fn cpuid_has_amx_int8() -> bool {
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    let edx = if __cpuid(0).eax >= 7 { __cpuid_count(7, 0).edx } else { 0 };
+    edx & (1 << 25) != 0
+}
+
 /// Ask Linux for the tile data state for this process (all its threads).
 fn request_permission() -> Result<(), std::io::Error> {
     // SAFETY: arch_prctl with these arguments only changes the process's permitted xstate.
@@ -94,6 +110,18 @@ pub(crate) fn decide(has_amx: bool, request: impl FnOnce() -> Result<(), std::io
 pub(crate) fn status() -> &'static Result<(), String> {
     static STATUS: OnceLock<Result<(), String>> = OnceLock::new();
     STATUS.get_or_init(|| decide(cpuid_has_amx_bf16(), request_permission))
+}
+
+/// The AMX-INT8 product of q8r8 / q4r8 (`table::GemvI8Fn`) on this CPU's tiles: reached only
+/// through the AMX table's int8 rows, which exist only when `cpuid_has_amx_int8()`.
+pub(crate) fn gemv_i8(
+    w: crate::kernels::mat::Mat<'_>,
+    rows: std::ops::Range<usize>,
+    xa: &crate::kernels::actq::QuantizedActs,
+    n: usize,
+    out: &mut [f32],
+) {
+    super::int8::gemv_i8::<Hw>(w, rows, xa, n, out)
 }
 
 /// The AMX GEMM (`table::Bf16GemmFn`) on this CPU's tiles.

@@ -1,17 +1,23 @@
-//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode): the `amx` path,
-//! the default where the CPU has AMX and Linux grants the tile state. Owns the tile abstraction — `Tiles`, the operations the kernel needs,
+//! AMX-BF16 products of bf16 weights with bf16 activations (`Reduced` mode) and AMX-INT8
+//! products of q8r8 / q4r8 weights with int8 activations (`int8`): the `amx` path, the default
+//! where the CPU has AMX and Linux grants the tile state. Owns the tile abstraction — `Tiles`, the operations the kernels need,
 //! with a hardware implementation (`hw::Hw`, x86-64 inline asm) and a software model of the
-//! eight tile registers (`model::Model`, any CPU) — and the GEMM written once against it
-//! (`gemm`). The choice of path is `dispatch`'s; the activations' rounding and panels are
+//! eight tile registers (`model::Model`, any CPU) — and the kernels written once against it
+//! (`gemm`, `int8`). The choice of path is `dispatch`'s; the activations' rounding and panels are
 //! `bf16act`'s.
 //!
-//! Every part but the tile instructions is tested on any CPU through the model; on a CPU with
-//! AMX the hardware kernel is tested against the model too (`amx_hardware_kernel_matches_the_model`,
-//! bit-identical on the Xeon it first ran on; see docs/performance.md, "AMX").
+//! Every part but the tile instructions is tested on any CPU through the model (the int8
+//! kernel's AVX-512 scaling on AVX-512 CPUs); the hardware tests (`amx_hardware`, ignored
+//! elsewhere) have run both kernels on an Intel Xeon with AMX-BF16 / AMX-INT8, the int8 one
+//! giving the VNNI kernel's and the model's bits (see docs/performance.md, "AMX").
 
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod hw;
+#[cfg(target_arch = "x86_64")]
+mod int8;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod int8_tests;
 #[cfg(test)]
 mod model;
 #[cfg(test)]
@@ -47,6 +53,17 @@ impl TileConfig {
         }
         c
     }
+
+    /// Palette 1 with register t shaped `shapes[t]` = (rows, bytes per row), the rest unused.
+    pub fn shaped(shapes: &[(usize, usize)]) -> TileConfig {
+        let mut c = TileConfig::full(0..0);
+        assert!(shapes.len() <= 8, "{} tile shapes", shapes.len());
+        for (t, &(rows, colsb)) in shapes.iter().enumerate() {
+            assert!(rows <= TILE_ROWS && colsb <= TILE_COLSB, "tmm{t}: {rows} rows × {colsb} bytes");
+            (c.rows[t], c.colsb[t]) = (rows as u8, colsb as u16);
+        }
+        c
+    }
 }
 
 /// The tile operations of the GEMM, named as the instructions; registers are const parameters
@@ -64,6 +81,9 @@ pub trait Tiles: Default {
     /// `tdpbf16ps tmm{C}, tmm{A}, tmm{B}`: C[m][n] += Σ_k A.bf16[m][2k]·B.bf16[k][2n] +
     /// A.bf16[m][2k + 1]·B.bf16[k][2n + 1] (see `model` for the rounding).
     fn dpbf16ps<const C: u8, const A: u8, const B: u8>(&mut self);
+    /// `tdpbssd tmm{C}, tmm{A}, tmm{B}`: C.i32[m][n] += Σ_k Σ_{t<4} A.i8[m][4k + t]·B.i8[k][4n + t]
+    /// (signed bytes, i32 sums wrapping).
+    fn dpbssd<const C: u8, const A: u8, const B: u8>(&mut self);
     /// `tilestored [ptr + stride], tmm{T}`.
     ///
     /// # Safety

@@ -9,6 +9,10 @@
 //! FP32 FMAs; then each output adds the sum of its two lanes. Every step rounds to nearest even
 //! with DAZ = FTZ = 1 whatever MXCSR says: bf16 inputs below 2⁻¹²⁶ read as zero and f32 results
 //! below it become (signed) zero. NaN payloads are not modelled (colibri's inputs are finite).
+//!
+//! TDPBSSD (SDM "Operation"): each output dword adds the four signed byte products of each k
+//! in turn, in 32-bit arithmetic that wraps (no saturation); being integer, the order does not
+//! matter.
 
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 
@@ -51,6 +55,23 @@ impl Model {
         assert!(t < TILES, "tmm{t} does not exist");
         assert!(self.rows[t] > 0, "tmm{t} used unconfigured (#UD)");
         (self.rows[t], self.colsb[t])
+    }
+
+    /// The shapes of a dot-product instruction's registers, checked as the hardware does (#UD):
+    /// (rows of C, dword columns of C, dword columns of A = rows of B).
+    fn chain(&self, op: &str, c: u8, a: u8, b: u8) -> (usize, usize, usize) {
+        let ((m, cb), (am, ab), (bk, bb)) = (self.shape(c), self.shape(a), self.shape(b));
+        assert!(c != a && c != b && a != b, "{op} tmm{c}, tmm{a}, tmm{b}: repeated register (#UD)");
+        assert!(cb % 4 == 0 && ab % 4 == 0 && bb % 4 == 0, "{op}: colsb not a multiple of 4 (#UD)");
+        assert_eq!(am, m, "{op}: rows(A) {am} ≠ rows(C) {m} (#UD)");
+        assert_eq!(ab / 4, bk, "{op}: colsb(A)/4 {} ≠ rows(B) {bk} (#UD)", ab / 4);
+        assert_eq!(cb, bb, "{op}: colsb(C) {cb} ≠ colsb(B) {bb} (#UD)");
+        (m, cb / 4, ab / 4)
+    }
+
+    /// i32 element `i` of row `r` of register `t`.
+    pub fn i32_at(&self, t: u8, r: usize, i: usize) -> i32 {
+        self.u32_at(t, r, i) as i32
     }
 
     /// bf16 element `i` of row `r` of register `t`.
@@ -107,13 +128,7 @@ impl Tiles for Model {
     }
 
     fn dpbf16ps<const C: u8, const A: u8, const B: u8>(&mut self) {
-        let ((m, cb), (am, ab), (bk, bb)) = (self.shape(C), self.shape(A), self.shape(B));
-        assert!(C != A && C != B && A != B, "tdpbf16ps tmm{C}, tmm{A}, tmm{B}: repeated register (#UD)");
-        assert!(cb % 4 == 0 && ab % 4 == 0 && bb % 4 == 0, "tdpbf16ps: colsb not a multiple of 4 (#UD)");
-        assert_eq!(am, m, "tdpbf16ps: rows(A) {am} ≠ rows(C) {m} (#UD)");
-        assert_eq!(ab / 4, bk, "tdpbf16ps: colsb(A)/4 {} ≠ rows(B) {bk} (#UD)", ab / 4);
-        assert_eq!(cb, bb, "tdpbf16ps: colsb(C) {cb} ≠ colsb(B) {bb} (#UD)");
-        let (n_out, n_k) = (cb / 4, ab / 4);
+        let (m, n_out, n_k) = self.chain("tdpbf16ps", C, A, B);
         for row in 0..m {
             let mut temp = [0f32; 2 * TILE_COLSB / 4];
             for k in 0..n_k {
@@ -128,6 +143,23 @@ impl Tiles for Model {
                 let sum = flush(temp[2 * n] + temp[2 * n + 1]);
                 let c = flush(self.f32_at(C, row, n));
                 self.set_f32(C, row, n, flush(c + sum));
+            }
+        }
+    }
+
+    fn dpbssd<const C: u8, const A: u8, const B: u8>(&mut self) {
+        let (m, n_out, n_k) = self.chain("tdpbssd", C, A, B);
+        for row in 0..m {
+            for n in 0..n_out {
+                let mut c = self.i32_at(C, row, n);
+                for k in 0..n_k {
+                    for t in 0..4 {
+                        let a = self.data[usize::from(A)][row][4 * k + t] as i8;
+                        let b = self.data[usize::from(B)][k][4 * n + t] as i8;
+                        c = c.wrapping_add(i32::from(a) * i32::from(b));
+                    }
+                }
+                self.set_f32(C, row, n, f32::from_bits(c as u32));
             }
         }
     }

@@ -10,7 +10,8 @@
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`, `mxfp4r8`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
 //! * `amx` (the default where it runs): the AVX-512 BF16 table with the bf16 prefill GEMM on AMX tiles
-//!   (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state.
+//!   (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state; where cpuid
+//!   also has AMX-INT8, q8r8 / q4r8 int8 products on tiles from 32 activation rows.
 //! * both: the interleaved K-quants q4_kr8 / q6_kr8 / iq4_xsr8 (and iq4_nlr8) take `kr8`'s int8
 //!   kernels (one body per dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every
 //!   activation-row count; GGUF's row-major q5_0 meets its activations as q8r8 does (`q5r8`: 8
@@ -31,13 +32,13 @@ mod mxfp4;
 mod mxfp4r8;
 pub(super) mod q5r8;
 mod qdot;
-mod qgroup;
+pub(super) mod qgroup;
 mod qrows;
 mod tile;
 mod transpose;
 mod tune;
 mod vexp;
-mod vnni;
+pub(super) mod vnni;
 mod widen;
 
 use super::generic;
@@ -194,6 +195,18 @@ static AMX: Table = Table {
     ..AVX512
 };
 
+/// The AMX table where cpuid also has AMX-INT8: q8r8 / q4r8 int8 products on tiles from
+/// `amx::int8`'s row threshold (the VNNI kernel below it).
+static AMX_INT8: Table = Table { mats: MATS_AMX, ..AMX };
+
+/// The AVX-512 rows with the AMX-INT8 kernel for q8r8 / q4r8.
+const MATS_AMX: [MatKernels; DType::COUNT] = {
+    let mut m = MATS_512;
+    m[DType::Q8R8.index()].gemv_i8 = Some(super::amx::hw::gemv_i8);
+    m[DType::Q4R8.index()].gemv_i8 = Some(super::amx::hw::gemv_i8);
+    m
+};
+
 /// True when this CPU runs the AVX2 path.
 pub fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
@@ -215,11 +228,12 @@ pub fn table() -> Option<&'static Table> {
     has_avx2().then_some(&AVX2)
 }
 
-/// The AMX table, when this CPU has AVX-512 BF16 and AMX-BF16 and Linux granted the tiles;
-/// otherwise why not.
+/// The AMX table, when this CPU has AVX-512 BF16 and AMX-BF16 and Linux granted the tiles (with
+/// the int8 rows when it also has AMX-INT8); otherwise why not.
 pub fn table_amx() -> Result<&'static Table, String> {
     super::amx::hw::status().clone()?;
     match table_512() {
+        Some(t) if t.bf16.is_some() && super::amx::hw::cpuid_has_amx_int8() => Ok(&AMX_INT8),
         Some(t) if t.bf16.is_some() => Ok(&AMX),
         _ => Err("this CPU lacks AVX-512 BF16 (the AMX path's other bf16 kernels)".into()),
     }

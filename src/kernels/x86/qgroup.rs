@@ -26,7 +26,7 @@ use std::ops::Range;
 
 /// The parts of an interleaved block matrix the kernels need.
 #[derive(Clone, Copy)]
-pub(super) struct Grouped {
+pub(in crate::kernels) struct Grouped {
     qs: *const u8,
     d: *const u16,
     /// Blocks per row.
@@ -39,7 +39,7 @@ pub(super) struct Grouped {
 impl Grouped {
     /// The parts of interleaved `w` (q8r8 or q4r8; whole 8-row groups, one scale per block, as
     /// binding guarantees).
-    pub(super) fn of(w: Mat<'_>) -> Grouped {
+    pub(in crate::kernels) fn of(w: Mat<'_>) -> Grouped {
         let q4 = w.dtype().encoding() == DType::Q4;
         let (qs, d, layout, bb) = if q4 {
             let q = w.q4();
@@ -81,7 +81,7 @@ pub(super) const TOKEN_BLOCK: usize = 64;
 /// each run of k ≤ `step` whole groups from g (k < step only at the end) and each block of
 /// activation rows (starting at multiples of `TOKEN_BLOCK`), whose 8·k results per row t go to
 /// out[t·len + at ..].
-pub(super) fn by_groups(
+pub(in crate::kernels) fn by_groups(
     rows: Range<usize>,
     n: usize,
     step: usize,

@@ -121,7 +121,7 @@ unsafe fn q8<const T: usize>(g: Grouped, grp: usize, x: &[Acts; T]) -> [__m256; 
 
 /// W8A8 / W4A8 product of interleaved `w` (see `table::GemvI8Fn`), AVX-512 VNNI: below a panel
 /// of activation rows (decode) the one-group kernels, from there the two-group ones.
-pub fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
+pub(in crate::kernels) fn gemv_i8(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32]) {
     if n < PANEL {
         return gemv_i8_with::<Vnni>(w, rows, xa, n, out);
     }
