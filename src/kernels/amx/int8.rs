@@ -172,7 +172,7 @@ unsafe fn prepare(g: Grouped, grp: usize, two: bool, bufs: &mut [BlockB]) {
             if g.q4 {
                 let (m, eight) = (_mm512_set1_epi8(15), _mm512_set1_epi8(8));
                 for c in 0..4 {
-                    let w = chunk(ua, ub, c);
+                    let w = vnni::chunk16(ua, ub, c);
                     let lo = _mm512_sub_epi8(_mm512_and_si512(w, m), eight);
                     let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(w), m), eight);
                     _mm512_store_si512(o.add(c * TILE_COLSB).cast(), _mm512_maskz_mov_epi32(keep, lo));
@@ -180,26 +180,16 @@ unsafe fn prepare(g: Grouped, grp: usize, two: bool, bufs: &mut [BlockB]) {
                 }
             } else {
                 for c in 0..8 {
-                    _mm512_store_si512(o.add(c * TILE_COLSB).cast(), _mm512_maskz_mov_epi32(keep, chunk(ua, ub, c)));
+                    _mm512_store_si512(
+                        o.add(c * TILE_COLSB).cast(),
+                        _mm512_maskz_mov_epi32(keep, vnni::chunk16(ua, ub, c)),
+                    );
                 }
             }
             let da = _mm256_castsi128_si256(_mm_loadu_si128(g.scales(grp, b).cast()));
             let db = if two { _mm_loadu_si128(g.scales(grp + 1, b).cast()) } else { _mm_setzero_si128() };
             _mm512_store_ps(buf.dw.as_mut_ptr(), _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(da, db)));
         }
-    }
-}
-
-/// Chunk c (32 bytes: 4 of each of 8 rows) of unit ua in the low half, of ub in the high half.
-///
-/// SAFETY: the CPU has AVX-512 F; both units hold chunk c.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn chunk(ua: *const u8, ub: *const u8, c: usize) -> __m512i {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let lo = _mm512_castsi256_si512(_mm256_loadu_si256(ua.add(c * 32).cast()));
-        _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(ub.add(c * 32).cast()))
     }
 }
 

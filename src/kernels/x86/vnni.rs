@@ -226,10 +226,11 @@ unsafe fn store16<const T: usize>(v: [__m512; T], out: *mut f32, stride: usize) 
 }
 
 /// Chunk c (32 bytes: 4 of each of 8 rows) of unit (grp, b) in the low half, of (grp + 1, b)
-/// in the high half.
+/// in the high half (also the AMX-INT8 kernel's B tiles: its table is this one's, so the CPU has
+/// VNNI).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn chunk16(ua: *const u8, ub: *const u8, c: usize) -> __m512i {
+pub(crate) unsafe fn chunk16(ua: *const u8, ub: *const u8, c: usize) -> __m512i {
     // SAFETY: the caller passes units holding chunk c.
     unsafe {
         let lo = _mm512_castsi256_si512(_mm256_loadu_si256(ua.add(c * 32).cast()));
