@@ -76,6 +76,34 @@ impl Bf16Acts {
         }
     }
 
+    /// Pack the rounded rows for the AMX tiles (cols even): from NR rows on `pack_panels`;
+    /// fewer rows as one panel of exactly n lanes ([cols / 2, n]: a pair of each row per lane,
+    /// by the path's `transpose`), so a tile n dwords wide reads them contiguously (a decode
+    /// row is its own panel).
+    pub fn pack_tiles(&mut self, transpose: TransposeFn) {
+        let cols = self.cols;
+        let n = self.bits.len().checked_div(cols).unwrap_or(0);
+        if n >= NR {
+            return self.pack_panels(transpose);
+        }
+        assert!(cols.is_multiple_of(2), "bf16 panels pair columns: {cols} is odd");
+        let pairs = cols / 2;
+        self.panels.clear();
+        self.panels.resize(pairs * n, 0);
+        // SAFETY: any bits are a valid f32; align_to splits off what is not 4-byte aligned.
+        let (head, pair_bits, _) = unsafe { self.bits.align_to::<f32>() };
+        if head.is_empty() {
+            // SAFETY: as above.
+            let (_, dst, _) = unsafe { self.panels.align_to_mut::<f32>() };
+            return transpose(pair_bits, pairs, n, pairs, dst);
+        }
+        for (j, row) in self.bits.chunks_exact(cols).enumerate() {
+            for (q, pair) in row.chunks_exact(2).enumerate() {
+                self.panels[q * n + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+            }
+        }
+    }
+
     /// Pack the rounded rows into column-pair panels (cols even). Whole panels are 16 rows of
     /// cols / 2 pairs turned pair-major by the path's `transpose` (the pairs' bits moved as f32
     /// lanes, never computed on); the last partial panel element by element.

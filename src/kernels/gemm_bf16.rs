@@ -4,9 +4,10 @@
 //! * on a path with bf16 kernels: few rows take its matrix-vector kernel (the same row split
 //!   as `gemm::gemv_by`); many rows a blocked GEMM whose micro-tile reads the stored weights
 //!   directly (one bf16 pair broadcast meets a panel of NR activation rows): no widened copy
-//!   of the weights, and each dot instruction does two multiply-adds per lane;
-//!   A path may replace that GEMM by its own over the same panels (`Bf16Kernels::gemm`: AMX
-//!   tiles, `amx`);
+//!   of the weights, and each dot instruction does two multiply-adds per lane. A path may
+//!   replace both by one product at every row count (`Bf16Kernels::gemm`: AMX tiles, `amx`,
+//!   whose tiles cost little more at one row than at sixteen): then a row's result is the same
+//!   bits in every batch, and small expert groups run on the tiles too;
 //! * otherwise (the reference, and paths without such an instruction): `gemm`'s float
 //!   strategies on the rounded values (`with_rounded`) — the same products, exact in f32, in
 //!   another summation order.
@@ -28,7 +29,7 @@ use std::ops::Range;
 /// from 8 rows, but the switch stays at 16: the two sum in different orders, so a batch whose
 /// rows cross the switch where its sequences' separate calls do not gives them other bits, and
 /// at 8 serve's `n` choices over a short prompt (3 × 5 rows) stopped repeating their separate
-/// runs (cli/tests/serve_choices.rs).
+/// runs (cli/tests/serve_choices.rs). A path with a whole product (AMX) has no switch.
 pub const GEMM_MIN_ROWS_BF16: usize = 16;
 
 /// The GEMM runs over blocks of this many columns, whatever the number of panels: each tile
@@ -77,12 +78,12 @@ pub(super) fn product(t: &Table, k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize
     let (rows, cols) = (w.rows(), w.cols());
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
-        if n >= GEMM_MIN_ROWS_BF16 {
+        if let Some(whole) = k.gemm {
+            xa.pack_tiles(t.transpose);
+            whole(t.transpose, w, 0..rows, &xa.panels, n, y, true)
+        } else if n >= GEMM_MIN_ROWS_BF16 {
             xa.pack_panels(t.transpose);
-            match k.gemm {
-                Some(whole) => whole(t.transpose, w, &xa.panels, n, y),
-                None => gemm(&k, t.transpose, w, xa, n, y),
-            }
+            gemm(&k, t.transpose, w, xa, n, y)
         } else {
             let xb = &xa.bits;
             gemv_by(rows, cols, n, y, |r, out| (k.gemv)(w, r, xb, n, out));
@@ -91,13 +92,20 @@ pub(super) fn product(t: &Table, k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize
 }
 
 /// y [n, rows.len()] = x · w[rows]ᵀ, activations rounded to bf16, on the calling thread by the
-/// matrix-vector kernels (see `Kernels::matvec_rows`).
+/// matrix-vector kernels, or the path's whole product where it has one (see
+/// `Kernels::matvec_rows`).
 pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, y: &mut [f32]) {
     let cols = w.cols();
     match kernels_for(t, w) {
         Some(k) => with_buffer(&ACTS, |xa| {
             xa.round(x, n, cols);
-            (k.gemv)(w, rows, &xa.bits, n, y)
+            match k.gemm {
+                Some(whole) => {
+                    xa.pack_tiles(t.transpose);
+                    whole(t.transpose, w, rows, &xa.panels, n, y, false)
+                }
+                None => (k.gemv)(w, rows, &xa.bits, n, y),
+            }
         }),
         None => with_rounded(x, n, cols, |xr| (t.mat(w.dtype()).gemv)(w, rows, xr, n, y)),
     }

@@ -90,9 +90,18 @@ pub struct DeltaToken<'a> {
 /// (then `s` is only written: the double-buffered state's first write of a call), else from `s`.
 pub(crate) type DeltaStepFn = fn(from: Option<&[f32]>, s: &mut [f32], t: &DeltaToken<'_>, out: &mut [f32]);
 
-/// A whole bf16 GEMM: y [n, w.rows()] = x · wᵀ for bf16 `w` (even row length) against x's
-/// column-pair panels ([⌈n / NR⌉, w.cols() / 2, NR], `Bf16Acts::panels`), on the calling pool.
-pub(crate) type Bf16GemmFn = fn(transpose: TransposeFn, w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]);
+/// A whole bf16 product at every activation-row count: y [n, rows.len()] = x · w[rows]ᵀ for bf16
+/// `w` (even row length) against x's tile panels ([⌈n / NR⌉, w.cols() / 2, min(n, NR)],
+/// `Bf16Acts::pack_tiles`), on the calling pool when `pool`, else on the calling thread.
+pub(crate) type Bf16GemmFn = fn(
+    transpose: TransposeFn,
+    w: Mat<'_>,
+    rows: std::ops::Range<usize>,
+    panels: &[u32],
+    n: usize,
+    y: &mut [f32],
+    pool: bool,
+);
 
 /// The products of bf16 weights with bf16 activations (`Reduced` mode) on a path with a bf16 dot
 /// instruction.
@@ -100,7 +109,8 @@ pub(crate) type Bf16GemmFn = fn(transpose: TransposeFn, w: Mat<'_>, panels: &[u3
 pub(crate) struct Bf16Kernels {
     pub gemv: GemvBf16Fn,
     pub tile: TileBf16Fn,
-    /// A GEMM replacing the blocked one over `tile` from GEMM_MIN_ROWS_BF16 rows (AMX).
+    /// A product replacing both `gemv` and the blocked GEMM over `tile` at every row count
+    /// (AMX): one summation order whatever the batch.
     pub gemm: Option<Bf16GemmFn>,
 }
 

@@ -1,27 +1,32 @@
-//! y [n, rows] = x · wᵀ for bf16 weights w [rows, cols] against bf16 activations, on tiles:
-//! the weights are the A operand, read straight from the stored rows (16 weight rows × 32
-//! columns per tile, `cols · 2` bytes apart: no copy of the weights), and the activations the B
-//! operand, in the column-pair panels `Bf16Acts::pack_panels` builds (16 activation rows × 16
-//! pairs per tile, 64 bytes apart) — the VNNI order TDPBF16PS wants. Each step is a 2 × 2 block
-//! of C tiles (32 weight rows × 32 activation rows) over 32 columns:
+//! y [n, rows] = x · wᵀ for bf16 weights w [rows, cols] against bf16 activations, on tiles, at
+//! every activation-row count (one summation order whatever the batch): the weights are the A
+//! operand, read straight from the stored rows (16 weight rows × 32 columns per tile,
+//! `cols · 2` bytes apart: no copy of the weights), and the activations the B operand, in the
+//! column-pair panels `Bf16Acts::pack_tiles` builds (16 pairs per tile, one row per activation
+//! row of the panel: 16 lanes, or n when n < 16) — the VNNI order TDPBF16PS wants. A step is a
+//! 2 × P block of C tiles (32 weight rows × P panels) over 32 columns:
 //!
-//! * tmm0 … tmm3: C, [weight half i][panel half j] at tmm(2i + j);
+//! * tmm0 … tmm3: C, [weight half i][panel j] at tmm(2i + j) (tmm0 and tmm2 when P = 1);
 //! * tmm4, tmm5: A, weight rows r0 .. r0 + 16 and r0 + 16 .. r0 + 32;
-//! * tmm6, tmm7: B, activation panels p0 and p0 + 1.
+//! * tmm6, tmm7: B, activation panels p0 and p0 + 1 (tmm6 when P = 1).
 //!
-//! Steps whose tiles lie inside the matrix and the panels load in place; edges (weight rows
-//! past `rows`, columns past `cols`, panels past the last, pairs past cols / 2) come from
-//! zero-padded copies of the tile. Tasks are 128 weight rows on the calling pool; each panel pair
-//! meets the task's four blocks in turn, and each block's C tiles are stored as one 32 × 32
+//! Panels go two at a time (P = 2); an odd last panel, and a call of one panel, alone (P = 1).
+//! Under 16 activation rows the B and C tiles are configured n columns wide, so a decode step
+//! reads its one activation row contiguously. Steps whose tiles lie inside the matrix and the
+//! panels load in place; edges (weight rows past `rows`, columns past `cols`, pairs past
+//! cols / 2) come from zero-padded copies of the tile. Tasks are 128 weight rows; each panel
+//! pair meets the task's four blocks in turn, and each block's C tiles are stored as one 32 × 32
 //! block, turned token-major by the path's `transpose` and written as runs of weight rows. Each
-//! output is one chain over the column steps in ascending order, so the result does not depend
-//! on the thread count.
+//! output is one chain over the column steps in ascending order whatever the number of
+//! activation rows, the panel it falls in, the task or the thread count: a row's result is the
+//! same bits in every batch.
 
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::mat::Mat;
 use crate::kernels::par::{for_tasks, OutPtr};
 use crate::kernels::table::{TransposeFn, NR};
+use std::ops::Range;
 
 /// bf16 columns per A tile row (64 bytes).
 pub(super) const TK: usize = TILE_COLSB / 2;
@@ -69,128 +74,211 @@ pub(super) fn a_tile(
     (buf.0.as_ptr(), TILE_COLSB)
 }
 
-/// Where the B tile of panel p, pairs q0 .. q0 + 16 is (panels [n_panels, pairs, NR], see
-/// `Bf16Acts`): (pointer, stride). In the panels when whole; otherwise copied into `buf`, zero
-/// past the last panel or pair.
-pub(super) fn b_tile(panels: &[u32], pairs: usize, p: usize, q0: usize, buf: &mut TileBuf) -> (*const u8, usize) {
-    let n_panels = panels.len() / (pairs * NR).max(1);
+/// Where the B tile of panel p, pairs q0 .. q0 + 16 is (panels [n_panels, pairs, lanes], see
+/// `Bf16Acts::pack_tiles`): (pointer, stride). In the panels when whole; otherwise copied into
+/// `buf` (rows 64 bytes apart), zero past the last panel or pair.
+pub(super) fn b_tile(
+    panels: &[u32],
+    pairs: usize,
+    lanes: usize,
+    p: usize,
+    q0: usize,
+    buf: &mut TileBuf,
+) -> (*const u8, usize) {
+    let n_panels = panels.len() / (pairs * lanes).max(1);
     if p < n_panels && q0 + TQ <= pairs {
-        return (panels[(p * pairs + q0) * NR..].as_ptr().cast(), NR * 4);
+        return (panels[(p * pairs + q0) * lanes..].as_ptr().cast(), lanes * 4);
     }
     buf.0.fill(0);
     if p < n_panels {
         let q = TQ.min(pairs - q0);
-        for (i, &v) in panels[(p * pairs + q0) * NR..][..q * NR].iter().enumerate() {
-            buf.0[4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+        for (i, row) in panels[(p * pairs + q0) * lanes..][..q * lanes].chunks_exact(lanes).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                buf.0[i * TILE_COLSB + 4 * j..][..4].copy_from_slice(&v.to_le_bytes());
+            }
         }
     }
     (buf.0.as_ptr(), TILE_COLSB)
 }
 
-/// y [n, rows] = x · wᵀ: w bf16 [rows, cols] (cols even), x's panels [⌈n / 16⌉, cols / 2, 16]
-/// (`Bf16Acts::pack_panels`), on tiles `T`; `transpose` turns each block's results token-major.
-pub(crate) fn gemm<T: Tiles>(transpose: TransposeFn, w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
-    let (rows, cols) = (w.rows(), w.cols());
+/// The B operand's lanes (activation rows per panel) for n activation rows: a whole panel's 16,
+/// or n when fewer (`Bf16Acts::pack_tiles`).
+pub(crate) fn lanes(n: usize) -> usize {
+    NR.min(n)
+}
+
+/// The tile shapes for n activation rows: everything 16 × 64 bytes from 16 rows on; under that
+/// the C and B tiles n dwords wide (tmm0, tmm2, tmm4 … tmm6 only: one panel).
+fn config(n: usize) -> TileConfig {
+    if n >= NR {
+        return TileConfig::full(0..8);
+    }
+    let (narrow, a, unused) = ((TILE_ROWS, 4 * n), (TILE_ROWS, TILE_COLSB), (0, 0));
+    TileConfig::shaped(&[narrow, unused, narrow, unused, a, a, narrow])
+}
+
+/// y [n, rows.len()] = x · w[rows]ᵀ: w bf16 [w.rows(), cols] (cols even), x's tile panels
+/// (`Bf16Acts::pack_tiles`: [⌈n / 16⌉, cols / 2, lanes(n)]), on tiles `T`; `transpose` turns
+/// each block's results token-major. Tasks of 128 weight rows on the calling pool when `pool`,
+/// else all on the calling thread (a caller that splits the rows itself).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm<T: Tiles>(
+    transpose: TransposeFn,
+    w: Mat<'_>,
+    rows: Range<usize>,
+    panels: &[u32],
+    n: usize,
+    y: &mut [f32],
+    pool: bool,
+) {
+    let cols = w.cols();
     assert_eq!(w.dtype(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
-    assert!(cols.is_multiple_of(2) && panels.len() == n.div_ceil(NR) * cols / 2 * NR, "amx gemm: panels");
-    assert!(y.len() >= n * rows, "amx gemm: short output");
-    let out = OutPtr(y.as_mut_ptr());
-    for_tasks(rows.div_ceil(TASK_ROWS), rows * cols * n, |task| {
+    let lanes = lanes(n);
+    assert!(cols.is_multiple_of(2) && panels.len() == n.div_ceil(NR) * cols / 2 * lanes, "amx gemm: panels");
+    assert!(rows.end <= w.rows() && y.len() >= n * rows.len(), "amx gemm: rows {rows:?} of {}", w.rows());
+    if rows.is_empty() || n == 0 {
+        return;
+    }
+    let (ld, out) = (rows.len(), OutPtr(y.as_mut_ptr()));
+    let task = |task: usize| {
+        let r0 = rows.start + task * TASK_ROWS;
+        let mine = r0..(r0 + TASK_ROWS).min(rows.end);
         let mut t = T::default();
-        t.configure(&TileConfig::full(0..8));
+        t.configure(&config(n));
         let mut runs = [0f32; BLOCK * BLOCK];
-        let task_rows = task * TASK_ROWS..((task + 1) * TASK_ROWS).min(rows);
-        for p0 in (0..n.div_ceil(NR)).step_by(2) {
-            for r0 in task_rows.clone().step_by(BLOCK) {
+        let n_panels = n.div_ceil(NR);
+        for p0 in (0..n_panels).step_by(2) {
+            for r0 in mine.clone().step_by(BLOCK) {
                 // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
-                let c = block::<T>(&mut t, w, panels, r0, p0);
-                let (mr, tok0) = (BLOCK.min(rows - r0), p0 * NR);
+                let c = match p0 + 1 < n_panels {
+                    true => block::<T, 2>(&mut t, w, panels, lanes, r0, p0),
+                    false => block::<T, 1>(&mut t, w, panels, lanes, r0, p0),
+                };
+                let (mr, tok0) = (BLOCK.min(mine.end - r0), p0 * NR);
                 let k = BLOCK.min(n - tok0);
                 transpose(&c, BLOCK, mr, k, &mut runs[..k * mr]);
                 for (j, run) in runs[..k * mr].chunks_exact(mr).enumerate() {
-                    // SAFETY: weight rows r0 .. r0 + mr belong to this task only; y holds n·rows.
-                    unsafe { out.write_run((tok0 + j) * rows + r0, run) };
+                    // SAFETY: weight rows r0 .. r0 + mr (inside `rows`) belong to this task
+                    // only; y holds n · ld values.
+                    unsafe { out.write_run((tok0 + j) * ld + r0 - rows.start, run) };
                 }
             }
         }
         t.release();
-    });
+    };
+    let tasks = rows.len().div_ceil(TASK_ROWS);
+    match pool {
+        true => for_tasks(tasks, rows.len() * cols * n, task),
+        false => (0..tasks).for_each(task),
+    }
 }
 
-/// One 2 × 2 block over every column: the four C tiles of weight rows r0 .. r0 + 32 against
-/// panels p0, p0 + 1, as [32 weight rows][32 activation rows] f32. The column steps whose tiles all lie inside the
-/// matrix and the panels read them in place (`steps`); the rest through `a_tile` / `b_tile`.
-fn block<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], r0: usize, p0: usize) -> [f32; BLOCK * BLOCK] {
+/// One 2 × P block over every column: the C tiles of weight rows r0 .. r0 + 32 against panels
+/// p0 .. p0 + P, as [32 weight rows][32 activation rows] f32 (columns past P panels, or past a
+/// narrow panel's lanes, unwritten). The column steps whose tiles all lie inside the matrix and
+/// the panels read them in place (`steps`); the rest through `a_tile` / `b_tile`.
+fn block<T: Tiles, const P: usize>(
+    t: &mut T,
+    w: Mat<'_>,
+    panels: &[u32],
+    lanes: usize,
+    r0: usize,
+    p0: usize,
+) -> [f32; BLOCK * BLOCK] {
     let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
     let pairs = cols / 2;
-    let n_panels = panels.len() / (pairs * NR).max(1);
+    let n_panels = panels.len() / (pairs * lanes).max(1);
     t.zero::<0>();
-    t.zero::<1>();
     t.zero::<2>();
-    t.zero::<3>();
+    if P == 2 {
+        t.zero::<1>();
+        t.zero::<3>();
+    }
     // Whole steps: every tile of them in place.
-    let inside = if r0 + BLOCK <= rows && p0 + 2 <= n_panels { cols / TK } else { 0 };
+    let inside = if r0 + BLOCK <= rows && p0 + P <= n_panels { cols / TK } else { 0 };
     if inside > 0 {
         let a = [&wb[r0 * cols..], &wb[(r0 + TILE_ROWS) * cols..]];
-        let b = [&panels[p0 * pairs * NR..], &panels[(p0 + 1) * pairs * NR..]];
+        let b = [&panels[p0 * pairs * lanes..], &panels[(p0 + P - 1) * pairs * lanes..]];
         // SAFETY: step s < cols / TK reads, of each weight half, 16 rows of 64 bytes from column
-        // 32s (inside rows r0 .. r0 + 32), and of each panel 16 pairs from pair 16s (inside it).
-        unsafe { steps(t, a.map(|a| a.as_ptr().cast()), cols * 2, b.map(|b| b.as_ptr().cast()), inside) };
+        // 32s (inside rows r0 .. r0 + 32), and of each of the P panels 16 pairs from pair 16s
+        // (inside it).
+        unsafe {
+            steps::<T, P>(t, a.map(|a| a.as_ptr().cast()), cols * 2, b.map(|b| b.as_ptr().cast()), lanes * 4, inside)
+        };
     }
     let mut bufs: [TileBuf; 4] = Default::default();
     for k0 in (inside * TK..cols).step_by(TK) {
         let [b0, b1, b2, b3] = &mut bufs;
         let a0 = a_tile(wb, rows, cols, r0, k0, b0);
         let a1 = a_tile(wb, rows, cols, r0 + TILE_ROWS, k0, b1);
-        let p0b = b_tile(panels, pairs, p0, k0 / 2, b2);
-        let p1b = b_tile(panels, pairs, p0 + 1, k0 / 2, b3);
+        let p0b = b_tile(panels, pairs, lanes, p0, k0 / 2, b2);
         // SAFETY: each source is 16 rows of 64 readable bytes `stride` apart (a_tile / b_tile).
         unsafe {
             t.load::<4>(a0.0, a0.1);
             t.load::<5>(a1.0, a1.1);
             t.load::<6>(p0b.0, p0b.1);
-            t.load::<7>(p1b.0, p1b.1);
+            if P == 2 {
+                let p1b = b_tile(panels, pairs, lanes, p0 + 1, k0 / 2, b3);
+                t.load::<7>(p1b.0, p1b.1);
+            }
         }
-        product(t);
+        product::<T, P>(t);
     }
     // C tile 2i + j holds weight rows 16i .. 16i + 16 × activation rows 16j .. 16j + 16 of c.
     let mut c = [0f32; BLOCK * BLOCK];
     let (half, ldc) = (TILE_ROWS * BLOCK, BLOCK * 4);
-    // SAFETY: each C tile is 16 rows of 64 bytes, `ldc` apart from its corner inside c.
+    // SAFETY: each C tile is 16 rows of at most 64 bytes, `ldc` apart from its corner inside c.
     unsafe {
         t.store::<0>(c.as_mut_ptr().cast(), ldc);
-        t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
         t.store::<2>(c[half..].as_mut_ptr().cast(), ldc);
-        t.store::<3>(c[half + NR..].as_mut_ptr().cast(), ldc);
+        if P == 2 {
+            t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
+            t.store::<3>(c[half + NR..].as_mut_ptr().cast(), ldc);
+        }
     }
     c
 }
 
 /// Column steps 0 .. count of a block read in place: A tiles from the weight halves `a` (rows
-/// `stride` bytes apart, step s at byte 64s), B tiles from the panels `b` (step s at byte 1024s).
+/// `stride` bytes apart, step s at byte 64s), B tiles from the P panels `b` (rows `b_stride`
+/// bytes apart, step s at byte 16 · b_stride · s).
 ///
 /// # Safety
 /// Every step's tiles must be readable: 16 rows of 64 bytes from a[h] + 64s, `stride` apart, and
-/// 1 KiB from b[j] + 1024s.
+/// 16 rows of `b_stride` bytes from b[j] + 16 · b_stride · s.
 #[inline(always)]
-unsafe fn steps<T: Tiles>(t: &mut T, a: [*const u8; 2], stride: usize, b: [*const u8; 2], count: usize) {
+unsafe fn steps<T: Tiles, const P: usize>(
+    t: &mut T,
+    a: [*const u8; 2],
+    stride: usize,
+    b: [*const u8; 2],
+    b_stride: usize,
+    count: usize,
+) {
     for s in 0..count {
         // SAFETY: the caller's bounds.
         unsafe {
             t.load::<4>(a[0].add(s * TILE_COLSB), stride);
             t.load::<5>(a[1].add(s * TILE_COLSB), stride);
-            t.load::<6>(b[0].add(s * TILE_ROWS * TILE_COLSB), TILE_COLSB);
-            t.load::<7>(b[1].add(s * TILE_ROWS * TILE_COLSB), TILE_COLSB);
+            t.load::<6>(b[0].add(s * TILE_ROWS * b_stride), b_stride);
+            if P == 2 {
+                t.load::<7>(b[1].add(s * TILE_ROWS * b_stride), b_stride);
+            }
         }
-        product(t);
+        product::<T, P>(t);
     }
 }
 
-/// The four products of a step: C(2i + j) += A(4 + i) · B(6 + j).
+/// The products of a step: C(2i + j) += A(4 + i) · B(6 + j) for j < P.
 #[inline(always)]
-fn product<T: Tiles>(t: &mut T) {
-    t.dpbf16ps::<0, 4, 6>();
-    t.dpbf16ps::<1, 4, 7>();
-    t.dpbf16ps::<2, 5, 6>();
-    t.dpbf16ps::<3, 5, 7>();
+fn product<T: Tiles, const P: usize>(t: &mut T) {
+    if P == 2 {
+        t.dpbf16ps::<0, 4, 6>();
+        t.dpbf16ps::<1, 4, 7>();
+        t.dpbf16ps::<2, 5, 6>();
+        t.dpbf16ps::<3, 5, 7>();
+    } else {
+        t.dpbf16ps::<0, 4, 6>();
+        t.dpbf16ps::<2, 5, 6>();
+    }
 }

@@ -128,9 +128,11 @@ pub(crate) fn gemv_i8(
 pub(crate) fn gemm(
     transpose: crate::kernels::table::TransposeFn,
     w: crate::kernels::mat::Mat<'_>,
+    rows: std::ops::Range<usize>,
     panels: &[u32],
     n: usize,
     y: &mut [f32],
+    pool: bool,
 ) {
-    super::gemm::<Hw>(transpose, w, panels, n, y)
+    super::gemm::<Hw>(transpose, w, rows, panels, n, y, pool)
 }

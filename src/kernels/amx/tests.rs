@@ -3,7 +3,7 @@
 //! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
 //! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
 
-use super::gemm::{a_tile, b_tile, gemm, TileBuf, TK};
+use super::gemm::{a_tile, b_tile, gemm, lanes, TileBuf, TK};
 use super::model::Model;
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
@@ -110,11 +110,11 @@ fn the_model_faults_on_a_repeated_register() {
     t.dpbf16ps::<0, 1, 1>();
 }
 
-/// A model with every register 16 × 64 bytes and tmm0 loaded from `src`.
-fn loaded(src: (*const u8, usize)) -> Model {
+/// A model with tmm0 16 rows × `colsb` bytes loaded from `src`.
+fn loaded(src: (*const u8, usize), colsb: usize) -> Model {
     let mut t = Model::default();
-    t.configure(&TileConfig::full(0..8));
-    // SAFETY: a_tile / b_tile hand out 16 rows of 64 readable bytes.
+    t.configure(&TileConfig::shaped(&[(TILE_ROWS, colsb)]));
+    // SAFETY: a_tile / b_tile hand out 16 rows of `colsb` readable bytes.
     unsafe { t.load::<0>(src.0, src.1) };
     t
 }
@@ -126,7 +126,7 @@ fn weight_tiles_are_the_stored_rows_zero_past_the_matrix() {
         for r in (0..rows + TILE_ROWS).step_by(TILE_ROWS) {
             for k0 in (0..cols).step_by(TK) {
                 let mut buf = TileBuf::default();
-                let t = loaded(a_tile(&w, rows, cols, r, k0, &mut buf));
+                let t = loaded(a_tile(&w, rows, cols, r, k0, &mut buf), TILE_COLSB);
                 for (i, c) in (0..TILE_ROWS).flat_map(|i| (0..TK).map(move |c| (i, c))) {
                     let want = if r + i < rows && k0 + c < cols { w[(r + i) * cols + k0 + c] } else { 0 };
                     assert_eq!(t.bf16(0, i, c), want, "{rows}x{cols} tile ({r}, {k0}) element ({i}, {c})");
@@ -138,17 +138,17 @@ fn weight_tiles_are_the_stored_rows_zero_past_the_matrix() {
 
 #[test]
 fn activation_tiles_pair_columns_zero_past_the_panels() {
-    for (n, cols) in [(17, 100), (16, 64), (40, 2), (33, 96)] {
+    for (n, cols) in [(17, 100), (16, 64), (40, 2), (33, 96), (1, 100), (5, 64), (15, 34)] {
         let x = sample(n * cols, 3);
         let mut acts = Bf16Acts::default();
         acts.round(&x, n, cols);
-        acts.pack_panels(generic::transpose);
-        let pairs = cols / 2;
+        acts.pack_tiles(generic::transpose);
+        let (pairs, lanes) = (cols / 2, lanes(n));
         for p in 0..n.div_ceil(NR) + 1 {
             for q0 in (0..pairs).step_by(TILE_ROWS) {
                 let mut buf = TileBuf::default();
-                let t = loaded(b_tile(&acts.panels, pairs, p, q0, &mut buf));
-                for (q, j) in (0..TILE_ROWS).flat_map(|q| (0..TILE_COLSB / 4).map(move |j| (q, j))) {
+                let t = loaded(b_tile(&acts.panels, pairs, lanes, p, q0, &mut buf), 4 * lanes);
+                for (q, j) in (0..TILE_ROWS).flat_map(|q| (0..lanes).map(move |j| (q, j))) {
                     let (tok, c) = (p * NR + j, 2 * (q0 + q));
                     let want = match tok < n && q0 + q < pairs {
                         true => {
@@ -168,10 +168,10 @@ fn activation_tiles_pair_columns_zero_past_the_panels() {
 fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     let mut acts = Bf16Acts::default();
     acts.round(x, n, w.cols());
-    acts.pack_panels(generic::transpose);
+    acts.pack_tiles(generic::transpose);
     let mut y = vec![f32::NAN; n * w.rows()];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-    pool.install(|| gemm::<T>(generic::transpose, w, &acts.panels, n, &mut y));
+    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), &acts.panels, n, &mut y, true));
     y
 }
 
@@ -210,28 +210,60 @@ fn the_gemm_on_the_tile_model_matches_the_reference_on_ragged_shapes() {
 }
 
 /// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
-fn model_gemm(transpose: TransposeFn, w: Mat<'_>, panels: &[u32], n: usize, y: &mut [f32]) {
-    gemm::<Model>(transpose, w, panels, n, y)
+fn model_gemm(
+    transpose: TransposeFn,
+    w: Mat<'_>,
+    rows: std::ops::Range<usize>,
+    panels: &[u32],
+    n: usize,
+    y: &mut [f32],
+    pool: bool,
+) {
+    gemm::<Model>(transpose, w, rows, panels, n, y, pool)
 }
 
 #[test]
-fn a_path_with_a_whole_bf16_gemm_takes_it_from_the_gemm_threshold() {
-    use crate::kernels::gemm_bf16::{product, GEMM_MIN_ROWS_BF16};
-    use crate::kernels::table::Bf16Kernels;
-    // Only the whole GEMM may run from the threshold on: the other kernels fail the test.
+fn a_path_with_a_whole_bf16_product_takes_it_at_every_row_count_with_the_same_bits_per_row() {
+    use crate::kernels::gemm_bf16::{product, rows};
+    use crate::kernels::table::{Bf16Kernels, Table};
+    // Only the whole product may run: the other kernels fail the test.
     let k = Bf16Kernels {
-        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran at a GEMM row count"),
+        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran on a path with a whole product"),
         tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
         gemm: Some(model_gemm),
     };
-    let (rows, cols) = (40, 100);
-    let w: Vec<u16> = sample(rows * cols, 8).iter().map(|&v| round_bf16(v)).collect();
-    let w = Mat::halves(DType::BF16, &w, rows, cols);
-    for n in [GEMM_MIN_ROWS_BF16, 33, 100] {
-        let x = sample(n * cols, 9 + n as u64);
-        let mut y = vec![f32::NAN; n * rows];
-        product(&crate::kernels::generic::GENERIC, k, w, &x, n, &mut y);
+    let table = Table { bf16: Some(k), ..crate::kernels::generic::GENERIC };
+    let (w_rows, cols) = (72, 100);
+    let w: Vec<u16> = sample(w_rows * cols, 8).iter().map(|&v| round_bf16(v)).collect();
+    let w = Mat::halves(DType::BF16, &w, w_rows, cols);
+    let x = sample(100 * cols, 9);
+    // Each activation row alone: what every batch must repeat.
+    let alone: Vec<Vec<f32>> = (0..100)
+        .map(|t| {
+            let mut y = vec![f32::NAN; w_rows];
+            product(&table, k, w, &x[t * cols..][..cols], 1, &mut y);
+            y
+        })
+        .collect();
+    for n in [1, 2, 5, 15, 16, 17, 31, 33, 100] {
+        let mut y = vec![f32::NAN; n * w_rows];
+        product(&table, k, w, &x, n, &mut y);
         check_against_reference(w, &x, n, &y, &format!("through product, n {n}"));
+        for (t, row) in y.chunks_exact(w_rows).enumerate() {
+            let same = row.iter().zip(&alone[t]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "n {n}: activation row {t} differs from its product alone");
+        }
+        // A range of weight rows on the calling thread: the same bits.
+        let range = 8..w_rows - 3;
+        let mut part = vec![f32::NAN; n * range.len()];
+        rows(&table, w, range.clone(), &x, n, &mut part);
+        for t in 0..n {
+            let same = part[t * range.len()..][..range.len()]
+                .iter()
+                .zip(&y[t * w_rows + range.start..t * w_rows + range.end])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "n {n}: weight rows {range:?} of activation row {t} differ on the calling thread");
+        }
     }
 }
 
