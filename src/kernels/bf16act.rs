@@ -56,10 +56,34 @@ const PAR_ELEMENTS: usize = 1 << 16;
 pub struct Bf16Acts {
     pub cols: usize,
     pub bits: Vec<u16>,
-    pub panels: Vec<u32>,
+    /// The panels' storage, in cache lines: every 64-byte row of a tile (16 dwords) is one line.
+    lines: Vec<Line>,
+    /// u32 values of the panels in `lines`.
+    len: usize,
 }
 
+/// One cache line of panel values (a heap Vec<u32> of a megabyte starts 16 bytes into a page:
+/// each 64-byte tile row would then straddle two lines).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Line([u32; 16]);
+
 impl Bf16Acts {
+    /// The packed panels (`pack_panels` / `pack_tiles`), starting on a cache line.
+    pub fn panels(&self) -> &[u32] {
+        // SAFETY: `lines` holds at least `len` u32 values (`panels_for`), plain data.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.len) }
+    }
+
+    /// The rounded rows, and the panels' storage for `len` values (contents unspecified: every
+    /// caller writes all of them).
+    fn bits_and_panels(&mut self, len: usize) -> (&[u16], &mut [u32]) {
+        self.lines.resize(len.div_ceil(16), Line::default());
+        self.len = len;
+        // SAFETY: as in `panels`; the borrow of `lines` is exclusive.
+        (&self.bits, unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), len) })
+    }
+
     /// Round x ([n, cols]).
     pub fn round(&mut self, x: &[f32], n: usize, cols: usize) {
         self.cols = cols;
@@ -88,18 +112,17 @@ impl Bf16Acts {
         }
         assert!(cols.is_multiple_of(2), "bf16 panels pair columns: {cols} is odd");
         let pairs = cols / 2;
-        self.panels.clear();
-        self.panels.resize(pairs * n, 0);
+        let (bits, panels) = self.bits_and_panels(pairs * n);
         // SAFETY: any bits are a valid f32; align_to splits off what is not 4-byte aligned.
-        let (head, pair_bits, _) = unsafe { self.bits.align_to::<f32>() };
+        let (head, pair_bits, _) = unsafe { bits.align_to::<f32>() };
         if head.is_empty() {
             // SAFETY: as above.
-            let (_, dst, _) = unsafe { self.panels.align_to_mut::<f32>() };
+            let (_, dst, _) = unsafe { panels.align_to_mut::<f32>() };
             return transpose(pair_bits, pairs, n, pairs, dst);
         }
-        for (j, row) in self.bits.chunks_exact(cols).enumerate() {
+        for (j, row) in bits.chunks_exact(cols).enumerate() {
             for (q, pair) in row.chunks_exact(2).enumerate() {
-                self.panels[q * n + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+                panels[q * n + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
             }
         }
     }
@@ -112,9 +135,7 @@ impl Bf16Acts {
         assert!(cols.is_multiple_of(2), "bf16 panels pair columns: {cols} is odd");
         let n = self.bits.len().checked_div(cols).unwrap_or(0);
         let (pairs, panels) = (cols / 2, n.div_ceil(NR));
-        self.panels.clear();
-        self.panels.resize(panels * pairs * NR, 0);
-        let bits = &self.bits;
+        let (bits, out) = self.bits_and_panels(panels * pairs * NR);
         // SAFETY: any bits are a valid f32; align_to splits off what is not 4-byte aligned.
         let (head, pair_bits, _) = unsafe { bits.align_to::<f32>() };
         let aligned = head.is_empty();
@@ -124,6 +145,7 @@ impl Bf16Acts {
                 let (_, dst, _) = unsafe { panel.align_to_mut::<f32>() };
                 return transpose(&pair_bits[p * NR * pairs..], pairs, NR, pairs, dst);
             }
+            panel.fill(0);
             for j in 0..NR.min(n - p * NR) {
                 let row = &bits[(p * NR + j) * cols..(p * NR + j + 1) * cols];
                 for (q, pair) in row.chunks_exact(2).enumerate() {
@@ -134,9 +156,9 @@ impl Bf16Acts {
         // A prefill's panels (hundreds of rows) are packed by the calling pool's threads.
         if panels > 1 && n * cols > PAR_ELEMENTS && crate::threads::current() > 1 {
             use rayon::prelude::*;
-            self.panels.par_chunks_exact_mut(pairs * NR).enumerate().for_each(pack);
+            out.par_chunks_exact_mut(pairs * NR).enumerate().for_each(pack);
         } else {
-            self.panels.chunks_exact_mut(pairs * NR).enumerate().for_each(pack);
+            out.chunks_exact_mut(pairs * NR).enumerate().for_each(pack);
         }
     }
 }
@@ -188,8 +210,9 @@ mod tests {
         let mut a = Bf16Acts::default();
         a.round(&x, n, cols);
         a.pack_panels(crate::kernels::generic::transpose);
-        assert_eq!(a.panels.len(), 2 * (cols / 2) * NR);
-        let at = |p: usize, q: usize, j: usize| a.panels[p * (cols / 2) * NR + q * NR + j];
+        assert_eq!(a.panels().len(), 2 * (cols / 2) * NR);
+        assert_eq!(a.panels().as_ptr() as usize % 64, 0, "panels start on a cache line");
+        let at = |p: usize, q: usize, j: usize| a.panels()[p * (cols / 2) * NR + q * NR + j];
         for t in 0..n {
             for q in 0..cols / 2 {
                 let v = at(t / NR, q, t % NR);
@@ -199,6 +222,21 @@ mod tests {
             }
         }
         assert!((n % NR..NR).all(|j| (0..cols / 2).all(|q| at(1, q, j) == 0)), "padding rows are zero");
+    }
+
+    #[test]
+    fn a_reused_buffer_packs_what_a_fresh_one_does() {
+        let cols = 64;
+        let x: Vec<f32> = (0..48 * cols).map(|i| (i % 97) as f32 - 40.0).collect();
+        let mut reused = Bf16Acts::default();
+        for n in [48, 33, 5, 40, 17, 1] {
+            let mut fresh = Bf16Acts::default();
+            for a in [&mut reused, &mut fresh] {
+                a.round(&x, n, cols);
+                a.pack_tiles(crate::kernels::generic::transpose);
+            }
+            assert_eq!(reused.panels(), fresh.panels(), "n {n}: stale values of a longer pack");
+        }
     }
 
     #[test]
@@ -216,6 +254,6 @@ mod tests {
             two.pack_panels(crate::kernels::generic::transpose);
         });
         assert!(n * cols > PAR_ELEMENTS, "the input must take the pool's path");
-        assert!(one.bits == two.bits && one.panels == two.panels);
+        assert!(one.bits == two.bits && one.panels() == two.panels());
     }
 }

@@ -61,6 +61,15 @@ impl Kernels {
             return;
         }
         if products.iter().all(|(w, _)| self.int8_kernel(*w).is_none()) {
+            // bf16 weights meeting bf16 activations all: rounded (and packed) once.
+            let t = self.table();
+            let reduced = self.act() == QuantActivations::Reduced;
+            let bf16 = |w: &Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0;
+            if let (true, Some(k)) =
+                (reduced && products.iter().all(|(w, _)| bf16(w)), gemm_bf16::kernels_for(t, products[0].0))
+            {
+                return gemm_bf16::products(t, k, x, n, products);
+            }
             return products.iter_mut().for_each(|(w, y)| self.unquantised(*w, x, n, y));
         }
         let t = self.table();

@@ -75,18 +75,33 @@ pub(super) fn with_rounded<R>(x: &[f32], n: usize, cols: usize, f: impl FnOnce(&
 /// y [n, rows] = x [n, cols] · wᵀ for a bf16 `w` by the bf16 kernels `k`, activations rounded
 /// to bf16.
 pub(super) fn product(t: &Table, k: Bf16Kernels, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
-    let (rows, cols) = (w.rows(), w.cols());
+    products(t, k, x, n, &mut [(w, y)]);
+}
+
+/// `product` for each (w, y) of `products` (bf16 matrices of one width, all meeting the kernels
+/// `k`): x is rounded, and packed for the strategy n rows take, once for all of them — an MLP's
+/// gate and up, attention's q, k and v. Each result is the bits `product` gives it alone.
+pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products: &mut [(Mat<'_>, &mut [f32])]) {
+    let Some(cols) = products.first().map(|(w, _)| w.cols()) else { return };
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
-        if let Some(whole) = k.gemm {
+        let tiles = k.gemm.is_some();
+        if tiles {
             xa.pack_tiles(t.transpose);
-            whole(t.transpose, w, 0..rows, &xa.panels, n, y, true)
         } else if n >= GEMM_MIN_ROWS_BF16 {
             xa.pack_panels(t.transpose);
-            gemm(&k, t.transpose, w, xa, n, y)
-        } else {
-            let xb = &xa.bits;
-            gemv_by(rows, cols, n, y, |r, out| (k.gemv)(w, r, xb, n, out));
+        }
+        for (w, y) in products.iter_mut() {
+            let rows = w.rows();
+            assert_eq!(w.cols(), cols, "bf16 products of different widths");
+            match k.gemm {
+                Some(whole) => whole(t.transpose, *w, 0..rows, xa.panels(), n, y, true),
+                None if n >= GEMM_MIN_ROWS_BF16 => gemm(&k, t.transpose, *w, xa, n, y),
+                None => {
+                    let xb = &xa.bits;
+                    gemv_by(rows, cols, n, y, |r, out| (k.gemv)(*w, r, xb, n, out));
+                }
+            }
         }
     })
 }
@@ -102,7 +117,7 @@ pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usiz
             match k.gemm {
                 Some(whole) => {
                     xa.pack_tiles(t.transpose);
-                    whole(t.transpose, w, rows, &xa.panels, n, y, false)
+                    whole(t.transpose, w, rows, xa.panels(), n, y, false)
                 }
                 None => (k.gemv)(w, rows, &xa.bits, n, y),
             }
@@ -131,7 +146,7 @@ fn gemm(k: &Bf16Kernels, transpose: TransposeFn, w: Mat<'_>, xa: &Bf16Acts, n: u
             c.resize(tiles * BF16_MR * ldc, 0.0);
             for k0 in (0..cols).step_by(KC_BF16) {
                 let kc = KC_BF16.min(cols - k0);
-                let panel = |p: usize| &xa.panels[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
+                let panel = |p: usize| &xa.panels()[(p * pairs + k0 / 2) * NR..(p * pairs + (k0 + kc) / 2) * NR];
                 for (p, count) in passes(panels, half) {
                     let list = [panel(p), panel((p + 1).min(panels - 1)), panel((p + 2).min(panels - 1))];
                     let last_half = half && p + count == panels;

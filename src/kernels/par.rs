@@ -49,6 +49,13 @@ impl OutPtr {
         // SAFETY: the caller guarantees the range is in bounds and written by no other task.
         unsafe { std::ptr::copy_nonoverlapping(vs.as_ptr(), self.0.add(i), vs.len()) };
     }
+
+    /// `write_run` of a run whose length is known at compile time (copied inline).
+    #[inline]
+    pub(super) unsafe fn write_array<const L: usize>(&self, i: usize, vs: &[f32; L]) {
+        // SAFETY: as for `write_run`.
+        unsafe { self.0.add(i).cast::<[f32; L]>().write_unaligned(*vs) };
+    }
 }
 
 /// Tokens per block of a GEMM's write-back: 32 bytes of each row of the task's results.

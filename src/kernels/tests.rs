@@ -632,13 +632,16 @@ fn vnni_int8_products_equal_avx2_bit_for_bit() {
 fn products_sharing_their_input_equal_separate_products_bit_for_bit() {
     let cols = 256;
     let (a, b) = (Stored::new(16, cols, 3), Stored::new(24, cols, 4));
-    let mats: Vec<Mat<'_>> = a.mats().into_iter().chain(b.mats()).map(|m| m.1).collect();
+    let all: Vec<Mat<'_>> = a.mats().into_iter().chain(b.mats()).map(|m| m.1).collect();
+    // Only bf16 matrices: rounded (and packed) once for all of them.
+    let bf16: Vec<Mat<'_>> = all.iter().copied().filter(|m| m.dtype() == DType::BF16).collect();
+    assert_eq!(bf16.len(), 2);
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    for path in available_paths() {
+    for (path, mats) in available_paths().into_iter().flat_map(|p| [(p, &all), (p, &bf16)]) {
         for mode in [QuantActivations::Reduced, QuantActivations::Float] {
             let k = kernels(path, mode);
             // 5: the matrix-vector strategy; 40: the GEMM for the row-major block layouts.
-            for n in [5, 40] {
+            for n in [5, 17, 40] {
                 let x = sample(n * cols, n as u64);
                 let want: Vec<Vec<f32>> = mats
                     .iter()
@@ -927,7 +930,7 @@ fn every_path_rounds_and_packs_bf16_activations_with_the_same_bits() {
                             false => 0,
                         };
                         assert_eq!(
-                            a.panels[(p * cols / 2 + q) * NR + j],
+                            a.panels()[(p * cols / 2 + q) * NR + j],
                             want,
                             "{path:?} n {n} panel {p} pair {q} row {j}"
                         );

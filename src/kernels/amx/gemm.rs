@@ -51,6 +51,10 @@ impl Default for TileBuf {
     }
 }
 
+/// A block's results: [32 weight rows][32 activation rows] f32, on cache lines.
+#[repr(C, align(64))]
+struct CBlock([f32; BLOCK * BLOCK]);
+
 /// Where the A tile of weight rows r .. r + 16, columns k0 .. k0 + 32 is: (pointer, stride). In
 /// the stored rows when whole; otherwise copied into `buf`, zero past the matrix.
 pub(super) fn a_tile(
@@ -145,22 +149,29 @@ pub(crate) fn gemm<T: Tiles>(
         let mine = r0..(r0 + TASK_ROWS).min(rows.end);
         let mut t = T::default();
         t.configure(&config(n));
-        let mut runs = [0f32; BLOCK * BLOCK];
+        let (mut c, mut runs) = (CBlock([0.0; BLOCK * BLOCK]), CBlock([0.0; BLOCK * BLOCK]));
         let n_panels = n.div_ceil(NR);
         for p0 in (0..n_panels).step_by(2) {
             for r0 in mine.clone().step_by(BLOCK) {
                 // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
-                let c = match p0 + 1 < n_panels {
-                    true => block::<T, 2>(&mut t, w, panels, lanes, r0, p0),
-                    false => block::<T, 1>(&mut t, w, panels, lanes, r0, p0),
-                };
+                match p0 + 1 < n_panels {
+                    true => block::<T, 2>(&mut t, w, panels, lanes, r0, p0, &mut c),
+                    false => block::<T, 1>(&mut t, w, panels, lanes, r0, p0, &mut c),
+                }
                 let (mr, tok0) = (BLOCK.min(mine.end - r0), p0 * NR);
                 let k = BLOCK.min(n - tok0);
-                transpose(&c, BLOCK, mr, k, &mut runs[..k * mr]);
-                for (j, run) in runs[..k * mr].chunks_exact(mr).enumerate() {
+                transpose(&c.0, BLOCK, mr, k, &mut runs.0[..k * mr]);
+                for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
+                    let at = (tok0 + j) * ld + r0 - rows.start;
                     // SAFETY: weight rows r0 .. r0 + mr (inside `rows`) belong to this task
-                    // only; y holds n · ld values.
-                    unsafe { out.write_run((tok0 + j) * ld + r0 - rows.start, run) };
+                    // only; y holds n · ld values. A whole block's runs are copied at a fixed
+                    // length (inline, not a call per run).
+                    unsafe {
+                        match <&[f32; BLOCK]>::try_from(run) {
+                            Ok(whole) => out.write_array(at, whole),
+                            Err(_) => out.write_run(at, run),
+                        }
+                    }
                 }
             }
         }
@@ -174,8 +185,8 @@ pub(crate) fn gemm<T: Tiles>(
 }
 
 /// One 2 × P block over every column: the C tiles of weight rows r0 .. r0 + 32 against panels
-/// p0 .. p0 + P, as [32 weight rows][32 activation rows] f32 (columns past P panels, or past a
-/// narrow panel's lanes, unwritten). The column steps whose tiles all lie inside the matrix and
+/// p0 .. p0 + P, into c as [32 weight rows][32 activation rows] f32 (columns past P panels, or
+/// past a narrow panel's lanes, not written). The column steps whose tiles all lie inside the matrix and
 /// the panels read them in place (`steps`); the rest through `a_tile` / `b_tile`.
 fn block<T: Tiles, const P: usize>(
     t: &mut T,
@@ -184,7 +195,8 @@ fn block<T: Tiles, const P: usize>(
     lanes: usize,
     r0: usize,
     p0: usize,
-) -> [f32; BLOCK * BLOCK] {
+    c: &mut CBlock,
+) {
     let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
     let pairs = cols / 2;
     let n_panels = panels.len() / (pairs * lanes).max(1);
@@ -225,8 +237,7 @@ fn block<T: Tiles, const P: usize>(
         product::<T, P>(t);
     }
     // C tile 2i + j holds weight rows 16i .. 16i + 16 × activation rows 16j .. 16j + 16 of c.
-    let mut c = [0f32; BLOCK * BLOCK];
-    let (half, ldc) = (TILE_ROWS * BLOCK, BLOCK * 4);
+    let (c, half, ldc) = (&mut c.0, TILE_ROWS * BLOCK, BLOCK * 4);
     // SAFETY: each C tile is 16 rows of at most 64 bytes, `ldc` apart from its corner inside c.
     unsafe {
         t.store::<0>(c.as_mut_ptr().cast(), ldc);
@@ -236,7 +247,6 @@ fn block<T: Tiles, const P: usize>(
             t.store::<3>(c[half + NR..].as_mut_ptr().cast(), ldc);
         }
     }
-    c
 }
 
 /// Column steps 0 .. count of a block read in place: A tiles from the weight halves `a` (rows

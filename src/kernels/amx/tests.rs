@@ -147,7 +147,7 @@ fn activation_tiles_pair_columns_zero_past_the_panels() {
         for p in 0..n.div_ceil(NR) + 1 {
             for q0 in (0..pairs).step_by(TILE_ROWS) {
                 let mut buf = TileBuf::default();
-                let t = loaded(b_tile(&acts.panels, pairs, lanes, p, q0, &mut buf), 4 * lanes);
+                let t = loaded(b_tile(acts.panels(), pairs, lanes, p, q0, &mut buf), 4 * lanes);
                 for (q, j) in (0..TILE_ROWS).flat_map(|q| (0..lanes).map(move |j| (q, j))) {
                     let (tok, c) = (p * NR + j, 2 * (q0 + q));
                     let want = match tok < n && q0 + q < pairs {
@@ -171,7 +171,7 @@ fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     acts.pack_tiles(generic::transpose);
     let mut y = vec![f32::NAN; n * w.rows()];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), &acts.panels, n, &mut y, true));
+    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), acts.panels(), n, &mut y, true));
     y
 }
 
