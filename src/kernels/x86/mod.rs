@@ -9,8 +9,8 @@
 //! * `avx512` (that, plus AVX-512 F/BW/VL and VNNI): starts from the AVX2 rows and replaces the
 //!   int8 kernels of the interleaved block types with VNNI ones (`vnni`, `mxfp4r8`); where the CPU also has
 //!   AVX-512 BF16, bf16 weights meet bf16 activations in `vdpbf16ps` kernels (`bf16`).
-//! * `amx` (the default where it runs): the AVX-512 BF16 table with the bf16 prefill GEMM on AMX tiles
-//!   (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state; where cpuid
+//! * `amx` (the default where it runs): the AVX-512 BF16 table with every bf16 product on AMX tiles at
+//!   every activation-row count (`kernels::amx`), where cpuid has AMX-BF16 and Linux grants the tile state; where cpuid
 //!   also has AMX-INT8, q8r8 / q4r8 int8 products on tiles from 32 activation rows.
 //! * both: the interleaved K-quants q4_kr8 / q6_kr8 / iq4_xsr8 (and iq4_nlr8) take `kr8`'s int8
 //!   kernels (one body per dtype, `vpmaddubsw` on AVX2, `vpdpbusd` on AVX-512 VNNI) at every
@@ -188,7 +188,8 @@ static AVX512: Table =
 static AVX512_BF16: Table =
     Table { bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile, gemm: None }), ..AVX512 };
 
-/// The AVX-512 BF16 table whose bf16 GEMM runs on AMX tiles (`kernels::amx`).
+/// The AVX-512 BF16 table whose bf16 products run on AMX tiles at every row count (`kernels::amx`;
+/// its `gemv` and `tile` are then unused).
 static AMX: Table = Table {
     path: CpuPath::Amx,
     bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile, gemm: Some(super::amx::hw::gemm) }),
