@@ -62,6 +62,12 @@ pub struct Bf16Acts {
     len: usize,
 }
 
+/// A column pair's panel value: the first bf16 in the low half (the pair's f32 lane as
+/// `transpose` moves it on a little-endian machine).
+fn pair_bits_of(pair: &[u16]) -> u32 {
+    u32::from(pair[0]) | u32::from(pair[1]) << 16
+}
+
 /// One cache line of panel values (a heap Vec<u32> of a megabyte starts 16 bytes into a page:
 /// each 64-byte tile row would then straddle two lines).
 #[derive(Clone, Copy, Default)]
@@ -122,7 +128,7 @@ impl Bf16Acts {
         }
         for (j, row) in bits.chunks_exact(cols).enumerate() {
             for (q, pair) in row.chunks_exact(2).enumerate() {
-                panels[q * n + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+                panels[q * n + j] = pair_bits_of(pair);
             }
         }
     }
@@ -149,7 +155,7 @@ impl Bf16Acts {
             for j in 0..NR.min(n - p * NR) {
                 let row = &bits[(p * NR + j) * cols..(p * NR + j + 1) * cols];
                 for (q, pair) in row.chunks_exact(2).enumerate() {
-                    panel[q * NR + j] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+                    panel[q * NR + j] = pair_bits_of(pair);
                 }
             }
         };

@@ -85,18 +85,19 @@ pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products:
     let Some(cols) = products.first().map(|(w, _)| w.cols()) else { return };
     with_buffer(&ACTS, |xa| {
         xa.round(x, n, cols);
-        let tiles = k.gemm.is_some();
-        if tiles {
-            xa.pack_tiles(t.transpose);
-        } else if n >= GEMM_MIN_ROWS_BF16 {
-            xa.pack_panels(t.transpose);
+        // The strategy n rows take, and the packing it needs, once for every product.
+        let blocked = k.gemm.is_none() && n >= GEMM_MIN_ROWS_BF16;
+        match k.gemm {
+            Some(_) => xa.pack_tiles(t.transpose),
+            None if blocked => xa.pack_panels(t.transpose),
+            None => {}
         }
         for (w, y) in products.iter_mut() {
             let rows = w.rows();
             assert_eq!(w.cols(), cols, "bf16 products of different widths");
             match k.gemm {
                 Some(whole) => whole(t.transpose, *w, 0..rows, xa.panels(), n, y, true),
-                None if n >= GEMM_MIN_ROWS_BF16 => gemm(&k, t.transpose, *w, xa, n, y),
+                None if blocked => gemm(&k, t.transpose, *w, xa, n, y),
                 None => {
                     let xb = &xa.bits;
                     gemv_by(rows, cols, n, y, |r, out| (k.gemv)(*w, r, xb, n, out));
