@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Each product reads one of several copies of the matrix (256 MiB in all, more than the L3),
-//! so its weights come from memory as an expert's do in a prefill pass. Printed per n: the
+//! so its weights come from memory as an expert's do in a prefill pass; `COPIES=1` reads one
+//! copy every time (weights as warm as the caches keep them). Printed per n: the
 //! fastest product in ms and its multiply-adds per second (G = 1e9).
 
 use colibri::format::DType;
@@ -33,7 +34,8 @@ fn main() {
     let [rows, cols, reps, ..] = args[..] else {
         panic!("usage: bf16gemm ROWS COLS REPS N...");
     };
-    let copies = (256 << 20) / (rows * cols * 2) + 1;
+    let copies =
+        std::env::var("COPIES").ok().and_then(|v| v.parse().ok()).unwrap_or((256 << 20) / (rows * cols * 2) + 1);
     let stored: Vec<Vec<u8>> = (0..copies).map(|_| DType::BF16.encode(&values(rows * cols), cols)).collect();
     let k = Kernels::default();
     for &n in &args[3..] {

@@ -14,8 +14,8 @@
 //! Under 16 activation rows the B and C tiles are configured n columns wide, so a decode step
 //! reads its one activation row contiguously. Steps whose tiles lie inside the matrix and the
 //! panels load in place; edges (weight rows past `rows`, columns past `cols`, pairs past
-//! cols / 2) come from zero-padded copies of the tile. Tasks are 128 weight rows; each panel
-//! pair meets the task's four blocks in turn, and each block's C tiles are stored as one 32 × 32
+//! cols / 2) come from zero-padded copies of the tile. Tasks are 32 to 128 weight rows
+//! (`task_rows`); each panel pair meets the task's blocks in turn, and each block's C tiles are stored as one 32 × 32
 //! block, turned token-major by the path's `transpose` and written as runs of weight rows. Each
 //! output is one chain over the column steps in ascending order whatever the number of
 //! activation rows, the panel it falls in, the task or the thread count: a row's result is the
@@ -36,10 +36,22 @@ const TQ: usize = TK / 2;
 const BLOCK: usize = 2 * TILE_ROWS;
 const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's width");
 
-/// Weight rows per task: each panel pair meets the task's 2 × 2 blocks in turn while it is in
-/// L2 (a pair is 128 KiB at 2048 columns), so the panels are read from further away once per
-/// 128 rows instead of once per 32.
-const TASK_ROWS: usize = 4 * BLOCK;
+/// Weight rows per task, for rows of `cols` columns against n activation rows: each panel pair
+/// meets the task's 2 × 2 blocks in turn, so the panels are read from further away once per task
+/// and the task's weights from L2 once per panel pair. Whole blocks, 32 to 128 rows, whose
+/// weights stay within 704 KiB when there are many panel pairs (n ≥ 256: the panels' trips
+/// matter) and 256 KiB when there are few. One thread on the AMX Xeon (`RAYON_NUM_THREADS=1
+/// examples/bf16gemm`, fastest of 4–8, two rounds, ms for 32 / 64 / 128 rows; rows × cols, n):
+/// 14336 × 4096, 128: 21.7–22.5 / 23.9–24.2 / 24.5–24.7; 4096 × 14336, 128: 29.2–30.0 /
+/// 33.8–34.7 / 33.1–33.6; 4096 × 14336, 512: 102–107 / 125–126 / 120–121; 14336 × 4096, 512:
+/// 93–100 / 82–88 / 81–86; 4096 × 4096, 512: 27.6–28.0 / 25.2–26.2 / 26.1–26.2; 2048 × 5632,
+/// 512: 18.1–18.2 / 16.6–16.7 / 17.1–17.2; 2048 × 2048, 512: 5.8–5.9 / 5.4 / 4.9–5.1; 1024 ×
+/// 2048, 64: 0.52 / 0.48–0.49 / 0.49–0.50; 1408 × 2048, 34: 0.55–0.56 / 0.54–0.58 / 0.57–0.58.
+/// Which rows a task holds changes no result (each output is one chain over the columns).
+fn task_rows(cols: usize, n: usize) -> usize {
+    let budget = if n >= 256 { 704 << 10 } else { 256 << 10 };
+    (budget / (2 * cols.max(1)) / BLOCK * BLOCK).clamp(BLOCK, 4 * BLOCK)
+}
 
 /// A tile's bytes: 16 rows × 64.
 #[repr(C, align(64))]
@@ -143,10 +155,10 @@ pub(crate) fn gemm<T: Tiles>(
     if rows.is_empty() || n == 0 {
         return;
     }
-    let (ld, out) = (rows.len(), OutPtr(y.as_mut_ptr()));
+    let (ld, out, task_rows) = (rows.len(), OutPtr(y.as_mut_ptr()), task_rows(cols, n));
     let task = |task: usize| {
-        let r0 = rows.start + task * TASK_ROWS;
-        let mine = r0..(r0 + TASK_ROWS).min(rows.end);
+        let r0 = rows.start + task * task_rows;
+        let mine = r0..(r0 + task_rows).min(rows.end);
         let mut t = T::default();
         t.configure(&config(n));
         let (mut c, mut runs) = (CBlock([0.0; BLOCK * BLOCK]), CBlock([0.0; BLOCK * BLOCK]));
@@ -177,7 +189,7 @@ pub(crate) fn gemm<T: Tiles>(
         }
         t.release();
     };
-    let tasks = rows.len().div_ceil(TASK_ROWS);
+    let tasks = rows.len().div_ceil(task_rows);
     match pool {
         true => for_tasks(tasks, rows.len() * cols * n, task),
         false => (0..tasks).for_each(task),
