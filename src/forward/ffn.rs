@@ -3,7 +3,7 @@
 //! GPT-OSS's clamped variant, and GPT-OSS's routed experts add a bias after each projection.
 
 use super::buffers::Buffers;
-use crate::kernels::{self, Kernels};
+use crate::kernels::{self, Gate, Kernels};
 use crate::model::{ExpertAct, MlpWeights};
 
 /// y ([n, hidden]) = MLP(x ([n, hidden])); the widths come from the bound matrices (gate and
@@ -17,10 +17,11 @@ pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: &[f32], n: usize,
         kernels::add_bias_row(&mut g, b.gate, b.row);
         kernels::add_bias_row(&mut u, b.up, b.row);
     }
-    match w.act {
-        ExpertAct::Silu => kernels::swiglu(&mut g, &u),
-        ExpertAct::ClampedSwiglu { alpha, limit } => kernels::clamped_swiglu(&mut g, &u, alpha as f32, limit as f32),
-    }
+    let gate = match w.act {
+        ExpertAct::Silu => Gate::Silu,
+        ExpertAct::ClampedSwiglu { alpha, limit } => Gate::Clamped { alpha: alpha as f32, limit: limit as f32 },
+    };
+    k.gated(&mut g, &u, gate);
     k.matmul(w.down, &g, n, y);
     if let Some(b) = &w.bias {
         kernels::add_bias_row(&mut y[..n * w.down.rows()], b.down, b.row);

@@ -11,7 +11,7 @@
 
 use super::actq::QuantActivations;
 use super::generic::GENERIC;
-use super::table::{CpuPath, DeltaToken, Table};
+use super::table::{CpuPath, DeltaToken, Gate, Table};
 use std::sync::OnceLock;
 
 /// The kernels a computation runs on: a path's function table and how quantised weights meet
@@ -99,6 +99,13 @@ impl Kernels {
     #[inline]
     pub fn delta_step(&self, from: Option<&[f32]>, s: &mut [f32], t: &DeltaToken<'_>, out: &mut [f32]) {
         (self.table.delta_step)(from, s, t, out)
+    }
+
+    /// g[i] = act(g[i], u[i]) in place (the MLPs' SwiGLU or GPT-OSS's clamped form, see
+    /// `table::GatedFn`), in chunks on the calling pool when g is long.
+    pub fn gated(&self, g: &mut [f32], u: &[f32], act: Gate) {
+        let f = self.table.gated;
+        super::par::gated(g, u, |gc, uc| f(gc, uc, act));
     }
 }
 

@@ -35,6 +35,7 @@ pub(crate) static GENERIC: Table = Table {
     tile,
     transpose,
     exp_sum: super::vexp::exp_sum,
+    gated: super::vexp::gated,
     quantize: quantize_blocks,
     bf16: None,
     delta_step: super::delta::reference_step,

@@ -38,7 +38,7 @@ pub use actq::QuantActivations;
 pub use dispatch::{active_path, available_paths, path_note, Kernels};
 pub use gemm::GEMM_MIN_ROWS;
 pub use mat::Mat;
-pub use table::{CpuPath, DeltaToken};
+pub use table::{CpuPath, DeltaToken, Gate};
 pub(crate) use table::{MR, NR};
 
 /// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.
@@ -120,21 +120,6 @@ pub fn add_bias_row(x: &mut [f32], b: Mat<'_>, row: usize) {
     for r in x.chunks_exact_mut(bf.len()) {
         r.iter_mut().zip(&bf).for_each(|(v, &bi)| *v += bi);
     }
-}
-
-/// GPT-OSS's gated activation, in place on `g`: with g' = min(g, limit) and u' = clamp(u,
-/// −limit, limit), g = (u' + 1) · g' · sigmoid(alpha · g') (`GptOssExperts._apply_gate`).
-pub fn clamped_swiglu(g: &mut [f32], u: &[f32], alpha: f32, limit: f32) {
-    par::gated(g, u, |gi, ui| {
-        let gc = gi.min(limit);
-        let uc = ui.clamp(-limit, limit);
-        (uc + 1.0) * (gc / (1.0 + (-gc * alpha).exp()))
-    });
-}
-
-/// a[i] = silu(g[i]) · u[i] (SwiGLU), in place on `g`.
-pub fn swiglu(g: &mut [f32], u: &[f32]) {
-    par::gated(g, u, |gi, ui| reference::silu(gi) * ui);
 }
 
 #[cfg(test)]

@@ -143,10 +143,10 @@ pub(super) fn gemv_by(
 /// is millions of exponentials, worth the other threads; a decode step's are not.
 pub(super) const GATED_CHUNK: usize = 1 << 16;
 
-/// g[i] = f(g[i], u[i]) for every i, in chunks on the calling pool when there are several (each
-/// element on its own: the result is the same for any split).
-pub(super) fn gated(g: &mut [f32], u: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
-    let run = |(gc, uc): (&mut [f32], &[f32])| gc.iter_mut().zip(uc).for_each(|(gi, &ui)| *gi = f(*gi, ui));
+/// f(g chunk, u chunk) over chunks of g and u, on the calling pool when there are several (an
+/// elementwise f gives the same result for any split).
+pub(super) fn gated(g: &mut [f32], u: &[f32], f: impl Fn(&mut [f32], &[f32]) + Sync) {
+    let run = |(gc, uc): (&mut [f32], &[f32])| f(gc, uc);
     if g.len() > GATED_CHUNK && crate::threads::current() > 1 {
         g.par_chunks_mut(GATED_CHUNK).zip(u.par_chunks(GATED_CHUNK)).for_each(run);
     } else {

@@ -58,6 +58,16 @@ pub(crate) type TransposeFn = fn(src: &[f32], lds: usize, rows: usize, cols: usi
 /// xs[i] = e^(xs[i] − m) in place (m ≥ every xs[i]), returning Σ xs (`vexp::exp_sum_body`: the
 /// same bits on every path).
 pub(crate) type ExpSumFn = fn(xs: &mut [f32], m: f32) -> f32;
+/// The gated activation of an MLP: g ← act(g, u) elementwise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Gate {
+    /// silu(g) · u (SwiGLU).
+    Silu,
+    /// GPT-OSS: (clamp(u, ±limit) + 1) · g' · σ(alpha · g') with g' = min(g, limit).
+    Clamped { alpha: f32, limit: f32 },
+}
+/// g[i] = act(g[i], u[i]) for every i (`vexp::gated_body`: the same bits on every path).
+pub(crate) type GatedFn = fn(g: &mut [f32], u: &[f32], act: Gate);
 /// Σ w[i]·x[i] over a float vector (f32, or f16 / bf16 bits).
 pub(crate) type DotFn<T> = fn(w: &[T], x: &[f32]) -> f32;
 /// y[i] += a · x[i] for a float vector x of at least y's length (shorter panics on every path).
@@ -144,6 +154,8 @@ pub(crate) struct Table {
     pub transpose: TransposeFn,
     /// The softmax rows of blocked attention (`ExpSumFn`).
     pub exp_sum: ExpSumFn,
+    /// The MLPs' gated activations (`GatedFn`).
+    pub gated: GatedFn,
     /// Int8 activation blocks (`actq::quantize_blocks`).
     pub quantize: QuantizeFn,
     /// bf16 × bf16 products, when the path has a bf16 dot instruction (otherwise the float

@@ -6,7 +6,7 @@ use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::{available_paths, table_for, Kernels};
 use super::gemm::GEMM_MIN_ROWS;
 use super::par::MC;
-use super::table::{CpuPath, Table, MR, NR};
+use super::table::{CpuPath, Gate, Table, MR, NR};
 use super::Mat;
 use crate::format::DType;
 
@@ -818,23 +818,69 @@ fn generic_row(dtype: DType) -> &'static super::table::MatKernels {
     table_for(CpuPath::Generic).expect("generic").mat(dtype)
 }
 
+const GPT_OSS_GATE: Gate = Gate::Clamped { alpha: 1.702, limit: 7.0 };
+
 #[test]
 fn gated_activations_on_a_pool_equal_one_thread() {
     let len = 5 * super::par::GATED_CHUNK / 2 + 3;
     let g: Vec<f32> = (0..len).map(|i| ((i * 7919) % 2001) as f32 * 0.01 - 10.0).collect();
     let u: Vec<f32> = (0..len).map(|i| ((i * 104729) % 1999) as f32 * 0.01 - 10.0).collect();
-    let (mut a, mut b) = (g.clone(), g.clone());
-    super::swiglu(&mut a, &u);
-    let (mut c, mut d) = (g.clone(), g);
-    super::clamped_swiglu(&mut c, &u, 1.702, 7.0);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
-    pool.install(|| {
-        assert_eq!(crate::threads::current(), 2);
-        super::swiglu(&mut b, &u);
-        super::clamped_swiglu(&mut d, &u, 1.702, 7.0);
-    });
-    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "swiglu differs on the pool");
-    assert!(c.iter().zip(&d).all(|(x, y)| x.to_bits() == y.to_bits()), "clamped swiglu differs on the pool");
+    let k = Kernels::new(QuantActivations::default());
+    for gate in [Gate::Silu, GPT_OSS_GATE] {
+        let (mut a, mut b) = (g.clone(), g.clone());
+        k.gated(&mut a, &u, gate);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        pool.install(|| {
+            assert_eq!(crate::threads::current(), 2);
+            k.gated(&mut b, &u, gate);
+        });
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{gate:?} differs on the pool");
+    }
+}
+
+/// The gated activations as their definitions say, in f64: silu(g) · u = g / (1 + e^−g) · u, and
+/// GPT-OSS's (clamp(u, ±limit) + 1) · g' / (1 + e^(−alpha·g')) with g' = min(g, limit).
+fn gated_f64(g: f32, u: f32, gate: Gate) -> f64 {
+    let (g, u) = (f64::from(g), f64::from(u));
+    match gate {
+        Gate::Silu => g / (1.0 + (-g).exp()) * u,
+        Gate::Clamped { alpha, limit } => {
+            let (limit, gc) = (f64::from(limit), g.min(f64::from(limit)));
+            (u.clamp(-limit, limit) + 1.0) * gc / (1.0 + (-gc * f64::from(alpha)).exp())
+        }
+    }
+}
+
+#[test]
+fn gated_activations_match_their_definition_and_every_path_gives_the_same_bits() {
+    // g over ±100 (both sides of the sigmoid's split, and where e^−g would overflow f32), u over ±10.
+    let n = 20_011;
+    let g: Vec<f32> = (0..n).map(|i| (i as f32 - 10_005.0) * 0.01).chain([1e-30, -1e-30, 0.0, -0.0]).collect();
+    let u: Vec<f32> = (0..g.len()).map(|i| ((i * 104_729) % 1999) as f32 * 0.01 - 10.0).collect();
+    for gate in [Gate::Silu, GPT_OSS_GATE] {
+        let mut want = g.clone();
+        super::vexp::gated(&mut want, &u, gate);
+        for (i, (&got, (&gi, &ui))) in want.iter().zip(g.iter().zip(&u)).enumerate() {
+            let exact = gated_f64(gi, ui, gate);
+            // A few ulps of the result, plus what rounding alpha · g' to f32 moves e^(alpha · g')
+            // by (half an ulp of the exponent, relative); where σ's exponential is below e^−87
+            // (taken as 0), by at most |g| · (|u| + 1) · e^−87.
+            let alpha = if let Gate::Clamped { alpha, .. } = gate { alpha } else { 0.0 };
+            let rel = 1e-6 + f64::from((alpha * gi).abs()) * 6e-8;
+            let underflow = f64::from(gi).abs() * (f64::from(ui).abs() + 1.0) * 1.7e-38;
+            let err = (f64::from(got) - exact).abs();
+            assert!(err <= rel * exact.abs() + underflow, "{gate:?} element {i} (g {gi}, u {ui}): {got} vs {exact}");
+        }
+        for path in available_paths() {
+            let mut got = g.clone();
+            (table_for(path).expect("available").gated)(&mut got, &u, gate);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{path:?} {gate:?}");
+        }
+    }
+    // NaN stays NaN, +∞ stays +∞.
+    let mut special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+    super::vexp::gated(&mut special, &[1.0; 3], Gate::Silu);
+    assert!(special[0].is_nan() && special[1] == f32::INFINITY, "{special:?}");
 }
 
 /// GGUF's q8_0 and q4_0 hold q8's and q4's blocks in another byte order (`qrows`): their widened

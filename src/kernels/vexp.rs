@@ -1,7 +1,11 @@
-//! Branch-free `e^x` for x ≤ 0 and the exp-and-sum pass of a softmax row, written as plain lane
-//! loops: the compiler vectorises them for whichever instruction set a path compiles them with,
-//! and since it may not reorder or fuse float operations, every path computes the same bits
-//! (`table::ExpSumFn`; the sampler's vocabulary weights use `exp_nonpositive` directly).
+//! Branch-free `e^x` for x ≤ 0, the exp-and-sum pass of a softmax row and the MLPs' gated
+//! activations (SwiGLU and GPT-OSS's clamped form, through a sigmoid built on the same
+//! exponential), written as plain lane loops: the compiler vectorises them for whichever
+//! instruction set a path compiles them with, and since it may not reorder or fuse float
+//! operations, every path computes the same bits (`table::ExpSumFn`, `table::GatedFn`; the
+//! sampler's vocabulary weights use `exp_nonpositive` directly).
+
+use super::table::Gate;
 
 /// Lanes of the sums: independent accumulators that vectorise, combined in a fixed order.
 pub const LANES: usize = 8;
@@ -68,6 +72,45 @@ pub fn exp_sum_body(xs: &mut [f32], m: f32) -> f32 {
 /// [`exp_sum_body`] compiled for the baseline target (the portable path).
 pub fn exp_sum(xs: &mut [f32], m: f32) -> f32 {
     exp_sum_body(xs, m)
+}
+
+/// σ(z) = 1 / (1 + e^−z) from one exponential of a non-positive argument: e = e^−|z| (0 below
+/// −87), then 1 / (1 + e) for z ≥ 0 and e / (1 + e) below (no overflow either side; NaN stays
+/// NaN). Relative error within a few 1e-7 of the exact value where it is a normal f32.
+#[inline(always)]
+fn sigmoid(z: f32) -> f32 {
+    let a = -z.abs();
+    let y = exp_clamped(a);
+    let e = if a < -87.0 { 0.0 } else { y };
+    let num = if z >= 0.0 { 1.0 } else { e };
+    num / (1.0 + e)
+}
+
+/// g[i] = act(g[i], u[i]) (`table::GatedFn`): SwiGLU as g · σ(g) · u, GPT-OSS's clamped form as
+/// (clamp(u, ±limit) + 1) · g' · σ(alpha · g') with g' = min(g, limit); one lane loop per form,
+/// which the loop vectoriser takes (the selects are computed on both sides).
+#[inline(always)]
+pub fn gated_body(g: &mut [f32], u: &[f32], act: Gate) {
+    match act {
+        Gate::Silu => {
+            for (gi, &ui) in g.iter_mut().zip(u) {
+                let x = *gi;
+                *gi = x * sigmoid(x) * ui;
+            }
+        }
+        Gate::Clamped { alpha, limit } => {
+            for (gi, &ui) in g.iter_mut().zip(u) {
+                let gc = gi.min(limit);
+                let uc = ui.clamp(-limit, limit);
+                *gi = (uc + 1.0) * (gc * sigmoid(gc * alpha));
+            }
+        }
+    }
+}
+
+/// [`gated_body`] compiled for the baseline target (the portable path).
+pub fn gated(g: &mut [f32], u: &[f32], act: Gate) {
+    gated_body(g, u, act)
 }
 
 #[cfg(test)]

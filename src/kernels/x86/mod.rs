@@ -176,6 +176,7 @@ static AVX2: Table = Table {
     tile: tile::tile,
     transpose: transpose::transpose,
     exp_sum: vexp::exp_sum,
+    gated: vexp::gated,
     quantize: actq::quantize_blocks,
     bf16: None,
     delta_step: delta::step_avx2,
