@@ -47,11 +47,20 @@ const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's
 /// 93–100 / 82–88 / 81–86; 4096 × 4096, 512: 27.6–28.0 / 25.2–26.2 / 26.1–26.2; 2048 × 5632,
 /// 512: 18.1–18.2 / 16.6–16.7 / 17.1–17.2; 2048 × 2048, 512: 5.8–5.9 / 5.4 / 4.9–5.1; 1024 ×
 /// 2048, 64: 0.52 / 0.48–0.49 / 0.49–0.50; 1408 × 2048, 34: 0.55–0.56 / 0.54–0.58 / 0.57–0.58.
-/// Which rows a task holds changes no result (each output is one chain over the columns).
+/// Which rows a task holds changes no result (each output is one chain over the columns). Wider
+/// rows go in chunks of `KC` columns, sized as rows of KC.
 fn task_rows(cols: usize, n: usize) -> usize {
     let budget = if n >= 256 { 704 << 10 } else { 256 << 10 };
     (budget / (2 * cols.max(1)) / BLOCK * BLOCK).clamp(BLOCK, 4 * BLOCK)
 }
+
+/// Columns per chunk: a task's blocks meet every panel pair over one chunk, then the next, so
+/// that rows wider than this (Mixtral's 14336-column down projection: 896 KiB per 32 rows, as
+/// much per panel pair) do not push the task's weights and the pair out of L2 together. Each
+/// block's partial sums wait between chunks in f32 (tile stores and loads are exact), so every
+/// output is still one chain over the column steps in order.
+const KC: usize = 4096;
+const _: () = assert!(KC.is_multiple_of(TK));
 
 /// A tile's bytes: 16 rows × 64.
 #[repr(C, align(64))]
@@ -135,7 +144,7 @@ fn config(n: usize) -> TileConfig {
 
 /// y [n, rows.len()] = x · w[rows]ᵀ: w bf16 [w.rows(), cols] (cols even), x's tile panels
 /// (`Bf16Acts::pack_tiles`: [⌈n / 16⌉, cols / 2, lanes(n)]), on tiles `T`; `transpose` turns
-/// each block's results token-major. Tasks of 128 weight rows on the calling pool when `pool`,
+/// each block's results token-major. Tasks of `task_rows` weight rows on the calling pool when `pool`,
 /// else all on the calling thread (a caller that splits the rows itself).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<T: Tiles>(
@@ -147,7 +156,23 @@ pub(crate) fn gemm<T: Tiles>(
     y: &mut [f32],
     pool: bool,
 ) {
+    gemm_in_chunks::<T>(transpose, w, rows, panels, n, y, pool, KC)
+}
+
+/// `gemm` with chunks of `kc` columns (a multiple of 32): the same bits for any kc.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_in_chunks<T: Tiles>(
+    transpose: TransposeFn,
+    w: Mat<'_>,
+    rows: Range<usize>,
+    panels: &[u32],
+    n: usize,
+    y: &mut [f32],
+    pool: bool,
+    kc: usize,
+) {
     let cols = w.cols();
+    assert!(kc > 0 && kc.is_multiple_of(TK), "amx gemm: chunks of {kc} columns");
     assert_eq!(w.dtype(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
     let lanes = lanes(n);
     assert!(cols.is_multiple_of(2) && panels.len() == n.div_ceil(NR) * cols / 2 * lanes, "amx gemm: panels");
@@ -155,33 +180,46 @@ pub(crate) fn gemm<T: Tiles>(
     if rows.is_empty() || n == 0 {
         return;
     }
-    let (ld, out, task_rows) = (rows.len(), OutPtr(y.as_mut_ptr()), task_rows(cols, n));
+    let (ld, out, task_rows) = (rows.len(), OutPtr(y.as_mut_ptr()), task_rows(cols.min(kc), n));
+    let (n_panels, chunks) = (n.div_ceil(NR), cols.div_ceil(kc));
     let task = |task: usize| {
         let r0 = rows.start + task * task_rows;
         let mine = r0..(r0 + task_rows).min(rows.end);
         let mut t = T::default();
         t.configure(&config(n));
-        let (mut c, mut runs) = (CBlock([0.0; BLOCK * BLOCK]), CBlock([0.0; BLOCK * BLOCK]));
-        let n_panels = n.div_ceil(NR);
-        for p0 in (0..n_panels).step_by(2) {
-            for r0 in mine.clone().step_by(BLOCK) {
-                // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
-                match p0 + 1 < n_panels {
-                    true => block::<T, 2>(&mut t, w, panels, lanes, r0, p0, &mut c),
-                    false => block::<T, 1>(&mut t, w, panels, lanes, r0, p0, &mut c),
-                }
-                let (mr, tok0) = (BLOCK.min(mine.end - r0), p0 * NR);
-                let k = BLOCK.min(n - tok0);
-                transpose(&c.0, BLOCK, mr, k, &mut runs.0[..k * mr]);
-                for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
-                    let at = (tok0 + j) * ld + r0 - rows.start;
-                    // SAFETY: weight rows r0 .. r0 + mr (inside `rows`) belong to this task
-                    // only; y holds n · ld values. A whole block's runs are copied at a fixed
-                    // length (inline, not a call per run).
-                    unsafe {
-                        match <&[f32; BLOCK]>::try_from(run) {
-                            Ok(whole) => out.write_array(at, whole),
-                            Err(_) => out.write_run(at, run),
+        // One block's results at a time over one chunk; over several, every (panel pair,
+        // block) of the task keeps its partial sums between chunks.
+        let blocks = mine.len().div_ceil(BLOCK);
+        let kept = if chunks == 1 { 1 } else { n_panels.div_ceil(2) * blocks };
+        let mut part: Vec<CBlock> = (0..kept).map(|_| CBlock([0.0; BLOCK * BLOCK])).collect();
+        let mut runs = CBlock([0.0; BLOCK * BLOCK]);
+        for (chunk, k0) in (0..cols).step_by(kc).enumerate() {
+            let k = k0..(k0 + kc).min(cols);
+            for p0 in (0..n_panels).step_by(2) {
+                for (b, r0) in mine.clone().step_by(BLOCK).enumerate() {
+                    let c = &mut part[if chunks == 1 { 0 } else { p0 / 2 * blocks + b }];
+                    // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
+                    let at = At { r0, p0, resume: chunk > 0 };
+                    match p0 + 1 < n_panels {
+                        true => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
+                        false => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
+                    }
+                    if chunk + 1 < chunks {
+                        continue;
+                    }
+                    let (mr, tok0) = (BLOCK.min(mine.end - r0), p0 * NR);
+                    let k = BLOCK.min(n - tok0);
+                    transpose(&c.0, BLOCK, mr, k, &mut runs.0[..k * mr]);
+                    for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
+                        let at = (tok0 + j) * ld + r0 - rows.start;
+                        // SAFETY: weight rows r0 .. r0 + mr (inside `rows`) belong to this task
+                        // only; y holds n · ld values. A whole block's runs are copied at a fixed
+                        // length (inline, not a call per run).
+                        unsafe {
+                            match <&[f32; BLOCK]>::try_from(run) {
+                                Ok(whole) => out.write_array(at, whole),
+                                Err(_) => out.write_run(at, run),
+                            }
                         }
                     }
                 }
@@ -196,42 +234,70 @@ pub(crate) fn gemm<T: Tiles>(
     }
 }
 
-/// One 2 × P block over every column: the C tiles of weight rows r0 .. r0 + 32 against panels
-/// p0 .. p0 + P, into c as [32 weight rows][32 activation rows] f32 (columns past P panels, or
-/// past a narrow panel's lanes, not written). The column steps whose tiles all lie inside the matrix and
-/// the panels read them in place (`steps`); the rest through `a_tile` / `b_tile`.
+/// Where a block lies: weight rows r0 .. r0 + 32, panels p0 .. p0 + P; `resume`: its C tiles
+/// continue from the partial sums in c (an earlier chunk's columns) instead of zero.
+#[derive(Clone, Copy)]
+struct At {
+    r0: usize,
+    p0: usize,
+    resume: bool,
+}
+
+/// One 2 × P block over the columns `k` (k.start a multiple of 32; k.end one, or cols): the C
+/// tiles of weight rows r0 .. r0 + 32 against panels p0 .. p0 + P, into c as [32 weight
+/// rows][32 activation rows] f32 (columns past P panels, or past a narrow panel's lanes, not
+/// written). The column steps whose tiles all lie inside the matrix and the panels read them in
+/// place (`steps`); the rest through `a_tile` / `b_tile`.
+#[allow(clippy::too_many_arguments)]
 fn block<T: Tiles, const P: usize>(
     t: &mut T,
     w: Mat<'_>,
     panels: &[u32],
     lanes: usize,
-    r0: usize,
-    p0: usize,
+    at: At,
+    k: Range<usize>,
     c: &mut CBlock,
 ) {
     let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (r0, p0) = (at.r0, at.p0);
     let pairs = cols / 2;
     let n_panels = panels.len() / (pairs * lanes).max(1);
-    t.zero::<0>();
-    t.zero::<2>();
-    if P == 2 {
-        t.zero::<1>();
-        t.zero::<3>();
-    }
-    // Whole steps: every tile of them in place.
-    let inside = if r0 + BLOCK <= rows && p0 + P <= n_panels { cols / TK } else { 0 };
-    if inside > 0 {
-        let a = [&wb[r0 * cols..], &wb[(r0 + TILE_ROWS) * cols..]];
-        let b = [&panels[p0 * pairs * lanes..], &panels[(p0 + P - 1) * pairs * lanes..]];
-        // SAFETY: step s < cols / TK reads, of each weight half, 16 rows of 64 bytes from column
-        // 32s (inside rows r0 .. r0 + 32), and of each of the P panels 16 pairs from pair 16s
-        // (inside it).
+    let (half, ldc) = (TILE_ROWS * BLOCK, BLOCK * 4);
+    if at.resume {
+        let c = &c.0;
+        // SAFETY: each C tile is 16 rows of at most 64 bytes, `ldc` apart from its corner inside c.
         unsafe {
-            steps::<T, P>(t, a.map(|a| a.as_ptr().cast()), cols * 2, b.map(|b| b.as_ptr().cast()), lanes * 4, inside)
+            t.load::<0>(c.as_ptr().cast(), ldc);
+            t.load::<2>(c[half..].as_ptr().cast(), ldc);
+            if P == 2 {
+                t.load::<1>(c[NR..].as_ptr().cast(), ldc);
+                t.load::<3>(c[half + NR..].as_ptr().cast(), ldc);
+            }
+        }
+    } else {
+        t.zero::<0>();
+        t.zero::<2>();
+        if P == 2 {
+            t.zero::<1>();
+            t.zero::<3>();
+        }
+    }
+    // Whole steps s0 .. s1: every tile of them in place.
+    let s0 = k.start / TK;
+    let s1 = if r0 + BLOCK <= rows && p0 + P <= n_panels { k.end / TK } else { s0 };
+    if s1 > s0 {
+        let a = [&wb[r0 * cols + s0 * TK..], &wb[(r0 + TILE_ROWS) * cols + s0 * TK..]];
+        let q0 = s0 * TQ;
+        let b = [&panels[(p0 * pairs + q0) * lanes..], &panels[((p0 + P - 1) * pairs + q0) * lanes..]];
+        // SAFETY: step s < s1 − s0 reads, of each weight half, 16 rows of 64 bytes from column
+        // 32 (s0 + s) (inside rows r0 .. r0 + 32, s0 + s < cols / 32), and of each of the P
+        // panels 16 pairs from pair 16 (s0 + s) (inside it).
+        unsafe {
+            steps::<T, P>(t, a.map(|a| a.as_ptr().cast()), cols * 2, b.map(|b| b.as_ptr().cast()), lanes * 4, s1 - s0)
         };
     }
     let mut bufs: [TileBuf; 4] = Default::default();
-    for k0 in (inside * TK..cols).step_by(TK) {
+    for k0 in (s1 * TK..k.end).step_by(TK) {
         let [b0, b1, b2, b3] = &mut bufs;
         let a0 = a_tile(wb, rows, cols, r0, k0, b0);
         let a1 = a_tile(wb, rows, cols, r0 + TILE_ROWS, k0, b1);
@@ -249,7 +315,7 @@ fn block<T: Tiles, const P: usize>(
         product::<T, P>(t);
     }
     // C tile 2i + j holds weight rows 16i .. 16i + 16 × activation rows 16j .. 16j + 16 of c.
-    let (c, half, ldc) = (&mut c.0, TILE_ROWS * BLOCK, BLOCK * 4);
+    let c = &mut c.0;
     // SAFETY: each C tile is 16 rows of at most 64 bytes, `ldc` apart from its corner inside c.
     unsafe {
         t.store::<0>(c.as_mut_ptr().cast(), ldc);

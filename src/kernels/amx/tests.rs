@@ -3,7 +3,7 @@
 //! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
 //! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
 
-use super::gemm::{a_tile, b_tile, gemm, lanes, TileBuf, TK};
+use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, lanes, TileBuf, TK};
 use super::model::Model;
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
@@ -209,6 +209,33 @@ fn the_gemm_on_the_tile_model_matches_the_reference_on_ragged_shapes() {
     }
 }
 
+#[test]
+fn column_chunks_change_no_bit() {
+    // Rows wider than a chunk keep each block's partial sums between chunks: every output is
+    // still one chain over the column steps, so any chunk width gives the same bits (and the
+    // product stays within the reference's tolerance), including a ragged last chunk.
+    for (m, n, k) in [(1, 40, 4196), (33, 40, 4196), (100, 64, 200), (17, 16, 4096 + 32)] {
+        let w: Vec<u16> = sample(n * k, (n * k) as u64).iter().map(|&v| round_bf16(v)).collect();
+        let w = Mat::halves(DType::BF16, &w, n, k);
+        let x = sample(m * k, (m + k) as u64);
+        let mut acts = Bf16Acts::default();
+        acts.round(&x, m, k);
+        acts.pack_tiles(generic::transpose);
+        let with = |kc: usize| {
+            let mut y = vec![f32::NAN; m * n];
+            gemm_in_chunks::<Model>(generic::transpose, w, 0..n, acts.panels(), m, &mut y, false, kc);
+            y
+        };
+        let whole = with(k.next_multiple_of(TK));
+        check_against_reference(w, &x, m, &whole, &format!("m {m} n {n} k {k}"));
+        for kc in [TK, 2 * TK, 96, 4096] {
+            let same = with(kc).iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "m {m} n {n} k {k}: chunks of {kc} columns change the result");
+        }
+        assert!(run::<Model>(w, &x, m, 2).iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}
+
 /// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
 fn model_gemm(
     transpose: TransposeFn,
@@ -300,7 +327,7 @@ mod hardware {
             panic!("AMX HARDWARE KERNEL NOT RUN: {why}");
         }
         let (mut same, mut total) = (0, 0);
-        for (m, n, k) in shapes().chain([(256, 512, 4096)]) {
+        for (m, n, k) in shapes().chain([(256, 512, 4096), (40, 64, 14336)]) {
             let w: Vec<u16> = sample(n * k, (n * k) as u64).iter().map(|&v| round_bf16(v)).collect();
             let w = Mat::halves(DType::BF16, &w, n, k);
             let x = sample(m * k, (m + k) as u64);
