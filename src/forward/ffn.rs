@@ -11,17 +11,21 @@ use crate::model::{ExpertAct, MlpWeights};
 pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) {
     let ffn = w.gate.rows();
     let (mut g, mut u) = (bufs.take(n * ffn), bufs.take(n * ffn));
-    // gate · x and up · x, x rounded to int8 once for both.
-    k.matmuls(x, n, &mut [(w.gate, &mut g[..]), (w.up, &mut u[..])]);
-    if let Some(b) = &w.bias {
-        kernels::add_bias_row(&mut g, b.gate, b.row);
-        kernels::add_bias_row(&mut u, b.up, b.row);
-    }
     let gate = match w.act {
         ExpertAct::Silu => Gate::Silu,
         ExpertAct::ClampedSwiglu { alpha, limit } => Gate::Clamped { alpha: alpha as f32, limit: limit as f32 },
     };
-    k.gated(&mut g, &u, gate);
+    match &w.bias {
+        // act(gate · x, up · x): x rounded (or quantised) once for both, joined as written
+        // where the path can.
+        None => k.gated_matmuls(x, n, w.gate, w.up, gate, &mut g, &mut u),
+        Some(b) => {
+            k.matmuls(x, n, &mut [(w.gate, &mut g[..]), (w.up, &mut u[..])]);
+            kernels::add_bias_row(&mut g, b.gate, b.row);
+            kernels::add_bias_row(&mut u, b.up, b.row);
+            k.gated(&mut g, &u, gate);
+        }
+    }
     k.matmul(w.down, &g, n, y);
     if let Some(b) = &w.bias {
         kernels::add_bias_row(&mut y[..n * w.down.rows()], b.down, b.row);

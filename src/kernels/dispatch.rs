@@ -204,6 +204,12 @@ pub fn available_paths() -> Vec<CpuPath> {
         .collect()
 }
 
+/// Kernels over a table a test builds (leaked: `Kernels` holds a `'static` table).
+#[cfg(test)]
+pub(crate) fn kernels_on(table: Table, act: QuantActivations) -> Kernels {
+    Kernels { table: Box::leak(Box::new(table)), act }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use super::dispatch::Kernels;
 use super::gemm_bf16;
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
-use super::table::{GemvI8Fn, MatKernels, Table, MR, NR};
+use super::table::{Gate, GemvI8Fn, MatKernels, Table, MR, NR};
 use crate::format::DType;
 use std::cell::RefCell;
 
@@ -90,6 +90,44 @@ impl Kernels {
                 }
             }
         });
+    }
+
+    /// g [n, ffn] = act(x · gateᵀ, x · upᵀ) (an MLP's first half: gate and up [ffn, cols], x
+    /// [n, cols]); u [n, ffn] is scratch. The bits of `matmuls` on (gate, up) then `gated`: on
+    /// a path with a whole bf16 product (AMX) in `Reduced` mode one pass over both matrices
+    /// that joins each block as it is written (no u written, no second pass over g); otherwise
+    /// exactly that sequence.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_matmuls(
+        &self,
+        x: &[f32],
+        n: usize,
+        gate: Mat<'_>,
+        up: Mat<'_>,
+        act: Gate,
+        g: &mut [f32],
+        u: &mut [f32],
+    ) {
+        let t = self.table();
+        let fused = t.bf16.and_then(|k| k.gemm).filter(|_| {
+            let bf16 = |w: Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0 && w.cols().is_multiple_of(2);
+            self.act() == QuantActivations::Reduced
+                && bf16(gate)
+                && bf16(up)
+                && (gate.rows(), gate.cols()) == (up.rows(), up.cols())
+                && n > 0
+        });
+        match fused {
+            Some(whole) => {
+                check_shapes(gate, x, n, g);
+                gemm_bf16::gated_product(t, whole, x, n, gate, up, act, g)
+            }
+            None => {
+                let len = n * gate.rows();
+                self.matmuls(x, n, &mut [(gate, &mut g[..len]), (up, &mut u[..len])]);
+                self.gated(&mut g[..len], &u[..len], act);
+            }
+        }
     }
 
     /// The int8-activation kernel of `w` in this mode, if it meets int8 activations.

@@ -18,7 +18,7 @@
 use super::bf16act::{round_bf16, Bf16Acts};
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, MC};
-use super::table::{Bf16Kernels, Table, TransposeFn, BF16_MR, NR};
+use super::table::{Bf16GemmFn, Bf16Kernels, Gate, GatedUp, Table, TransposeFn, BF16_MR, NR};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -96,7 +96,7 @@ pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products:
             let rows = w.rows();
             assert_eq!(w.cols(), cols, "bf16 products of different widths");
             match k.gemm {
-                Some(whole) => whole(t.transpose, *w, 0..rows, xa.panels(), n, y, true),
+                Some(whole) => whole(t.transpose, *w, 0..rows, xa.panels(), n, y, true, None),
                 None if blocked => gemm(&k, t.transpose, *w, xa, n, y),
                 None => {
                     let xb = &xa.bits;
@@ -104,6 +104,28 @@ pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products:
                 }
             }
         }
+    })
+}
+
+/// g [n, gate.rows()] = act(x · gateᵀ, x · upᵀ) by the path's whole product (`whole`, AMX) in one
+/// pass over both matrices (bf16, one shape), x rounded and packed once: the bits of `products`
+/// on (gate, up) followed by the path's gated activation.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gated_product(
+    t: &Table,
+    whole: Bf16GemmFn,
+    x: &[f32],
+    n: usize,
+    gate: Mat<'_>,
+    up: Mat<'_>,
+    act: Gate,
+    g: &mut [f32],
+) {
+    with_buffer(&ACTS, |xa| {
+        xa.round(x, n, gate.cols());
+        xa.pack_tiles(t.transpose);
+        let up = GatedUp { up, gated: t.gated, act };
+        whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, g, true, Some(up));
     })
 }
 
@@ -118,7 +140,7 @@ pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usiz
             match k.gemm {
                 Some(whole) => {
                     xa.pack_tiles(t.transpose);
-                    whole(t.transpose, w, rows, xa.panels(), n, y, false)
+                    whole(t.transpose, w, rows, xa.panels(), n, y, false, None)
                 }
                 None => (k.gemv)(w, rows, &xa.bits, n, y),
             }

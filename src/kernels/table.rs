@@ -102,7 +102,9 @@ pub(crate) type DeltaStepFn = fn(from: Option<&[f32]>, s: &mut [f32], t: &DeltaT
 
 /// A whole bf16 product at every activation-row count: y [n, rows.len()] = x · w[rows]ᵀ for bf16
 /// `w` (even row length) against x's tile panels ([⌈n / NR⌉, w.cols() / 2, min(n, NR)],
-/// `Bf16Acts::pack_tiles`), on the calling pool when `pool`, else on the calling thread.
+/// `Bf16Acts::pack_tiles`), on the calling pool when `pool`, else on the calling thread. With
+/// `up`, y = act(x · w[rows]ᵀ, x · up[rows]ᵀ) instead: an MLP's gate and up in one pass, each
+/// element the bits of the two products and `GatedUp::gated` apart.
 pub(crate) type Bf16GemmFn = fn(
     transpose: TransposeFn,
     w: Mat<'_>,
@@ -111,7 +113,18 @@ pub(crate) type Bf16GemmFn = fn(
     n: usize,
     y: &mut [f32],
     pool: bool,
+    up: Option<GatedUp<'_>>,
 );
+
+/// The second matrix of a fused gate/up product and the activation joining them (`Bf16GemmFn`).
+#[derive(Clone, Copy)]
+pub(crate) struct GatedUp<'a> {
+    /// The up projection: the gate's shape.
+    pub up: Mat<'a>,
+    /// The path's gated activation, and which.
+    pub gated: GatedFn,
+    pub act: Gate,
+}
 
 /// The products of bf16 weights with bf16 activations (`Reduced` mode) on a path with a bf16 dot
 /// instruction.

@@ -25,7 +25,7 @@ use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::mat::Mat;
 use crate::kernels::par::{for_tasks, OutPtr};
-use crate::kernels::table::{TransposeFn, NR};
+use crate::kernels::table::{GatedUp, TransposeFn, NR};
 use std::ops::Range;
 
 /// bf16 columns per A tile row (64 bytes).
@@ -144,7 +144,9 @@ fn config(n: usize) -> TileConfig {
 
 /// y [n, rows.len()] = x · w[rows]ᵀ: w bf16 [w.rows(), cols] (cols even), x's tile panels
 /// (`Bf16Acts::pack_tiles`: [⌈n / 16⌉, cols / 2, lanes(n)]), on tiles `T`; `transpose` turns
-/// each block's results token-major. Tasks of `task_rows` weight rows on the calling pool when `pool`,
+/// each block's results token-major. With `up` (w then the gate), y = act(x · w[rows]ᵀ,
+/// x · up[rows]ᵀ): each block of both, joined as its results are written (task rows as for
+/// twice the width: both matrices' rows stay in L2). Tasks of `task_rows` weight rows on the calling pool when `pool`,
 /// else all on the calling thread (a caller that splits the rows itself).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<T: Tiles>(
@@ -155,8 +157,9 @@ pub(crate) fn gemm<T: Tiles>(
     n: usize,
     y: &mut [f32],
     pool: bool,
+    up: Option<GatedUp<'_>>,
 ) {
-    gemm_in_chunks::<T>(transpose, w, rows, panels, n, y, pool, KC)
+    gemm_in_chunks::<T>(transpose, w, rows, panels, n, y, pool, up, KC)
 }
 
 /// `gemm` with chunks of `kc` columns (a multiple of 32): the same bits for any kc.
@@ -169,9 +172,13 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     n: usize,
     y: &mut [f32],
     pool: bool,
+    up: Option<GatedUp<'_>>,
     kc: usize,
 ) {
     let cols = w.cols();
+    if let Some(g) = &up {
+        assert!(g.up.dtype() == DType::BF16 && (g.up.rows(), g.up.cols()) == (w.rows(), cols), "amx gemm: up's shape");
+    }
     assert!(kc > 0 && kc.is_multiple_of(TK), "amx gemm: chunks of {kc} columns");
     assert_eq!(w.dtype(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
     let lanes = lanes(n);
@@ -180,7 +187,8 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     if rows.is_empty() || n == 0 {
         return;
     }
-    let (ld, out, task_rows) = (rows.len(), OutPtr(y.as_mut_ptr()), task_rows(cols.min(kc), n));
+    let (ld, out, task_rows) =
+        (rows.len(), OutPtr(y.as_mut_ptr()), task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n));
     let (n_panels, chunks) = (n.div_ceil(NR), cols.div_ceil(kc));
     let task = |task: usize| {
         let r0 = rows.start + task * task_rows;
@@ -191,25 +199,35 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
         // block) of the task keeps its partial sums between chunks.
         let blocks = mine.len().div_ceil(BLOCK);
         let kept = if chunks == 1 { 1 } else { n_panels.div_ceil(2) * blocks };
-        let mut part: Vec<CBlock> = (0..kept).map(|_| CBlock([0.0; BLOCK * BLOCK])).collect();
-        let mut runs = CBlock([0.0; BLOCK * BLOCK]);
+        let new = |count: usize| -> Vec<CBlock> { (0..count).map(|_| CBlock([0.0; BLOCK * BLOCK])).collect() };
+        // The gate's (or the only) partial sums and results, and up's.
+        let (mut part, mut part_up) = (new(kept), new(if up.is_some() { kept } else { 0 }));
+        let (mut runs, mut runs_up) = (CBlock([0.0; BLOCK * BLOCK]), CBlock([0.0; BLOCK * BLOCK]));
         for (chunk, k0) in (0..cols).step_by(kc).enumerate() {
             let k = k0..(k0 + kc).min(cols);
             for p0 in (0..n_panels).step_by(2) {
                 for (b, r0) in mine.clone().step_by(BLOCK).enumerate() {
-                    let c = &mut part[if chunks == 1 { 0 } else { p0 / 2 * blocks + b }];
+                    let i = if chunks == 1 { 0 } else { p0 / 2 * blocks + b };
                     // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
                     let at = At { r0, p0, resume: chunk > 0 };
-                    match p0 + 1 < n_panels {
+                    let mut block_of = |w: Mat<'_>, c: &mut CBlock| match p0 + 1 < n_panels {
                         true => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
                         false => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
+                    };
+                    block_of(w, &mut part[i]);
+                    if let Some(g) = &up {
+                        block_of(g.up, &mut part_up[i]);
                     }
                     if chunk + 1 < chunks {
                         continue;
                     }
                     let (mr, tok0) = (BLOCK.min(mine.end - r0), p0 * NR);
                     let k = BLOCK.min(n - tok0);
-                    transpose(&c.0, BLOCK, mr, k, &mut runs.0[..k * mr]);
+                    transpose(&part[i].0, BLOCK, mr, k, &mut runs.0[..k * mr]);
+                    if let Some(g) = &up {
+                        transpose(&part_up[i].0, BLOCK, mr, k, &mut runs_up.0[..k * mr]);
+                        (g.gated)(&mut runs.0[..k * mr], &runs_up.0[..k * mr], g.act);
+                    }
                     for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
                         let at = (tok0 + j) * ld + r0 - rows.start;
                         // SAFETY: weight rows r0 .. r0 + mr (inside `rows`) belong to this task

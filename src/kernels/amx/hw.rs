@@ -125,6 +125,7 @@ pub(crate) fn gemv_i8(
 }
 
 /// The AMX GEMM (`table::Bf16GemmFn`) on this CPU's tiles.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
     transpose: crate::kernels::table::TransposeFn,
     w: crate::kernels::mat::Mat<'_>,
@@ -133,6 +134,7 @@ pub(crate) fn gemm(
     n: usize,
     y: &mut [f32],
     pool: bool,
+    up: Option<crate::kernels::table::GatedUp<'_>>,
 ) {
-    super::gemm::<Hw>(transpose, w, rows, panels, n, y, pool)
+    super::gemm::<Hw>(transpose, w, rows, panels, n, y, pool, up)
 }

@@ -10,7 +10,7 @@ use crate::format::DType;
 use crate::kernels::bf16act::{round_bf16, Bf16Acts};
 use crate::kernels::dispatch::Kernels;
 use crate::kernels::generic;
-use crate::kernels::table::{CpuPath, TransposeFn, NR};
+use crate::kernels::table::{CpuPath, Gate, GatedUp, TransposeFn, NR};
 use crate::kernels::tests::{exact, sample, FLOAT_TOL};
 use crate::kernels::{Mat, QuantActivations};
 
@@ -171,7 +171,7 @@ fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     acts.pack_tiles(generic::transpose);
     let mut y = vec![f32::NAN; n * w.rows()];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), acts.panels(), n, &mut y, true));
+    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), acts.panels(), n, &mut y, true, None));
     y
 }
 
@@ -223,7 +223,7 @@ fn column_chunks_change_no_bit() {
         acts.pack_tiles(generic::transpose);
         let with = |kc: usize| {
             let mut y = vec![f32::NAN; m * n];
-            gemm_in_chunks::<Model>(generic::transpose, w, 0..n, acts.panels(), m, &mut y, false, kc);
+            gemm_in_chunks::<Model>(generic::transpose, w, 0..n, acts.panels(), m, &mut y, false, None, kc);
             y
         };
         let whole = with(k.next_multiple_of(TK));
@@ -237,6 +237,7 @@ fn column_chunks_change_no_bit() {
 }
 
 /// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
+#[allow(clippy::too_many_arguments)]
 fn model_gemm(
     transpose: TransposeFn,
     w: Mat<'_>,
@@ -245,8 +246,9 @@ fn model_gemm(
     n: usize,
     y: &mut [f32],
     pool: bool,
+    up: Option<GatedUp<'_>>,
 ) {
-    gemm::<Model>(transpose, w, rows, panels, n, y, pool)
+    gemm::<Model>(transpose, w, rows, panels, n, y, pool, up)
 }
 
 #[test]
@@ -290,6 +292,59 @@ fn a_path_with_a_whole_bf16_product_takes_it_at_every_row_count_with_the_same_bi
                 .zip(&y[t * w_rows + range.start..t * w_rows + range.end])
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "n {n}: weight rows {range:?} of activation row {t} differ on the calling thread");
+        }
+    }
+}
+
+/// Fused gate/up products the tile model has run (`counting_gemm`).
+static FUSED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `model_gemm`, counting the calls that join a gate and an up projection.
+#[allow(clippy::too_many_arguments)]
+fn counting_gemm(
+    transpose: TransposeFn,
+    w: Mat<'_>,
+    rows: std::ops::Range<usize>,
+    panels: &[u32],
+    n: usize,
+    y: &mut [f32],
+    pool: bool,
+    up: Option<GatedUp<'_>>,
+) {
+    if up.is_some() {
+        FUSED_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    model_gemm(transpose, w, rows, panels, n, y, pool, up)
+}
+
+#[test]
+fn gate_and_up_in_one_pass_are_the_two_products_then_the_activation() {
+    use crate::kernels::dispatch::kernels_on;
+    use crate::kernels::table::{Bf16Kernels, Table};
+    let k = Bf16Kernels {
+        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran on a path with a whole product"),
+        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
+        gemm: Some(counting_gemm),
+    };
+    let kern = kernels_on(Table { bf16: Some(k), ..crate::kernels::generic::GENERIC }, QuantActivations::Reduced);
+    // Activation rows under a panel, ragged and several panels; weight rows past the tasks'
+    // blocks; columns over a chunk.
+    for (m, rows, cols) in [(1, 40, 100), (5, 64, 96), (17, 40, 4196), (33, 16, 2048), (100, 72, 100)] {
+        let mat = |seed: u64| -> Vec<u16> { sample(rows * cols, seed).iter().map(|&v| round_bf16(v)).collect() };
+        let (gate, up) = (mat(1), mat(2));
+        let (gate, up) = (Mat::halves(DType::BF16, &gate, rows, cols), Mat::halves(DType::BF16, &up, rows, cols));
+        let x = sample(m * cols, 3);
+        for act in [Gate::Silu, Gate::Clamped { alpha: 1.702, limit: 7.0 }] {
+            let before = FUSED_RUNS.load(std::sync::atomic::Ordering::Relaxed);
+            let (mut g, mut scratch) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
+            kern.gated_matmuls(&x, m, gate, up, act, &mut g, &mut scratch);
+            assert!(FUSED_RUNS.load(std::sync::atomic::Ordering::Relaxed) > before, "the fused product did not run");
+            let (mut g2, mut u2) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
+            kern.matmuls(&x, m, &mut [(gate, &mut g2[..]), (up, &mut u2[..])]);
+            kern.gated(&mut g2, &u2, act);
+            let same = g.iter().zip(&g2).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "m {m} rows {rows} cols {cols} {act:?}: fused differs from the products then the activation");
+            assert!(g.iter().all(|v| v.is_finite()), "m {m} rows {rows} cols {cols}: every output written");
         }
     }
 }
@@ -339,5 +394,22 @@ mod hardware {
             total += hw.len();
         }
         eprintln!("amx hardware vs model: {same} of {total} outputs bit-identical");
+        // Gate and up joined on the tiles: the two products, then the activation.
+        for (m, n, k) in [(1, 64, 2048), (40, 96, 1024), (100, 64, 4196)] {
+            let mat = |seed: u64| -> Vec<u16> { sample(n * k, seed).iter().map(|&v| round_bf16(v)).collect() };
+            let (gate, up) = (mat(5), mat(6));
+            let (gate, up) = (Mat::halves(DType::BF16, &gate, n, k), Mat::halves(DType::BF16, &up, n, k));
+            let x = sample(m * k, 7);
+            let mut acts = Bf16Acts::default();
+            acts.round(&x, m, k);
+            acts.pack_tiles(generic::transpose);
+            let act = Gate::Silu;
+            let joined = GatedUp { up, gated: generic::GENERIC.gated, act };
+            let mut fused = vec![f32::NAN; m * n];
+            gemm::<Hw>(generic::transpose, gate, 0..n, acts.panels(), m, &mut fused, true, Some(joined));
+            let (mut g, u) = (run::<Hw>(gate, &x, m, 2), run::<Hw>(up, &x, m, 2));
+            (generic::GENERIC.gated)(&mut g, &u, act);
+            assert!(fused.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()), "hardware fused m {m} n {n} k {k}");
+        }
     }
 }
