@@ -1,6 +1,6 @@
 //! The MoE block with batched contiguous dispatch: count tokens per expert, prefix-sum offsets,
-//! gather each expert's rows, run every selected expert once over all its rows (its weights are
-//! read once per step), scatter back weighted. Adds the Qwen2-MoE shared expert, scaled by
+//! run every selected expert once over all its rows (its weights are read once per step; the
+//! rows are read where they are, by token index), scatter back weighted. Adds the Qwen2-MoE shared expert, scaled by
 //! sigmoid(shared_expert_gate · x). Mirrors `MixtralSparseMoeBlock` / `Qwen2MoeSparseMoeBlock`,
 //! and `Llama4TextMoe`, whose routing weights scale the experts' inputs instead of their outputs.
 
@@ -8,7 +8,7 @@ use super::buffers::Buffers;
 use super::ffn::mlp;
 use super::router::Routes;
 use super::rows::by_rows;
-use crate::kernels::Kernels;
+use crate::kernels::{Kernels, XRows};
 use crate::model::{MlpWeights, MoeWeights};
 use rayon::prelude::*;
 
@@ -28,14 +28,13 @@ pub fn moe(
 ) {
     let (h, e_count, n) = (mw.router.cols(), mw.experts.len(), routes.rows());
     let plan = Plan::new(routes, e_count);
-    // Every row of gathered, y and ys is written before it is read.
-    let mut gathered = bufs.take(plan.slot_token.len() * h);
+    // Each expert reads its tokens' rows of xn where they are; rows scaled by their routing
+    // weight first (`on_input`) are gathered. Every row of gathered, y and ys is written before
+    // it is read.
+    let mut gathered = bufs.take(if on_input { plan.slot_token.len() * h } else { 0 });
     by_rows(&mut gathered, h, |s, row| {
-        row.copy_from_slice(&xn[plan.slot_token[s] * h..(plan.slot_token[s] + 1) * h]);
-        if on_input {
-            let wgt = plan.slot_weight[s];
-            row.iter_mut().for_each(|x| *x *= wgt);
-        }
+        let wgt = plan.slot_weight[s];
+        row.iter_mut().zip(&xn[plan.slot_token[s] * h..(plan.slot_token[s] + 1) * h]).for_each(|(r, &x)| *r = x * wgt);
     });
     // One job per selected expert over its gathered rows, plus the shared expert over all rows.
     let mut y = bufs.take(plan.slot_token.len() * h);
@@ -47,11 +46,15 @@ pub fn moe(
         let (seg, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) * h);
         rest = tail;
         if lo < hi {
-            jobs.push(ExpertJob { w, x: &gathered[lo * h..hi * h], rows: hi - lo, y: seg });
+            let x = match on_input {
+                true => XRows::Dense(&gathered[lo * h..hi * h]),
+                false => XRows::Picked { from: xn, rows: &plan.slot_token[lo..hi] },
+            };
+            jobs.push(ExpertJob { w, x, rows: hi - lo, y: seg });
         }
     }
     if let Some(w) = &mw.shared {
-        jobs.push(ExpertJob { w, x: xn, rows: n, y: &mut ys });
+        jobs.push(ExpertJob { w, x: XRows::Dense(&xn[..n * h]), rows: n, y: &mut ys });
     }
     run_jobs(k, bufs, jobs);
 
@@ -120,7 +123,7 @@ impl Plan {
 /// One expert MLP over its rows: y ([rows, hidden]) = mlp(x ([rows, hidden])).
 struct ExpertJob<'a> {
     w: &'a MlpWeights<'a>,
-    x: &'a [f32],
+    x: XRows<'a>,
     rows: usize,
     y: &'a mut [f32],
 }

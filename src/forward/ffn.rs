@@ -3,12 +3,13 @@
 //! GPT-OSS's clamped variant, and GPT-OSS's routed experts add a bias after each projection.
 
 use super::buffers::Buffers;
-use crate::kernels::{self, Gate, Kernels};
+use crate::kernels::{self, Gate, Kernels, XRows};
 use crate::model::{ExpertAct, MlpWeights};
 
-/// y ([n, hidden]) = MLP(x ([n, hidden])); the widths come from the bound matrices (gate and
-/// up [ffn, hidden], down [hidden, ffn]); the intermediates [n, ffn] come from `bufs`.
-pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+/// y ([n, hidden]) = MLP(x ([n, hidden]), in place or picked by row); the widths come from the
+/// bound matrices (gate and up [ffn, hidden], down [hidden, ffn]); the intermediates [n, ffn]
+/// come from `bufs`.
+pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: XRows<'_>, n: usize, y: &mut [f32]) {
     let ffn = w.gate.rows();
     let (mut g, mut u) = (bufs.take(n * ffn), bufs.take(n * ffn));
     let gate = match w.act {
@@ -20,6 +21,8 @@ pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: &[f32], n: usize,
         // where the path can.
         None => k.gated_matmuls(x, n, w.gate, w.up, gate, &mut g, &mut u),
         Some(b) => {
+            let mut picked = Vec::new();
+            let x = x.dense(n, w.gate.cols(), &mut picked);
             k.matmuls(x, n, &mut [(w.gate, &mut g[..]), (w.up, &mut u[..])]);
             kernels::add_bias_row(&mut g, b.gate, b.row);
             kernels::add_bias_row(&mut u, b.up, b.row);

@@ -15,7 +15,7 @@ use super::rows::by_rows;
 use super::sparsemixer;
 use super::{Input, Sequence};
 use crate::error::Result;
-use crate::kernels::{self, Kernels};
+use crate::kernels::{self, Kernels, XRows};
 use crate::model::{AttnWeights, Config, LayerWeights, MlpWeights, Model, MoeWeights, NormKind, NormWeights, Scoring};
 use crate::session::RouteRecord;
 use std::ops::Range;
@@ -110,7 +110,7 @@ impl<'s> Step<'s> {
     /// out = mlp(xn) (a dense layer).
     pub fn mlp(&mut self, w: &MlpWeights<'_>) {
         let n = self.n();
-        mlp(&self.k, self.sc.pool, w, &self.sc.xn[..n * self.c.hidden_size], n, &mut self.sc.out);
+        mlp(&self.k, self.sc.pool, w, XRows::Dense(&self.sc.xn[..n * self.c.hidden_size]), n, &mut self.sc.out);
     }
 
     /// out = moe(xn) of layer `l`: router logits for every row at once; each sequence then

@@ -8,6 +8,7 @@
 //! stays far inside the float tolerances.
 
 use super::table::{TransposeFn, NR};
+use super::XRows;
 
 /// f32 → bf16 bits, rounded to nearest even; ±∞ stay, finite values past bf16's range become
 /// ±∞, NaN stays a (quiet) NaN. Every path rounds with this function: the same bits everywhere.
@@ -88,6 +89,23 @@ impl Bf16Acts {
         self.len = len;
         // SAFETY: as in `panels`; the borrow of `lines` is exclusive.
         (&self.bits, unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), len) })
+    }
+
+    /// Round n rows of x ([n, cols]), wherever they are (`XRows`): the bits `round` gives
+    /// them copied together.
+    pub fn round_rows(&mut self, x: XRows<'_>, n: usize, cols: usize) {
+        if let XRows::Dense(x) = x {
+            return self.round(x, n, cols);
+        }
+        self.cols = cols;
+        self.bits.resize(n * cols, 0);
+        let one = |(i, b): (usize, &mut [u16])| round_slice(x.row(i, cols), b);
+        if n * cols > PAR_ELEMENTS && crate::threads::current() > 1 && cols > 0 {
+            use rayon::prelude::*;
+            self.bits.par_chunks_mut(cols).enumerate().for_each(one);
+        } else if cols > 0 {
+            self.bits.chunks_mut(cols).enumerate().for_each(one);
+        }
     }
 
     /// Round x ([n, cols]).

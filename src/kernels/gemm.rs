@@ -19,6 +19,7 @@ use super::gemm_bf16;
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
 use super::table::{Gate, GemvI8Fn, MatKernels, Table, MR, NR};
+use super::XRows;
 use crate::format::DType;
 use std::cell::RefCell;
 
@@ -35,6 +36,8 @@ thread_local! {
     static PANELS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The calling thread's int8 activations for W8A8 / W4A8 products.
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
+    /// Picked activation rows gathered, for products that need them in one slice.
+    static PICKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Kernels {
@@ -93,14 +96,15 @@ impl Kernels {
     }
 
     /// g [n, ffn] = act(x · gateᵀ, x · upᵀ) (an MLP's first half: gate and up [ffn, cols], x
-    /// [n, cols]); u [n, ffn] is scratch. The bits of `matmuls` on (gate, up) then `gated`: on
-    /// a path with a whole bf16 product (AMX) in `Reduced` mode one pass over both matrices
-    /// that joins each block as it is written (no u written, no second pass over g); otherwise
-    /// exactly that sequence.
+    /// [n, cols], in place or picked by row); u [n, ffn] is scratch. The bits of `matmuls` on
+    /// (gate, up) over x's rows then `gated`: on a path with a whole bf16 product (AMX) in
+    /// `Reduced` mode one pass over both matrices that joins each block as it is written (no u
+    /// written, no second pass over g; picked rows rounded where they are); otherwise x's rows
+    /// gathered if picked, then exactly that sequence.
     #[allow(clippy::too_many_arguments)]
     pub fn gated_matmuls(
         &self,
-        x: &[f32],
+        x: XRows<'_>,
         n: usize,
         gate: Mat<'_>,
         up: Mat<'_>,
@@ -108,6 +112,10 @@ impl Kernels {
         g: &mut [f32],
         u: &mut [f32],
     ) {
+        let cols = gate.cols();
+        if let XRows::Dense(x) = x {
+            check_shapes(gate, x, n, g);
+        }
         let t = self.table();
         let fused = t.bf16.and_then(|k| k.gemm).filter(|_| {
             let bf16 = |w: Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0 && w.cols().is_multiple_of(2);
@@ -119,14 +127,14 @@ impl Kernels {
         });
         match fused {
             Some(whole) => {
-                check_shapes(gate, x, n, g);
+                assert!(g.len() >= n * gate.rows(), "gated_matmuls: g holds {} of {n} × {}", g.len(), gate.rows());
                 gemm_bf16::gated_product(t, whole, x, n, gate, up, act, g)
             }
-            None => {
-                let len = n * gate.rows();
+            None => with_buffer(&PICKED, |buf| {
+                let (x, len) = (x.dense(n, cols, buf), n * gate.rows());
                 self.matmuls(x, n, &mut [(gate, &mut g[..len]), (up, &mut u[..len])]);
                 self.gated(&mut g[..len], &u[..len], act);
-            }
+            }),
         }
     }
 
@@ -306,4 +314,5 @@ pub(super) fn prepare_thread() {
     SCRATCH.with(|_| ());
     PANELS.with(|_| ());
     ACTS.with(|_| ());
+    PICKED.with(|_| ());
 }

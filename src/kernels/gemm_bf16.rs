@@ -19,6 +19,7 @@ use super::bf16act::{round_bf16, Bf16Acts};
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, MC};
 use super::table::{Bf16GemmFn, Bf16Kernels, Gate, GatedUp, Table, TransposeFn, BF16_MR, NR};
+use super::XRows;
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -108,13 +109,13 @@ pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products:
 }
 
 /// g [n, gate.rows()] = act(x · gateᵀ, x · upᵀ) by the path's whole product (`whole`, AMX) in one
-/// pass over both matrices (bf16, one shape), x rounded and packed once: the bits of `products`
-/// on (gate, up) followed by the path's gated activation.
+/// pass over both matrices (bf16, one shape), x's rows rounded (where they are) and packed once:
+/// the bits of `products` on (gate, up) followed by the path's gated activation.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gated_product(
     t: &Table,
     whole: Bf16GemmFn,
-    x: &[f32],
+    x: XRows<'_>,
     n: usize,
     gate: Mat<'_>,
     up: Mat<'_>,
@@ -122,7 +123,7 @@ pub(super) fn gated_product(
     g: &mut [f32],
 ) {
     with_buffer(&ACTS, |xa| {
-        xa.round(x, n, gate.cols());
+        xa.round_rows(x, n, gate.cols());
         xa.pack_tiles(t.transpose);
         let up = GatedUp { up, gated: t.gated, act };
         whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, g, true, Some(up));

@@ -39,6 +39,37 @@ pub use dispatch::{active_path, available_paths, path_note, Kernels};
 pub use gemm::GEMM_MIN_ROWS;
 pub use mat::Mat;
 pub use table::{CpuPath, DeltaToken, Gate};
+
+/// The activation rows of a product, [n, cols]: in place, or picked by index from a larger
+/// matrix of rows of the same width (a MoE expert's tokens, read where they are instead of
+/// gathered first).
+#[derive(Clone, Copy, Debug)]
+pub enum XRows<'a> {
+    Dense(&'a [f32]),
+    Picked { from: &'a [f32], rows: &'a [usize] },
+}
+
+impl XRows<'_> {
+    /// Row i of n, `cols` wide.
+    pub fn row(&self, i: usize, cols: usize) -> &[f32] {
+        match *self {
+            XRows::Dense(x) => &x[i * cols..(i + 1) * cols],
+            XRows::Picked { from, rows } => &from[rows[i] * cols..(rows[i] + 1) * cols],
+        }
+    }
+
+    /// The rows as one [n, cols] slice: itself, or copied into `buf`.
+    pub fn dense<'b>(&'b self, n: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        match *self {
+            XRows::Dense(x) => x,
+            XRows::Picked { .. } => {
+                buf.clear();
+                (0..n).for_each(|i| buf.extend_from_slice(self.row(i, cols)));
+                buf
+            }
+        }
+    }
+}
 pub(crate) use table::{MR, NR};
 
 /// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.

@@ -12,7 +12,7 @@ use crate::kernels::dispatch::Kernels;
 use crate::kernels::generic;
 use crate::kernels::table::{CpuPath, Gate, GatedUp, TransposeFn, NR};
 use crate::kernels::tests::{exact, sample, FLOAT_TOL};
-use crate::kernels::{Mat, QuantActivations};
+use crate::kernels::{Mat, QuantActivations, XRows};
 
 /// bf16 bits of a value that bf16 holds exactly.
 fn bf(v: f32) -> u16 {
@@ -337,7 +337,7 @@ fn gate_and_up_in_one_pass_are_the_two_products_then_the_activation() {
         for act in [Gate::Silu, Gate::Clamped { alpha: 1.702, limit: 7.0 }] {
             let before = FUSED_RUNS.load(std::sync::atomic::Ordering::Relaxed);
             let (mut g, mut scratch) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
-            kern.gated_matmuls(&x, m, gate, up, act, &mut g, &mut scratch);
+            kern.gated_matmuls(XRows::Dense(&x), m, gate, up, act, &mut g, &mut scratch);
             assert!(FUSED_RUNS.load(std::sync::atomic::Ordering::Relaxed) > before, "the fused product did not run");
             let (mut g2, mut u2) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
             kern.matmuls(&x, m, &mut [(gate, &mut g2[..]), (up, &mut u2[..])]);
@@ -345,6 +345,26 @@ fn gate_and_up_in_one_pass_are_the_two_products_then_the_activation() {
             let same = g.iter().zip(&g2).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "m {m} rows {rows} cols {cols} {act:?}: fused differs from the products then the activation");
             assert!(g.iter().all(|v| v.is_finite()), "m {m} rows {rows} cols {cols}: every output written");
+            // The same rows picked from a larger matrix (in reverse, between others), on this
+            // path and on the generic one (which gathers them): the same bits.
+            let from: Vec<f32> = (0..2 * m)
+                .rev()
+                .flat_map(|r| match r % 2 {
+                    0 => x[r / 2 * cols..][..cols].to_vec(),
+                    _ => vec![f32::NAN; cols],
+                })
+                .collect();
+            let picked: Vec<usize> = (0..m).map(|i| 2 * m - 1 - 2 * i).collect();
+            let x_picked = XRows::Picked { from: &from, rows: &picked };
+            let generic = Kernels::on(CpuPath::Generic, QuantActivations::Reduced).expect("generic");
+            for (what, k) in [("fused", kern), ("generic", generic)] {
+                let mut gp = vec![f32::NAN; m * rows];
+                k.gated_matmuls(x_picked, m, gate, up, act, &mut gp, &mut scratch);
+                let mut gd = vec![f32::NAN; m * rows];
+                k.gated_matmuls(XRows::Dense(&x), m, gate, up, act, &mut gd, &mut scratch);
+                let same = gp.iter().zip(&gd).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{what} m {m} rows {rows} cols {cols}: picked rows differ from the same rows in place");
+            }
         }
     }
 }
