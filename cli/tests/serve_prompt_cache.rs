@@ -100,7 +100,11 @@ fn conversation(model: &str, vocab: u32, tol: f64) -> (Vec<u64>, Server) {
 #[test]
 fn a_shared_prefix_is_reused_and_changes_nothing() {
     let model = serve_support::default_model();
-    let (reused, s) = conversation(model.to_str().unwrap(), 4096, 5e-3);
+    // The bf16 default model rounds its activations to bf16: where decode and prefill differ
+    // in f32 (attention's sums), a value on a rounding boundary moves by a bf16 step and the
+    // logprobs by up to a few 1e-3 (AMX Xeon, eight variants of this conversation: largest
+    // difference per variant 0 to 4.3e-3, 5.8e-3 on this one).
+    let (reused, s) = conversation(model.to_str().unwrap(), 4096, 1e-2);
     // Turn 1 has nothing to reuse; turns 2 and 3 reuse the previous prompt + answer; the branch
     // reuses its 40 shared tokens.
     assert_eq!(reused[0], 0);
