@@ -19,7 +19,9 @@
 //! block, turned token-major by the path's `transpose` and written as runs of weight rows. Each
 //! output is one chain over the column steps in ascending order whatever the number of
 //! activation rows, the panel it falls in, the task or the thread count: a row's result is the
-//! same bits in every batch.
+//! same bits in every batch. An odd number of panels (from three) ends in a 1 × 3 block instead
+//! (`groups`, `block3`: 16 weight rows against three panels; C tmm0 … tmm2, A tmm4, B tmm5 …
+//! tmm7), which reads the weights once for the last three panels.
 
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
@@ -195,24 +197,31 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
         let mine = r0..(r0 + task_rows).min(rows.end);
         let mut t = T::default();
         t.configure(&config(n));
-        // One block's results at a time over one chunk; over several, every (panel pair,
+        // One block's results at a time over one chunk; over several, every (panel group,
         // block) of the task keeps its partial sums between chunks.
-        let blocks = mine.len().div_ceil(BLOCK);
-        let kept = if chunks == 1 { 1 } else { n_panels.div_ceil(2) * blocks };
+        let blocks = mine.len().div_ceil(TILE_ROWS);
+        let kept = if chunks == 1 { 1 } else { groups(n_panels).count() * blocks };
         let new = |count: usize| -> Vec<CBlock> { (0..count).map(|_| CBlock([0.0; BLOCK * BLOCK])).collect() };
         // The gate's (or the only) partial sums and results, and up's.
         let (mut part, mut part_up) = (new(kept), new(if up.is_some() { kept } else { 0 }));
         let (mut runs, mut runs_up) = (CBlock([0.0; BLOCK * BLOCK]), CBlock([0.0; BLOCK * BLOCK]));
         for (chunk, k0) in (0..cols).step_by(kc).enumerate() {
             let k = k0..(k0 + kc).min(cols);
-            for p0 in (0..n_panels).step_by(2) {
-                for (b, r0) in mine.clone().step_by(BLOCK).enumerate() {
-                    let i = if chunks == 1 { 0 } else { p0 / 2 * blocks + b };
-                    // c [32 weight rows][32 activation rows] → runs [k activation rows][mr weight rows].
+            for (gi, (p0, group)) in groups(n_panels).enumerate() {
+                // Weight rows per block, and activation rows (C's row length).
+                let (mr_block, width) = match group {
+                    Group::Triple => (TILE_ROWS, 3 * NR),
+                    _ => (BLOCK, BLOCK),
+                };
+                for (b, r0) in mine.clone().step_by(mr_block).enumerate() {
+                    let i = if chunks == 1 { 0 } else { gi * blocks + b };
+                    // c [mr_block weight rows][width activation rows] → runs [k activation
+                    // rows][mr weight rows].
                     let at = At { r0, p0, resume: chunk > 0 };
-                    let mut block_of = |w: Mat<'_>, c: &mut CBlock| match p0 + 1 < n_panels {
-                        true => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
-                        false => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
+                    let mut block_of = |w: Mat<'_>, c: &mut CBlock| match group {
+                        Group::Pair => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
+                        Group::Single => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
+                        Group::Triple => block3(&mut t, w, panels, at, k.clone(), c),
                     };
                     block_of(w, &mut part[i]);
                     if let Some(g) = &up {
@@ -221,11 +230,11 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
                     if chunk + 1 < chunks {
                         continue;
                     }
-                    let (mr, tok0) = (BLOCK.min(mine.end - r0), p0 * NR);
-                    let k = BLOCK.min(n - tok0);
-                    transpose(&part[i].0, BLOCK, mr, k, &mut runs.0[..k * mr]);
+                    let (mr, tok0) = (mr_block.min(mine.end - r0), p0 * NR);
+                    let k = width.min(n - tok0);
+                    transpose(&part[i].0, width, mr, k, &mut runs.0[..k * mr]);
                     if let Some(g) = &up {
-                        transpose(&part_up[i].0, BLOCK, mr, k, &mut runs_up.0[..k * mr]);
+                        transpose(&part_up[i].0, width, mr, k, &mut runs_up.0[..k * mr]);
                         (g.gated)(&mut runs.0[..k * mr], &runs_up.0[..k * mr], g.act);
                     }
                     for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
@@ -252,8 +261,37 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     }
 }
 
-/// Where a block lies: weight rows r0 .. r0 + 32, panels p0 .. p0 + P; `resume`: its C tiles
-/// continue from the partial sums in c (an earlier chunk's columns) instead of zero.
+/// How a run of panels meets the weights: two at a time in 2 × 2 blocks of C tiles (32 weight
+/// rows, each A tile used twice, each B tile twice); one alone in a 2 × 1 block; or three in a
+/// 1 × 3 block (16 weight rows, each A tile used three times).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Group {
+    Pair,
+    Single,
+    Triple,
+}
+
+/// The panel groups of n_panels panels, (first panel, group): pairs, and an odd count's last
+/// three panels as one triple (one more pass over the weights would read all of them again for
+/// the last panel alone; the triple reads them once for three). One panel alone: a single. The
+/// weight tiles' loads bound these blocks, not the products: one thread, 1408 × 2048, ms, a
+/// pair and a single → a triple for the last three panels (`examples/bf16gemm`, fastest of 8,
+/// two rounds):
+/// n = 34 0.65–0.74 → 0.52–0.54, 40 0.73 → 0.48–0.52, 48 0.51–0.55 → 0.40–0.43, 72 0.60–0.64 →
+/// 0.52–0.57, 80 0.59–0.60 → 0.54–0.58; triples for every panel (even counts too) were no faster
+/// than pairs (n = 96 / 192 / 512: 0.80–0.85 / 1.36–1.39 / 4.0 against 0.86–0.87 / 1.31–1.35 /
+/// 3.87–3.90).
+pub(super) fn groups(n_panels: usize) -> impl Iterator<Item = (usize, Group)> {
+    let triple = n_panels >= 3 && n_panels % 2 == 1;
+    let pairs_end = if triple { n_panels - 3 } else { n_panels };
+    let pairs =
+        (0..pairs_end).step_by(2).map(move |p| (p, if p + 1 < pairs_end { Group::Pair } else { Group::Single }));
+    pairs.chain(triple.then_some((n_panels - 3, Group::Triple)))
+}
+
+/// Where a block lies: weight rows r0 .. r0 + 32 (16 for a triple), panels p0 .. p0 + P;
+/// `resume`: its C tiles continue from the partial sums in c (an earlier chunk's columns)
+/// instead of zero.
 #[derive(Clone, Copy)]
 struct At {
     r0: usize,
@@ -372,6 +410,71 @@ unsafe fn steps<T: Tiles, const P: usize>(
             }
         }
         product::<T, P>(t);
+    }
+}
+
+/// One 1 × 3 block over the columns `k` (as `block`): the C tiles of weight rows r0 .. r0 + 16
+/// against panels p0 .. p0 + 3 (whole panels: a triple has at least 33 activation rows, full
+/// tiles), into c as [16 weight rows][48 activation rows] f32. Registers: C tmm0 … tmm2, A
+/// tmm4, B tmm5 … tmm7.
+fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usize>, c: &mut CBlock) {
+    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (r0, p0, pairs, ldc) = (at.r0, at.p0, cols / 2, 3 * NR * 4);
+    let n_panels = panels.len() / (pairs * NR).max(1);
+    if at.resume {
+        let c = &c.0;
+        // SAFETY: each C tile is 16 rows of 64 bytes, `ldc` apart from its corner inside c.
+        unsafe {
+            t.load::<0>(c.as_ptr().cast(), ldc);
+            t.load::<1>(c[NR..].as_ptr().cast(), ldc);
+            t.load::<2>(c[2 * NR..].as_ptr().cast(), ldc);
+        }
+    } else {
+        t.zero::<0>();
+        t.zero::<1>();
+        t.zero::<2>();
+    }
+    let s0 = k.start / TK;
+    let s1 = if r0 + TILE_ROWS <= rows && p0 + 3 <= n_panels { k.end / TK } else { s0 };
+    let b_at = |j: usize, q0: usize| panels[((p0 + j) * pairs + q0) * NR..].as_ptr().cast::<u8>();
+    for s in s0..s1 {
+        let q0 = s * TQ;
+        // SAFETY: s < cols / 32: 16 weight rows of 64 bytes from column 32s inside rows r0 ..
+        // r0 + 16, and of each of the 3 panels 16 pairs from pair 16s (inside it).
+        unsafe {
+            t.load::<4>(wb[r0 * cols + s * TK..].as_ptr().cast(), cols * 2);
+            t.load::<5>(b_at(0, q0), NR * 4);
+            t.dpbf16ps::<0, 4, 5>();
+            t.load::<6>(b_at(1, q0), NR * 4);
+            t.dpbf16ps::<1, 4, 6>();
+            t.load::<7>(b_at(2, q0), NR * 4);
+            t.dpbf16ps::<2, 4, 7>();
+        }
+    }
+    let mut bufs: [TileBuf; 4] = Default::default();
+    for k0 in (s1 * TK..k.end).step_by(TK) {
+        let [ab, b0, b1, b2] = &mut bufs;
+        let a = a_tile(wb, rows, cols, r0, k0, ab);
+        let bs = [b_tile(panels, pairs, NR, p0, k0 / 2, b0), b_tile(panels, pairs, NR, p0 + 1, k0 / 2, b1)];
+        let b2 = b_tile(panels, pairs, NR, p0 + 2, k0 / 2, b2);
+        // SAFETY: each source is 16 rows of 64 readable bytes `stride` apart (a_tile / b_tile).
+        unsafe {
+            t.load::<4>(a.0, a.1);
+            t.load::<5>(bs[0].0, bs[0].1);
+            t.load::<6>(bs[1].0, bs[1].1);
+            t.load::<7>(b2.0, b2.1);
+        }
+        t.dpbf16ps::<0, 4, 5>();
+        t.dpbf16ps::<1, 4, 6>();
+        t.dpbf16ps::<2, 4, 7>();
+    }
+    let c = &mut c.0;
+    // SAFETY: each C tile is 16 rows of 64 bytes, `ldc` apart from its corner inside c (16 ×
+    // 48 values of its 1024).
+    unsafe {
+        t.store::<0>(c.as_mut_ptr().cast(), ldc);
+        t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
+        t.store::<2>(c[2 * NR..].as_mut_ptr().cast(), ldc);
     }
 }
 

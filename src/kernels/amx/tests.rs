@@ -3,7 +3,7 @@
 //! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
 //! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
 
-use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, lanes, TileBuf, TK};
+use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf, TK};
 use super::model::Model;
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
@@ -206,6 +206,31 @@ fn the_gemm_on_the_tile_model_matches_the_reference_on_ragged_shapes() {
         check_against_reference(w, &x, m, &one, &format!("m {m} n {n} k {k}"));
         let three = run::<Model>(w, &x, m, 3);
         assert!(one.iter().zip(&three).all(|(a, b)| a.to_bits() == b.to_bits()), "m {m} n {n} k {k}: 1 vs 3 threads");
+    }
+}
+
+#[test]
+fn panels_go_in_pairs_and_an_odd_count_ends_in_a_triple() {
+    use Group::{Pair, Single, Triple};
+    let want: [&[(usize, Group)]; 8] = [
+        &[],
+        &[(0, Single)],
+        &[(0, Pair)],
+        &[(0, Triple)],
+        &[(0, Pair), (2, Pair)],
+        &[(0, Pair), (2, Triple)],
+        &[(0, Pair), (2, Pair), (4, Pair)],
+        &[(0, Pair), (2, Pair), (4, Triple)],
+    ];
+    for (n_panels, want) in want.iter().enumerate() {
+        assert_eq!(groups(n_panels).collect::<Vec<_>>(), *want, "{n_panels} panels");
+    }
+    // Every panel in exactly one group, in order, for any count.
+    for n_panels in 0..40 {
+        let covered: Vec<usize> = groups(n_panels)
+            .flat_map(|(p, g)| p..p + [(Pair, 2), (Single, 1), (Triple, 3)].iter().find(|(k, _)| *k == g).unwrap().1)
+            .collect();
+        assert_eq!(covered, (0..n_panels).collect::<Vec<_>>(), "{n_panels} panels");
     }
 }
 
