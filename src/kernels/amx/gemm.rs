@@ -189,9 +189,9 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     if rows.is_empty() || n == 0 {
         return;
     }
-    let (ld, out, task_rows) =
-        (rows.len(), OutPtr(y.as_mut_ptr()), task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n));
+    let task_rows = task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n);
     let (n_panels, chunks) = (n.div_ceil(NR), cols.div_ceil(kc));
+    let sink = Sink { transpose, out: OutPtr(y.as_mut_ptr()), ld: rows.len(), row0: rows.start, n, up };
     let task = |task: usize| {
         let r0 = rows.start + task * task_rows;
         let mine = r0..(r0 + task_rows).min(rows.end);
@@ -227,27 +227,10 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
                     if let Some(g) = &up {
                         block_of(g.up, &mut part_up[i]);
                     }
-                    if chunk + 1 < chunks {
-                        continue;
-                    }
-                    let (mr, tok0) = (mr_block.min(mine.end - r0), p0 * NR);
-                    let k = width.min(n - tok0);
-                    transpose(&part[i].0, width, mr, k, &mut runs.0[..k * mr]);
-                    if let Some(g) = &up {
-                        transpose(&part_up[i].0, width, mr, k, &mut runs_up.0[..k * mr]);
-                        (g.gated)(&mut runs.0[..k * mr], &runs_up.0[..k * mr], g.act);
-                    }
-                    for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
-                        let at = (tok0 + j) * ld + r0 - rows.start;
-                        // SAFETY: weight rows r0 .. r0 + mr (inside `rows`) belong to this task
-                        // only; y holds n · ld values. A whole block's runs are copied at a fixed
-                        // length (inline, not a call per run).
-                        unsafe {
-                            match <&[f32; BLOCK]>::try_from(run) {
-                                Ok(whole) => out.write_array(at, whole),
-                                Err(_) => out.write_run(at, run),
-                            }
-                        }
+                    if chunk + 1 == chunks {
+                        let mr = mr_block.min(mine.end - r0);
+                        let block = [&part[i], part_up.get(i).unwrap_or(&part[i])];
+                        sink.write(block, width, mr, r0, p0 * NR, [&mut runs, &mut runs_up]);
                     }
                 }
             }
@@ -258,6 +241,44 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     match pool {
         true => for_tasks(tasks, rows.len() * cols * n, task),
         false => (0..tasks).for_each(task),
+    }
+}
+
+/// Where finished blocks go: y [n, ld] (its weight rows from row0), by `transpose`; with `up`,
+/// each block joined with up's by the gated activation first.
+struct Sink<'a> {
+    transpose: TransposeFn,
+    out: OutPtr,
+    ld: usize,
+    row0: usize,
+    n: usize,
+    up: Option<GatedUp<'a>>,
+}
+
+impl Sink<'_> {
+    /// A block's results [gate or only, up] ([mr_block weight rows][width activation rows],
+    /// rows r0 .. r0 + mr, activation rows from tok0) into y as runs of mr weight rows per
+    /// activation row, through the scratch blocks `runs`.
+    fn write(&self, c: [&CBlock; 2], width: usize, mr: usize, r0: usize, tok0: usize, runs: [&mut CBlock; 2]) {
+        let k = width.min(self.n - tok0);
+        let [runs, runs_up] = runs;
+        (self.transpose)(&c[0].0, width, mr, k, &mut runs.0[..k * mr]);
+        if let Some(g) = &self.up {
+            (self.transpose)(&c[1].0, width, mr, k, &mut runs_up.0[..k * mr]);
+            (g.gated)(&mut runs.0[..k * mr], &runs_up.0[..k * mr], g.act);
+        }
+        for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
+            let at = (tok0 + j) * self.ld + r0 - self.row0;
+            // SAFETY: weight rows r0 .. r0 + mr (inside the product's rows) belong to the
+            // calling task only; y holds n · ld values. A whole block's runs are copied at a
+            // fixed length (inline, not a call per run).
+            unsafe {
+                match <&[f32; BLOCK]>::try_from(run) {
+                    Ok(whole) => self.out.write_array(at, whole),
+                    Err(_) => self.out.write_run(at, run),
+                }
+            }
+        }
     }
 }
 

@@ -261,7 +261,11 @@ fn column_chunks_change_no_bit() {
     }
 }
 
-/// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm`.
+/// Fused gate/up products the tile model has run through `model_gemm`.
+static FUSED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm` (counting the calls that join
+/// a gate and an up projection).
 #[allow(clippy::too_many_arguments)]
 fn model_gemm(
     transpose: TransposeFn,
@@ -273,19 +277,26 @@ fn model_gemm(
     pool: bool,
     up: Option<GatedUp<'_>>,
 ) {
+    if up.is_some() {
+        FUSED_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     gemm::<Model>(transpose, w, rows, panels, n, y, pool, up)
+}
+
+/// bf16 kernels whose only product is `gemm` at every row count: the other kernels fail the test.
+fn whole_only(gemm: crate::kernels::table::Bf16GemmFn) -> crate::kernels::table::Bf16Kernels {
+    crate::kernels::table::Bf16Kernels {
+        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran on a path with a whole product"),
+        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
+        gemm: Some(gemm),
+    }
 }
 
 #[test]
 fn a_path_with_a_whole_bf16_product_takes_it_at_every_row_count_with_the_same_bits_per_row() {
     use crate::kernels::gemm_bf16::{product, rows};
-    use crate::kernels::table::{Bf16Kernels, Table};
-    // Only the whole product may run: the other kernels fail the test.
-    let k = Bf16Kernels {
-        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran on a path with a whole product"),
-        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
-        gemm: Some(model_gemm),
-    };
+    use crate::kernels::table::Table;
+    let k = whole_only(model_gemm);
     let table = Table { bf16: Some(k), ..crate::kernels::generic::GENERIC };
     let (w_rows, cols) = (72, 100);
     let w: Vec<u16> = sample(w_rows * cols, 8).iter().map(|&v| round_bf16(v)).collect();
@@ -321,36 +332,11 @@ fn a_path_with_a_whole_bf16_product_takes_it_at_every_row_count_with_the_same_bi
     }
 }
 
-/// Fused gate/up products the tile model has run (`counting_gemm`).
-static FUSED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// `model_gemm`, counting the calls that join a gate and an up projection.
-#[allow(clippy::too_many_arguments)]
-fn counting_gemm(
-    transpose: TransposeFn,
-    w: Mat<'_>,
-    rows: std::ops::Range<usize>,
-    panels: &[u32],
-    n: usize,
-    y: &mut [f32],
-    pool: bool,
-    up: Option<GatedUp<'_>>,
-) {
-    if up.is_some() {
-        FUSED_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    model_gemm(transpose, w, rows, panels, n, y, pool, up)
-}
-
 #[test]
 fn gate_and_up_in_one_pass_are_the_two_products_then_the_activation() {
     use crate::kernels::dispatch::kernels_on;
-    use crate::kernels::table::{Bf16Kernels, Table};
-    let k = Bf16Kernels {
-        gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran on a path with a whole product"),
-        tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
-        gemm: Some(counting_gemm),
-    };
+    use crate::kernels::table::Table;
+    let k = whole_only(model_gemm);
     let kern = kernels_on(Table { bf16: Some(k), ..crate::kernels::generic::GENERIC }, QuantActivations::Reduced);
     // Activation rows under a panel, ragged and several panels; weight rows past the tasks'
     // blocks; columns over a chunk.
