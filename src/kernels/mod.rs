@@ -163,6 +163,7 @@ mod tests;
 /// Register this thread's kernel buffers with the C library now (part of
 /// `threads::prepare_thread`, which says why).
 pub(crate) fn prepare_thread() {
+    amx::prepare_thread();
     gemm::prepare_thread();
     gemm_bf16::prepare_thread();
     heads::prepare_thread();

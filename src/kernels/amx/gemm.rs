@@ -26,8 +26,9 @@
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::mat::Mat;
-use crate::kernels::par::{for_tasks, OutPtr};
+use crate::kernels::par::{for_tasks, with_buffer, OutPtr};
 use crate::kernels::table::{GatedUp, TransposeFn, NR};
+use std::cell::RefCell;
 use std::ops::Range;
 
 /// bf16 columns per A tile row (64 bytes).
@@ -77,6 +78,38 @@ impl Default for TileBuf {
 /// A block's results: [32 weight rows][32 activation rows] f32, on cache lines.
 #[repr(C, align(64))]
 struct CBlock([f32; BLOCK * BLOCK]);
+
+impl Default for CBlock {
+    fn default() -> CBlock {
+        CBlock([0.0; BLOCK * BLOCK])
+    }
+}
+
+thread_local! {
+    /// The calling thread's blocks for a task (`split_blocks`), reused: a decode step's many
+    /// small products allocate nothing.
+    static BLOCKS: RefCell<Vec<CBlock>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A task's blocks from `bufs`: `kept` for the gate's (or the only) partial sums and results,
+/// as many for up's when `up`, and two scratch blocks for the write-back. Contents unspecified:
+/// every block is written before it is read.
+fn split_blocks(bufs: &mut Vec<CBlock>, kept: usize, up: bool) -> (&mut [CBlock], &mut [CBlock], [&mut CBlock; 2]) {
+    let parts = if up { 2 * kept } else { kept };
+    if bufs.len() < parts + 2 {
+        bufs.resize_with(parts + 2, CBlock::default);
+    }
+    let (part, rest) = bufs.split_at_mut(kept);
+    let (part_up, rest) = rest.split_at_mut(parts - kept);
+    let [runs, runs_up, ..] = rest else { unreachable!("two scratch blocks") };
+    (part, part_up, [runs, runs_up])
+}
+
+/// Touch this thread's blocks so that their destructor is registered now (see
+/// `kernels::prepare_thread`).
+pub(crate) fn prepare_thread() {
+    BLOCKS.with(|_| ());
+}
 
 /// Where the A tile of weight rows r .. r + 16, columns k0 .. k0 + 32 is: (pointer, stride). In
 /// the stored rows when whole; otherwise copied into `buf`, zero past the matrix.
@@ -201,40 +234,39 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
         // block) of the task keeps its partial sums between chunks.
         let blocks = mine.len().div_ceil(TILE_ROWS);
         let kept = if chunks == 1 { 1 } else { groups(n_panels).count() * blocks };
-        let new = |count: usize| -> Vec<CBlock> { (0..count).map(|_| CBlock([0.0; BLOCK * BLOCK])).collect() };
-        // The gate's (or the only) partial sums and results, and up's.
-        let (mut part, mut part_up) = (new(kept), new(if up.is_some() { kept } else { 0 }));
-        let (mut runs, mut runs_up) = (CBlock([0.0; BLOCK * BLOCK]), CBlock([0.0; BLOCK * BLOCK]));
-        for (chunk, k0) in (0..cols).step_by(kc).enumerate() {
-            let k = k0..(k0 + kc).min(cols);
-            for (gi, (p0, group)) in groups(n_panels).enumerate() {
-                // Weight rows per block, and activation rows (C's row length).
-                let (mr_block, width) = match group {
-                    Group::Triple => (TILE_ROWS, 3 * NR),
-                    _ => (BLOCK, BLOCK),
-                };
-                for (b, r0) in mine.clone().step_by(mr_block).enumerate() {
-                    let i = if chunks == 1 { 0 } else { gi * blocks + b };
-                    // c [mr_block weight rows][width activation rows] → runs [k activation
-                    // rows][mr weight rows].
-                    let at = At { r0, p0, resume: chunk > 0 };
-                    let mut block_of = |w: Mat<'_>, c: &mut CBlock| match group {
-                        Group::Pair => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
-                        Group::Single => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
-                        Group::Triple => block3(&mut t, w, panels, at, k.clone(), c),
+        with_buffer(&BLOCKS, |bufs| {
+            let (part, part_up, [runs, runs_up]) = split_blocks(bufs, kept, up.is_some());
+            for (chunk, k0) in (0..cols).step_by(kc).enumerate() {
+                let k = k0..(k0 + kc).min(cols);
+                for (gi, (p0, group)) in groups(n_panels).enumerate() {
+                    // Weight rows per block, and activation rows (C's row length).
+                    let (mr_block, width) = match group {
+                        Group::Triple => (TILE_ROWS, 3 * NR),
+                        _ => (BLOCK, BLOCK),
                     };
-                    block_of(w, &mut part[i]);
-                    if let Some(g) = &up {
-                        block_of(g.up, &mut part_up[i]);
-                    }
-                    if chunk + 1 == chunks {
-                        let mr = mr_block.min(mine.end - r0);
-                        let block = [&part[i], part_up.get(i).unwrap_or(&part[i])];
-                        sink.write(block, width, mr, r0, p0 * NR, [&mut runs, &mut runs_up]);
+                    for (b, r0) in mine.clone().step_by(mr_block).enumerate() {
+                        let i = if chunks == 1 { 0 } else { gi * blocks + b };
+                        // c [mr_block weight rows][width activation rows] → runs [k activation
+                        // rows][mr weight rows].
+                        let at = At { r0, p0, resume: chunk > 0 };
+                        let mut block_of = |w: Mat<'_>, c: &mut CBlock| match group {
+                            Group::Pair => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
+                            Group::Single => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
+                            Group::Triple => block3(&mut t, w, panels, at, k.clone(), c),
+                        };
+                        block_of(w, &mut part[i]);
+                        if let Some(g) = &up {
+                            block_of(g.up, &mut part_up[i]);
+                        }
+                        if chunk + 1 == chunks {
+                            let mr = mr_block.min(mine.end - r0);
+                            let block = [&part[i], part_up.get(i).unwrap_or(&part[i])];
+                            sink.write(block, width, mr, r0, p0 * NR, [&mut *runs, &mut *runs_up]);
+                        }
                     }
                 }
             }
-        }
+        });
         t.release();
     };
     let tasks = rows.len().div_ceil(task_rows);

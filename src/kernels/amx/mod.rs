@@ -23,7 +23,7 @@ mod model;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use gemm::gemm;
+pub(crate) use gemm::{gemm, prepare_thread};
 
 /// Rows of a tile register.
 pub const TILE_ROWS: usize = 16;
