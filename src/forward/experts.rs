@@ -1,7 +1,7 @@
 //! The MoE block with batched contiguous dispatch: count tokens per expert, prefix-sum offsets,
 //! run every selected expert once over all its rows (its weights are read once per step; the
-//! rows are read where they are, by token index), scatter back weighted. Adds the Qwen2-MoE shared expert, scaled by
-//! sigmoid(shared_expert_gate · x). Mirrors `MixtralSparseMoeBlock` / `Qwen2MoeSparseMoeBlock`,
+//! rows are read where they are, by token index), scatter back weighted. Adds the Qwen2-MoE
+//! shared expert, scaled by sigmoid(shared_expert_gate · x). Mirrors `MixtralSparseMoeBlock` / `Qwen2MoeSparseMoeBlock`,
 //! and `Llama4TextMoe`, whose routing weights scale the experts' inputs instead of their outputs.
 
 use super::buffers::Buffers;
@@ -36,7 +36,7 @@ pub fn moe(
         let wgt = plan.slot_weight[s];
         row.iter_mut().zip(&xn[plan.slot_token[s] * h..(plan.slot_token[s] + 1) * h]).for_each(|(r, &x)| *r = x * wgt);
     });
-    // One job per selected expert over its gathered rows, plus the shared expert over all rows.
+    // One job per selected expert over its rows, plus the shared expert over all rows.
     let mut y = bufs.take(plan.slot_token.len() * h);
     let mut ys = bufs.take(if mw.shared.is_some() { n * h } else { 0 });
     let mut jobs: Vec<ExpertJob<'_>> = Vec::new();

@@ -21,12 +21,15 @@ pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: XRows<'_>, n: usi
         // where the path can.
         None => k.gated_matmuls(x, n, w.gate, w.up, gate, &mut g, &mut u),
         Some(b) => {
-            let mut picked = Vec::new();
-            let x = x.dense(n, w.gate.cols(), &mut picked);
+            // Picked rows gathered into a pooled buffer (GPT-OSS's experts take this branch).
+            let cols = w.gate.cols();
+            let mut picked = bufs.take(if let XRows::Picked { .. } = x { n * cols } else { 0 });
+            let x = x.dense(n, cols, &mut picked);
             k.matmuls(x, n, &mut [(w.gate, &mut g[..]), (w.up, &mut u[..])]);
             kernels::add_bias_row(&mut g, b.gate, b.row);
             kernels::add_bias_row(&mut u, b.up, b.row);
             k.gated(&mut g, &u, gate);
+            bufs.give(picked);
         }
     }
     k.matmul(w.down, &g, n, y);
