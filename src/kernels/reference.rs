@@ -55,11 +55,26 @@ fn dot_by(n: usize, x: &[f32], w: impl Fn(usize) -> f32) -> f32 {
 
 /// One RMSNorm row: y = x · rsqrt(mean(x²) + eps) · w, the variance accumulated in f64.
 pub fn rmsnorm_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    let inv = (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
+    let inv = rms_inverse(x, eps);
     for ((yi, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
         *yi = wi * (xi * inv);
     }
+}
+
+/// rsqrt(mean(x²) + eps) of one row, the squares summed in f64 over eight lanes (element j in
+/// lane j mod 8; lanes folded in order, then the tail): independent chains the compiler keeps in
+/// vector registers, where one running sum waited on each add's latency.
+pub fn rms_inverse(x: &[f32], eps: f32) -> f32 {
+    let mut lanes = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += f64::from(v) * f64::from(v);
+        }
+    }
+    let ss = tail.iter().fold(lanes.iter().sum::<f64>(), |s, &v| s + f64::from(v) * f64::from(v));
+    (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32
 }
 
 /// One LayerNorm row (`nn.LayerNorm`): y = (x − mean(x)) · rsqrt(var(x) + eps) · w + b, the

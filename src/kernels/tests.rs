@@ -1044,3 +1044,40 @@ fn every_path_weighs_softmax_rows_with_the_same_bits() {
         }
     }
 }
+
+#[test]
+fn rmsnorm_rows_match_the_definition_and_do_not_depend_on_the_pool() {
+    // 40 × 2048 values: past the pool threshold; 13 columns: a tail after the eight lanes.
+    for (n, dim) in [(40, 2048), (3, 13), (6000, 13)] {
+        let x: Vec<f32> = sample(n * dim, 71).iter().map(|v| v * 40.0).collect();
+        let gain = sample(dim, 72);
+        let stored = DType::F32.encode(&gain, dim);
+        let w = Mat::new(DType::F32, 1, dim, &stored).expect("a gain row");
+        let (eps, shift) = (1e-6f32, 1.0f32);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            let mut y = vec![0f32; n * dim];
+            let mut inplace = x.clone();
+            pool.install(|| {
+                super::rmsnorm_shifted(&x, w, shift, eps, &mut y);
+                super::rmsnorm_inplace_shifted(&mut inplace, w, shift, eps);
+            });
+            assert!(y.iter().zip(&inplace).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} × {dim}: in place");
+            y
+        };
+        let one = run(1);
+        assert!(one.iter().zip(&run(3)).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} × {dim}: threads");
+        for (t, row) in one.chunks_exact(dim).enumerate() {
+            let xr = &x[t * dim..(t + 1) * dim];
+            let ms = xr.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / dim as f64;
+            let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+            for ((&got, &xi), &g) in row.iter().zip(xr).zip(&gain) {
+                let want = (f64::from(g) + f64::from(shift)) * f64::from(xi) * inv;
+                assert!(
+                    (f64::from(got) - want).abs() <= 1e-6 * want.abs().max(1e-3),
+                    "{n} × {dim} row {t}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
