@@ -76,7 +76,7 @@ struct Buffers {
     rows: Vec<f32>,
     /// Its values [KC, vstride] (GQA; MLA's values are the key rows' leading vw values).
     vrows: Vec<f32>,
-    /// A packed panel: [kw, NR] (scores) or [KC, NR] (values).
+    /// Two packed panels: [2][kw, NR] (scores) or [2][KC, NR] (values).
     panel: Vec<f32>,
     /// Scores, then weights, of the block's first ks columns: [mp, ks] (ks ≤ KC).
     s: Vec<f32>,
@@ -145,7 +145,7 @@ pub(super) fn partial(
         q: pool.take(mp * kw),
         rows: pool.take(KC * kw),
         vrows: pool.take(if gqa { KC * vw } else { 0 }),
-        panel: pool.take(kw.max(KC) * NR),
+        panel: pool.take(2 * kw.max(KC) * NR),
         s: pool.take(mp * KC),
     };
     b.q[..m * kw].copy_from_slice(&qs.q[..m * kw]);
@@ -178,12 +178,22 @@ pub(super) fn partial(
 /// b.s = b.q·b.rows[..ks]ᵀ ([mp, ks]): per panel of NR cached rows, the rows transposed into
 /// panel[d·NR + jj], then the tile for every MR queries.
 fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
-    let (tile, transpose, mp, kw) = (kern.table().tile, kern.table().transpose, b.mp, b.kw);
+    let (t, mp, kw) = (kern.table(), b.mp, b.kw);
     b.s[..mp * ks].fill(0.0);
-    for p0 in (0..ks).step_by(NR) {
-        transpose(&b.rows[p0 * kw..(p0 + NR) * kw], kw, NR, kw, &mut b.panel[..kw * NR]);
+    // Two panels at a time (`Table::tile2`), the last alone when ks / NR is odd.
+    for p0 in (0..ks).step_by(2 * NR) {
+        let count = ((ks - p0) / NR).min(2);
+        for j in 0..count {
+            let at = p0 + j * NR;
+            (t.transpose)(&b.rows[at * kw..(at + NR) * kw], kw, NR, kw, &mut b.panel[j * kw * NR..(j + 1) * kw * NR]);
+        }
+        let (first, second) = b.panel[..2 * kw * NR].split_at(kw * NR);
         for i0 in (0..mp).step_by(MR) {
-            tile(&b.q[i0 * kw..(i0 + MR) * kw], &b.panel[..kw * NR], kw, &mut b.s[i0 * ks + p0..], ks, NR);
+            let (q, s) = (&b.q[i0 * kw..(i0 + MR) * kw], &mut b.s[i0 * ks + p0..]);
+            match count {
+                2 => t.tile2(q, [first, second], kw, s, ks),
+                _ => (t.tile)(q, first, kw, s, ks, NR),
+            }
         }
     }
 }
@@ -233,22 +243,31 @@ fn weigh(
 /// per panel of NR value columns, the block's columns packed into panel[k·NR + jj] (zero past
 /// vw), then the tile for every MR queries.
 fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32], gqa: bool) {
-    let (tile, mp, vw, rp) = (kern.table().tile, b.mp, b.vw, b.vp);
+    let (t, mp, vw, rp) = (kern.table(), b.mp, b.vw, b.vp);
     let (src, stride) = if gqa { (&b.vrows, vw) } else { (&b.rows, b.kw) };
-    for d0 in (0..vw).step_by(NR) {
-        let w = NR.min(vw - d0);
-        for (k, row) in src[..ks * stride].chunks_exact(stride).enumerate() {
-            let dst = &mut b.panel[k * NR..(k + 1) * NR];
-            if w == NR {
-                // A whole panel row: a copy of known length (no library call per row).
-                dst.copy_from_slice(&row[d0..d0 + NR]);
-            } else {
-                dst[..w].copy_from_slice(&row[d0..d0 + w]);
-                dst[w..].fill(0.0);
+    // Two panels of value columns at a time (`Table::tile2`), a last odd one alone.
+    for d0 in (0..vw).step_by(2 * NR) {
+        let count = (vw - d0).div_ceil(NR).min(2);
+        for j in 0..count {
+            let (d, panel) = (d0 + j * NR, &mut b.panel[j * ks * NR..(j + 1) * ks * NR]);
+            let w = NR.min(vw - d);
+            for (row, dst) in src[..ks * stride].chunks_exact(stride).zip(panel.chunks_exact_mut(NR)) {
+                if w == NR {
+                    // A whole panel row: a copy of known length (no library call per row).
+                    dst.copy_from_slice(&row[d..d + NR]);
+                } else {
+                    dst[..w].copy_from_slice(&row[d..d + w]);
+                    dst[w..].fill(0.0);
+                }
             }
         }
+        let (first, second) = b.panel[..2 * ks * NR].split_at(ks * NR);
         for i0 in (0..mp).step_by(MR) {
-            tile(&b.s[i0 * ks..(i0 + MR) * ks], &b.panel[..ks * NR], ks, &mut acc[i0 * rp + d0..], rp, NR);
+            let (s, a) = (&b.s[i0 * ks..(i0 + MR) * ks], &mut acc[i0 * rp + d0..]);
+            match count {
+                2 => t.tile2(s, [first, second], ks, a, rp),
+                _ => (t.tile)(s, first, ks, a, rp, NR),
+            }
         }
     }
 }

@@ -293,14 +293,21 @@ fn gemm_packed(t: &Table, ops: &MatKernels, w: Mat<'_>, xp: &[f32], n: usize, y:
                 for i in 0..mr {
                     w.prefetch(r0 + i, next.start, next.end);
                 }
-                for p in 0..panels {
-                    let b = &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];
-                    // A last panel with at most NR / 2 real rows takes the half-width tile.
-                    let nr = if n - p * NR <= NR / 2 { NR / 2 } else { NR };
+                let panel = |p: usize| &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];
+                // A last panel with at most NR / 2 real rows takes the half-width tile; whole
+                // panels go two at a time (`Table::tile2`).
+                let whole = |p: usize| n - p * NR > NR / 2;
+                let mut p = 0;
+                while p < panels {
+                    let pair = p + 1 < panels && whole(p + 1);
                     for blk in 0..blocks {
-                        let a = &wb[blk * MR * kc..(blk + 1) * MR * kc];
-                        (t.tile)(a, b, kc, &mut c[blk * MR * ldc + p * NR..], ldc, nr);
+                        let (a, c) = (&wb[blk * MR * kc..(blk + 1) * MR * kc], &mut c[blk * MR * ldc + p * NR..]);
+                        match pair {
+                            true => t.tile2(a, [panel(p), panel(p + 1)], kc, c, ldc),
+                            false => (t.tile)(a, panel(p), kc, c, ldc, if whole(p) { NR } else { NR / 2 }),
+                        }
                     }
+                    p += if pair { 2 } else { 1 };
                 }
             }
             write_back(t.transpose, c, ldc, n, out, rows, r0..r0 + mr);

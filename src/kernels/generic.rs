@@ -33,6 +33,7 @@ pub(crate) static GENERIC: Table = Table {
     axpy_f16,
     axpy_bf16,
     tile,
+    tile_pair: None,
     transpose,
     exp_sum: super::vexp::exp_sum,
     gated: super::vexp::gated,

@@ -51,6 +51,10 @@ pub(crate) type WidenFn = fn(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mu
 /// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr, k ascending;
 /// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
 pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
+/// `TileFn` over two whole panels b[0], b[1] whose outputs sit side by side in c:
+/// c[i·ldc + p·NR + j] += Σ_k a[i·kc + k] · b[p][k·NR + j] for p < 2 — the same chains as two
+/// `TileFn` calls (see `Table::tile_pair`).
+pub(crate) type TilePairFn = fn(a: &[f32], b: [&[f32]; 2], kc: usize, c: &mut [f32], ldc: usize);
 /// dst[j·rows + i] = src[i·lds + j] for i < rows, j < cols: a block of GEMM results (outputs ×
 /// tokens, rows lds apart) turned token-major, as the product's y stores them; attention's
 /// cached key rows turned into the tile's panels.
@@ -163,6 +167,10 @@ pub(crate) struct Table {
     pub axpy_f16: AxpyFn<u16>,
     pub axpy_bf16: AxpyFn<u16>,
     pub tile: TileFn,
+    /// Two panels in one tile where the path has it: 12 chains instead of 6, for cores that
+    /// issue two 512-bit FMAs per cycle at four cycles' latency (six chains fill three quarters
+    /// of that).
+    pub tile_pair: Option<TilePairFn>,
     /// The GEMMs' write-back (`TransposeFn`).
     pub transpose: TransposeFn,
     /// The softmax rows of blocked attention (`ExpSumFn`).
@@ -179,6 +187,18 @@ pub(crate) struct Table {
 }
 
 impl Table {
+    /// `tile` over two whole panels whose outputs sit side by side in c (`TilePairFn`): the
+    /// path's pair tile, or two `tile` calls — every output the same chain either way.
+    pub fn tile2(&self, a: &[f32], b: [&[f32]; 2], kc: usize, c: &mut [f32], ldc: usize) {
+        match self.tile_pair {
+            Some(pair) => pair(a, b, kc, c, ldc),
+            None => {
+                (self.tile)(a, b[0], kc, c, ldc, NR);
+                (self.tile)(a, b[1], kc, &mut c[NR..], ldc, NR);
+            }
+        }
+    }
+
     /// The kernels of `dtype` on this path.
     #[inline]
     pub fn mat(&self, dtype: DType) -> &MatKernels {

@@ -1081,3 +1081,30 @@ fn rmsnorm_rows_match_the_definition_and_do_not_depend_on_the_pool() {
         }
     }
 }
+
+#[test]
+fn a_pair_tile_gives_the_bits_of_two_single_tiles_on_every_path() {
+    for kc in [1, 7, 64, 257] {
+        let a = sample(MR * kc, 80 + kc as u64);
+        let b = [sample(kc * NR, 81), sample(kc * NR, 82)];
+        let ldc = 2 * NR + 3;
+        let c0 = sample(MR * ldc, 83);
+        for path in available_paths() {
+            let t = table_for(path).expect("available");
+            let (mut pair, mut single) = (c0.clone(), c0.clone());
+            t.tile2(&a, [&b[0], &b[1]], kc, &mut pair, ldc);
+            (t.tile)(&a, &b[0], kc, &mut single, ldc, NR);
+            (t.tile)(&a, &b[1], kc, &mut single[NR..], ldc, NR);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&pair), bits(&single), "{path:?} kc {kc}");
+            let exact = (0..MR * 2 * NR).all(|o| {
+                let (i, p, j) = (o / (2 * NR), o % (2 * NR) / NR, o % NR);
+                let want: f64 = f64::from(c0[i * ldc + p * NR + j])
+                    + (0..kc).map(|k| f64::from(a[i * kc + k]) * f64::from(b[p][k * NR + j])).sum::<f64>();
+                (f64::from(pair[i * ldc + p * NR + j]) - want).abs() <= 1e-5 * (1.0 + kc as f64)
+            });
+            assert!(exact, "{path:?} kc {kc}: the sums");
+            assert_eq!(bits(&pair[2 * NR..ldc]), bits(&c0[2 * NR..ldc]), "{path:?}: past the two panels");
+        }
+    }
+}

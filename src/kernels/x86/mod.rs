@@ -174,6 +174,7 @@ static AVX2: Table = Table {
     axpy_f16: gemv::axpy_f16,
     axpy_bf16: gemv::axpy_bf16,
     tile: tile::tile,
+    tile_pair: None,
     transpose: transpose::transpose,
     exp_sum: vexp::exp_sum,
     gated: vexp::gated,
@@ -182,8 +183,14 @@ static AVX2: Table = Table {
     delta_step: delta::step_avx2,
 };
 
-static AVX512: Table =
-    Table { path: CpuPath::Avx512, mats: MATS_512, tile: tile::tile_512, delta_step: delta::step_avx512, ..AVX2 };
+static AVX512: Table = Table {
+    path: CpuPath::Avx512,
+    mats: MATS_512,
+    tile: tile::tile_512,
+    tile_pair: Some(tile::tile_pair_512),
+    delta_step: delta::step_avx512,
+    ..AVX2
+};
 
 /// The AVX-512 table on a CPU that also has AVX-512 BF16: bf16 × bf16 products in `Reduced` mode.
 static AVX512_BF16: Table =

@@ -93,6 +93,43 @@ unsafe fn tile_6x16_zmm(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ld
     }
 }
 
+/// `Table::tile_pair` for the AVX-512 table: two whole panels, 6 × 32 outputs in 12 zmm
+/// accumulators — each output the same fused multiply-add chain in ascending k as `tile_512`.
+pub fn tile_pair_512(a: &[f32], b: [&[f32]; 2], kc: usize, c: &mut [f32], ldc: usize) {
+    assert!(a.len() >= MR * kc && b.iter().all(|b| b.len() >= kc * NR) && c.len() >= (MR - 1) * ldc + 2 * NR);
+    // SAFETY: the AVX-512 table is chosen only on CPUs with AVX-512 F; bounds asserted above.
+    unsafe { tile_6x32_zmm(a.as_ptr(), [b[0].as_ptr(), b[1].as_ptr()], kc, c.as_mut_ptr(), ldc) }
+}
+
+/// The 6 × 32 tile: 6 · 2 accumulators of 16 lanes.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_6x32_zmm(a: *const f32, b: [*const f32; 2], kc: usize, c: *mut f32, ldc: usize) {
+    // SAFETY: reached only through the AVX-512 table (the CPU has AVX-512 F); the caller passes
+    // pointers valid for the ranges `tile_pair_512` asserts.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (p, r) in row.iter_mut().enumerate() {
+                *r = _mm512_loadu_ps(c.add(i * ldc + p * NR));
+            }
+        }
+        for k in 0..kc {
+            let bv = b.map(|b| _mm512_loadu_ps(b.add(k * NR)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(i * kc + k));
+                for (r, &bp) in row.iter_mut().zip(&bv) {
+                    *r = _mm512_fmadd_ps(av, bp, *r);
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (p, r) in row.iter().enumerate() {
+                _mm512_storeu_ps(c.add(i * ldc + p * NR), *r);
+            }
+        }
+    }
+}
+
 /// out[i] = w[rows.start + i, k0 .. k0 + kc] as f32 for each row of a float matrix of kind K
 /// (see `table::WidenFn`).
 pub fn widen_float<const K: u8>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
