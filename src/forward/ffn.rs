@@ -11,11 +11,15 @@ use crate::model::{ExpertAct, MlpWeights};
 /// come from `bufs`.
 pub fn mlp(k: &Kernels, bufs: &Buffers, w: &MlpWeights<'_>, x: XRows<'_>, n: usize, y: &mut [f32]) {
     let ffn = w.gate.rows();
-    let (mut g, mut u) = (bufs.take(n * ffn), bufs.take(n * ffn));
     let gate = match w.act {
         ExpertAct::Silu => Gate::Silu,
         ExpertAct::ClampedSwiglu { alpha, limit } => Gate::Clamped { alpha: alpha as f32, limit: limit as f32 },
     };
+    // The whole MLP in one call where the path joins it (the intermediate never in f32).
+    if w.bias.is_none() && k.fused_mlp(x, n, [w.gate, w.up, w.down], gate, y) {
+        return;
+    }
+    let (mut g, mut u) = (bufs.take(n * ffn), bufs.take(n * ffn));
     match &w.bias {
         // act(gate · x, up · x): x rounded (or quantised) once for both, joined as written
         // where the path can.

@@ -27,7 +27,7 @@ pub fn round_bf16(v: f32) -> u16 {
 
 /// out[i] = round_bf16(x[i]): on CPUs with AVX-512 BW the same integer operations 32 lanes at a
 /// time (the same bits).
-fn round_slice(x: &[f32], out: &mut [u16]) {
+pub(crate) fn round_slice(x: &[f32], out: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512bw") {
         // SAFETY: the CPU has the features the function is compiled for.

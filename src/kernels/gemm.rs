@@ -18,7 +18,7 @@ use super::dispatch::Kernels;
 use super::gemm_bf16;
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
-use super::table::{Gate, GemvI8Fn, MatKernels, Table, MR, NR};
+use super::table::{Bf16GemmFn, Gate, GemvI8Fn, MatKernels, Table, MR, NR};
 use super::XRows;
 use crate::format::DType;
 use std::cell::RefCell;
@@ -117,15 +117,7 @@ impl Kernels {
             check_shapes(gate, x, n, g);
         }
         let t = self.table();
-        let fused = t.bf16.and_then(|k| k.gemm).filter(|_| {
-            let bf16 = |w: Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0 && w.cols().is_multiple_of(2);
-            self.act() == QuantActivations::Reduced
-                && bf16(gate)
-                && bf16(up)
-                && (gate.rows(), gate.cols()) == (up.rows(), up.cols())
-                && n > 0
-        });
-        match fused {
+        match self.joined_gate_up(gate, up, n) {
             Some(whole) => {
                 assert!(g.len() >= n * gate.rows(), "gated_matmuls: g holds {} of {n} × {}", g.len(), gate.rows());
                 gemm_bf16::gated_product(t, whole, x, n, gate, up, act, g)
@@ -136,6 +128,38 @@ impl Kernels {
                 self.gated(&mut g[..len], &u[..len], act);
             }),
         }
+    }
+
+    /// y ([n, down.rows()]) = act(x · gateᵀ, x · upᵀ) · downᵀ (an MLP without biases) where the
+    /// path joins gate and up on its whole bf16 product: the intermediate goes to the down
+    /// product as its rounded activation panels, never written in f32 (`gemm_bf16::mlp_product`;
+    /// the bits of `gated_matmuls` then `matmul`). False, with y untouched, where it does not:
+    /// the caller takes those two.
+    pub fn fused_mlp(&self, x: XRows<'_>, n: usize, [gate, up, down]: [Mat<'_>; 3], act: Gate, y: &mut [f32]) -> bool {
+        let Some(whole) = self.joined_gate_up(gate, up, n) else { return false };
+        let ffn = gate.rows();
+        if !(down.dtype() == DType::BF16 && down.cols() == ffn && ffn.is_multiple_of(2) && down.rows() > 0) {
+            return false;
+        }
+        if let XRows::Dense(x) = x {
+            assert!(x.len() >= n * gate.cols(), "fused_mlp: x shorter than {n} × {}", gate.cols());
+        }
+        assert!(y.len() >= n * down.rows(), "fused_mlp: y holds {} of {n} × {}", y.len(), down.rows());
+        gemm_bf16::mlp_product(self.table(), whole, x, n, [gate, up, down], act, y);
+        true
+    }
+
+    /// The path's whole bf16 product when gate and up (bf16, one even-width shape) can be joined
+    /// on it for n rows in this mode.
+    fn joined_gate_up(&self, gate: Mat<'_>, up: Mat<'_>, n: usize) -> Option<Bf16GemmFn> {
+        let bf16 = |w: Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0 && w.cols().is_multiple_of(2);
+        self.table().bf16.and_then(|k| k.gemm).filter(|_| {
+            self.act() == QuantActivations::Reduced
+                && bf16(gate)
+                && bf16(up)
+                && (gate.rows(), gate.cols()) == (up.rows(), up.cols())
+                && n > 0
+        })
     }
 
     /// The int8-activation kernel of `w` in this mode, if it meets int8 activations.

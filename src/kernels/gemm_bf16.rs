@@ -18,7 +18,7 @@
 use super::bf16act::{round_bf16, Bf16Acts};
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, MC};
-use super::table::{Bf16GemmFn, Bf16Kernels, Gate, GatedUp, Table, TransposeFn, BF16_MR, NR};
+use super::table::{Bf16GemmFn, Bf16Kernels, Bf16Out, Gate, GatedUp, Table, TransposeFn, BF16_MR, NR};
 use super::XRows;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -53,6 +53,8 @@ thread_local! {
     static ACTS: RefCell<Bf16Acts> = RefCell::new(Bf16Acts::default());
     /// The calling thread's rounded activations as f32 (paths without bf16 kernels).
     static ROUNDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The calling thread's MLP intermediates as the down projection's panels (`mlp_product`).
+    static MIDDLE: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
     /// Per-task output block of the GEMM.
     static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
@@ -97,7 +99,7 @@ pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products:
             let rows = w.rows();
             assert_eq!(w.cols(), cols, "bf16 products of different widths");
             match k.gemm {
-                Some(whole) => whole(t.transpose, *w, 0..rows, xa.panels(), n, y, true, None),
+                Some(whole) => whole(t.transpose, *w, 0..rows, xa.panels(), n, Bf16Out::Rows(y), true, None),
                 None if blocked => gemm(&k, t.transpose, *w, xa, n, y),
                 None => {
                     let xb = &xa.bits;
@@ -126,7 +128,33 @@ pub(super) fn gated_product(
         xa.round_rows(x, n, gate.cols());
         xa.pack_tiles(t.transpose);
         let up = GatedUp { up, gated: t.gated, act };
-        whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, g, true, Some(up));
+        whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, Bf16Out::Rows(g), true, Some(up));
+    })
+}
+
+/// y [n, down.rows()] = act(x · gateᵀ, x · upᵀ) · downᵀ by the path's whole product (`whole`,
+/// AMX): gate and up in one pass whose joined results go, rounded, straight into the down
+/// product's activation panels (`Bf16Out::Panels`). The bits of `gated_product` followed by
+/// `product` on its result: the intermediate is rounded to bf16 either way.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mlp_product(
+    t: &Table,
+    whole: Bf16GemmFn,
+    x: XRows<'_>,
+    n: usize,
+    [gate, up, down]: [Mat<'_>; 3],
+    act: Gate,
+    y: &mut [f32],
+) {
+    with_buffer(&ACTS, |xa| {
+        xa.round_rows(x, n, gate.cols());
+        xa.pack_tiles(t.transpose);
+        with_buffer(&MIDDLE, |mid| {
+            mid.resize(n.div_ceil(NR) * gate.rows() / 2 * NR.min(n), 0);
+            let up = GatedUp { up, gated: t.gated, act };
+            whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, Bf16Out::Panels(mid), true, Some(up));
+            whole(t.transpose, down, 0..down.rows(), mid, n, Bf16Out::Rows(y), true, None);
+        })
     })
 }
 
@@ -141,7 +169,7 @@ pub(super) fn rows(t: &Table, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usiz
             match k.gemm {
                 Some(whole) => {
                     xa.pack_tiles(t.transpose);
-                    whole(t.transpose, w, rows, xa.panels(), n, y, false, None)
+                    whole(t.transpose, w, rows, xa.panels(), n, Bf16Out::Rows(y), false, None)
                 }
                 None => (k.gemv)(w, rows, &xa.bits, n, y),
             }
@@ -202,6 +230,7 @@ fn passes(panels: usize, half: bool) -> impl Iterator<Item = (usize, usize)> {
 /// Touch this thread's buffers so that their destructors are registered now (see
 /// `kernels::prepare_thread`).
 pub(super) fn prepare_thread() {
+    MIDDLE.with(|_| ());
     ACTS.with(|_| ());
     ROUNDED.with(|_| ());
     OUT.with(|_| ());

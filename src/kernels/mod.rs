@@ -25,6 +25,7 @@ mod generic;
 mod heads;
 mod kr8ref;
 mod mat;
+mod norm;
 mod par;
 #[cfg(test)]
 mod q5r8;
@@ -72,73 +73,7 @@ impl XRows<'_> {
 }
 pub(crate) use table::{MR, NR};
 
-/// RMSNorm of each row of x ([n, dim], dim = w.len()) into y: y = x / sqrt(mean(x²) + eps) · w.
-pub fn rmsnorm(x: &[f32], w: Mat<'_>, eps: f32, y: &mut [f32]) {
-    rmsnorm_shifted(x, w, 0.0, eps, y);
-}
-
-/// The gain `shift + w` of a norm as f32 ([w.len()]).
-fn norm_gain(w: Mat<'_>, shift: f32) -> Vec<f32> {
-    let mut g = vec![0f32; w.len()];
-    w.dequantize(0, &mut g);
-    g.iter_mut().for_each(|g| *g += shift);
-    g
-}
-
-/// Values from which a row-wise norm runs on the calling pool (a prefill's norms; a decode
-/// step's rows stay on the calling thread). Each row is normed on its own: the same result
-/// either way.
-const NORM_PAR_MIN_VALUES: usize = 1 << 16;
-
-fn norm_on_pool(values: usize) -> bool {
-    values >= NORM_PAR_MIN_VALUES && crate::threads::current() > 1
-}
-
-/// RMSNorm of each row of x ([n, w.len()]) with gain `shift + w` (zero-centred norms store
-/// gain − 1: shift 1).
-pub fn rmsnorm_shifted(x: &[f32], w: Mat<'_>, shift: f32, eps: f32, y: &mut [f32]) {
-    let dim = w.len();
-    let g = norm_gain(w, shift);
-    let row = |(xr, yr): (&[f32], &mut [f32])| reference::rmsnorm_row(xr, &g, eps, yr);
-    if norm_on_pool(x.len()) {
-        use rayon::prelude::*;
-        x.par_chunks_exact(dim).zip(y.par_chunks_exact_mut(dim)).for_each(row);
-    } else {
-        x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)).for_each(row);
-    }
-}
-
-/// LayerNorm of each row of x ([n, dim], dim = w.len() = b.len()) into y.
-pub fn layernorm(x: &[f32], w: Mat<'_>, b: Mat<'_>, eps: f32, y: &mut [f32]) {
-    let dim = w.len();
-    let (mut wf, mut bf) = (vec![0f32; dim], vec![0f32; dim]);
-    w.dequantize(0, &mut wf);
-    b.dequantize(0, &mut bf);
-    for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
-        reference::layernorm_row(xr, &wf, &bf, eps, yr);
-    }
-}
-
-/// In-place RMSNorm of each row of x ([n, dim]).
-pub fn rmsnorm_inplace(x: &mut [f32], w: Mat<'_>, eps: f32) {
-    rmsnorm_inplace_shifted(x, w, 0.0, eps);
-}
-
-/// In-place RMSNorm of each row of x ([n, dim]) with gain `shift + w`.
-pub fn rmsnorm_inplace_shifted(x: &mut [f32], w: Mat<'_>, shift: f32, eps: f32) {
-    let dim = w.len();
-    let g = norm_gain(w, shift);
-    let row = |xr: &mut [f32]| {
-        let inv = reference::rms_inverse(xr, eps);
-        xr.iter_mut().zip(&g).for_each(|(v, &gi)| *v = gi * (*v * inv));
-    };
-    if norm_on_pool(x.len()) {
-        use rayon::prelude::*;
-        x.par_chunks_exact_mut(dim).for_each(row);
-    } else {
-        x.chunks_exact_mut(dim).for_each(row);
-    }
-}
+pub use norm::{layernorm, rmsnorm, rmsnorm_inplace, rmsnorm_inplace_shifted, rmsnorm_shifted};
 
 /// x[t, :] += b for every row t of x ([n, b.len()]).
 pub fn add_bias(x: &mut [f32], b: Mat<'_>) {

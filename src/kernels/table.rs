@@ -115,10 +115,21 @@ pub(crate) type Bf16GemmFn = fn(
     rows: std::ops::Range<usize>,
     panels: &[u32],
     n: usize,
-    y: &mut [f32],
+    out: Bf16Out<'_>,
     pool: bool,
     up: Option<GatedUp<'_>>,
 );
+
+/// Where a whole bf16 product (`Bf16GemmFn`) puts its results.
+pub(crate) enum Bf16Out<'a> {
+    /// y [n, rows.len()] in f32, token-major.
+    Rows(&'a mut [f32]),
+    /// Rounded to bf16 as the activation panels of a product whose columns are these rows
+    /// (`Bf16Acts::pack_tiles`' layout: [⌈n / 16⌉, rows / 2, lanes], lanes = min(n, 16), zero
+    /// past n): rows the whole matrix, an even count. An MLP's gated intermediate goes straight
+    /// to the down projection so, never written in f32, rounded or packed on its own.
+    Panels(&'a mut [u32]),
+}
 
 /// The second matrix of a fused gate/up product and the activation joining them (`Bf16GemmFn`).
 #[derive(Clone, Copy)]

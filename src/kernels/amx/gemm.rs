@@ -16,18 +16,19 @@
 //! panels load in place; edges (weight rows past `rows`, columns past `cols`, pairs past
 //! cols / 2) come from zero-padded copies of the tile. Tasks are 32 to 128 weight rows
 //! (`task_rows`); each panel pair meets the task's blocks in turn, and each block's C tiles are stored as one 32 × 32
-//! block, turned token-major by the path's `transpose` and written as runs of weight rows. Each
+//! block, then written by `sink` (token-major f32 rows, or the next product's bf16 panels). Each
 //! output is one chain over the column steps in ascending order whatever the number of
 //! activation rows, the panel it falls in, the task or the thread count: a row's result is the
 //! same bits in every batch. An odd number of panels (from three) ends in a 1 × 3 block instead
 //! (`groups`, `block3`: 16 weight rows against three panels; C tmm0 … tmm2, A tmm4, B tmm5 …
 //! tmm7), which reads the weights once for the last three panels.
 
+use super::sink::{CBlock, Dest, Sink, BLOCK};
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::mat::Mat;
-use crate::kernels::par::{for_tasks, with_buffer, OutPtr};
-use crate::kernels::table::{GatedUp, TransposeFn, NR};
+use crate::kernels::par::{for_tasks, with_buffer};
+use crate::kernels::table::{Bf16Out, GatedUp, TransposeFn, NR};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -35,8 +36,6 @@ use std::ops::Range;
 pub(super) const TK: usize = TILE_COLSB / 2;
 /// Column pairs per B tile (its rows).
 const TQ: usize = TK / 2;
-/// Weight rows (and activation rows) per 2 × 2 step.
-const BLOCK: usize = 2 * TILE_ROWS;
 const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's width");
 
 /// Weight rows per task, for rows of `cols` columns against n activation rows: each panel pair
@@ -72,16 +71,6 @@ pub(super) struct TileBuf([u8; TILE_ROWS * TILE_COLSB]);
 impl Default for TileBuf {
     fn default() -> TileBuf {
         TileBuf([0; TILE_ROWS * TILE_COLSB])
-    }
-}
-
-/// A block's results: [32 weight rows][32 activation rows] f32, on cache lines.
-#[repr(C, align(64))]
-struct CBlock([f32; BLOCK * BLOCK]);
-
-impl Default for CBlock {
-    fn default() -> CBlock {
-        CBlock([0.0; BLOCK * BLOCK])
     }
 }
 
@@ -190,11 +179,11 @@ pub(crate) fn gemm<T: Tiles>(
     rows: Range<usize>,
     panels: &[u32],
     n: usize,
-    y: &mut [f32],
+    out: Bf16Out<'_>,
     pool: bool,
     up: Option<GatedUp<'_>>,
 ) {
-    gemm_in_chunks::<T>(transpose, w, rows, panels, n, y, pool, up, KC)
+    gemm_in_chunks::<T>(transpose, w, rows, panels, n, out, pool, up, KC)
 }
 
 /// `gemm` with chunks of `kc` columns (a multiple of 32): the same bits for any kc.
@@ -205,7 +194,7 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     rows: Range<usize>,
     panels: &[u32],
     n: usize,
-    y: &mut [f32],
+    out: Bf16Out<'_>,
     pool: bool,
     up: Option<GatedUp<'_>>,
     kc: usize,
@@ -218,13 +207,14 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     assert_eq!(w.dtype(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
     let lanes = lanes(n);
     assert!(cols.is_multiple_of(2) && panels.len() == n.div_ceil(NR) * cols / 2 * lanes, "amx gemm: panels");
-    assert!(rows.end <= w.rows() && y.len() >= n * rows.len(), "amx gemm: rows {rows:?} of {}", w.rows());
+    assert!(rows.end <= w.rows(), "amx gemm: rows {rows:?} of {}", w.rows());
+    let dest = Dest::of(out, w.rows(), rows.clone(), n);
     if rows.is_empty() || n == 0 {
         return;
     }
     let task_rows = task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n);
     let (n_panels, chunks) = (n.div_ceil(NR), cols.div_ceil(kc));
-    let sink = Sink { transpose, out: OutPtr(y.as_mut_ptr()), ld: rows.len(), row0: rows.start, n, up };
+    let sink = Sink { transpose, dest, n, up };
     let task = |task: usize| {
         let r0 = rows.start + task * task_rows;
         let mine = r0..(r0 + task_rows).min(rows.end);
@@ -273,44 +263,6 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     match pool {
         true => for_tasks(tasks, rows.len() * cols * n, task),
         false => (0..tasks).for_each(task),
-    }
-}
-
-/// Where finished blocks go: y [n, ld] (its weight rows from row0), by `transpose`; with `up`,
-/// each block joined with up's by the gated activation first.
-struct Sink<'a> {
-    transpose: TransposeFn,
-    out: OutPtr,
-    ld: usize,
-    row0: usize,
-    n: usize,
-    up: Option<GatedUp<'a>>,
-}
-
-impl Sink<'_> {
-    /// A block's results [gate or only, up] ([mr_block weight rows][width activation rows],
-    /// rows r0 .. r0 + mr, activation rows from tok0) into y as runs of mr weight rows per
-    /// activation row, through the scratch blocks `runs`.
-    fn write(&self, c: [&CBlock; 2], width: usize, mr: usize, r0: usize, tok0: usize, runs: [&mut CBlock; 2]) {
-        let k = width.min(self.n - tok0);
-        let [runs, runs_up] = runs;
-        (self.transpose)(&c[0].0, width, mr, k, &mut runs.0[..k * mr]);
-        if let Some(g) = &self.up {
-            (self.transpose)(&c[1].0, width, mr, k, &mut runs_up.0[..k * mr]);
-            (g.gated)(&mut runs.0[..k * mr], &runs_up.0[..k * mr], g.act);
-        }
-        for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
-            let at = (tok0 + j) * self.ld + r0 - self.row0;
-            // SAFETY: weight rows r0 .. r0 + mr (inside the product's rows) belong to the
-            // calling task only; y holds n · ld values. A whole block's runs are copied at a
-            // fixed length (inline, not a call per run).
-            unsafe {
-                match <&[f32; BLOCK]>::try_from(run) {
-                    Ok(whole) => self.out.write_array(at, whole),
-                    Err(_) => self.out.write_run(at, run),
-                }
-            }
-        }
     }
 }
 

@@ -132,9 +132,9 @@ pub(crate) fn gemm(
     rows: std::ops::Range<usize>,
     panels: &[u32],
     n: usize,
-    y: &mut [f32],
+    out: crate::kernels::table::Bf16Out<'_>,
     pool: bool,
     up: Option<crate::kernels::table::GatedUp<'_>>,
 ) {
-    super::gemm::<Hw>(transpose, w, rows, panels, n, y, pool, up)
+    super::gemm::<Hw>(transpose, w, rows, panels, n, out, pool, up)
 }

@@ -20,6 +20,7 @@ mod int8;
 mod int8_tests;
 #[cfg(test)]
 mod model;
+mod sink;
 #[cfg(test)]
 mod tests;
 

@@ -10,7 +10,7 @@ use crate::format::DType;
 use crate::kernels::bf16act::{round_bf16, Bf16Acts};
 use crate::kernels::dispatch::Kernels;
 use crate::kernels::generic;
-use crate::kernels::table::{CpuPath, Gate, GatedUp, TransposeFn, NR};
+use crate::kernels::table::{Bf16Out, CpuPath, Gate, GatedUp, TransposeFn, NR};
 use crate::kernels::tests::{exact, sample, FLOAT_TOL};
 use crate::kernels::{Mat, QuantActivations, XRows};
 
@@ -171,7 +171,7 @@ fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     acts.pack_tiles(generic::transpose);
     let mut y = vec![f32::NAN; n * w.rows()];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), acts.panels(), n, &mut y, true, None));
+    pool.install(|| gemm::<T>(generic::transpose, w, 0..w.rows(), acts.panels(), n, Bf16Out::Rows(&mut y), true, None));
     y
 }
 
@@ -248,7 +248,17 @@ fn column_chunks_change_no_bit() {
         acts.pack_tiles(generic::transpose);
         let with = |kc: usize| {
             let mut y = vec![f32::NAN; m * n];
-            gemm_in_chunks::<Model>(generic::transpose, w, 0..n, acts.panels(), m, &mut y, false, None, kc);
+            gemm_in_chunks::<Model>(
+                generic::transpose,
+                w,
+                0..n,
+                acts.panels(),
+                m,
+                Bf16Out::Rows(&mut y),
+                false,
+                None,
+                kc,
+            );
             y
         };
         let whole = with(k.next_multiple_of(TK));
@@ -273,14 +283,14 @@ fn model_gemm(
     rows: std::ops::Range<usize>,
     panels: &[u32],
     n: usize,
-    y: &mut [f32],
+    out: Bf16Out<'_>,
     pool: bool,
     up: Option<GatedUp<'_>>,
 ) {
     if up.is_some() {
         FUSED_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    gemm::<Model>(transpose, w, rows, panels, n, y, pool, up)
+    gemm::<Model>(transpose, w, rows, panels, n, out, pool, up)
 }
 
 /// bf16 kernels whose only product is `gemm` at every row count: the other kernels fail the test.
@@ -380,6 +390,70 @@ fn gate_and_up_in_one_pass_are_the_two_products_then_the_activation() {
     }
 }
 
+/// act(x·gateᵀ, x·upᵀ)·downᵀ by `fused_mlp` on kernels `kern`, against `gated_matmuls` then
+/// `matmul` on the same kernels: the same bits (checked by the caller), for a dense x.
+fn mlp_both_ways(kern: Kernels, x: &[f32], m: usize, mats: [Mat<'_>; 3], act: Gate) -> (Vec<f32>, Vec<f32>) {
+    let [gate, up, down] = mats;
+    let (ffn, hidden) = (gate.rows(), down.rows());
+    let mut fused = vec![f32::NAN; m * hidden];
+    assert!(kern.fused_mlp(XRows::Dense(x), m, mats, act, &mut fused), "the joined MLP did not run");
+    let (mut g, mut u) = (vec![f32::NAN; m * ffn], vec![f32::NAN; m * ffn]);
+    kern.gated_matmuls(XRows::Dense(x), m, gate, up, act, &mut g, &mut u);
+    let mut apart = vec![f32::NAN; m * hidden];
+    kern.matmul(down, &g, m, &mut apart);
+    (fused, apart)
+}
+
+/// bf16 matrices gate, up [ffn, hidden] and down [hidden, ffn] from seeds 11, 12, 13.
+fn mlp_mats(ffn: usize, hidden: usize) -> [Vec<u16>; 3] {
+    let mat = |len: usize, seed: u64| -> Vec<u16> { sample(len, seed).iter().map(|&v| round_bf16(v)).collect() };
+    [mat(ffn * hidden, 11), mat(ffn * hidden, 12), mat(hidden * ffn, 13)]
+}
+
+#[test]
+fn an_mlp_whose_intermediate_goes_straight_to_the_down_panels_gives_the_bits_of_the_two_steps() {
+    use crate::kernels::dispatch::kernels_on;
+    use crate::kernels::table::Table;
+    let kern = kernels_on(Table { bf16: Some(whole_only(model_gemm)), ..generic::GENERIC }, QuantActivations::Reduced);
+    // Activation rows: under a panel (narrow tiles), ragged, a triple's three panels, several;
+    // intermediate widths: blocks past the last whole one, an odd pair count, a chunk's width.
+    for (m, ffn, hidden) in [(1, 64, 96), (5, 70, 64), (16, 96, 32), (17, 40, 100), (40, 34, 64), (100, 4200, 64)] {
+        let [gate, up, down] = mlp_mats(ffn, hidden);
+        let mats = [
+            Mat::halves(DType::BF16, &gate, ffn, hidden),
+            Mat::halves(DType::BF16, &up, ffn, hidden),
+            Mat::halves(DType::BF16, &down, hidden, ffn),
+        ];
+        let x = sample(m * hidden, 14);
+        for act in [Gate::Silu, Gate::Clamped { alpha: 1.702, limit: 7.0 }] {
+            let (fused, apart) = mlp_both_ways(kern, &x, m, mats, act);
+            let same = fused.iter().zip(&apart).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "m {m} ffn {ffn} hidden {hidden} {act:?}: joined MLP differs from its two steps");
+            assert!(fused.iter().all(|v| v.is_finite()), "m {m} ffn {ffn}: every output written");
+        }
+    }
+    // Not joined: an odd intermediate width (no pairs), a float down projection, float mode.
+    let [gate, up, down] = mlp_mats(7, 32);
+    let (g, u) = (Mat::halves(DType::BF16, &gate, 7, 32), Mat::halves(DType::BF16, &up, 7, 32));
+    let mut y = vec![1.5f32; 32];
+    assert!(!kern.fused_mlp(
+        XRows::Dense(&sample(32, 15)),
+        1,
+        [g, u, Mat::halves(DType::BF16, &down, 32, 7)],
+        Gate::Silu,
+        &mut y
+    ));
+    assert!(y.iter().all(|&v| v == 1.5), "a refused MLP leaves y untouched");
+    let floats = kernels_on(Table { bf16: Some(whole_only(model_gemm)), ..generic::GENERIC }, QuantActivations::Float);
+    let [gate, up, down] = mlp_mats(8, 32);
+    let (g, u, d) = (
+        Mat::halves(DType::BF16, &gate, 8, 32),
+        Mat::halves(DType::BF16, &up, 8, 32),
+        Mat::halves(DType::BF16, &down, 32, 8),
+    );
+    assert!(!floats.fused_mlp(XRows::Dense(&sample(32, 16)), 1, [g, u, d], Gate::Silu, &mut y), "float mode");
+}
+
 #[cfg(target_arch = "x86_64")]
 mod hardware {
     use super::*;
@@ -437,10 +511,31 @@ mod hardware {
             let act = Gate::Silu;
             let joined = GatedUp { up, gated: generic::GENERIC.gated, act };
             let mut fused = vec![f32::NAN; m * n];
-            gemm::<Hw>(generic::transpose, gate, 0..n, acts.panels(), m, &mut fused, true, Some(joined));
+            gemm::<Hw>(generic::transpose, gate, 0..n, acts.panels(), m, Bf16Out::Rows(&mut fused), true, Some(joined));
             let (mut g, u) = (run::<Hw>(gate, &x, m, 2), run::<Hw>(up, &x, m, 2));
             (generic::GENERIC.gated)(&mut g, &u, act);
             assert!(fused.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()), "hardware fused m {m} n {n} k {k}");
+        }
+        // The whole MLP, the intermediate into the down product's panels: the two steps' bits
+        // on the hardware, and the model's.
+        let on = |gemm| {
+            use crate::kernels::dispatch::kernels_on;
+            let table = crate::kernels::table::Table { bf16: Some(whole_only(gemm)), ..generic::GENERIC };
+            kernels_on(table, QuantActivations::Reduced)
+        };
+        for (m, ffn, hidden) in [(1, 1024, 2048), (7, 1408, 2048), (40, 96, 1024), (100, 4200, 64)] {
+            let [gate, up, down] = mlp_mats(ffn, hidden);
+            let mats = [
+                Mat::halves(DType::BF16, &gate, ffn, hidden),
+                Mat::halves(DType::BF16, &up, ffn, hidden),
+                Mat::halves(DType::BF16, &down, hidden, ffn),
+            ];
+            let x = sample(m * hidden, 17);
+            let (hw, apart) = mlp_both_ways(on(crate::kernels::amx::hw::gemm), &x, m, mats, Gate::Silu);
+            let (model, _) = mlp_both_ways(on(model_gemm), &x, m, mats, Gate::Silu);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&hw), bits(&apart), "hardware MLP m {m} ffn {ffn} hidden {hidden}: joined vs two steps");
+            assert_eq!(bits(&hw), bits(&model), "hardware MLP m {m} ffn {ffn} hidden {hidden}: hardware vs model");
         }
     }
 }
