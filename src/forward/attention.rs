@@ -80,6 +80,10 @@ fn project_qkv(c: &Config, kern: &Kernels, w: &GqaWeights<'_>, n: usize, b: &mut
     }
 }
 
+/// Values of q and k from which their rows' RoPE runs on the pool (a prefill's; a decode step's
+/// rows stay on the calling thread).
+const ROW_PAR_MIN_VALUES: usize = 1 << 16;
+
 /// RoPE on every head of q and k at each row's position, then their per-head RMSNorm when it
 /// follows RoPE (Hunyuan-MoE's weighted one, Llama-4's weightless one) — or, on Llama-4's NoPE
 /// layers, neither, the queries scaled by their position's temperature instead — then each row's
@@ -95,27 +99,41 @@ fn rope_and_cache(c: &Config, layer: usize, rope: &Rope, w: &GqaWeights<'_>, seq
     let weightless = c.qk_norm == QkNorm::Weightless;
     let no_rope = c.layers[layer].no_rope;
     let (shift, eps) = (c.norm_offset as f32, c.rms_norm_eps as f32);
-    let (q, k, v) = (&mut b.q, &mut b.k, &b.v);
+    // Each row's position, then every row on its own (on the pool for a prefill), then the
+    // caches in order.
+    let n = seqs.iter().map(|s| s.rows.end).max().unwrap_or(0);
+    let mut pos = vec![0usize; n];
+    for s in seqs.iter() {
+        s.rows.clone().for_each(|t| pos[t] = s.pos0 + (t - s.rows.start));
+    }
+    let (cos, sin) = (&b.cos, &b.sin);
+    let one = |(t, (qt, kt)): (usize, (&mut [f32], &mut [f32]))| {
+        if no_rope {
+            if let Some(temp) = c.attn_temperature {
+                let f = temperature(temp, pos[t]);
+                qt.iter_mut().for_each(|x| *x *= f);
+            }
+            return;
+        }
+        let (ct, st) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+        qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)).for_each(|head| rope.apply(head, ct, st));
+        if let Some((qn, kn)) = post_norm {
+            rmsnorm_heads(qt, qn, shift, eps);
+            rmsnorm_heads(kt, kn, shift, eps);
+        } else if weightless {
+            qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)).for_each(|head| unit_rms(head, eps));
+        }
+    };
+    let (q, k) = (&mut b.q[..n * nq], &mut b.k[..n * nkv]);
+    if n * (nq + nkv) >= ROW_PAR_MIN_VALUES && crate::threads::current() > 1 {
+        use rayon::prelude::*;
+        q.par_chunks_exact_mut(nq).zip(k.par_chunks_exact_mut(nkv)).enumerate().for_each(one);
+    } else {
+        q.chunks_exact_mut(nq).zip(k.chunks_exact_mut(nkv)).enumerate().for_each(one);
+    }
     for s in seqs.iter_mut() {
         for t in s.rows.clone() {
-            let p = s.pos0 + (t - s.rows.start);
-            let (qt, kt) = (&mut q[t * nq..(t + 1) * nq], &mut k[t * nkv..(t + 1) * nkv]);
-            if no_rope {
-                if let Some(temp) = c.attn_temperature {
-                    let f = temperature(temp, p);
-                    qt.iter_mut().for_each(|x| *x *= f);
-                }
-            } else {
-                let (ct, st) = (&b.cos[t * half..(t + 1) * half], &b.sin[t * half..(t + 1) * half]);
-                qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)).for_each(|head| rope.apply(head, ct, st));
-                if let Some((qn, kn)) = post_norm {
-                    rmsnorm_heads(qt, qn, shift, eps);
-                    rmsnorm_heads(kt, kn, shift, eps);
-                } else if weightless {
-                    qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)).for_each(|head| unit_rms(head, eps));
-                }
-            }
-            s.kv.write(layer, p, kt, &v[t * nkv..(t + 1) * nkv]);
+            s.kv.write(layer, pos[t], &b.k[t * nkv..(t + 1) * nkv], &b.v[t * nkv..(t + 1) * nkv]);
         }
     }
 }

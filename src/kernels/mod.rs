@@ -25,11 +25,11 @@ mod generic;
 mod heads;
 mod kr8ref;
 mod mat;
-mod norm;
 mod par;
 #[cfg(test)]
 mod q5r8;
 pub mod reference;
+mod rowwise;
 mod table;
 pub(crate) mod vexp;
 #[cfg(target_arch = "x86_64")]
@@ -73,16 +73,9 @@ impl XRows<'_> {
 }
 pub(crate) use table::{MR, NR};
 
-pub use norm::{layernorm, rmsnorm, rmsnorm_inplace, rmsnorm_inplace_shifted, rmsnorm_shifted};
-
-/// x[t, :] += b for every row t of x ([n, b.len()]).
-pub fn add_bias(x: &mut [f32], b: Mat<'_>) {
-    let mut bf = vec![0f32; b.len()];
-    b.dequantize(0, &mut bf);
-    for row in x.chunks_exact_mut(bf.len()) {
-        row.iter_mut().zip(&bf).for_each(|(v, &bi)| *v += bi);
-    }
-}
+pub use rowwise::{
+    add_bias, add_bias_row, layernorm, rmsnorm, rmsnorm_inplace, rmsnorm_inplace_shifted, rmsnorm_shifted,
+};
 
 /// In-place softmax of one row.
 pub fn softmax(x: &mut [f32]) {
@@ -92,15 +85,6 @@ pub fn softmax(x: &mut [f32]) {
 /// In-place softmax of one row with a sink logit in the denominator (`reference::softmax_with_sink`).
 pub fn softmax_with_sink(x: &mut [f32], sink: f32) {
     reference::softmax_with_sink(x, sink);
-}
-
-/// x[t, :] += b[row, :] for every row t of x ([n, b.cols()]); b is [rows, cols].
-pub fn add_bias_row(x: &mut [f32], b: Mat<'_>, row: usize) {
-    let mut bf = vec![0f32; b.cols()];
-    b.dequantize(row * b.cols(), &mut bf);
-    for r in x.chunks_exact_mut(bf.len()) {
-        r.iter_mut().zip(&bf).for_each(|(v, &bi)| *v += bi);
-    }
 }
 
 #[cfg(test)]
