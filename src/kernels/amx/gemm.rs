@@ -23,7 +23,7 @@
 //! (`groups`, `block3`: 16 weight rows against three panels; C tmm0 … tmm2, A tmm4, B tmm5 …
 //! tmm7), which reads the weights once for the last three panels.
 
-use super::sink::{CBlock, Dest, Sink, BLOCK};
+use super::sink::{CBlock, Dest, Done, Sink, BLOCK};
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::mat::Mat;
@@ -251,7 +251,7 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
                         if chunk + 1 == chunks {
                             let mr = mr_block.min(mine.end - r0);
                             let block = [&part[i], part_up.get(i).unwrap_or(&part[i])];
-                            sink.write(block, width, mr, r0, p0 * NR, [&mut *runs, &mut *runs_up]);
+                            sink.write(Done { c: block, width, mr, r0, tok0: p0 * NR }, [&mut *runs, &mut *runs_up]);
                         }
                     }
                 }

@@ -66,35 +66,28 @@ impl Dest {
     }
 }
 
+/// A finished block: its results [gate or only, up] ([mr_block weight rows][width activation
+/// rows]), of which weight rows r0 .. r0 + mr and activation rows from tok0 are the product's.
+pub(super) struct Done<'b> {
+    pub(super) c: [&'b CBlock; 2],
+    pub(super) width: usize,
+    pub(super) mr: usize,
+    pub(super) r0: usize,
+    pub(super) tok0: usize,
+}
+
 impl Sink<'_> {
-    /// A block's results [gate or only, up] ([mr_block weight rows][width activation rows],
-    /// rows r0 .. r0 + mr, activation rows from tok0) to the destination, through the scratch
-    /// blocks `runs`.
-    pub(super) fn write(
-        &self,
-        c: [&CBlock; 2],
-        width: usize,
-        mr: usize,
-        r0: usize,
-        tok0: usize,
-        runs: [&mut CBlock; 2],
-    ) {
+    /// A finished block to the destination, through the scratch blocks `runs`.
+    pub(super) fn write(&self, b: Done<'_>, runs: [&mut CBlock; 2]) {
         match &self.dest {
-            Dest::Rows { out, ld, row0 } => self.rows(c, width, mr, (out, *ld, r0 - row0), tok0, runs),
-            Dest::Panels { out, pairs, lanes } => self.panels(c, width, mr, r0, tok0, runs, (out, *pairs, *lanes)),
+            Dest::Rows { out, ld, row0 } => self.rows(&b, (out, *ld, b.r0 - row0), runs),
+            Dest::Panels { out, pairs, lanes } => self.panels(&b, runs, (out, *pairs, *lanes)),
         }
     }
 
     /// Into y as runs of mr weight rows per activation row (at column `col` of rows `ld` apart).
-    fn rows(
-        &self,
-        c: [&CBlock; 2],
-        width: usize,
-        mr: usize,
-        y: (&OutPtr, usize, usize),
-        tok0: usize,
-        runs: [&mut CBlock; 2],
-    ) {
+    fn rows(&self, b: &Done<'_>, y: (&OutPtr, usize, usize), runs: [&mut CBlock; 2]) {
+        let Done { c, width, mr, tok0, .. } = *b;
         let ((out, ld, col), k) = (y, width.min(self.n - tok0));
         let [runs, runs_up] = runs;
         (self.transpose)(&c[0].0, width, mr, k, &mut runs.0[..k * mr]);
@@ -119,17 +112,8 @@ impl Sink<'_> {
     /// Into the panels: the block (joined) rounded to bf16 where it lies, then each pair of
     /// weight rows and 16 activation rows as one 64-byte panel line (lanes past n zero). The
     /// block is already pair-major: no transpose.
-    #[allow(clippy::too_many_arguments)]
-    fn panels(
-        &self,
-        c: [&CBlock; 2],
-        width: usize,
-        mr: usize,
-        r0: usize,
-        tok0: usize,
-        runs: [&mut CBlock; 2],
-        panels: (&PanelPtr, usize, usize),
-    ) {
+    fn panels(&self, b: &Done<'_>, runs: [&mut CBlock; 2], panels: (&PanelPtr, usize, usize)) {
+        let Done { c, width, mr, r0, tok0 } = *b;
         let (out, pairs, lanes) = panels;
         let [joined, _] = runs;
         let mut bits = [0u16; BLOCK * BLOCK];

@@ -410,6 +410,16 @@ fn mlp_mats(ffn: usize, hidden: usize) -> [Vec<u16>; 3] {
     [mat(ffn * hidden, 11), mat(ffn * hidden, 12), mat(hidden * ffn, 13)]
 }
 
+/// `mlp_mats`' matrices bound: gate and up [ffn, hidden], down [hidden, ffn].
+fn mlp_bound(stored: &[Vec<u16>; 3], ffn: usize, hidden: usize) -> [Mat<'_>; 3] {
+    let [gate, up, down] = stored;
+    [
+        Mat::halves(DType::BF16, gate, ffn, hidden),
+        Mat::halves(DType::BF16, up, ffn, hidden),
+        Mat::halves(DType::BF16, down, hidden, ffn),
+    ]
+}
+
 #[test]
 fn an_mlp_whose_intermediate_goes_straight_to_the_down_panels_gives_the_bits_of_the_two_steps() {
     use crate::kernels::dispatch::kernels_on;
@@ -418,12 +428,8 @@ fn an_mlp_whose_intermediate_goes_straight_to_the_down_panels_gives_the_bits_of_
     // Activation rows: under a panel (narrow tiles), ragged, a triple's three panels, several;
     // intermediate widths: blocks past the last whole one, an odd pair count, a chunk's width.
     for (m, ffn, hidden) in [(1, 64, 96), (5, 70, 64), (16, 96, 32), (17, 40, 100), (40, 34, 64), (100, 4200, 64)] {
-        let [gate, up, down] = mlp_mats(ffn, hidden);
-        let mats = [
-            Mat::halves(DType::BF16, &gate, ffn, hidden),
-            Mat::halves(DType::BF16, &up, ffn, hidden),
-            Mat::halves(DType::BF16, &down, hidden, ffn),
-        ];
+        let stored = mlp_mats(ffn, hidden);
+        let mats = mlp_bound(&stored, ffn, hidden);
         let x = sample(m * hidden, 14);
         for act in [Gate::Silu, Gate::Clamped { alpha: 1.702, limit: 7.0 }] {
             let (fused, apart) = mlp_both_ways(kern, &x, m, mats, act);
@@ -445,13 +451,9 @@ fn an_mlp_whose_intermediate_goes_straight_to_the_down_panels_gives_the_bits_of_
     ));
     assert!(y.iter().all(|&v| v == 1.5), "a refused MLP leaves y untouched");
     let floats = kernels_on(Table { bf16: Some(whole_only(model_gemm)), ..generic::GENERIC }, QuantActivations::Float);
-    let [gate, up, down] = mlp_mats(8, 32);
-    let (g, u, d) = (
-        Mat::halves(DType::BF16, &gate, 8, 32),
-        Mat::halves(DType::BF16, &up, 8, 32),
-        Mat::halves(DType::BF16, &down, 32, 8),
-    );
-    assert!(!floats.fused_mlp(XRows::Dense(&sample(32, 16)), 1, [g, u, d], Gate::Silu, &mut y), "float mode");
+    let stored = mlp_mats(8, 32);
+    let mats = mlp_bound(&stored, 8, 32);
+    assert!(!floats.fused_mlp(XRows::Dense(&sample(32, 16)), 1, mats, Gate::Silu, &mut y), "float mode");
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -524,12 +526,8 @@ mod hardware {
             kernels_on(table, QuantActivations::Reduced)
         };
         for (m, ffn, hidden) in [(1, 1024, 2048), (7, 1408, 2048), (40, 96, 1024), (100, 4200, 64)] {
-            let [gate, up, down] = mlp_mats(ffn, hidden);
-            let mats = [
-                Mat::halves(DType::BF16, &gate, ffn, hidden),
-                Mat::halves(DType::BF16, &up, ffn, hidden),
-                Mat::halves(DType::BF16, &down, hidden, ffn),
-            ];
+            let stored = mlp_mats(ffn, hidden);
+            let mats = mlp_bound(&stored, ffn, hidden);
             let x = sample(m * hidden, 17);
             let (hw, apart) = mlp_both_ways(on(crate::kernels::amx::hw::gemm), &x, m, mats, Gate::Silu);
             let (model, _) = mlp_both_ways(on(model_gemm), &x, m, mats, Gate::Silu);
