@@ -18,7 +18,7 @@ use super::dispatch::Kernels;
 use super::gemm_bf16;
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
-use super::table::{Bf16GemmFn, Gate, GemvI8Fn, MatKernels, Table, MR, NR};
+use super::table::{Bf16GemmFn, Bf16Out, Gate, GemvI8Fn, MatKernels, Table, MR, NR};
 use super::XRows;
 use crate::format::DType;
 use std::cell::RefCell;
@@ -120,7 +120,7 @@ impl Kernels {
         match self.joined_gate_up(gate, up, n) {
             Some(whole) => {
                 assert!(g.len() >= n * gate.rows(), "gated_matmuls: g holds {} of {n} × {}", g.len(), gate.rows());
-                gemm_bf16::gated_product(t, whole, x, n, gate, up, act, g)
+                gemm_bf16::gated_product(t, whole, x, n, gate, up, act, Bf16Out::Rows(g))
             }
             None => with_buffer(&PICKED, |buf| {
                 let (x, len) = (x.dense(n, cols, buf), n * gate.rows());

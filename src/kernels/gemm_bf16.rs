@@ -110,9 +110,10 @@ pub(super) fn products(t: &Table, k: Bf16Kernels, x: &[f32], n: usize, products:
     })
 }
 
-/// g [n, gate.rows()] = act(x · gateᵀ, x · upᵀ) by the path's whole product (`whole`, AMX) in one
-/// pass over both matrices (bf16, one shape), x's rows rounded (where they are) and packed once:
-/// the bits of `products` on (gate, up) followed by the path's gated activation.
+/// act(x · gateᵀ, x · upᵀ) into `out` (g [n, gate.rows()] in f32, or the rounded panels of a
+/// product over it) by the path's whole product (`whole`, AMX) in one pass over both matrices
+/// (bf16, one shape), x's rows rounded (where they are) and packed once: the bits of `products`
+/// on (gate, up) followed by the path's gated activation.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gated_product(
     t: &Table,
@@ -122,20 +123,20 @@ pub(super) fn gated_product(
     gate: Mat<'_>,
     up: Mat<'_>,
     act: Gate,
-    g: &mut [f32],
+    out: Bf16Out<'_>,
 ) {
     with_buffer(&ACTS, |xa| {
         xa.round_rows(x, n, gate.cols());
         xa.pack_tiles(t.transpose);
         let up = GatedUp { up, gated: t.gated, act };
-        whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, Bf16Out::Rows(g), true, Some(up));
+        whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, out, true, Some(up));
     })
 }
 
 /// y [n, down.rows()] = act(x · gateᵀ, x · upᵀ) · downᵀ by the path's whole product (`whole`,
-/// AMX): gate and up in one pass whose joined results go, rounded, straight into the down
-/// product's activation panels (`Bf16Out::Panels`). The bits of `gated_product` followed by
-/// `product` on its result: the intermediate is rounded to bf16 either way.
+/// AMX): `gated_product` into the down product's activation panels (`Bf16Out::Panels`), then
+/// that product. The bits of `gated_product` into f32 followed by `product` on its result: the
+/// intermediate is rounded to bf16 either way.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn mlp_product(
     t: &Table,
@@ -146,15 +147,10 @@ pub(super) fn mlp_product(
     act: Gate,
     y: &mut [f32],
 ) {
-    with_buffer(&ACTS, |xa| {
-        xa.round_rows(x, n, gate.cols());
-        xa.pack_tiles(t.transpose);
-        with_buffer(&MIDDLE, |mid| {
-            mid.resize(n.div_ceil(NR) * gate.rows() / 2 * NR.min(n), 0);
-            let up = GatedUp { up, gated: t.gated, act };
-            whole(t.transpose, gate, 0..gate.rows(), xa.panels(), n, Bf16Out::Panels(mid), true, Some(up));
-            whole(t.transpose, down, 0..down.rows(), mid, n, Bf16Out::Rows(y), true, None);
-        })
+    with_buffer(&MIDDLE, |mid| {
+        mid.resize(n.div_ceil(NR) * gate.rows() / 2 * NR.min(n), 0);
+        gated_product(t, whole, x, n, gate, up, act, Bf16Out::Panels(mid));
+        whole(t.transpose, down, 0..down.rows(), mid, n, Bf16Out::Rows(y), true, None);
     })
 }
 
