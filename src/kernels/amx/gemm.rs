@@ -357,8 +357,30 @@ fn block<T: Tiles, const P: usize>(
             steps::<T, P>(t, a.map(|a| a.as_ptr().cast()), cols * 2, b.map(|b| b.as_ptr().cast()), lanes * 4, s1 - s0)
         };
     }
+    if s1 * TK < k.end {
+        edge_steps::<T, P>(t, w, panels, lanes, at, s1 * TK..k.end);
+    }
+    // C tile 2i + j holds weight rows 16i .. 16i + 16 × activation rows 16j .. 16j + 16 of c.
+    let c = &mut c.0;
+    // SAFETY: each C tile is 16 rows of at most 64 bytes, `ldc` apart from its corner inside c.
+    unsafe {
+        t.store::<0>(c.as_mut_ptr().cast(), ldc);
+        t.store::<2>(c[half..].as_mut_ptr().cast(), ldc);
+        if P == 2 {
+            t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
+            t.store::<3>(c[half + NR..].as_mut_ptr().cast(), ldc);
+        }
+    }
+}
+
+/// The column steps `k` of a 2 × P block (as `block`) whose tiles are not all inside the
+/// matrix and the panels: each tile through `a_tile` / `b_tile` (the zero-padded copies are made
+/// only here: a block of whole steps touches no copy).
+fn edge_steps<T: Tiles, const P: usize>(t: &mut T, w: Mat<'_>, panels: &[u32], lanes: usize, at: At, k: Range<usize>) {
+    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (r0, p0, pairs) = (at.r0, at.p0, cols / 2);
     let mut bufs: [TileBuf; 4] = Default::default();
-    for k0 in (s1 * TK..k.end).step_by(TK) {
+    for k0 in k.step_by(TK) {
         let [b0, b1, b2, b3] = &mut bufs;
         let a0 = a_tile(wb, rows, cols, r0, k0, b0);
         let a1 = a_tile(wb, rows, cols, r0 + TILE_ROWS, k0, b1);
@@ -374,17 +396,6 @@ fn block<T: Tiles, const P: usize>(
             }
         }
         product::<T, P>(t);
-    }
-    // C tile 2i + j holds weight rows 16i .. 16i + 16 × activation rows 16j .. 16j + 16 of c.
-    let c = &mut c.0;
-    // SAFETY: each C tile is 16 rows of at most 64 bytes, `ldc` apart from its corner inside c.
-    unsafe {
-        t.store::<0>(c.as_mut_ptr().cast(), ldc);
-        t.store::<2>(c[half..].as_mut_ptr().cast(), ldc);
-        if P == 2 {
-            t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
-            t.store::<3>(c[half + NR..].as_mut_ptr().cast(), ldc);
-        }
     }
 }
 
@@ -456,9 +467,10 @@ fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usiz
             t.dpbf16ps::<2, 4, 7>();
         }
     }
-    let mut bufs: [TileBuf; 4] = Default::default();
+    // Edge steps (as `edge_steps`), their zero-padded copies made only here.
+    let mut bufs: Option<[TileBuf; 4]> = None;
     for k0 in (s1 * TK..k.end).step_by(TK) {
-        let [ab, b0, b1, b2] = &mut bufs;
+        let [ab, b0, b1, b2] = bufs.get_or_insert_with(Default::default);
         let a = a_tile(wb, rows, cols, r0, k0, ab);
         let bs = [b_tile(panels, pairs, NR, p0, k0 / 2, b0), b_tile(panels, pairs, NR, p0 + 1, k0 / 2, b1)];
         let b2 = b_tile(panels, pairs, NR, p0 + 2, k0 / 2, b2);
