@@ -117,10 +117,13 @@ impl Sink<'_> {
         let (out, pairs, lanes) = panels;
         let [joined, _] = runs;
         let mut bits = [0u16; BLOCK * BLOCK];
-        // The block's live columns (all of them in one run when every one is live; a decode
-        // step's one column row by row).
+        // The block's live columns, from 16 on rounded up to whole panels (the columns past n
+        // are joined and rounded too, then left out of the lines: whole vectors, no scalar
+        // tails); all of them in one run when that is the whole block, a decode step's one
+        // column row by row.
         let k = width.min(self.n - tok0);
-        let (count, len) = if k == width { (1, mr * width) } else { (mr, k) };
+        let live = if k >= NR { k.next_multiple_of(NR).min(width) } else { k };
+        let (count, len) = if live == width { (1, mr * width) } else { (mr, live) };
         for r in (0..count).map(|i| i * width..i * width + len) {
             let run = &mut joined.0[r.clone()];
             run.copy_from_slice(&c[0].0[r.clone()]);
