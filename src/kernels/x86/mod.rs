@@ -188,6 +188,8 @@ static AVX512: Table = Table {
     mats: MATS_512,
     tile: tile::tile_512,
     tile_pair: Some(tile::tile_pair_512),
+    exp_sum: vexp::exp_sum_512,
+    gated: vexp::gated_512,
     delta_step: delta::step_avx512,
     ..AVX2
 };
