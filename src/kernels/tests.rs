@@ -34,6 +34,21 @@ fn kernels(path: CpuPath, mode: QuantActivations) -> Kernels {
     Kernels::on(path, mode).expect("available")
 }
 
+/// Kernels in `mode` on every available path, named; with the AVX-512 BF16 table beside them
+/// where this CPU has it but its AVX-512 path runs without it (`tune::dpbf16_full_rate`), so
+/// that its bf16 kernels are tested wherever they can run.
+fn every_table(mode: QuantActivations) -> Vec<(String, Kernels)> {
+    let mut all: Vec<(String, Kernels)> =
+        available_paths().into_iter().map(|p| (format!("{p:?}"), kernels(p, mode))).collect();
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = super::x86::table_512_bf16() {
+        if !table_for(CpuPath::Avx512).is_some_and(|a| std::ptr::eq(a, t)) {
+            all.push(("Avx512 with AVX-512 BF16".into(), super::dispatch::kernels_on(Table { ..*t }, mode)));
+        }
+    }
+    all
+}
+
 /// A matrix in every stored dtype, built from the same f32 values: the float dtypes always,
 /// the block dtypes when the columns are whole blocks (the interleaved ones when the rows are
 /// also whole 8-row groups).
@@ -676,8 +691,7 @@ fn bf16_weights_meet_bf16_activations_in_reduced_mode_on_every_path() {
     // Odd and short rows take the float kernels on the rounded values; the rest the path's bf16
     // kernels where it has them: all are the exact products of the rounded values, summed in f32.
     let shapes = [(1, 32), (5, 64), (13, 256), (70, 290), (9, 4096 + 32), (8, 7), (17, 33), (296, 256)];
-    for path in available_paths() {
-        let k = kernels(path, QuantActivations::Reduced);
+    for (path, k) in every_table(QuantActivations::Reduced) {
         for &(rows, cols) in &shapes {
             let s = Stored::new(rows, cols, (rows * 3 + cols) as u64);
             let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
@@ -705,10 +719,12 @@ fn reduced_mode_rounds_bf16_activations_and_float_mode_does_not() {
     let s = Stored::new(16, 64, 11);
     let w = Mat::halves(DType::BF16, &s.bf16, 16, 64);
     let x = sample(64, 12);
-    for path in available_paths() {
+    for ((path, kr), (_, kf)) in
+        every_table(QuantActivations::Reduced).into_iter().zip(every_table(QuantActivations::Float))
+    {
         let (mut reduced, mut float) = (vec![0f32; 16], vec![0f32; 16]);
-        kernels(path, QuantActivations::Reduced).matmul(w, &x, 1, &mut reduced);
-        kernels(path, QuantActivations::Float).matmul(w, &x, 1, &mut float);
+        kr.matmul(w, &x, 1, &mut reduced);
+        kf.matmul(w, &x, 1, &mut float);
         let (exact_float, _) = exact(w, &x, 1);
         let (exact_rounded, _) = exact(w, &rounded_bf16(&x), 1);
         for i in 0..16 {
@@ -726,8 +742,7 @@ fn bf16_reduced_results_do_not_depend_on_the_thread_count_or_the_row_count() {
     let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
     let n = BF16_FROM * 4 + 3;
     let x = sample(n * cols, 22);
-    for path in available_paths() {
-        let k = kernels(path, QuantActivations::Reduced);
+    for (path, k) in every_table(QuantActivations::Reduced) {
         let run = |threads: usize, n: usize| {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
             let mut y = vec![0f32; n * rows];
@@ -760,8 +775,7 @@ fn a_bf16_gemm_row_is_the_same_in_few_panels_and_in_many() {
     let w = Mat::halves(DType::BF16, &s.bf16, rows, cols);
     let many = 3 * NR + 5;
     let x = sample(many * cols, 32);
-    for path in available_paths().into_iter().filter(|&p| table_for(p).is_some_and(|t| t.bf16.is_some())) {
-        let k = kernels(path, QuantActivations::Reduced);
+    for (path, k) in every_table(QuantActivations::Reduced).into_iter().filter(|(_, k)| k.table().bf16.is_some()) {
         let mut b = vec![f32::NAN; many * rows];
         k.matmul(w, &x, many, &mut b);
         for few in [BF16_FROM, BF16_FROM + 1, 2 * NR + 3] {

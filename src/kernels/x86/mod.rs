@@ -243,18 +243,49 @@ pub fn table() -> Option<&'static Table> {
 /// the int8 rows when it also has AMX-INT8); otherwise why not.
 pub fn table_amx() -> Result<&'static Table, String> {
     super::amx::hw::status().clone()?;
-    match table_512() {
-        Some(t) if t.bf16.is_some() && super::amx::hw::cpuid_has_amx_int8() => Ok(&AMX_INT8),
-        Some(t) if t.bf16.is_some() => Ok(&AMX),
+    match (table_512_bf16().is_some(), super::amx::hw::cpuid_has_amx_int8()) {
+        (true, true) => Ok(&AMX_INT8),
+        (true, false) => Ok(&AMX),
         _ => Err("this CPU lacks AVX-512 BF16 (the AMX path's other bf16 kernels)".into()),
     }
 }
 
-/// The AVX-512 table, when this CPU supports it (with the bf16 kernels when it has AVX-512 BF16).
+/// The AVX-512 table, when this CPU supports it: with the bf16 kernels when it has AVX-512 BF16
+/// at the FMAs' rate (`tune::dpbf16_full_rate`), else bf16 weights widened for f32 FMAs.
 pub fn table_512() -> Option<&'static Table> {
-    match (has_avx512(), std::is_x86_feature_detected!("avx512bf16")) {
-        (true, true) => Some(&AVX512_BF16),
-        (true, false) => Some(&AVX512),
-        _ => None,
+    match table_512_bf16() {
+        Some(t) if tune::dpbf16_full_rate() => Some(t),
+        _ => has_avx512().then_some(&AVX512),
+    }
+}
+
+/// The AVX-512 table with the AVX-512 BF16 kernels, when this CPU has them (whatever their rate:
+/// the tests run them wherever they can).
+pub(crate) fn table_512_bf16() -> Option<&'static Table> {
+    (has_avx512() && std::is_x86_feature_detected!("avx512bf16")).then_some(&AVX512_BF16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_avx512_path_takes_bf16_products_only_where_they_run_at_the_fmas_rate() {
+        let bf16 = has_avx512() && std::is_x86_feature_detected!("avx512bf16");
+        assert_eq!(table_512_bf16().is_some(), bf16);
+        match table_512() {
+            Some(t) => {
+                assert!(has_avx512());
+                // The bf16 kernels exactly where the CPU has them at full rate; the widening
+                // float kernels otherwise.
+                assert_eq!(t.bf16.is_some(), bf16 && tune::dpbf16_full_rate());
+                assert_eq!(std::ptr::eq(t, &AVX512_BF16), t.bf16.is_some());
+            }
+            None => assert!(!has_avx512()),
+        }
+        // The AMX path keeps AVX-512 BF16's kernels whatever the AVX-512 path takes.
+        if let Ok(t) = table_amx() {
+            assert!(bf16 && t.bf16.is_some_and(|k| k.gemm.is_some()));
+        }
     }
 }

@@ -13,6 +13,9 @@
 //! for q4 decode); on Zen 4 it costs as well (olmoe-4l, one thread, CPU ms per decoded token
 //! with → without: Q4_K_M 19.8–20.4 → 14.5–15.3, q8r8 15.4–16.2 → 14.9–15.2; prefill equal).
 //! `COLIBRI_PREFETCH=on|off` overrides the choice (read once per process).
+//!
+//! One choice is about an instruction's rate rather than memory: whether the AVX-512 path takes
+//! its bf16 products on AVX-512 BF16 (`dpbf16_full_rate`).
 
 use std::sync::OnceLock;
 
@@ -67,6 +70,23 @@ pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
 pub(super) fn mxfp4r8_prefetch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| forced().unwrap_or_else(|| amd_core() != AmdCore::Zen4))
+}
+
+/// Whether AVX-512 BF16's `vdpbf16ps` issues at the rate of the f32 FMAs it replaces (each adds
+/// two bf16 products per lane, twice an FMA's work), so that the AVX-512 path takes bf16 products
+/// on it (`Reduced` mode, `x86::bf16`) rather than f32 FMAs on widened weights. AMD Zen 4 and
+/// later: yes (bf16 pp512 1.63–1.94× the AVX2 path on Zen 4). The Intel Xeon with AMX these
+/// figures come from (family 6 model 167 as its VM reports): no — `vdpbf16ps zmm` issues once
+/// per two cycles (16 independent chains, thread CPU time: 1.7 per ns against `vfmadd231ps zmm`
+/// 6.7), 16 multiply-adds per cycle against two FMAs' 32; there the widened route prefills faster
+/// and its matrix-vector product reads as fast as AVX2's, where the `vdpbf16ps` one lost a quarter
+/// (`COLIBRI_CPU=avx512 colibri bench -t 2 -p 512 -n 32 -r 2`, two rounds, `vdpbf16ps` / widened
+/// / AVX2: olmoe-4l pp512 290–301 / 326–330 / 220–270 t/s, tg32 27.9 / 36.0–36.6 / 36.5–37.2;
+/// qwen2moe-4l pp512 224–236 / 251–261 / 208–211, tg32 25.5–25.6 / 33.1–33.2 / 33.3–33.5). Intel's
+/// AMX path keeps its tiles either way; this decides the AVX-512 path there (forced, or where
+/// Linux refuses the tile state).
+pub(super) fn dpbf16_full_rate() -> bool {
+    zen4_or_later()
 }
 
 /// The AMD core generations whose memory-access choices differ here.
