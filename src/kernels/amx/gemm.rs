@@ -313,7 +313,10 @@ const AHEAD: usize = 2;
 /// The weight lines of a block's column steps `s`, brought into L1 `AHEAD` steps before their
 /// tile loads, when the block is the first to read its weights (the first panel group's: they
 /// come from memory, 16 or 32 row streams of 64 bytes per step that the hardware prefetchers
-/// start late on each row); the last steps reach into the next block's rows. Only a hint.
+/// start late on each row); the last steps reach into the next block's rows. Only a hint, and
+/// only for two or three panels: a single panel's block (decode, under 17 activation rows)
+/// gained nothing (1408 × 2048 at n = 8, 16: 0.41–0.44 ms either way) and decode lost 3–10 %
+/// with it (olmoe-4l / qwen2moe-4l bf16 tg32, two threads).
 #[derive(Clone, Copy)]
 struct Ahead<'a> {
     w: &'a [u16],
@@ -399,7 +402,7 @@ fn block<T: Tiles, const P: usize>(
         let a = [&wb[r0 * cols + s0 * TK..], &wb[(r0 + TILE_ROWS) * cols + s0 * TK..]];
         let q0 = s0 * TQ;
         let b = [&panels[(p0 * pairs + q0) * lanes..], &panels[((p0 + P - 1) * pairs + q0) * lanes..]];
-        let ahead = Ahead::of(w, at, BLOCK, s0, s1);
+        let ahead = if P == 2 { Ahead::of(w, at, BLOCK, s0, s1) } else { None };
         // SAFETY: step s < s1 − s0 reads, of each weight half, 16 rows of 64 bytes from column
         // 32 (s0 + s) (inside rows r0 .. r0 + 32, s0 + s < cols / 32), and of each of the P
         // panels 16 pairs from pair 16 (s0 + s) (inside it).
