@@ -98,12 +98,15 @@ impl Sink<'_> {
         for (j, run) in runs.0[..k * mr].chunks_exact(mr).enumerate() {
             let at = (tok0 + j) * ld + col;
             // SAFETY: weight rows r0 .. r0 + mr (inside the product's rows) belong to the
-            // calling task only; y holds n · ld values. A whole block's runs are copied at a
-            // fixed length (inline, not a call per run).
+            // calling task only; y holds n · ld values. A whole block's runs, and a 1 × 3
+            // block's, are copied at a fixed length (inline, not a call per run).
             unsafe {
-                match <&[f32; BLOCK]>::try_from(run) {
-                    Ok(whole) => out.write_array(at, whole),
-                    Err(_) => out.write_run(at, run),
+                if let Ok(whole) = <&[f32; BLOCK]>::try_from(run) {
+                    out.write_array(at, whole)
+                } else if let Ok(half) = <&[f32; TILE_ROWS]>::try_from(run) {
+                    out.write_array(at, half)
+                } else {
+                    out.write_run(at, run)
                 }
             }
         }
