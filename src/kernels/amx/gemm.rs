@@ -56,12 +56,12 @@ fn task_rows(cols: usize, n: usize) -> usize {
     (budget / (2 * cols.max(1)) / BLOCK * BLOCK).clamp(BLOCK, 4 * BLOCK)
 }
 
-/// Columns per chunk: a task's blocks meet every panel pair over one chunk, then the next, so
+/// The most columns per chunk (`chunk_width` splits a row evenly): a task's blocks meet every panel pair over one chunk, then the next, so
 /// that rows wider than this (Mixtral's 14336-column down projection: 896 KiB per 32 rows, as
 /// much per panel pair) do not push the task's weights and the pair out of L2 together. Each
 /// block's partial sums wait between chunks in f32 (tile stores and loads are exact), so every
 /// output is still one chain over the column steps in order.
-const KC: usize = 4096;
+pub(super) const KC: usize = 4096;
 const _: () = assert!(KC.is_multiple_of(TK));
 
 /// A tile's bytes: 16 rows × 64.
@@ -183,7 +183,18 @@ pub(crate) fn gemm<T: Tiles>(
     pool: bool,
     up: Option<GatedUp<'_>>,
 ) {
-    gemm_in_chunks::<T>(transpose, w, rows, panels, n, out, pool, up, KC)
+    gemm_in_chunks::<T>(transpose, w, rows, panels, n, out, pool, up, chunk_width(w.cols()))
+}
+
+/// Columns per chunk for rows of `cols` columns: as few chunks as `KC` allows, of equal width
+/// (in whole 32-column steps) rather than KC and a remainder — the tasks are sized for the
+/// chunk's width (`task_rows`), so a 5632-column row in two chunks of 2816 gets 128-row tasks
+/// where 4096 + 1536 got 64. One thread, `examples/bf16gemm 2048 5632 8 512` (Qwen2-MoE's shared
+/// down projection), ms, two rounds: 4096 15.2–15.7, 2816 14.4–14.5, 2048 15.7–15.9, 6144 15.8–15.9,
+/// 8192 15.6–16.1.
+pub(super) fn chunk_width(cols: usize) -> usize {
+    let chunks = cols.div_ceil(KC).max(1);
+    cols.div_ceil(chunks).next_multiple_of(TK)
 }
 
 /// `gemm` with chunks of `kc` columns (a multiple of 32): the same bits for any kc.

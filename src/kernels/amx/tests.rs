@@ -3,7 +3,7 @@
 //! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
 //! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
 
-use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf, TK};
+use super::gemm::{a_tile, b_tile, chunk_width, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf, KC, TK};
 use super::model::Model;
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
@@ -269,6 +269,19 @@ fn column_chunks_change_no_bit() {
         }
         assert!(run::<Model>(w, &x, m, 2).iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
+}
+
+#[test]
+fn rows_wider_than_a_chunk_split_into_as_few_chunks_of_equal_width() {
+    for cols in [2, 32, 100, 4096, 4097, 5632, 8192, 8193, 14336, 20000] {
+        let kc = chunk_width(cols);
+        let chunks = cols.div_ceil(kc);
+        assert!(kc.is_multiple_of(TK) && kc <= KC, "{cols} columns: chunks of {kc}");
+        assert_eq!(chunks, cols.div_ceil(KC), "{cols} columns: {chunks} chunks of {kc}");
+        // The last chunk is short by less than a step per chunk.
+        assert!(cols - (chunks - 1) * kc + chunks * TK > kc, "{cols} columns: chunks of {kc}");
+    }
+    assert_eq!((chunk_width(5632), chunk_width(14336)), (2816, 3584));
 }
 
 /// Fused gate/up products the tile model has run through `model_gemm`.
