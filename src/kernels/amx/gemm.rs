@@ -56,11 +56,12 @@ fn task_rows(cols: usize, n: usize) -> usize {
     (budget / (2 * cols.max(1)) / BLOCK * BLOCK).clamp(BLOCK, 4 * BLOCK)
 }
 
-/// The most columns per chunk (`chunk_width` splits a row evenly): a task's blocks meet every panel pair over one chunk, then the next, so
-/// that rows wider than this (Mixtral's 14336-column down projection: 896 KiB per 32 rows, as
-/// much per panel pair) do not push the task's weights and the pair out of L2 together. Each
-/// block's partial sums wait between chunks in f32 (tile stores and loads are exact), so every
-/// output is still one chain over the column steps in order.
+/// The most columns per chunk (`chunk_width` splits a row evenly): a task's blocks meet every
+/// panel pair over one chunk, then the next, so that rows wider than this (Mixtral's
+/// 14336-column down projection: 896 KiB per 32 rows, as much per panel pair) do not push the
+/// task's weights and the pair out of L2 together. Each block's partial sums wait between chunks
+/// in f32 (tile stores and loads are exact), so every output is still one chain over the column
+/// steps in order.
 pub(super) const KC: usize = 4096;
 const _: () = assert!(KC.is_multiple_of(TK));
 
