@@ -340,11 +340,11 @@ struct Ahead<'a> {
 }
 
 impl Ahead<'_> {
-    /// For a block of mr weight rows from r0 over the whole steps s0 .. s1, if it is the first
-    /// panel group's.
-    fn of(w: Mat<'_>, at: At, mr: usize, s0: usize, s1: usize) -> Option<Ahead<'_>> {
+    /// For a block of mr weight rows from r0 against `panels` panels over the whole steps s0 ..
+    /// s1, if it is the first panel group's and has two or three panels.
+    fn of(w: Mat<'_>, at: At, mr: usize, panels: usize, (s0, s1): (usize, usize)) -> Option<Ahead<'_>> {
         let (rows, cols, r0) = (w.rows(), w.cols(), at.r0);
-        (at.p0 == 0).then_some(Ahead { w: w.as_u16(), rows, cols, r0, mr, s: (s0, s1) })
+        (at.p0 == 0 && panels >= 2).then_some(Ahead { w: w.as_u16(), rows, cols, r0, mr, s: (s0, s1) })
     }
 
     /// The lines step s + AHEAD will load.
@@ -414,7 +414,7 @@ fn block<T: Tiles, const P: usize>(
         let a = [&wb[r0 * cols + s0 * TK..], &wb[(r0 + TILE_ROWS) * cols + s0 * TK..]];
         let q0 = s0 * TQ;
         let b = [&panels[(p0 * pairs + q0) * lanes..], &panels[((p0 + P - 1) * pairs + q0) * lanes..]];
-        let ahead = if P == 2 { Ahead::of(w, at, BLOCK, s0, s1) } else { None };
+        let ahead = Ahead::of(w, at, BLOCK, P, (s0, s1));
         // SAFETY: step s < s1 − s0 reads, of each weight half, 16 rows of 64 bytes from column
         // 32 (s0 + s) (inside rows r0 .. r0 + 32, s0 + s < cols / 32), and of each of the P
         // panels 16 pairs from pair 16 (s0 + s) (inside it).
@@ -530,7 +530,7 @@ fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usiz
     let s0 = k.start / TK;
     let s1 = if r0 + TILE_ROWS <= rows && p0 + 3 <= n_panels { k.end / TK } else { s0 };
     let b_at = |j: usize, q0: usize| panels[((p0 + j) * pairs + q0) * NR..].as_ptr().cast::<u8>();
-    let ahead = Ahead::of(w, at, TILE_ROWS, s0, s1);
+    let ahead = Ahead::of(w, at, TILE_ROWS, 3, (s0, s1));
     for s in s0..s1 {
         if let Some(ahead) = &ahead {
             ahead.step(s);
@@ -548,10 +548,27 @@ fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usiz
             t.dpbf16ps::<2, 4, 7>();
         }
     }
-    // Edge steps (as `edge_steps`), their zero-padded copies made only here.
-    let mut bufs: Option<[TileBuf; 4]> = None;
-    for k0 in (s1 * TK..k.end).step_by(TK) {
-        let [ab, b0, b1, b2] = bufs.get_or_insert_with(Default::default);
+    if s1 * TK < k.end {
+        edge_steps3(t, w, panels, at, s1 * TK..k.end);
+    }
+    let c = &mut c.0;
+    // SAFETY: each C tile is 16 rows of 64 bytes, `ldc` apart from its corner inside c (16 ×
+    // 48 values of its 1024).
+    unsafe {
+        t.store::<0>(c.as_mut_ptr().cast(), ldc);
+        t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
+        t.store::<2>(c[2 * NR..].as_mut_ptr().cast(), ldc);
+    }
+}
+
+/// The column steps `k` of a 1 × 3 block (as `block3`) whose tiles are not all inside the matrix
+/// and the panels, through `a_tile` / `b_tile` (as `edge_steps`).
+fn edge_steps3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usize>) {
+    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (r0, p0, pairs) = (at.r0, at.p0, cols / 2);
+    let mut bufs: [TileBuf; 4] = Default::default();
+    for k0 in k.step_by(TK) {
+        let [ab, b0, b1, b2] = &mut bufs;
         let a = a_tile(wb, rows, cols, r0, k0, ab);
         let bs = [b_tile(panels, pairs, NR, p0, k0 / 2, b0), b_tile(panels, pairs, NR, p0 + 1, k0 / 2, b1)];
         let b2 = b_tile(panels, pairs, NR, p0 + 2, k0 / 2, b2);
@@ -565,14 +582,6 @@ fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usiz
         t.dpbf16ps::<0, 4, 5>();
         t.dpbf16ps::<1, 4, 6>();
         t.dpbf16ps::<2, 4, 7>();
-    }
-    let c = &mut c.0;
-    // SAFETY: each C tile is 16 rows of 64 bytes, `ldc` apart from its corner inside c (16 ×
-    // 48 values of its 1024).
-    unsafe {
-        t.store::<0>(c.as_mut_ptr().cast(), ldc);
-        t.store::<1>(c[NR..].as_mut_ptr().cast(), ldc);
-        t.store::<2>(c[2 * NR..].as_mut_ptr().cast(), ldc);
     }
 }
 
