@@ -204,9 +204,12 @@ impl KvCache {
             let at = pos * row;
             match store {
                 Store::F32(d) => d[at..at + row].copy_from_slice(src),
-                Store::Half { bits, bf16 } => {
+                // bf16: `round_bf16`, vectorised where the CPU allows (half's rounding, bit for bit:
+                // bf16act's tests).
+                Store::Half { bits, bf16: true } => crate::kernels::bf16act::round_slice(src, &mut bits[at..at + row]),
+                Store::Half { bits, bf16: false } => {
                     for (b, &x) in bits[at..at + row].iter_mut().zip(src) {
-                        *b = if *bf16 { half::bf16::from_f32(x).to_bits() } else { half::f16::from_f32(x).to_bits() };
+                        *b = half::f16::from_f32(x).to_bits();
                     }
                 }
             }
@@ -265,6 +268,16 @@ impl KvCache {
                     Self::axpy(k, store, at, 1.0, o);
                 }
             }
+        }
+    }
+
+    /// Layer `layer`'s K rows (V rows when `value`) as stored, with the distance between two
+    /// positions' rows, when the cache holds bf16 (every position up to `reserved()` allocated).
+    pub(crate) fn bf16_rows(&self, layer: usize, value: bool) -> Option<(&[u16], usize)> {
+        let (store, row) = if value { (&self.v[layer], self.v_row) } else { (&self.k[layer], self.row) };
+        match store {
+            Store::Half { bits, bf16: true } => Some((bits, row)),
+            _ => None,
         }
     }
 
