@@ -87,6 +87,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=64)
     ap.add_argument("-d", "--depth", type=int, default=0, help="tokens in the cache before each test (both engines' -d)")
+    ap.add_argument("--kv-type", choices=["f32", "f16", "bf16"],
+                    help="KV cache type of colibri and llama.cpp (-ctk/-ctv); default: each engine's own "
+                         "(colibri f32, llama.cpp f16). Transformers holds K and V in the model's dtype (bf16).")
     ap.add_argument("--work", type=Path, default=Path("/work/bench-work"), help="scratch dir for models and files")
     ap.add_argument("--out", type=Path, help="raw results JSON (default WORK/results.json)")
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and converted files")
@@ -373,13 +376,15 @@ def bench_run(engine: str, cmd: list) -> dict:
 
 
 def llama_cmd(llama: LlamaCpp, path: str, a: argparse.Namespace) -> list:
+    kv = ["-ctk", a.kv_type, "-ctv", a.kv_type] if a.kv_type else []
     return [llama.bench, "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-d", a.depth, "-t", a.threads, "-r", a.reps,
-            "-o", "json", *shlex.split(a.llama_args)]
+            "-o", "json", *kv, *shlex.split(a.llama_args)]
 
 
 def colibri_cmd(a: argparse.Namespace, path: str) -> list:
+    kv = ["--kv-type", a.kv_type] if a.kv_type else []
     return [a.colibri, "bench", "-m", path, "-p", a.n_prompt, "-n", a.n_gen, "-d", a.depth, "-t", a.threads,
-            "-r", a.reps, "-o", "json"]
+            "-r", a.reps, "-o", "json", *kv]
 
 
 def hf_cmd(a: argparse.Namespace, ckpt: Path) -> list:

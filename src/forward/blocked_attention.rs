@@ -15,19 +15,19 @@
 //!
 //! Both products run on the path's GEMM micro-tile (`Table::tile`, MR queries × NR columns) over
 //! panels packed from the block, so a cached block is widened and packed once per block of query
-//! rows and each of its values meets MR queries from registers. Several ranges of one row's
+//! rows and each of its values meets MR queries from registers (`Floats`) — or, for a bf16 cache
+//! in `Reduced` mode on a path with bf16 tiles (AMX), on those tiles over the stored bits, the
+//! queries and the weights P rounded to bf16 (`bf16_attention`). Several ranges of one row's
 //! positions (spread over threads) give partial results (`Partial`) merged with their maxima, as
 //! in split-softmax attention; a sink logit (GPT-OSS) joins the merged denominator. Blocks sit at
 //! multiples of KC whatever the range and every output is its own sum, so a row's result does
 //! not depend on which rows share its block.
 
+use super::bf16_attention::BfTiles;
 use super::buffers::Buffers as Pool;
 use crate::kernels::{Kernels, MR, NR};
 use crate::session::KvCache;
 use std::ops::Range;
-
-/// Cached rows per block (the k extent of the value product).
-const KC: usize = 64;
 
 /// Where a block's keys and values come from: MLA's latent rows (keys: the whole cached row;
 /// values: its leading vw values), or one KV head of a GQA cache (K and V rows).
@@ -59,7 +59,7 @@ pub(super) struct Partial {
     acc: Vec<f32>,
 }
 
-fn round_up(x: usize, m: usize) -> usize {
+pub(super) fn round_up(x: usize, m: usize) -> usize {
     x.div_ceil(m) * m
 }
 
@@ -122,7 +122,9 @@ impl Cached {
 }
 
 /// The partial attention of `qs` over cached positions `pos` of `layer` (each row over its live
-/// positions within `pos`), its buffers and scratch taken from `pool`.
+/// positions within `pos`), its buffers and scratch taken from `pool`: on the path's bf16 tiles
+/// where it has them, the cache holds bf16 and activations are rounded (`Reduced`); otherwise on
+/// its f32 micro-tile.
 pub(super) fn partial(
     kern: &Kernels,
     pool: &Pool,
@@ -131,48 +133,125 @@ pub(super) fn partial(
     qs: &Queries<'_>,
     pos: Range<usize>,
 ) -> Partial {
-    let Queries { heads, kw, vw, .. } = *qs;
-    let m = qs.live.len() * heads;
-    let mp = round_up(m, MR);
-    let vp = round_up(vw, NR);
-    let gqa = matches!(qs.from, Cached::Head { .. });
-    // rows, vrows, panel and s are written before they are read (`widen`, `scores`, `values`).
-    let mut b = Buffers {
-        mp,
-        kw,
-        vw,
-        vp,
-        q: pool.take(mp * kw),
-        rows: pool.take(KC * kw),
-        vrows: pool.take(if gqa { KC * vw } else { 0 }),
-        panel: pool.take(2 * kw.max(KC) * NR),
-        s: pool.take(mp * KC),
-    };
-    b.q[..m * kw].copy_from_slice(&qs.q[..m * kw]);
-    b.q[m * kw..].fill(0.0);
-    let (mut max, mut sum, mut acc) = (pool.take(m), pool.take(m), pool.take(mp * vp));
+    match BfTiles::of(kern, kv, layer, qs) {
+        Some(tiles) => blocks(tiles, kern, pool, qs, pos),
+        None => blocks(Floats::new(kern, pool, kv, layer, qs), kern, pool, qs, pos),
+    }
+}
+
+/// How a block of cached positions meets the queries: f32 micro-tiles over rows widened from any
+/// cache (`Floats`), or bf16 tiles over a bf16 cache's rows as stored (`BfTiles`).
+pub(super) trait Products {
+    /// Cached positions per block (blocks sit at its multiples).
+    const KC: usize;
+    /// Read block j0's rows `js` (the block's other rows count as zero); ks scores per query.
+    fn load(&mut self, j0: usize, js: Range<usize>, ks: usize);
+    /// The block's scores [mp, ks] = q·kᵀ (unscaled; mp: the queries padded to the products'
+    /// row multiple), and the accumulators ([mp, vw padded to NR]).
+    fn scores(&mut self, ks: usize) -> (&mut [f32], &mut [f32]);
+    /// acc += weights·V, the weights being the scores as `weigh` left them.
+    fn values(&mut self, ks: usize);
+    /// The accumulators, in a buffer of `pool`'s; the others back to it.
+    fn finish(self, pool: &Pool) -> Vec<f32>;
+}
+
+/// The blocks of `pos` some query attends to, in order: load, scores, weights, values.
+fn blocks<P: Products>(mut p: P, kern: &Kernels, pool: &Pool, qs: &Queries<'_>, pos: Range<usize>) -> Partial {
+    let m = qs.live.len() * qs.heads;
+    let (mut max, mut sum) = (pool.take(m), pool.take(m));
     max.fill(f32::NEG_INFINITY);
     sum.fill(0.0);
-    acc.fill(0.0);
-    let mut out = Partial { max, sum, acc };
     // The positions of `pos` some row attends to.
     let lo = qs.live.iter().map(|r| r.start).min().unwrap_or(0).max(pos.start);
     let hi = qs.live.iter().map(|r| r.end).max().unwrap_or(0).min(pos.end);
-    let mut j0 = lo / KC * KC;
+    let mut j0 = lo / P::KC * P::KC;
     while j0 < hi {
         // Columns up to the block's last attended position, in whole panels: the ones past it
         // would only add zero weights.
-        let ks = round_up(hi.min(j0 + KC) - j0, NR);
-        let vlen = if gqa { ks * vw } else { 0 };
-        let js = lo.max(j0)..hi.min(j0 + KC);
-        qs.from.widen(kern, kv, layer, j0, js, &mut b.rows[..ks * kw], kw, &mut b.vrows[..vlen], vw);
-        scores(kern, &mut b, ks);
-        weigh(&mut b.s[..mp * ks], ks, &mut out, qs, j0, &pos, kern.table().exp_sum);
-        values(kern, &mut b, ks, &mut out.acc, gqa);
-        j0 += KC;
+        let ks = round_up(hi.min(j0 + P::KC) - j0, NR);
+        p.load(j0, lo.max(j0)..hi.min(j0 + P::KC), ks);
+        let (s, acc) = p.scores(ks);
+        weigh(kern, s, ks, [&mut max, &mut sum, acc], qs, j0, &pos);
+        p.values(ks);
+        j0 += P::KC;
     }
-    [b.q, b.rows, b.vrows, b.panel, b.s].into_iter().for_each(|v| pool.give(v));
-    out
+    Partial { max, sum, acc: p.finish(pool) }
+}
+
+/// The f32 products: a block's rows widened to f32, the keys transposed into panels, each
+/// product on the path's micro-tile (`Table::tile`, MR queries × NR columns).
+struct Floats<'a> {
+    kern: &'a Kernels,
+    kv: &'a KvCache,
+    layer: usize,
+    from: Cached,
+    b: Buffers,
+    /// [mp, vp].
+    acc: Vec<f32>,
+}
+
+impl<'a> Floats<'a> {
+    fn new(kern: &'a Kernels, pool: &Pool, kv: &'a KvCache, layer: usize, qs: &Queries<'_>) -> Floats<'a> {
+        let Queries { heads, kw, vw, .. } = *qs;
+        let m = qs.live.len() * heads;
+        let (mp, vp) = (round_up(m, MR), round_up(vw, NR));
+        let gqa = matches!(qs.from, Cached::Head { .. });
+        // rows, vrows, panel and s are written before they are read (`widen`, `scores`, `values`).
+        let mut b = Buffers {
+            mp,
+            kw,
+            vw,
+            vp,
+            q: pool.take(mp * kw),
+            rows: pool.take(KC * kw),
+            vrows: pool.take(if gqa { KC * vw } else { 0 }),
+            panel: pool.take(2 * kw.max(KC) * NR),
+            s: pool.take(mp * KC),
+        };
+        b.q[..m * kw].copy_from_slice(&qs.q[..m * kw]);
+        b.q[m * kw..].fill(0.0);
+        let mut acc = pool.take(mp * vp);
+        acc.fill(0.0);
+        Floats { kern, kv, layer, from: qs.from, b, acc }
+    }
+}
+
+/// Cached rows per block of the f32 products (the k extent of the value product).
+const KC: usize = 64;
+
+impl Products for Floats<'_> {
+    const KC: usize = KC;
+
+    fn load(&mut self, j0: usize, js: Range<usize>, ks: usize) {
+        let (b, gqa) = (&mut self.b, matches!(self.from, Cached::Head { .. }));
+        let vlen = if gqa { ks * b.vw } else { 0 };
+        self.from.widen(
+            self.kern,
+            self.kv,
+            self.layer,
+            j0,
+            js,
+            &mut b.rows[..ks * b.kw],
+            b.kw,
+            &mut b.vrows[..vlen],
+            b.vw,
+        );
+    }
+
+    fn scores(&mut self, ks: usize) -> (&mut [f32], &mut [f32]) {
+        scores(self.kern, &mut self.b, ks);
+        (&mut self.b.s[..self.b.mp * ks], &mut self.acc)
+    }
+
+    fn values(&mut self, ks: usize) {
+        values(self.kern, &mut self.b, ks, &mut self.acc, matches!(self.from, Cached::Head { .. }));
+    }
+
+    fn finish(self, pool: &Pool) -> Vec<f32> {
+        let b = self.b;
+        [b.q, b.rows, b.vrows, b.panel, b.s].into_iter().for_each(|v| pool.give(v));
+        self.acc
+    }
 }
 
 /// b.s = b.q·b.rows[..ks]ᵀ ([mp, ks]): per panel of NR cached rows, the rows transposed into
@@ -198,19 +277,20 @@ fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
     }
 }
 
-/// For each query, scale the block's live scores (its own positions within `pos`), fold them
-/// into its running maximum (rescaling `sum` and `acc`) and turn them into weights e^(s − max)
-/// by the path's `exp_sum` (vectorised, the same bits on every path); the other columns (and
-/// padding queries) get weight 0.
+/// For each query, scale the block's live scores (its own positions within `pos`) and fold them
+/// into its running maximum (the path's `scale_max`), rescaling `sum` and `acc`, then turn them
+/// into weights e^(s − max) (its `exp_sum`; both vectorised, the same bits on every path); the
+/// other columns (and padding queries) get weight 0.
 fn weigh(
+    kern: &Kernels,
     s: &mut [f32],
     ks: usize,
-    out: &mut Partial,
+    [max, sum, acc]: [&mut [f32]; 3],
     qs: &Queries<'_>,
     j0: usize,
     pos: &Range<usize>,
-    exp_sum: fn(&mut [f32], f32) -> f32,
 ) {
+    let t = kern.table();
     let vp = round_up(qs.vw, NR);
     for (i, row) in s.chunks_exact_mut(ks).enumerate() {
         let Some(live) = qs.live.get(i / qs.heads) else {
@@ -227,15 +307,14 @@ fn weigh(
         row[..from].fill(0.0);
         row[to..].fill(0.0);
         let cols = &mut row[from..to];
-        cols.iter_mut().for_each(|x| *x *= qs.scale);
-        let m = cols.iter().fold(out.max[i], |a, &x| a.max(x));
-        if m > out.max[i] {
-            let r = if out.max[i] == f32::NEG_INFINITY { 0.0 } else { (out.max[i] - m).exp() };
-            out.sum[i] *= r;
-            out.acc[i * vp..(i + 1) * vp].iter_mut().for_each(|a| *a *= r);
-            out.max[i] = m;
+        let m = (t.scale_max)(cols, qs.scale, max[i]);
+        if m > max[i] {
+            let r = if max[i] == f32::NEG_INFINITY { 0.0 } else { (max[i] - m).exp() };
+            sum[i] *= r;
+            acc[i * vp..(i + 1) * vp].iter_mut().for_each(|a| *a *= r);
+            max[i] = m;
         }
-        out.sum[i] += exp_sum(cols, m);
+        sum[i] += (t.exp_sum)(cols, m);
     }
 }
 
@@ -297,6 +376,7 @@ pub(super) mod tests {
     //! The blocked, split form against the plain one (per head: every score, softmax, Σ p·c).
 
     use super::*;
+    use crate::kernels::QuantActivations;
     use crate::model::Config;
     use crate::session::{KvDtype, Session, SessionOptions};
 
@@ -349,33 +429,68 @@ pub(super) mod tests {
         s
     }
 
-    fn assert_close(got: &[f32], want: &[f32], what: &str) {
-        for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{what}: {got:?} vs {want:?}");
+    /// Within tol·(1 + |want|) of the plain form's values.
+    fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+        for (g, w) in got.iter().zip(&want[..got.len()]) {
+            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}: {got:?} vs {want:?}");
         }
+    }
+
+    /// The ways a block's products run, each with the cache dtypes it takes and how close it
+    /// stays to the plain form (in f32 from the queries as given, or rounded to bf16 for the
+    /// tiles): the f32 micro-tile of the generic path, and the bf16 tiles on the tile model
+    /// (`Reduced` mode, bf16 caches) — whose rounded weights move an output by up to 2⁻⁸ of
+    /// the largest value (|v| < 2).
+    pub(in crate::forward) fn products() -> [(&'static str, Kernels, &'static [KvDtype], bool, f32); 2] {
+        [
+            (
+                "f32 tile",
+                Kernels::new(QuantActivations::Float),
+                &[KvDtype::F32, KvDtype::BF16, KvDtype::F16],
+                false,
+                1e-5,
+            ),
+            ("bf16 tiles", crate::kernels::attend_tiles::model_kernels(), &[KvDtype::BF16], true, 8e-3),
+        ]
+    }
+
+    /// q rounded to bf16 (what the tiles multiply) when `round`.
+    pub(in crate::forward) fn as_multiplied(q: &[f32], round: bool) -> Vec<f32> {
+        let r =
+            |v: f32| if round { f32::from_bits(u32::from(crate::kernels::bf16act::round_bf16(v)) << 16) } else { v };
+        q.iter().map(|&v| r(v)).collect()
     }
 
     #[test]
     fn blocked_split_attention_equals_the_plain_form() {
         let c: Config = serde_json::from_str(CONFIG).unwrap();
         c.validate().unwrap();
-        let kern = Kernels::new(crate::kernels::QuantActivations::Float);
-        for dtype in [KvDtype::F32, KvDtype::BF16, KvDtype::F16] {
-            let s = cached(&c, 300, dtype);
-            let q = values(HEADS * LAT, 2);
-            // Range bounds: one range (several blocks, a short last one), a split in three, one position.
-            let cases: [&[usize]; 3] = [&[5, 300], &[0, 7, 150, 299], &[42, 43]];
-            for bounds in cases {
-                let ranges: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
-                let all = ranges[0].start..ranges[ranges.len() - 1].end;
-                let live = [all.clone()];
-                let qs =
-                    Queries { q: &q, live: &live, heads: HEADS, kw: LAT, vw: RANK, scale: 0.3, from: Cached::Latent };
-                let parts: Vec<Partial> =
-                    ranges.iter().map(|r| partial(&kern, &Pool::default(), &s.kv, 0, &qs, r.clone())).collect();
-                let mut got = vec![0f32; HEADS * RANK];
-                merge(&parts, HEADS, RANK, &mut got, |_| f32::NEG_INFINITY);
-                assert_close(&got, &plain(&kern, &s.kv, &q, all), &format!("{dtype:?} {ranges:?}"));
+        for (how, kern, dtypes, round, tol) in products() {
+            for &dtype in dtypes {
+                let s = cached(&c, 300, dtype);
+                let q = values(HEADS * LAT, 2);
+                // Range bounds: one range (several blocks, a short last one), a split in three, one position.
+                let cases: [&[usize]; 3] = [&[5, 300], &[0, 7, 150, 299], &[42, 43]];
+                for bounds in cases {
+                    let ranges: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+                    let all = ranges[0].start..ranges[ranges.len() - 1].end;
+                    let live = [all.clone()];
+                    let qs = Queries {
+                        q: &q,
+                        live: &live,
+                        heads: HEADS,
+                        kw: LAT,
+                        vw: RANK,
+                        scale: 0.3,
+                        from: Cached::Latent,
+                    };
+                    let parts: Vec<Partial> =
+                        ranges.iter().map(|r| partial(&kern, &Pool::default(), &s.kv, 0, &qs, r.clone())).collect();
+                    let mut got = vec![0f32; HEADS * RANK];
+                    merge(&parts, HEADS, RANK, &mut got, |_| f32::NEG_INFINITY);
+                    let want = plain(&kern, &s.kv, &as_multiplied(&q, round), all);
+                    assert_close(&got, &want, tol, &format!("{how} {dtype:?} {ranges:?}"));
+                }
             }
         }
     }
@@ -383,8 +498,10 @@ pub(super) mod tests {
     #[test]
     fn query_blocks_with_ragged_limits_equal_the_plain_form_row_by_row() {
         let c: Config = serde_json::from_str(CONFIG).unwrap();
-        let kern = Kernels::new(crate::kernels::QuantActivations::Float);
-        for dtype in [KvDtype::F32, KvDtype::BF16] {
+        let cases = products().into_iter().flat_map(|(how, kern, dtypes, round, tol)| {
+            dtypes.iter().filter(|&&d| d != KvDtype::F16).map(move |&d| (how, kern, d, round, tol))
+        });
+        for (how, kern, dtype, round, tol) in cases {
             let s = cached(&c, 300, dtype);
             // Prefill rows at positions 100.., causal; then the same rows with a sliding window of
             // 70 (starts off the block grid); then a chunk boundary at 128 inside the block.
@@ -413,8 +530,9 @@ pub(super) mod tests {
                         );
                         assert_close(
                             gt,
-                            &plain(&kern, &s.kv, qt, r.clone()),
-                            &format!("{dtype:?} row {t} {r:?} {ranges:?}"),
+                            &plain(&kern, &s.kv, &as_multiplied(qt, round), r.clone()),
+                            tol,
+                            &format!("{how} {dtype:?} row {t} {r:?} {ranges:?}"),
                         );
                         // The row alone over the same ranges: the same bits.
                         let one = Queries { q: qt, live: &live[t..t + 1], ..qs };
@@ -424,7 +542,7 @@ pub(super) mod tests {
                             .collect();
                         let mut alone = vec![0f32; HEADS * RANK];
                         merge(&parts, HEADS, RANK, &mut alone, |_| f32::NEG_INFINITY);
-                        assert_eq!(gt, &alone[..], "{dtype:?} row {t}: its block changed its result");
+                        assert_eq!(gt, &alone[..], "{how} {dtype:?} row {t}: its block changed its result");
                     }
                 }
             }

@@ -11,8 +11,9 @@
 //! heads: a dot product per cached position and head, the softmax over the row's range, then the values
 //! added in ascending position — no padding of a lone query to MR rows, no packing. A row's
 //! result depends only on its own sequence's rows in the step: not on the thread count nor on
-//! the other sequences of a batch (the two forms differ in the last bits, so a prompt's rows
-//! computed in prefill and the same rows fed one by one are close, not identical).
+//! the other sequences of a batch (the two forms differ in the last bits — more where prefill
+//! runs on bf16 tiles, which round the queries and the weights — so a prompt's rows computed in
+//! prefill and the same rows fed one by one are close, not identical).
 
 use super::blocked_attention::{merge, partial, Cached, Queries};
 use super::buffers::Buffers as Pool;
@@ -194,7 +195,7 @@ fn rows_alone(
 mod tests {
     //! A row in different blocks and batches (the same bits), and against the plain form in f64.
 
-    use super::super::blocked_attention::tests::values;
+    use super::super::blocked_attention::tests::{as_multiplied, products, values};
     use super::super::buffers::Buffers as Pool;
 
     use super::*;
@@ -260,14 +261,18 @@ mod tests {
     #[test]
     fn a_row_gets_the_same_bits_in_any_block_and_batch_and_the_plain_attention() {
         let c: Config = serde_json::from_str(CONFIG).unwrap();
-        let kern = Kernels::new(crate::kernels::QuantActivations::Float);
         let sinks = [0.5f32, -1.0, 2.0, 0.0];
         // Sequence A: 64 cached positions, the step's 45 rows at 19..64 (tiled: blocks of 24 and
         // 21 rows); sequence B: 2 rows at 0..2 (2 rows × 2 heads < MR: row by row).
         let (ka, va, kb, vb) = (values(64 * ROW, 1), values(64 * ROW, 2), values(2 * ROW, 3), values(2 * ROW, 4));
         let q = values(47 * NQ, 5);
         let tiled_rows = MR.div_ceil(2);
-        for dtype in [KvDtype::F32, KvDtype::BF16, KvDtype::F16] {
+        let cases = products()
+            .into_iter()
+            .flat_map(|(how, kern, dtypes, round, tol)| dtypes.iter().map(move |&d| (how, kern, d, round, tol)));
+        // K and V as a bf16 cache holds them (the plain form of the tiles).
+        let bf16 = |x: &[f32]| as_multiplied(x, true);
+        for (how, kern, dtype, round, tol) in cases {
             for (window, sinks) in [(None, None), (Some(5), Some(&sinks[..])), (Some(30), None)] {
                 let first_key = move |p: usize| window.map_or(0, |w: usize| (p + 1).saturating_sub(w));
                 let shape = Shape { head_dim: HD, n_heads: 4, group: 2, scale: 0.4, first_key: &first_key, sinks };
@@ -292,13 +297,17 @@ mod tests {
                     assert_eq!(
                         got,
                         &other[i * NQ..(i + 1) * NQ],
-                        "{dtype:?} window {window:?} row {t}: other bits in another step"
+                        "{how} {dtype:?} window {window:?} row {t}: other bits in another step"
                     );
-                    if dtype == KvDtype::F32 {
+                    // The tiles on A's tiled rows (B's rows go one by one in f32).
+                    let tiles = round && t < 45;
+                    if dtype == KvDtype::F32 || tiles {
                         let p = pos0 + i;
-                        let want = plain(&q[t * NQ..(t + 1) * NQ], k, v, p, first_key(p), &shape);
+                        let qt = as_multiplied(&q[t * NQ..(t + 1) * NQ], tiles);
+                        let (k, v) = if tiles { (bf16(k), bf16(v)) } else { (k.clone(), v.clone()) };
+                        let want = plain(&qt, &k, &v, p, first_key(p), &shape);
                         for (g, w) in got.iter().zip(&want) {
-                            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "row {t}: {got:?} vs {want:?}");
+                            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{how} row {t}: {got:?} vs {want:?}");
                         }
                     }
                 }

@@ -16,6 +16,7 @@
 //! (`Session::hidden_states`), what embeddings pool (`crate::embed`).
 
 mod attention;
+mod bf16_attention;
 mod blocked_attention;
 pub(crate) mod buffers;
 mod check;

@@ -35,11 +35,13 @@ pub(crate) static GENERIC: Table = Table {
     tile,
     tile_pair: None,
     transpose,
+    scale_max: super::vexp::scale_max,
     exp_sum: super::vexp::exp_sum,
     gated: super::vexp::gated,
     quantize: quantize_blocks,
     bf16: None,
     delta_step: super::delta::reference_step,
+    attend: None,
 };
 
 /// dst[j·rows + i] = src[i·lds + j] (see `table::TransposeFn`).

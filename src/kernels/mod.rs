@@ -71,7 +71,8 @@ impl XRows<'_> {
         }
     }
 }
-pub(crate) use table::{MR, NR};
+pub(crate) use amx::attend as attend_tiles;
+pub(crate) use table::{AttendTiles, TransposeFn, MR, NR};
 
 pub use rowwise::{
     add_bias, add_bias_row, layernorm, rmsnorm, rmsnorm_inplace, rmsnorm_inplace_shifted, rmsnorm_shifted,

@@ -62,6 +62,9 @@ pub(crate) type TransposeFn = fn(src: &[f32], lds: usize, rows: usize, cols: usi
 /// xs[i] = e^(xs[i] − m) in place (m ≥ every xs[i]), returning Σ xs (`vexp::exp_sum_body`: the
 /// same bits on every path).
 pub(crate) type ExpSumFn = fn(xs: &mut [f32], m: f32) -> f32;
+/// xs[i] ×= scale in place, returning the largest of m and every xs[i] (NaN ignored;
+/// `vexp::scale_max_body`: the same bits on every path).
+pub(crate) type ScaleMaxFn = fn(xs: &mut [f32], scale: f32, m: f32) -> f32;
 /// The gated activation of an MLP: g ← act(g, u) elementwise.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Gate {
@@ -152,6 +155,16 @@ pub(crate) struct Bf16Kernels {
     pub gemm: Option<Bf16GemmFn>,
 }
 
+/// Attention's two products over a block of cached positions held in bf16, on tiles
+/// (`amx::attend`, whose module gives the operands' tile order): scores s [mp, ks] = q·kᵀ from
+/// the queries q [mp, kwp] (bf16) and the keys kt; values acc [mp, vwp] += p·v from the weights
+/// p [mp, ksp] (bf16) and the values vt.
+#[derive(Clone, Copy)]
+pub(crate) struct AttendTiles {
+    pub scores: fn(q: &[u16], kwp: usize, kt: &[u32], ks: usize, s: &mut [f32]),
+    pub values: fn(p: &[u16], ksp: usize, vt: &[u32], vwp: usize, acc: &mut [f32]),
+}
+
 /// The kernels of one dtype on one path.
 #[derive(Clone, Copy)]
 pub(crate) struct MatKernels {
@@ -184,7 +197,8 @@ pub(crate) struct Table {
     pub tile_pair: Option<TilePairFn>,
     /// The GEMMs' write-back (`TransposeFn`).
     pub transpose: TransposeFn,
-    /// The softmax rows of blocked attention (`ExpSumFn`).
+    /// The softmax rows of blocked attention (`ScaleMaxFn`, `ExpSumFn`).
+    pub scale_max: ScaleMaxFn,
     pub exp_sum: ExpSumFn,
     /// The MLPs' gated activations (`GatedFn`).
     pub gated: GatedFn,
@@ -195,6 +209,8 @@ pub(crate) struct Table {
     pub bf16: Option<Bf16Kernels>,
     /// The delta rule's decode step (`DeltaStepFn`).
     pub delta_step: DeltaStepFn,
+    /// Blocked attention's products on bf16 tiles, for bf16 KV caches in `Reduced` mode (AMX).
+    pub attend: Option<AttendTiles>,
 }
 
 impl Table {

@@ -74,6 +74,30 @@ pub fn exp_sum(xs: &mut [f32], m: f32) -> f32 {
     exp_sum_body(xs, m)
 }
 
+/// xs[i] ×= scale for every i, returning the largest of m and the scaled values (NaN ignored):
+/// LANES running maxima over the whole chunks, then the tail (see `table::ScaleMaxFn`; a maximum
+/// is the same whatever the order).
+#[inline(always)]
+pub fn scale_max_body(xs: &mut [f32], scale: f32, m: f32) -> f32 {
+    for x in xs.iter_mut() {
+        *x *= scale;
+    }
+    let mut lanes = [m; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (s, &x) in lanes.iter_mut().zip(chunk) {
+            *s = s.max(x);
+        }
+    }
+    tail.iter().fold(lanes.iter().fold(m, |a, &s| a.max(s)), |a, &x| a.max(x))
+}
+
+/// [`scale_max_body`] compiled for the baseline target (the portable path).
+pub fn scale_max(xs: &mut [f32], scale: f32, m: f32) -> f32 {
+    scale_max_body(xs, scale, m)
+}
+
 /// σ(z) = 1 / (1 + e^−z) from one exponential of a non-positive argument: e = e^−|z| (0 below
 /// −87), then 1 / (1 + e) for z ≥ 0 and e / (1 + e) below (no overflow either side; NaN stays
 /// NaN). Relative error within a few 1e-7 of the exact value where it is a normal f32.

@@ -138,3 +138,7 @@ pub(crate) fn gemm(
 ) {
     super::gemm::<Hw>(transpose, w, rows, panels, n, out, pool, up)
 }
+
+/// Blocked attention's products on this CPU's tiles (`amx::attend`).
+pub(crate) const ATTEND: crate::kernels::table::AttendTiles =
+    crate::kernels::table::AttendTiles { scores: super::attend::scores::<Hw>, values: super::attend::values::<Hw> };

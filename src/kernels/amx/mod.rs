@@ -11,6 +11,9 @@
 //! elsewhere) have run both kernels on an Intel Xeon with AMX-BF16 / AMX-INT8, the int8 one
 //! giving the VNNI kernel's and the model's bits (see docs/performance.md, "AMX").
 
+pub(crate) mod attend;
+#[cfg(test)]
+mod attend_tests;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod hw;
@@ -24,7 +27,13 @@ mod sink;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use gemm::{gemm, prepare_thread};
+pub(crate) use gemm::gemm;
+
+/// Register this thread's tile buffers now (`kernels::prepare_thread`).
+pub(crate) fn prepare_thread() {
+    gemm::prepare_thread();
+    attend::scratch::prepare_thread();
+}
 
 /// Rows of a tile register.
 pub const TILE_ROWS: usize = 16;

@@ -176,11 +176,13 @@ static AVX2: Table = Table {
     tile: tile::tile,
     tile_pair: None,
     transpose: transpose::transpose,
+    scale_max: vexp::scale_max,
     exp_sum: vexp::exp_sum,
     gated: vexp::gated,
     quantize: actq::quantize_blocks,
     bf16: None,
     delta_step: delta::step_avx2,
+    attend: None,
 };
 
 static AVX512: Table = Table {
@@ -188,6 +190,7 @@ static AVX512: Table = Table {
     mats: MATS_512,
     tile: tile::tile_512,
     tile_pair: Some(tile::tile_pair_512),
+    scale_max: vexp::scale_max_512,
     exp_sum: vexp::exp_sum_512,
     gated: vexp::gated_512,
     delta_step: delta::step_avx512,
@@ -203,6 +206,7 @@ static AVX512_BF16: Table =
 static AMX: Table = Table {
     path: CpuPath::Amx,
     bf16: Some(Bf16Kernels { gemv: bf16::gemv, tile: bf16::tile, gemm: Some(super::amx::hw::gemm) }),
+    attend: Some(super::amx::hw::ATTEND),
     ..AVX512
 };
 

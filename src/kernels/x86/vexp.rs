@@ -1,4 +1,4 @@
-//! The softmax rows' exp-and-sum and the MLPs' gated activations (`kernels::vexp`) compiled for
+//! The softmax rows' scale-and-maximum and exp-and-sum and the MLPs' gated activations (`kernels::vexp`) compiled for
 //! AVX2 and for AVX-512: the same source and operation order as the portable path's, eight or
 //! sixteen lanes per instruction, the same bits (no fused multiply-add: Rust does not contract).
 
@@ -11,6 +11,17 @@ pub fn exp_sum(xs: &mut [f32], m: f32) -> f32 {
 #[target_feature(enable = "avx2")]
 unsafe fn exp_sum_avx2(xs: &mut [f32], m: f32) -> f32 {
     crate::kernels::vexp::exp_sum_body(xs, m)
+}
+
+/// See `table::ScaleMaxFn`.
+pub fn scale_max(xs: &mut [f32], scale: f32, m: f32) -> f32 {
+    // SAFETY: reached only through the x86 tables, whose CPUs have AVX2.
+    unsafe { scale_max_avx2(xs, scale, m) }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn scale_max_avx2(xs: &mut [f32], scale: f32, m: f32) -> f32 {
+    crate::kernels::vexp::scale_max_body(xs, scale, m)
 }
 
 /// See `table::GatedFn`.
@@ -33,6 +44,17 @@ pub fn exp_sum_512(xs: &mut [f32], m: f32) -> f32 {
 #[target_feature(enable = "avx2,avx512f")]
 unsafe fn exp_sum_avx512(xs: &mut [f32], m: f32) -> f32 {
     crate::kernels::vexp::exp_sum_body(xs, m)
+}
+
+/// See `table::ScaleMaxFn` (the AVX-512 tables).
+pub fn scale_max_512(xs: &mut [f32], scale: f32, m: f32) -> f32 {
+    // SAFETY: reached only through the AVX-512 tables, whose CPUs have AVX-512 F.
+    unsafe { scale_max_avx512(xs, scale, m) }
+}
+
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn scale_max_avx512(xs: &mut [f32], scale: f32, m: f32) -> f32 {
+    crate::kernels::vexp::scale_max_body(xs, scale, m)
 }
 
 /// See `table::GatedFn` (the AVX-512 tables).
