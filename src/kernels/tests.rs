@@ -1060,6 +1060,27 @@ fn every_path_weighs_softmax_rows_with_the_same_bits() {
 }
 
 #[test]
+fn every_path_scales_softmax_rows_and_takes_their_maximum_ignoring_nan() {
+    for n in [0, 1, 5, 8, 13, 64, 301] {
+        let mut xs: Vec<f32> = sample(n, 60 + n as u64).iter().map(|v| v * 30.0).collect();
+        if n > 4 {
+            xs[3] = f32::NAN;
+        }
+        for m in [f32::NEG_INFINITY, 0.5, 1e3] {
+            let scaled: Vec<f32> = xs.iter().map(|&x| x * 0.125).collect();
+            let want = scaled.iter().filter(|x| !x.is_nan()).fold(m, |a, &x| a.max(x));
+            for path in available_paths() {
+                let mut got = xs.clone();
+                let max = (table_for(path).expect("available").scale_max)(&mut got, 0.125, m);
+                assert_eq!(max.to_bits(), want.to_bits(), "{path:?} n {n} m {m}: maximum");
+                let same = got.iter().zip(&scaled).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{path:?} n {n}: scaled in place");
+            }
+        }
+    }
+}
+
+#[test]
 fn rmsnorm_rows_match_the_definition_and_do_not_depend_on_the_pool() {
     // 40 × 2048 values: past the pool threshold; 13 columns: a tail after the eight lanes.
     for (n, dim) in [(40, 2048), (3, 13), (6000, 13)] {

@@ -85,12 +85,15 @@ pub fn scale_max_body(xs: &mut [f32], scale: f32, m: f32) -> f32 {
     let mut lanes = [m; LANES];
     let chunks = xs.chunks_exact(LANES);
     let tail = chunks.remainder();
+    // `if x > s` (a NaN x keeps s): one max instruction per lane group, where `f32::max`'s
+    // NaN rule would not vectorise.
+    let max = |s: f32, x: f32| if x > s { x } else { s };
     for chunk in chunks {
         for (s, &x) in lanes.iter_mut().zip(chunk) {
-            *s = s.max(x);
+            *s = max(*s, x);
         }
     }
-    tail.iter().fold(lanes.iter().fold(m, |a, &s| a.max(s)), |a, &x| a.max(x))
+    tail.iter().fold(lanes.iter().fold(m, |a, &s| max(a, s)), |a, &x| max(a, x))
 }
 
 /// [`scale_max_body`] compiled for the baseline target (the portable path).
