@@ -8,7 +8,7 @@
 
 use super::blocked_attention::{round_up, Cached, Products, Queries};
 use super::buffers::Buffers as Pool;
-use crate::kernels::attend_tiles::{pack_keys, pack_values, round_rows, scratch, Aligned, ROWS, STEP};
+use crate::kernels::attend_tiles::{pack_keys, round_rows, scratch, Aligned, ROWS, STEP};
 use crate::kernels::{AttendTiles, Kernels, QuantActivations, TransposeFn, NR};
 use crate::session::KvCache;
 use std::ops::Range;
@@ -91,7 +91,7 @@ impl Products for BfTiles<'_> {
         pack_keys(self.transpose, &keys[j0 * k_stride..], k_stride, live.clone(), self.kw, self.kwp, ks, kt);
         let ksp = round_up(ks, STEP);
         let vt = self.vt.slice_mut(ksp / 2 * self.vwp);
-        pack_values(&values[j0 * v_stride..], v_stride, live, self.vw, self.vwp, ksp, vt);
+        (self.tiles.pack_values)(&values[j0 * v_stride..], v_stride, live, self.vw, self.vwp, ksp, vt);
     }
 
     fn scores(&mut self, ks: usize) -> (&mut [f32], &mut [f32]) {

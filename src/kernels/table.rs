@@ -163,7 +163,13 @@ pub(crate) struct Bf16Kernels {
 pub(crate) struct AttendTiles {
     pub scores: fn(q: &[u16], kwp: usize, kt: &[u32], ks: usize, s: &mut [f32]),
     pub values: fn(p: &[u16], ksp: usize, vt: &[u32], vwp: usize, acc: &mut [f32]),
+    /// `amx::attend::pack_values` compiled for the path.
+    pub pack_values: PackValuesFn,
 }
+
+/// `amx::attend::pack_values`: a block's value rows into the value product's tile order.
+pub(crate) type PackValuesFn =
+    fn(rows: &[u16], stride: usize, live: Range<usize>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]);
 
 /// The kernels of one dtype on one path.
 #[derive(Clone, Copy)]

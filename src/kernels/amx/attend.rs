@@ -150,8 +150,23 @@ pub fn pack_keys(
 
 /// vt = a block's values in tile order ([ksp / 2][vwp] u32, see the module): value row j is
 /// `rows[j·stride ..][..vw]` for j in `live` (block-relative), zero for the block's other rows and
-/// past vw.
+/// past vw. (Portable: the tile model's; the hardware's is compiled for AVX-512, `hw::ATTEND`.)
+#[cfg(test)]
 pub fn pack_values(rows: &[u16], stride: usize, live: Range<usize>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]) {
+    pack_values_body(rows, stride, live, vw, vwp, ksp, vt)
+}
+
+/// `pack_values`, inlined into a caller compiled for wider vectors (`hw::ATTEND`).
+#[inline(always)]
+pub fn pack_values_body(
+    rows: &[u16],
+    stride: usize,
+    live: Range<usize>,
+    vw: usize,
+    vwp: usize,
+    ksp: usize,
+    vt: &mut [u32],
+) {
     assert_eq!(vt.len(), ksp / 2 * vwp, "amx values: buffer");
     let row = |j: usize| (live.contains(&j)).then(|| &rows[j * stride..][..vw]);
     for (r, dst) in vt.chunks_exact_mut(vwp).enumerate() {
@@ -303,7 +318,7 @@ pub fn values<T: Tiles>(p: &[u16], ksp: usize, vt: &[u32], vwp: usize, acc: &mut
 pub fn model_kernels() -> crate::kernels::Kernels {
     use super::model::Model;
     use crate::kernels::table::{AttendTiles, Table};
-    let attend = Some(AttendTiles { scores: scores::<Model>, values: values::<Model> });
+    let attend = Some(AttendTiles { scores: scores::<Model>, values: values::<Model>, pack_values });
     let table = Table { attend, ..crate::kernels::generic::GENERIC };
     crate::kernels::dispatch::kernels_on(table, crate::kernels::QuantActivations::Reduced)
 }

@@ -193,4 +193,15 @@ fn amx_hardware_attention_matches_the_model() {
         assert_eq!(bits(&hs), bits(&ms), "{mp}×{kwp}×{ks}: hardware scores vs the model");
         assert_eq!(bits(&ha), bits(&ma), "{mp}×{ks}×{vwp}: hardware values vs the model");
     }
+    // The value rows' packing compiled for AVX-512: the portable one's layout.
+    for (vw, stride) in [(128usize, 512usize), (20, 24), (7, 9)] {
+        let (vwp, ksp) = (vw.div_ceil(ROWS) * ROWS, 64);
+        let rows = bits(ksp * stride + vw, 3);
+        for live in LIVES {
+            let (mut a, mut b) = (vec![1u32; ksp / 2 * vwp], vec![2u32; ksp / 2 * vwp]);
+            pack_values(&rows, stride, live.clone(), vw, vwp, ksp, &mut a);
+            (super::hw::ATTEND.pack_values)(&rows, stride, live.clone(), vw, vwp, ksp, &mut b);
+            assert_eq!(a, b, "vw {vw} live {live:?}: packed values");
+        }
+    }
 }

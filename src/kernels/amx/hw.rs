@@ -140,5 +140,35 @@ pub(crate) fn gemm(
 }
 
 /// Blocked attention's products on this CPU's tiles (`amx::attend`).
-pub(crate) const ATTEND: crate::kernels::table::AttendTiles =
-    crate::kernels::table::AttendTiles { scores: super::attend::scores::<Hw>, values: super::attend::values::<Hw> };
+pub(crate) const ATTEND: crate::kernels::table::AttendTiles = crate::kernels::table::AttendTiles {
+    scores: super::attend::scores::<Hw>,
+    values: super::attend::values::<Hw>,
+    pack_values,
+};
+
+/// `attend::pack_values` compiled for AVX-512 (32 values per instruction).
+fn pack_values(
+    rows: &[u16],
+    stride: usize,
+    live: std::ops::Range<usize>,
+    vw: usize,
+    vwp: usize,
+    ksp: usize,
+    vt: &mut [u32],
+) {
+    #[target_feature(enable = "avx2,avx512f,avx512bw")]
+    unsafe fn wide(
+        rows: &[u16],
+        stride: usize,
+        live: std::ops::Range<usize>,
+        vw: usize,
+        vwp: usize,
+        ksp: usize,
+        vt: &mut [u32],
+    ) {
+        super::attend::pack_values_body(rows, stride, live, vw, vwp, ksp, vt)
+    }
+    // SAFETY: reached only through the AMX table, which exists only on CPUs with AVX-512 F/BW
+    // (it extends the AVX-512 BF16 table).
+    unsafe { wide(rows, stride, live, vw, vwp, ksp, vt) }
+}
