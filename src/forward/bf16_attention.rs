@@ -6,10 +6,10 @@
 //! not depend on which queries share its tiles; prefill and decode (MLA's) take the same
 //! products.
 
-use super::blocked_attention::{round_up, Cached, Products, Queries};
+use super::block_products::{round_up, Cached, Products, Queries};
 use super::buffers::Buffers as Pool;
 use crate::kernels::attend_tiles::{pack_keys, round_rows, scratch, Aligned, ROWS, STEP};
-use crate::kernels::{AttendTiles, Kernels, QuantActivations, TransposeFn, NR};
+use crate::kernels::{AttendTiles, CachedRows, Kernels, QuantActivations, TransposeFn, NR};
 use crate::session::KvCache;
 use std::ops::Range;
 
@@ -81,17 +81,22 @@ impl<'a> BfTiles<'a> {
     }
 }
 
+/// The rows of the block at j0 of a cache's (bits from position 0, stride apart), `live` of them
+/// read.
+fn block<'c>((bits, stride): (&'c [u16], usize), j0: usize, live: &Range<usize>) -> CachedRows<'c> {
+    CachedRows { bits: &bits[j0 * stride..], stride, live: live.clone() }
+}
+
 impl Products for BfTiles<'_> {
     const KC: usize = KC;
 
     fn load(&mut self, j0: usize, js: Range<usize>, ks: usize) {
         let live = js.start - j0..js.end - j0;
-        let ((keys, k_stride), (values, v_stride)) = (self.keys, self.values);
         let kt = self.kt.slice_mut(ks * self.kwp / 2);
-        pack_keys(self.transpose, &keys[j0 * k_stride..], k_stride, live.clone(), self.kw, self.kwp, ks, kt);
+        pack_keys(self.transpose, block(self.keys, j0, &live), self.kw, self.kwp, ks, kt);
         let ksp = round_up(ks, STEP);
         let vt = self.vt.slice_mut(ksp / 2 * self.vwp);
-        (self.tiles.pack_values)(&values[j0 * v_stride..], v_stride, live, self.vw, self.vwp, ksp, vt);
+        (self.tiles.pack_values)(block(self.values, j0, &live), self.vw, self.vwp, ksp, vt);
     }
 
     fn scores(&mut self, ks: usize) -> (&mut [f32], &mut [f32]) {

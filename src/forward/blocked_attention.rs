@@ -24,31 +24,12 @@
 //! not depend on which rows share its block.
 
 use super::bf16_attention::BfTiles;
+use super::block_products::{round_up, Products};
+pub(super) use super::block_products::{Cached, Queries};
 use super::buffers::Buffers as Pool;
 use crate::kernels::{Kernels, MR, NR};
 use crate::session::KvCache;
 use std::ops::Range;
-
-/// Where a block's keys and values come from: MLA's latent rows (keys: the whole cached row;
-/// values: its leading vw values), or one KV head of a GQA cache (K and V rows).
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Cached {
-    Latent,
-    Head { kv_head: usize },
-}
-
-/// A block of query rows of one sequence: queries [rows, heads, kw], the cached positions each
-/// row attends to, the key width `kw`, the value width `vw`, the score scale and where keys and
-/// values come from.
-pub(super) struct Queries<'a> {
-    pub q: &'a [f32],
-    pub live: &'a [Range<usize>],
-    pub heads: usize,
-    pub kw: usize,
-    pub vw: usize,
-    pub scale: f32,
-    pub from: Cached,
-}
 
 /// The attention of a block's queries (M = rows·heads, row-major) over one range of cached
 /// positions, unnormalised: per query the largest score `max`, `sum` = Σ_j e^(s_j − max) and
@@ -57,10 +38,6 @@ pub(super) struct Partial {
     max: Vec<f32>,
     sum: Vec<f32>,
     acc: Vec<f32>,
-}
-
-pub(super) fn round_up(x: usize, m: usize) -> usize {
-    x.div_ceil(m) * m
 }
 
 /// Scratch of one `partial` call, sized for its queries.
@@ -137,22 +114,6 @@ pub(super) fn partial(
         Some(tiles) => blocks(tiles, kern, pool, qs, pos),
         None => blocks(Floats::new(kern, pool, kv, layer, qs), kern, pool, qs, pos),
     }
-}
-
-/// How a block of cached positions meets the queries: f32 micro-tiles over rows widened from any
-/// cache (`Floats`), or bf16 tiles over a bf16 cache's rows as stored (`BfTiles`).
-pub(super) trait Products {
-    /// Cached positions per block (blocks sit at its multiples).
-    const KC: usize;
-    /// Read block j0's rows `js` (the block's other rows count as zero); ks scores per query.
-    fn load(&mut self, j0: usize, js: Range<usize>, ks: usize);
-    /// The block's scores [mp, ks] = q·kᵀ (unscaled; mp: the queries padded to the products'
-    /// row multiple), and the accumulators ([mp, vw padded to NR]).
-    fn scores(&mut self, ks: usize) -> (&mut [f32], &mut [f32]);
-    /// acc += weights·V, the weights being the scores as `weigh` left them.
-    fn values(&mut self, ks: usize);
-    /// The accumulators, in a buffer of `pool`'s; the others back to it.
-    fn finish(self, pool: &Pool) -> Vec<f32>;
 }
 
 /// The blocks of `pos` some query attends to, in order: load, scores, weights, values.
@@ -450,7 +411,7 @@ pub(super) mod tests {
                 false,
                 1e-5,
             ),
-            ("bf16 tiles", crate::kernels::attend_tiles::model_kernels(), &[KvDtype::BF16], true, 8e-3),
+            ("bf16 tiles", crate::kernels::attend_model_kernels(), &[KvDtype::BF16], true, 8e-3),
         ]
     }
 

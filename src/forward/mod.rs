@@ -17,6 +17,7 @@
 
 mod attention;
 mod bf16_attention;
+mod block_products;
 mod blocked_attention;
 pub(crate) mod buffers;
 mod check;

@@ -72,7 +72,9 @@ impl XRows<'_> {
     }
 }
 pub(crate) use amx::attend as attend_tiles;
-pub(crate) use table::{AttendTiles, TransposeFn, MR, NR};
+#[cfg(test)]
+pub(crate) use amx::attend_tests::model_kernels as attend_model_kernels;
+pub(crate) use table::{AttendTiles, CachedRows, TransposeFn, MR, NR};
 
 pub use rowwise::{
     add_bias, add_bias_row, layernorm, rmsnorm, rmsnorm_inplace, rmsnorm_inplace_shifted, rmsnorm_shifted,

@@ -168,8 +168,16 @@ pub(crate) struct AttendTiles {
 }
 
 /// `amx::attend::pack_values`: a block's value rows into the value product's tile order.
-pub(crate) type PackValuesFn =
-    fn(rows: &[u16], stride: usize, live: Range<usize>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]);
+pub(crate) type PackValuesFn = fn(rows: CachedRows<'_>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]);
+
+/// Rows of a block of cached positions as a KV cache stores them: row j (block-relative) at
+/// `bits[j·stride ..]`, for j in `live` (the block's other rows are not read).
+#[derive(Clone)]
+pub(crate) struct CachedRows<'a> {
+    pub bits: &'a [u16],
+    pub stride: usize,
+    pub live: Range<usize>,
+}
 
 /// The kernels of one dtype on one path.
 #[derive(Clone, Copy)]

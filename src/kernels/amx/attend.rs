@@ -20,8 +20,7 @@
 
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::kernels::bf16act::round_slice;
-use crate::kernels::table::TransposeFn;
-use std::ops::Range;
+use crate::kernels::table::{CachedRows, TransposeFn};
 
 /// Queries (A rows) per tile; positions per score tile; value dims per output tile.
 pub const ROWS: usize = TILE_ROWS;
@@ -108,20 +107,11 @@ pub fn round_rows(src: &[f32], cols: usize, width: usize, dst: &mut [u16]) {
 }
 
 /// kt = a block's keys in tile order ([ks / 16][kwp / 2][16] u32, see the module): key row j is
-/// `rows[j·stride ..][..kw]` for j in `live` (block-relative), zero for the block's other rows and
-/// past kw. Whole groups of 16 live rows are turned pair-major by the path's `transpose` in
-/// place (their bits moved as f32 lanes, never computed on); the others pair by pair.
-#[allow(clippy::too_many_arguments)]
-pub fn pack_keys(
-    transpose: TransposeFn,
-    rows: &[u16],
-    stride: usize,
-    live: Range<usize>,
-    kw: usize,
-    kwp: usize,
-    ks: usize,
-    kt: &mut [u32],
-) {
+/// `rows.bits[j·stride ..][..kw]` for j in `rows.live`, zero for the block's other rows and past
+/// kw. Whole groups of 16 live rows are turned pair-major by the path's `transpose` in place
+/// (their bits moved as f32 lanes, never computed on); the others pair by pair.
+pub fn pack_keys(transpose: TransposeFn, rows: CachedRows<'_>, kw: usize, kwp: usize, ks: usize, kt: &mut [u32]) {
+    let CachedRows { bits, stride, live } = rows;
     let pairs = kwp / 2;
     assert_eq!(kt.len(), ks * pairs, "amx keys: buffer");
     for (g, dst) in kt.chunks_exact_mut(pairs * ROWS).enumerate() {
@@ -129,7 +119,7 @@ pub fn pack_keys(
         let (a, b) = (live.start.max(group.start), live.end.min(group.end));
         if (a, b) == (group.start, group.end) && kw == kwp && stride.is_multiple_of(2) {
             // SAFETY: any bits are a valid f32; align_to splits off what is not 4-byte aligned.
-            let (head, src, _) = unsafe { rows[group.start * stride..].align_to::<f32>() };
+            let (head, src, _) = unsafe { bits[group.start * stride..].align_to::<f32>() };
             if head.is_empty() {
                 // SAFETY: as above (u32 and f32 have one alignment: nothing is split off).
                 let (_, out, _) = unsafe { dst.align_to_mut::<f32>() };
@@ -140,7 +130,7 @@ pub fn pack_keys(
         // Pair by pair: zero outside the live rows and past kw.
         dst.fill(0);
         for j in a..b {
-            for (q, pair) in rows[j * stride..][..kw].chunks(2).enumerate() {
+            for (q, pair) in bits[j * stride..][..kw].chunks(2).enumerate() {
                 let high = pair.get(1).map_or(0, |&h| u32::from(h) << 16);
                 dst[q * ROWS + j - group.start] = u32::from(pair[0]) | high;
             }
@@ -149,26 +139,20 @@ pub fn pack_keys(
 }
 
 /// vt = a block's values in tile order ([ksp / 2][vwp] u32, see the module): value row j is
-/// `rows[j·stride ..][..vw]` for j in `live` (block-relative), zero for the block's other rows and
-/// past vw. (Portable: the tile model's; the hardware's is compiled for AVX-512, `hw::ATTEND`.)
+/// `rows.bits[j·stride ..][..vw]` for j in `rows.live`, zero for the block's other rows and past
+/// vw (`table::PackValuesFn`; portable: the tile model's, the hardware's is compiled for
+/// AVX-512, `hw::ATTEND`).
 #[cfg(test)]
-pub fn pack_values(rows: &[u16], stride: usize, live: Range<usize>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]) {
-    pack_values_body(rows, stride, live, vw, vwp, ksp, vt)
+pub fn pack_values(rows: CachedRows<'_>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]) {
+    pack_values_body(rows, vw, vwp, ksp, vt)
 }
 
 /// `pack_values`, inlined into a caller compiled for wider vectors (`hw::ATTEND`).
 #[inline(always)]
-pub fn pack_values_body(
-    rows: &[u16],
-    stride: usize,
-    live: Range<usize>,
-    vw: usize,
-    vwp: usize,
-    ksp: usize,
-    vt: &mut [u32],
-) {
+pub fn pack_values_body(rows: CachedRows<'_>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]) {
+    let CachedRows { bits, stride, live } = rows;
     assert_eq!(vt.len(), ksp / 2 * vwp, "amx values: buffer");
-    let row = |j: usize| (live.contains(&j)).then(|| &rows[j * stride..][..vw]);
+    let row = |j: usize| (live.contains(&j)).then(|| &bits[j * stride..][..vw]);
     for (r, dst) in vt.chunks_exact_mut(vwp).enumerate() {
         match (row(2 * r), row(2 * r + 1)) {
             (Some(e), Some(o)) => {
@@ -310,15 +294,4 @@ pub fn values<T: Tiles>(p: &[u16], ksp: usize, vt: &[u32], vwp: usize, acc: &mut
         }
     }
     t.release();
-}
-
-/// `Reduced`-mode kernels of the portable path whose attention products run on the tile model
-/// (`amx::model`): the tiled attention's tests on any CPU.
-#[cfg(test)]
-pub fn model_kernels() -> crate::kernels::Kernels {
-    use super::model::Model;
-    use crate::kernels::table::{AttendTiles, Table};
-    let attend = Some(AttendTiles { scores: scores::<Model>, values: values::<Model>, pack_values });
-    let table = Table { attend, ..crate::kernels::generic::GENERIC };
-    crate::kernels::dispatch::kernels_on(table, crate::kernels::QuantActivations::Reduced)
 }

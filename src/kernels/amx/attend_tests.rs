@@ -6,8 +6,22 @@ use super::attend::{pack_keys, pack_values, round_rows, scores, values, Aligned,
 use super::model::Model;
 use crate::kernels::bf16act::round_bf16;
 use crate::kernels::generic;
+use crate::kernels::table::{AttendTiles, CachedRows, Table};
 use crate::kernels::tests::{sample, FLOAT_TOL};
 use std::ops::Range;
+
+/// `Reduced`-mode kernels of the portable path whose attention products run on the tile model:
+/// the tiled attention's tests on any CPU (`forward::blocked_attention`, `forward::gqa_attend`).
+pub(crate) fn model_kernels() -> crate::kernels::Kernels {
+    let attend = Some(AttendTiles { scores: scores::<Model>, values: values::<Model>, pack_values });
+    let table = Table { attend, ..generic::GENERIC };
+    crate::kernels::dispatch::kernels_on(table, crate::kernels::QuantActivations::Reduced)
+}
+
+/// `CachedRows` of `bits`.
+fn at(bits: &[u16], stride: usize, live: Range<usize>) -> CachedRows<'_> {
+    CachedRows { bits, stride, live }
+}
 
 /// n bf16 values of `sample`'s, rounded.
 fn bits(n: usize, seed: u64) -> Vec<u16> {
@@ -42,7 +56,7 @@ fn keys_land_pair_major_per_16_positions_zero_outside_the_live_rows() {
             let mut buf = Aligned::default();
             let kt = buf.slice_mut::<u32>(ks * kwp / 2);
             kt.fill(0xDEAD_BEEF);
-            pack_keys(generic::transpose, &rows, stride, live.clone(), kw, kwp, ks, kt);
+            pack_keys(generic::transpose, at(&rows, stride, live.clone()), kw, kwp, ks, kt);
             for g in 0..ks / ROWS {
                 for q in 0..kwp / 2 {
                     for j in 0..ROWS {
@@ -66,7 +80,7 @@ fn values_land_in_position_pairs_zero_outside_the_live_rows() {
             let mut buf = Aligned::default();
             let vt = buf.slice_mut::<u32>(ksp / 2 * vwp);
             vt.fill(0xDEAD_BEEF);
-            pack_values(&rows, stride, live.clone(), vw, vwp, ksp, vt);
+            pack_values(at(&rows, stride, live.clone()), vw, vwp, ksp, vt);
             for r in 0..ksp / 2 {
                 for d in 0..vwp {
                     let at = |j: usize| if live.contains(&j) && d < vw { u32::from(rows[j * stride + d]) } else { 0 };
@@ -117,11 +131,11 @@ impl Block {
             (Aligned::default(), Aligned::default(), Aligned::default(), Aligned::default());
         q.slice_mut(mp * kwp).copy_from_slice(&bits(mp * kwp, seed));
         let keys = bits(ks * kwp, seed + 1);
-        pack_keys(generic::transpose, &keys, kwp, 0..ks, kwp, kwp, ks, kt.slice_mut(ks * kwp / 2));
+        pack_keys(generic::transpose, at(&keys, kwp, 0..ks), kwp, kwp, ks, kt.slice_mut(ks * kwp / 2));
         let w: Vec<u16> = sample(mp * ks, seed + 2).iter().map(|&v| round_bf16(v.abs())).collect();
         round_rows(&w.iter().map(|&b| wide(b) as f32).collect::<Vec<_>>(), ks, ksp, p.slice_mut(mp * ksp));
         let vals = bits(ks * vwp, seed + 3);
-        pack_values(&vals, vwp, 0..ks, vwp, vwp, ksp, vt.slice_mut(ksp / 2 * vwp));
+        pack_values(at(&vals, vwp, 0..ks), vwp, vwp, ksp, vt.slice_mut(ksp / 2 * vwp));
         Block { mp, kwp, ks, vwp, q, keys, kt, p, vals, vt, acc0: sample(mp * vwp, seed + 4) }
     }
 
@@ -199,8 +213,8 @@ fn amx_hardware_attention_matches_the_model() {
         let rows = bits(ksp * stride + vw, 3);
         for live in LIVES {
             let (mut a, mut b) = (vec![1u32; ksp / 2 * vwp], vec![2u32; ksp / 2 * vwp]);
-            pack_values(&rows, stride, live.clone(), vw, vwp, ksp, &mut a);
-            (super::hw::ATTEND.pack_values)(&rows, stride, live.clone(), vw, vwp, ksp, &mut b);
+            pack_values(at(&rows, stride, live.clone()), vw, vwp, ksp, &mut a);
+            (super::hw::ATTEND.pack_values)(at(&rows, stride, live.clone()), vw, vwp, ksp, &mut b);
             assert_eq!(a, b, "vw {vw} live {live:?}: packed values");
         }
     }

@@ -4,6 +4,7 @@
 //! `Hw` is reached only through the AMX table, which exists only when `status()` is Ok.
 
 use super::{TileConfig, Tiles};
+use crate::kernels::table::CachedRows;
 use core::arch::asm;
 use std::sync::OnceLock;
 
@@ -147,28 +148,12 @@ pub(crate) const ATTEND: crate::kernels::table::AttendTiles = crate::kernels::ta
 };
 
 /// `attend::pack_values` compiled for AVX-512 (32 values per instruction).
-fn pack_values(
-    rows: &[u16],
-    stride: usize,
-    live: std::ops::Range<usize>,
-    vw: usize,
-    vwp: usize,
-    ksp: usize,
-    vt: &mut [u32],
-) {
+fn pack_values(rows: CachedRows<'_>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]) {
     #[target_feature(enable = "avx2,avx512f,avx512bw")]
-    unsafe fn wide(
-        rows: &[u16],
-        stride: usize,
-        live: std::ops::Range<usize>,
-        vw: usize,
-        vwp: usize,
-        ksp: usize,
-        vt: &mut [u32],
-    ) {
-        super::attend::pack_values_body(rows, stride, live, vw, vwp, ksp, vt)
+    unsafe fn wide(rows: CachedRows<'_>, vw: usize, vwp: usize, ksp: usize, vt: &mut [u32]) {
+        super::attend::pack_values_body(rows, vw, vwp, ksp, vt)
     }
     // SAFETY: reached only through the AMX table, which exists only on CPUs with AVX-512 F/BW
     // (it extends the AVX-512 BF16 table).
-    unsafe { wide(rows, stride, live, vw, vwp, ksp, vt) }
+    unsafe { wide(rows, vw, vwp, ksp, vt) }
 }

@@ -13,7 +13,7 @@
 
 pub(crate) mod attend;
 #[cfg(test)]
-mod attend_tests;
+pub(crate) mod attend_tests;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod hw;
