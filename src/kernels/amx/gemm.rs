@@ -38,11 +38,18 @@ pub(super) const TK: usize = TILE_COLSB / 2;
 const TQ: usize = TK / 2;
 const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's width");
 
-/// Weight rows per task, for rows of `cols` columns against n activation rows: each panel pair
-/// meets the task's 2 × 2 blocks in turn, so the panels are read from further away once per task
-/// and the task's weights from L2 once per panel pair. Whole blocks, 32 to 128 rows, whose
-/// weights stay within 704 KiB when there are many panel pairs (n ≥ 256: the panels' trips
-/// matter) and 256 KiB when there are few. One thread on the AMX Xeon (`RAYON_NUM_THREADS=1
+/// Weight rows per task, for rows of `cols` columns (a chunk's, `KC`) against n activation rows:
+/// each panel pair meets the task's 2 × 2 blocks in turn, so the panels are read from further
+/// away once per task and the task's weights from L2 once per panel pair. Whole blocks, 32 to
+/// 128 rows, whose weights stay within 704 KiB when the panels' trips matter — many panel pairs
+/// (n ≥ 256), or panels of more than `PANELS_NEAR` bytes (`panel_bytes`: wide rows, in chunks,
+/// whose panels each task reads from L3) — and 256 KiB otherwise. Mixtral's down projection
+/// (4096 × 14336 in chunks of 3584) went from 32- to 96-row tasks with that: one thread, ms,
+/// three rounds alternating, n = 96 / 128 / 160: 20.8–21.6 / 25.5–26.4 / 31.0–32.0 →
+/// 18.6–19.1 / 21.9–23.1 / 26.7–28.0 (the figures below, from an earlier build, had 32 rows
+/// fastest there); 2048 × 5632 (1.4 MiB of panels at n = 128): n = 64 / 128 / 200 with 96-row
+/// tasks 2.41–2.48 / 4.31–4.48 / 7.53–7.89 → 2.62–2.74 / 4.44–4.52 / 6.52–6.78, hence the
+/// threshold. One thread on the AMX Xeon (`RAYON_NUM_THREADS=1
 /// examples/bf16gemm`, fastest of 4–8, two rounds, ms for 32 / 64 / 128 rows; rows × cols, n):
 /// 14336 × 4096, 128: 21.7–22.5 / 23.9–24.2 / 24.5–24.7; 4096 × 14336, 128: 29.2–30.0 /
 /// 33.8–34.7 / 33.1–33.6; 4096 × 14336, 512: 102–107 / 125–126 / 120–121; 14336 × 4096, 512:
@@ -51,10 +58,15 @@ const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's
 /// 2048, 64: 0.52 / 0.48–0.49 / 0.49–0.50; 1408 × 2048, 34: 0.55–0.56 / 0.54–0.58 / 0.57–0.58.
 /// Which rows a task holds changes no result (each output is one chain over the columns). Wider
 /// rows go in chunks of `KC` columns, sized as rows of KC.
-fn task_rows(cols: usize, n: usize) -> usize {
-    let budget = if n >= 256 { 704 << 10 } else { 256 << 10 };
+fn task_rows(cols: usize, n: usize, panel_bytes: usize) -> usize {
+    let far = n >= 256 || panel_bytes > PANELS_NEAR;
+    let budget = if far { 704 << 10 } else { 256 << 10 };
     (budget / (2 * cols.max(1)) / BLOCK * BLOCK).clamp(BLOCK, 4 * BLOCK)
 }
+
+/// The most bytes of activation panels that stay in L2 (2 MiB here) across a product's tasks
+/// beside a task's weights (`task_rows`).
+const PANELS_NEAR: usize = 1536 << 10;
 
 /// The most columns per chunk (`chunk_width` splits a row evenly): a task's blocks meet every
 /// panel pair over one chunk, then the next, so that rows wider than this (Mixtral's
@@ -224,8 +236,8 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     if rows.is_empty() || n == 0 {
         return;
     }
-    let task_rows = task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n);
     let (n_panels, chunks) = (n.div_ceil(NR), cols.div_ceil(kc));
+    let task_rows = task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n, panels.len() * 4);
     let sink = Sink { transpose, dest, n, up };
     let task = |task: usize| {
         let r0 = rows.start + task * task_rows;
