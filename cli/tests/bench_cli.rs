@@ -190,6 +190,8 @@ fn markdown_report_is_a_header_and_one_row_per_test() {
         assert_eq!(c[9], "", "no efficiency without the probe");
     }
     assert!(err.contains("pp16") && !out.contains("warm-up"), "progress belongs on stderr");
+    let size = std::fs::metadata(&m).unwrap().len() as f64 / 1e9;
+    assert!(err.contains(&format!("model pages read in ({size:.2} GB in ")), "the pages read before the runs: {err}");
 }
 
 #[test]

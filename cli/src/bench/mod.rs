@@ -5,6 +5,7 @@
 mod footprint;
 mod probe;
 mod report;
+mod resident;
 mod timing;
 
 use crate::{model_path, threads};
@@ -82,6 +83,11 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
 
     let path = model_path::resolve(a.model.as_deref())?;
     let mut model = crate::model_path::open(&path, &LoadOptions::default())?;
+    if model.mapping().is_mapped() {
+        let bytes = model.bytes();
+        let secs = resident::read_in(bytes);
+        eprintln!("bench: model pages read in ({:.2} GB in {secs:.2} s)", bytes.len() as f64 / 1e9);
+    }
     let cx = Context {
         model_filename: path.display().to_string(),
         model: file_stem(&path),
