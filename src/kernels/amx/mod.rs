@@ -24,6 +24,7 @@ mod int8_tests;
 #[cfg(test)]
 mod model;
 mod sink;
+mod split;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +40,8 @@ pub(crate) fn prepare_thread() {
 pub const TILE_ROWS: usize = 16;
 /// Bytes per row of a tile register.
 pub const TILE_COLSB: usize = 64;
+/// bf16 columns per row of a tile register (a bf16 A tile's step along the columns).
+pub(crate) const TK: usize = TILE_COLSB / 2;
 
 /// The 64-byte operand of `ldtilecfg` (palette 1): each register's rows and bytes per row;
 /// a register with zero rows is unconfigured.

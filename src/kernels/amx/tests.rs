@@ -3,8 +3,10 @@
 //! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
 //! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
 
-use super::gemm::{a_tile, b_tile, chunk_width, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf, KC, TK};
+use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf};
 use super::model::Model;
+use super::split::{chunk_width, KC};
+use super::TK;
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
 use crate::kernels::bf16act::{round_bf16, Bf16Acts};
