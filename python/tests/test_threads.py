@@ -3,6 +3,7 @@ the same answers as one thread; one session refuses a second concurrent call."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any, Dict, List, Tuple
@@ -11,12 +12,18 @@ import pytest
 
 import colibri
 
-PROMPT = [i % 390 for i in range(7, 307)]  # ~0.3 s of prefill on the fixture
+PROMPT = [i % 390 for i in range(7, 307)]
+# Seconds each thread's timed span lasts at least: a prefill of PROMPT takes a few ms on fast
+# kernels (4 ms on an AMX Xeon), as little as one thread's start can lag the other's on a busy
+# two-core machine, so each thread repeats it for this long.
+SPAN_SECONDS = 0.3
 
 
 def test_two_sessions_in_two_threads_overlap_and_agree(model: colibri.Model, oracle: Dict[str, Any]) -> None:
     with model.session() as s:
+        t0 = time.perf_counter()
         ref_logits = list(s.infer(PROMPT))
+        reps = max(1, math.ceil(SPAN_SECONDS / max(time.perf_counter() - t0, 1e-6)))
         s.reset()
         ref_ids = s.generate_ids(oracle["greedy_prompt"], max_tokens=32, temperature=0, ignore_eos=True)
     assert ref_ids == oracle["greedy_f32"]
@@ -31,7 +38,10 @@ def test_two_sessions_in_two_threads_overlap_and_agree(model: colibri.Model, ora
             with model.session() as s:
                 barrier.wait()
                 t0 = time.perf_counter()
-                logits = s.infer(PROMPT)
+                for r in range(reps):
+                    if r:
+                        s.reset()
+                    logits = s.infer(PROMPT)
                 spans[i] = (t0, time.perf_counter())
                 s.reset()
                 ids = s.generate_ids(oracle["greedy_prompt"], max_tokens=32, temperature=0, ignore_eos=True)
