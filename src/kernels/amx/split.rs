@@ -34,7 +34,7 @@ pub(super) fn task_rows(cols: usize, n: usize, panel_bytes: usize) -> usize {
 
 /// The most bytes of activation panels that stay in L2 (2 MiB here) across a product's tasks
 /// beside a task's weights (`task_rows`).
-const PANELS_NEAR: usize = 1536 << 10;
+pub(super) const PANELS_NEAR: usize = 1536 << 10;
 
 /// The most columns per chunk (`chunk_width` splits a row evenly): a task's blocks meet every
 /// panel pair over one chunk, then the next, so that rows wider than this (Mixtral's

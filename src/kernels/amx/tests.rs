@@ -5,7 +5,8 @@
 
 use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf};
 use super::model::Model;
-use super::split::{chunk_width, KC};
+use super::sink::BLOCK;
+use super::split::{chunk_width, task_rows, KC, PANELS_NEAR};
 use super::TK;
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS};
 use crate::format::DType;
@@ -284,6 +285,26 @@ fn rows_wider_than_a_chunk_split_into_as_few_chunks_of_equal_width() {
         assert!(cols - (chunks - 1) * kc + chunks * TK > kc, "{cols} columns: chunks of {kc}");
     }
     assert_eq!((chunk_width(5632), chunk_width(14336)), (2816, 3584));
+}
+
+#[test]
+fn tasks_are_whole_blocks_and_grow_only_when_the_panels_leave_l2() {
+    for cols in [64, 1408, 2048, 2816, 3584, 4096, 8192, 20000] {
+        for n in [1, 16, 33, 64, 128, 255, 256, 512] {
+            let near = task_rows(cols, n, n * cols * 2);
+            let far = task_rows(cols, n, PANELS_NEAR + 1);
+            for rows in [near, far] {
+                assert!(rows.is_multiple_of(BLOCK) && (BLOCK..=4 * BLOCK).contains(&rows), "{cols} × {n}: {rows}");
+            }
+            assert!(far >= near, "{cols} columns, n {n}: {far} rows with far panels against {near}");
+            if n >= 256 {
+                assert_eq!(near, far, "{cols} columns, n {n}: many panel pairs size the task alike");
+            }
+        }
+    }
+    // Mixtral's down projection (chunks of 3584) at 128 rows: 2.7 MiB of panels take 96-row tasks.
+    let (kc, n) = (chunk_width(14336), 128);
+    assert!(task_rows(kc, n, n * 14336 * 2) > task_rows(kc, n, n * kc * 2));
 }
 
 /// Fused gate/up products the tile model has run through `model_gemm`.
