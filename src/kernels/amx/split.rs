@@ -17,8 +17,9 @@ use super::TK;
 /// 18.6–19.1 / 21.9–23.1 / 26.7–28.0 (the figures below, from an earlier build, had 32 rows
 /// fastest there); 2048 × 5632 in chunks of 2816 (0.7 / 1.4 / 2.2 MiB of panels at n = 64 / 128
 /// / 200), 32- against 96-row tasks: 2.41–2.48 → 2.62–2.74, 4.31–4.48 → 4.44–4.52, 7.53–7.89 →
-/// 6.52–6.78 ms — bigger tasks pay once the panels are past L2, hence the threshold. One thread on the AMX Xeon (`RAYON_NUM_THREADS=1
-/// examples/bf16gemm`, fastest of 4–8, two rounds, ms for 32 / 64 / 128 rows; rows × cols, n):
+/// 6.52–6.78 ms — bigger tasks pay once the panels are past L2, hence the threshold. One thread
+/// on the AMX Xeon (`RAYON_NUM_THREADS=1 examples/bf16gemm`, fastest of 4–8, two rounds, ms for
+/// 32 / 64 / 128 rows; rows × cols, n):
 /// 14336 × 4096, 128: 21.7–22.5 / 23.9–24.2 / 24.5–24.7; 4096 × 14336, 128: 29.2–30.0 /
 /// 33.8–34.7 / 33.1–33.6; 4096 × 14336, 512: 102–107 / 125–126 / 120–121; 14336 × 4096, 512:
 /// 93–100 / 82–88 / 81–86; 4096 × 4096, 512: 27.6–28.0 / 25.2–26.2 / 26.1–26.2; 2048 × 5632,
