@@ -1,0 +1,150 @@
+// One-thread read rates of a bf16 matrix-vector product on AMX tiles against plain streaming
+// reads of the same bytes: what bounds bf16 decode on an AMX Xeon (docs/performance.md, "AMX
+// Xeon, 2026-12-06 (eighth session)").
+//
+//   gcc -O2 -march=sapphirerapids -o /tmp/bf16_gemv_amx bench/probes/bf16_gemv_amx.c
+//   /tmp/bf16_gemv_amx [COLS=2048] [PASSES=9] [MIB=512]
+//
+// A MIB-MiB matrix of COLS-column bf16 rows in 2 MiB pages (MADV_HUGEPAGE), read once per
+// variant per pass; printed are the median and best GB/s of thread CPU time, and the median's
+// ratio to the first variant (the bench probe's kind of loop: 16-byte loads, four per line).
+// The products compute nothing useful (timing only); each reads every byte once:
+//   sum xmm        four 16-byte loads per 64-byte line, one sequential stream
+//   sum zmm        one 64-byte load per line
+//   sum zmm+pf     the same with a prefetch 512 bytes ahead
+//   amx rows       the decode shape colibri runs: 32 weight rows per block (two A tiles of 16
+//                  rows × 64 bytes, rows COLS·2 bytes apart), one activation row (C 16 × 1)
+//   amx rows16+pf  16 rows per block, each row's line four steps ahead prefetched
+//   amx tiles      the same bytes in tile order (per 32-row group and 32-column step, 2 KiB:
+//                  tile 0's 16 rows × 64 bytes, then tile 1's), loads 64 bytes apart
+//   amx tiles+pf   the same with the next 32 lines prefetched 512 bytes ahead
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+typedef struct { uint8_t palette, start, res[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
+
+static int rows, cols;
+static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+
+static uint64_t sum_xmm(const char *p, size_t n) {
+  __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
+  for (size_t i = 0; i < n; i += 64) {
+    a = _mm_add_epi64(a, _mm_load_si128((const void *)(p + i)));
+    b = _mm_add_epi64(b, _mm_load_si128((const void *)(p + i + 16)));
+    c = _mm_add_epi64(c, _mm_load_si128((const void *)(p + i + 32)));
+    d = _mm_add_epi64(d, _mm_load_si128((const void *)(p + i + 48)));
+  }
+  a = _mm_add_epi64(_mm_add_epi64(a, b), _mm_add_epi64(c, d));
+  return (uint64_t)_mm_extract_epi64(a, 0) + (uint64_t)_mm_extract_epi64(a, 1);
+}
+static uint64_t sum_zmm(const char *p, size_t n, int pf) {
+  __m512i a = _mm512_setzero_si512(), b = a;
+  for (size_t i = 0; i < n; i += 128) {
+    if (pf) { _mm_prefetch(p + i + 512, _MM_HINT_T0); _mm_prefetch(p + i + 576, _MM_HINT_T0); }
+    a = _mm512_add_epi64(a, _mm512_load_si512((const void *)(p + i)));
+    b = _mm512_add_epi64(b, _mm512_load_si512((const void *)(p + i + 64)));
+  }
+  return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a, b));
+}
+static void amx_rows(const char *w, const uint16_t *x, float *y) {
+  for (int r = 0; r < rows; r += 32) {
+    _tile_zero(0); _tile_zero(1);
+    const char *a0 = w + (size_t)r * cols * 2, *a1 = a0 + (size_t)16 * cols * 2;
+    for (int s = 0; s < cols / 32; s++) {
+      _tile_loadd(4, a0 + s * 64, cols * 2); _tile_loadd(5, a1 + s * 64, cols * 2);
+      _tile_loadd(6, x + s * 32, 4);
+      _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 5, 6);
+    }
+    _tile_stored(0, y + r, 4); _tile_stored(1, y + r + 16, 4);
+  }
+}
+static void amx_rows16(const char *w, const uint16_t *x, float *y) {
+  for (int r = 0; r < rows; r += 16) {
+    _tile_zero(0);
+    const char *a = w + (size_t)r * cols * 2;
+    for (int s = 0; s < cols / 32; s++) {
+      if (s + 4 < cols / 32)
+        for (int i = 0; i < 16; i++) _mm_prefetch(a + (size_t)i * cols * 2 + (s + 4) * 64, _MM_HINT_T0);
+      _tile_loadd(4, a + s * 64, cols * 2);
+      _tile_loadd(6, x + s * 32, 4);
+      _tile_dpbf16ps(0, 4, 6);
+    }
+    _tile_stored(0, y + r, 4);
+  }
+}
+static void amx_tiles(const char *w, const uint16_t *x, float *y, int pf) {
+  for (int r = 0; r < rows; r += 32) {
+    _tile_zero(0); _tile_zero(1);
+    const char *g = w + (size_t)r * cols * 2;
+    for (int s = 0; s < cols / 32; s++) {
+      const char *t = g + (size_t)s * 2048;
+      if (pf)
+        for (int i = 0; i < 32; i++) _mm_prefetch(t + 512 + i * 64, _MM_HINT_T0);
+      _tile_loadd(4, t, 64); _tile_loadd(5, t + 1024, 64);
+      _tile_loadd(6, x + s * 32, 4);
+      _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 5, 6);
+    }
+    _tile_stored(0, y + r, 4); _tile_stored(1, y + r + 16, 4);
+  }
+}
+
+enum { VARIANTS = 7, MAXPASS = 64 };
+static const char *names[VARIANTS] = {"sum xmm", "sum zmm", "sum zmm+pf", "amx rows", "amx rows16+pf", "amx tiles", "amx tiles+pf"};
+
+static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+int main(int argc, char **argv) {
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) { perror("AMX permission"); return 1; }
+  cols = argc > 1 ? atoi(argv[1]) : 2048;
+  int passes = argc > 2 ? atoi(argv[2]) : 9;
+  size_t bytes = (size_t)(argc > 3 ? atol(argv[3]) : 512) << 20;
+  if (cols <= 0 || cols % 32 || passes < 1 || passes > MAXPASS) { fprintf(stderr, "COLS a multiple of 32, 1 <= PASSES <= %d\n", MAXPASS); return 2; }
+  rows = (int)(bytes / 2 / cols) / 32 * 32;
+  bytes = (size_t)rows * cols * 2;
+  tilecfg c; memset(&c, 0, sizeof c); c.palette = 1;
+  for (int t = 0; t < 2; t++) { c.colsb[t] = 4; c.rows[t] = 16; }
+  for (int t = 4; t < 6; t++) { c.colsb[t] = 64; c.rows[t] = 16; }
+  c.colsb[6] = 4; c.rows[6] = 16;
+  _tile_loadconfig(&c);
+  char *w = aligned_alloc(2 << 20, (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20));
+  madvise(w, bytes, MADV_HUGEPAGE);
+  for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)w)[i] = (uint16_t)(0x3c00 + ((i * 2654435761u) >> 25 & 0x7f));
+  uint16_t *x = aligned_alloc(64, (size_t)cols * 2);
+  for (int i = 0; i < cols; i++) x[i] = (uint16_t)(0x3c00 + (i & 0x3f));
+  float *y = aligned_alloc(64, (size_t)rows * 4);
+  static double rate[VARIANTS][MAXPASS];
+  uint64_t sink = 0;
+  for (int p = 0; p < passes; p++)
+    for (int v = 0; v < VARIANTS; v++) {
+      double t0 = cpu();
+      switch (v) {
+      case 0: sink += sum_xmm(w, bytes); break;
+      case 1: sink += sum_zmm(w, bytes, 0); break;
+      case 2: sink += sum_zmm(w, bytes, 1); break;
+      case 3: amx_rows(w, x, y); break;
+      case 4: amx_rows16(w, x, y); break;
+      case 5: amx_tiles(w, x, y, 0); break;
+      case 6: amx_tiles(w, x, y, 1); break;
+      }
+      rate[v][p] = bytes / (cpu() - t0) / 1e9;
+      sink += (uint64_t)y[7];
+    }
+  printf("%d x %d bf16 (%zu MiB), %d passes, GB/s of thread CPU time\n", rows, cols, bytes >> 20, passes);
+  double base = 0;
+  for (int v = 0; v < VARIANTS; v++) {
+    qsort(rate[v], passes, sizeof(double), by_value);
+    double med = rate[v][passes / 2];
+    if (v == 0) base = med;
+    printf("%-14s median %6.2f  best %6.2f  median / sum xmm %.2f\n", names[v], med, rate[v][passes - 1], med / base);
+  }
+  return sink == 42;
+}
