@@ -45,7 +45,12 @@ pub(super) fn software_prefetch() -> bool {
 /// 14.3 / 14.1, 1 unit 17.1 / 17.0, 2 17.9 / 17.3, 4 19.7 / 19.4, 8 22.2 / 22.3; olmoe-4l Q4_K_M
 /// with → without 17.7 / 18.1 / 15.0 → 10.7 / 12.2 / 10.4; `gemv_kr8_expert` q6_kr8 at 1 row 121
 /// → 59 µs, q4_kr8 at 4 rows 109 → 81 µs) while 8-row passes gain from it (q4_kr8 at 8 rows 150
-/// against 190 µs; prefill pp512 CPU 1–2 % less). `COLIBRI_PREFETCH=off` turns it off everywhere.
+/// against 190 µs; prefill pp512 CPU 1–2 % less). Intel: 1 — on the AMX Xeon (family 6 model 167
+/// as its VM reports), olmoe-4l Q4_K_M (a llama-quantize'd GGUF, converted), `colibri bench -t 1,2
+/// -p 0 -n 64 -r 3`, t/s, two rounds alternating: 0 units 39.5–40.7 (one thread), 1 unit
+/// 54.9–55.3 / 94.5–97.5 (two threads), 2 units 48.1–50.8 / 89.9–91.2, 3 units 36.7–36.8 /
+/// 72.0–86.1, 4 units 33.2; pp512 at two threads 741–760 with 1 unit against 745–756 with 2.
+/// `COLIBRI_PREFETCH=off` turns it off everywhere.
 pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
     static UNITS: OnceLock<(usize, usize)> = OnceLock::new();
     // (units ahead, from how many activation rows per pass)
@@ -53,6 +58,7 @@ pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
         (Some(false), _) => (0, 0),
         (_, AmdCore::Zen4) => (8, 8),
         (_, AmdCore::Zen5OrLater) => (8, 0),
+        _ if intel() => (1, 0),
         _ => (2, 0),
     });
     if rows >= from {
@@ -112,6 +118,12 @@ fn amd_core() -> AmdCore {
     }
 }
 
+/// Whether cpuid's vendor string is "GenuineIntel".
+fn intel() -> bool {
+    let v = core::arch::x86_64::__cpuid(0);
+    (v.ebx, v.edx, v.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
+}
+
 /// cpuid leaf 1's display family and model.
 fn family_model(sig: u32) -> (u32, u32) {
     let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
@@ -130,8 +142,9 @@ mod tests {
 
     #[test]
     fn this_cpu_is_classified() {
-        // The VMs these figures come from are family 25 model 17 (Zen 4) and family 26 model 2
-        // (Zen 5): the decoder must tell them apart; any CPU gives a definite answer.
+        // The VMs these figures come from are family 25 model 17 (Zen 4), family 26 model 2
+        // (Zen 5) and family 6 model 167 (the AMX Xeon): the decoder must tell them apart; any
+        // CPU gives a definite answer.
         let (family, model) = family_model(core::arch::x86_64::__cpuid(1).eax);
         match (family, model) {
             (25, 17) => {
@@ -141,6 +154,12 @@ mod tests {
                 assert_eq!(super::kr8_prefetch_units(8), if super::forced() == Some(false) { 0 } else { 8 });
             }
             (26, 2) => assert_eq!(amd_core(), AmdCore::Zen5OrLater),
+            (6, 167) => {
+                // The AMX Xeon's VM: an Intel core, whose kr8 kernels prefetch one unit ahead.
+                assert!(super::intel());
+                assert_eq!(amd_core(), AmdCore::Other);
+                assert_eq!(super::kr8_prefetch_units(1), if super::forced() == Some(false) { 0 } else { 1 });
+            }
             _ => {}
         }
     }
