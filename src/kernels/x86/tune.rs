@@ -108,9 +108,8 @@ enum AmdCore {
 
 /// This CPU's `AmdCore`, from cpuid's vendor and family / model.
 fn amd_core() -> AmdCore {
-    let (vendor, sig) = (core::arch::x86_64::__cpuid(0), core::arch::x86_64::__cpuid(1).eax);
-    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
-    let (family, model) = family_model(sig);
+    let amd = vendor() == AMD;
+    let (family, model) = family_model(core::arch::x86_64::__cpuid(1).eax);
     match (amd, family, model) {
         (true, f, _) if f > 0x19 => AmdCore::Zen5OrLater,
         (true, 0x19, m) if m >= 0x10 => AmdCore::Zen4,
@@ -118,10 +117,19 @@ fn amd_core() -> AmdCore {
     }
 }
 
-/// Whether cpuid's vendor string is "GenuineIntel".
-fn intel() -> bool {
+/// cpuid leaf 0's vendor string as its three registers (ebx, edx, ecx).
+fn vendor() -> (u32, u32, u32) {
     let v = core::arch::x86_64::__cpuid(0);
-    (v.ebx, v.edx, v.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
+    (v.ebx, v.edx, v.ecx)
+}
+
+/// "AuthenticAMD" and "GenuineIntel" as `vendor` reads them.
+const AMD: (u32, u32, u32) = (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+const INTEL: (u32, u32, u32) = (0x756e_6547, 0x4965_6e69, 0x6c65_746e);
+
+/// Whether this is an Intel CPU.
+fn intel() -> bool {
+    vendor() == INTEL
 }
 
 /// cpuid leaf 1's display family and model.
