@@ -1,6 +1,6 @@
 // One-thread read rates of a bf16 matrix-vector product on AMX tiles against plain streaming
 // reads of the same bytes: what bounds bf16 decode on an AMX Xeon (docs/performance.md, "AMX
-// Xeon, 2026-12-06 (eighth session)").
+// Xeon, 2026-12-06 (eighth session)" and "(ninth session)").
 //
 //   gcc -O2 -march=sapphirerapids -o /tmp/bf16_gemv_amx bench/probes/bf16_gemv_amx.c
 //   /tmp/bf16_gemv_amx [COLS=2048] [PASSES=9] [MIB=512]
@@ -18,6 +18,11 @@
 //   amx tiles      the same bytes in tile order (per 32-row group and 32-column step, 2 KiB:
 //                  tile 0's 16 rows × 64 bytes, then tile 1's), loads 64 bytes apart
 //   amx tiles+pf   the same with the next 32 lines prefetched 512 bytes ahead
+//   amx diag+pf    row-major bytes read one weight row at a time, one stream: an A tile is 16
+//                  consecutive 64-byte lines of one row (16 column steps), B the activation's
+//                  same 16 steps as its 16 columns, so C's diagonal holds each step's sum (the
+//                  tile GEMM's per-step sums; the rest of C is unused); C zeroed per tile, its
+//                  diagonal chained in column order; 16 lines prefetched 512 bytes ahead
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,8 +102,37 @@ static void amx_tiles(const char *w, const uint16_t *x, float *y, int pf) {
   }
 }
 
-enum { VARIANTS = 7, MAXPASS = 64 };
-static const char *names[VARIANTS] = {"sum xmm", "sum zmm", "sum zmm+pf", "amx rows", "amx rows16+pf", "amx tiles", "amx tiles+pf"};
+static uint32_t *xdiag;
+/* B tile t: row q (pair), column n = pair q of step 16t + n */
+static void pack_diag(const uint16_t *x) {
+  for (int t = 0; t < cols / 512; t++)
+    for (int q = 0; q < 16; q++)
+      for (int n = 0; n < 16; n++) {
+        int c = 512 * t + 32 * n + 2 * q;
+        xdiag[(t * 16 + q) * 16 + n] = (uint32_t)x[c] | (uint32_t)x[c + 1] << 16;
+      }
+}
+static void amx_diag(const char *w, float *y) {
+  float c[256] __attribute__((aligned(64)));
+  for (int r = 0; r < rows; r++) {
+    const char *a = w + (size_t)r * cols * 2;
+    float s = 0;
+    for (int t = 0; t < cols / 512; t++) {
+      const char *at = a + t * 1024;
+      for (int i = 0; i < 16; i++) _mm_prefetch(at + 512 + i * 64, _MM_HINT_T0);
+      _tile_zero(2);
+      _tile_loadd(4, at, 64);
+      _tile_loadd(3, xdiag + t * 256, 64);
+      _tile_dpbf16ps(2, 4, 3);
+      _tile_stored(2, c, 64);
+      for (int i = 0; i < 16; i++) s += c[i * 17];
+    }
+    y[r] = s;
+  }
+}
+
+enum { VARIANTS = 8, MAXPASS = 64 };
+static const char *names[VARIANTS] = {"sum xmm", "sum zmm", "sum zmm+pf", "amx rows", "amx rows16+pf", "amx tiles", "amx tiles+pf", "amx diag+pf"};
 
 static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
@@ -107,13 +141,14 @@ int main(int argc, char **argv) {
   cols = argc > 1 ? atoi(argv[1]) : 2048;
   int passes = argc > 2 ? atoi(argv[2]) : 9;
   size_t bytes = (size_t)(argc > 3 ? atol(argv[3]) : 512) << 20;
-  if (cols <= 0 || cols % 32 || passes < 1 || passes > MAXPASS) { fprintf(stderr, "COLS a multiple of 32, 1 <= PASSES <= %d\n", MAXPASS); return 2; }
+  if (cols <= 0 || cols % 512 || passes < 1 || passes > MAXPASS) { fprintf(stderr, "COLS a multiple of 512, 1 <= PASSES <= %d\n", MAXPASS); return 2; }
   rows = (int)(bytes / 2 / cols) / 32 * 32;
   bytes = (size_t)rows * cols * 2;
   tilecfg c; memset(&c, 0, sizeof c); c.palette = 1;
   for (int t = 0; t < 2; t++) { c.colsb[t] = 4; c.rows[t] = 16; }
   for (int t = 4; t < 6; t++) { c.colsb[t] = 64; c.rows[t] = 16; }
   c.colsb[6] = 4; c.rows[6] = 16;
+  c.colsb[2] = 64; c.rows[2] = 16; c.colsb[3] = 64; c.rows[3] = 16; /* amx diag's C and B */
   _tile_loadconfig(&c);
   char *w = aligned_alloc(2 << 20, (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20));
   madvise(w, bytes, MADV_HUGEPAGE);
@@ -121,6 +156,8 @@ int main(int argc, char **argv) {
   uint16_t *x = aligned_alloc(64, (size_t)cols * 2);
   for (int i = 0; i < cols; i++) x[i] = (uint16_t)(0x3c00 + (i & 0x3f));
   float *y = aligned_alloc(64, (size_t)rows * 4);
+  xdiag = aligned_alloc(64, (size_t)cols * 2);
+  pack_diag(x);
   static double rate[VARIANTS][MAXPASS];
   uint64_t sink = 0;
   for (int p = 0; p < passes; p++)
@@ -134,6 +171,7 @@ int main(int argc, char **argv) {
       case 4: amx_rows16(w, x, y); break;
       case 5: amx_tiles(w, x, y, 0); break;
       case 6: amx_tiles(w, x, y, 1); break;
+      case 7: amx_diag(w, y); break;
       }
       rate[v][p] = bytes / (cpu() - t0) / 1e9;
       sink += (uint64_t)y[7];
