@@ -115,6 +115,7 @@ fn json_report_has_the_requested_tests_and_consistent_figures() {
             let sd_expect = (ts[0] - ts[1]).abs() / 2f64.sqrt();
             assert!(sd.is_finite() && (sd - sd_expect).abs() <= 1e-9 * avg, "{name}: sd {sd} vs {sd_expect}");
             assert!(row["bandwidth_gbs"].is_null() && row["bw_efficiency"].is_null(), "--no-probe: no bandwidth");
+            assert!(row["bandwidth_huge_gbs"].is_null() && row["bw_efficiency_huge"].is_null(), "--no-probe");
             assert_eq!(u(&row["active_bytes"]), active_bytes_from_inspect(&inspect), "{name}: active bytes");
             // Same accounting as inspect's active count, plus the one embedding row.
             let hidden = u(&inspect["config"]["hidden_size"]);

@@ -130,16 +130,15 @@ pub fn run(a: &BenchArgs) -> Result<(), Error> {
         eprintln!("bench: {} with {} threads: warm-up + {} runs", test.name(), test.n_threads, a.repetitions);
         let kv = colibri::session::KvDtype::from_name(&a.kv_type).unwrap_or(colibri::session::KvDtype::F32);
         let samples = timing::measure(&model, &test, kv, a.repetitions)?;
-        rows.push(Row { test, samples, bandwidth_gbs: None });
+        rows.push(Row { test, samples, bandwidth_gbs: None, bandwidth_huge_gbs: None });
     }
     // Decode is measured against the probes mixed as the weights are mapped (read after the
     // runs: the mapping's pages exist once touched).
     let huge_share = probe::huge_share(&path);
     for r in &mut rows {
-        r.bandwidth_gbs = probes
-            .iter()
-            .find(|p| p.threads == r.test.n_threads)
-            .map(|p| probe::mixed(p.gbs, p.gbs_huge, huge_share.unwrap_or(0.0)));
+        let p = probes.iter().find(|p| p.threads == r.test.n_threads);
+        r.bandwidth_gbs = p.map(|p| probe::mixed(p.gbs, p.gbs_huge, huge_share.unwrap_or(0.0)));
+        r.bandwidth_huge_gbs = p.map(|p| p.gbs_huge);
     }
 
     let text = if a.output == "json" {
