@@ -147,9 +147,17 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
     if rows.iter().any(|r| r.efficiency(f).is_some_and(|e| e > 1.0)) {
         out += &format!("\n* above 100 %: {}\n", cache_note(f));
     }
-    // Weights not all in 2 MiB pages: the mixed probe reads slower than the memory can, and a
-    // decode that is not bound by the page size (as on the AMX Xeon VMs) would look closer to
-    // the machine's bandwidth than it is. Say it against the 2 MiB probe too.
+    if let Some(line) = huge_probe_line(f, huge_share, rows) {
+        out += &line;
+    }
+    out
+}
+
+/// Weights not all in 2 MiB pages (or page sizes unknown): each tg row against the 2 MiB-page
+/// probe alone. The mixed probe then reads slower than the memory can, and a decode that is not
+/// bound by the page size (as on the AMX Xeon VMs) would look closer to the machine's bandwidth
+/// than it is.
+fn huge_probe_line(f: &Footprint, huge_share: Option<f64>, rows: &[Row]) -> Option<String> {
     let huge: Vec<String> = rows
         .iter()
         .filter_map(|r| {
@@ -158,13 +166,12 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
             Some(format!("{} at {t} thread{} {e:.1} %", r.test.name(), if t == 1 { "" } else { "s" }))
         })
         .collect();
-    if huge_share.is_none_or(|h| h < 0.99) && !huge.is_empty() {
-        out += &format!(
+    (huge_share.is_none_or(|h| h < 0.99) && !huge.is_empty()).then(|| {
+        format!(
             "\nbw eff against the 2 MiB-page probe alone (the weights are not all in 2 MiB pages): {}\n",
             huge.join(", ")
-        );
-    }
-    out
+        )
+    })
 }
 
 /// Why a tg row can read faster than the memory probe: its weights fit in the caches, or it
@@ -238,19 +245,23 @@ mod tests {
     use crate::bench::probe;
     use crate::bench::timing::Test;
 
+    /// A bf16 model of `active_bytes` per token (all of it active).
+    fn context(active_bytes: u64) -> Context {
+        let footprint = Footprint {
+            weight_bytes: active_bytes,
+            params: 1000,
+            active_params: 500,
+            active_bytes,
+            dtypes: vec!["bf16"],
+        };
+        Context { model_filename: "m.colibri".into(), model: "m".into(), footprint, cpu_path: "generic".into() }
+    }
+
     /// A tg row faster than the probe's bandwidth allows is marked and explained, in both
     /// outputs; one below it is not.
     #[test]
     fn an_efficiency_above_100_percent_says_why() {
-        let footprint = Footprint {
-            weight_bytes: 1 << 20,
-            params: 1000,
-            active_params: 500,
-            active_bytes: 1 << 20,
-            dtypes: vec!["bf16"],
-        };
-        let cx =
-            Context { model_filename: "m.colibri".into(), model: "m".into(), footprint, cpu_path: "generic".into() };
+        let cx = context(1 << 20);
         let test = Test { n_prompt: 0, n_gen: 10, n_depth: 0, n_threads: 1 };
         // 10 tokens in 1 ms: 10 000 tokens/s × 1 MiB ≈ 10.5 GB/s.
         let samples = vec![Sample { wall_ns: 1_000_000, cpu_ns: 2_500_000 }];
@@ -278,15 +289,8 @@ mod tests {
     /// both outputs); with every weight byte in 2 MiB pages the table's figure is that already.
     #[test]
     fn weights_in_small_pages_are_also_measured_against_the_huge_page_probe() {
-        let footprint = Footprint {
-            weight_bytes: 8 << 30,
-            params: 1000,
-            active_params: 500,
-            // Beyond any last-level cache.
-            active_bytes: 8 << 30,
-            dtypes: vec!["bf16"],
-        };
-        let cx = Context { model_filename: "m.colibri".into(), model: "m".into(), footprint, cpu_path: "amx".into() };
+        // Active bytes beyond any last-level cache.
+        let cx = context(8 << 30);
         let test = Test { n_prompt: 0, n_gen: 10, n_depth: 0, n_threads: 2 };
         // 10 tokens in 8 s × 8 GiB: 10.74 GB/s; 12 GB/s through 4 KiB pages, 16 through 2 MiB.
         let samples = vec![Sample { wall_ns: 8_000_000_000, cpu_ns: 16_000_000_000 }];
