@@ -94,13 +94,7 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
     if probes.is_empty() {
         out += "memory bandwidth: not measured (--no-probe)\n";
     } else {
-        out += &match huge_share {
-            Some(h) => format!(
-                "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so\n",
-                h * 100.0
-            ),
-            None => "weights: page sizes unknown; bw eff is against the 4 KiB-page probe\n".to_string(),
-        };
+        out += &weights_line(&cx.model_filename, huge_share);
     }
     out += "\n";
     let header = ["model", "size", "params", "active", "dtype", "threads", "test", "t/s", "cpu ms/tok", "bw eff"];
@@ -151,6 +145,33 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
         out += &line;
     }
     out
+}
+
+/// What share of the weights is mapped with 2 MiB pages, what bw eff is against, and below 99 %
+/// how to have the file read into 2 MiB pages.
+fn weights_line(path: &str, huge_share: Option<f64>) -> String {
+    match huge_share {
+        Some(h) if h < 0.99 => format!(
+            "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so \
+             (the rest is in 4 KiB pages of the page cache: `dd if={path} iflag=nocache count=0` drops them when no \
+             process maps the file, and the next run reads it into 2 MiB pages)\n",
+            h * 100.0,
+            path = shell_word(path)
+        ),
+        Some(h) => format!(
+            "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so\n",
+            h * 100.0
+        ),
+        None => "weights: page sizes unknown; bw eff is against the 4 KiB-page probe\n".to_string(),
+    }
+}
+
+/// `s` as one shell word: itself when it needs no quoting, else single-quoted.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,".contains(c)) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// Weights not all in 2 MiB pages (or page sizes unknown): each tg row against the 2 MiB-page
@@ -303,8 +324,11 @@ mod tests {
             md.contains("2 MiB-page probe alone (the weights are not all in 2 MiB pages): tg10 at 2 threads 67.1 %"),
             "{md}"
         );
+        assert!(md.contains("`dd if=m.colibri iflag=nocache count=0` drops them"), "{md}");
         assert!(markdown(&cx, &probe, None, &rows).contains("probe alone"), "page sizes unknown");
-        assert!(!markdown(&cx, &probe, Some(1.0), &rows).contains("probe alone"), "all in 2 MiB pages");
+        assert!(weights_line("my models/it's.colibri", Some(0.5)).contains(r"`dd if='my models/it'\''s.colibri' iflag"));
+        let all = markdown(&cx, &probe, Some(1.0), &rows);
+        assert!(!all.contains("probe alone") && !all.contains("nocache"), "all in 2 MiB pages: {all}");
         // Above the mixed probe with 8 GiB a token: not the caches' doing.
         let fast = [Row { bandwidth_gbs: Some(10.0), ..rows[0].clone() }];
         let md = markdown(&cx, &probe, Some(0.0), &fast);
