@@ -150,21 +150,25 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
 /// What share of the weights is mapped with 2 MiB pages, what bw eff is against, and below 99 %
 /// how to have the file read into 2 MiB pages.
 fn weights_line(path: &str, huge_share: Option<f64>) -> String {
-    match huge_share {
-        Some(h) if h < 0.99 => format!(
-            "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so \
-             (the rest is in 4 KiB pages of the page cache: `dd if={path} iflag=nocache count=0` drops them when no \
-             process maps the file, and the next run reads it into 2 MiB pages)\n",
-            h * 100.0,
-            path = shell_word(path)
-        ),
-        Some(h) => format!(
-            "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so\n",
-            h * 100.0
-        ),
-        None => "weights: page sizes unknown; bw eff is against the 4 KiB-page probe\n".to_string(),
+    let Some(h) = huge_share else {
+        return "weights: page sizes unknown; bw eff is against the 4 KiB-page probe\n".to_string();
+    };
+    let mut line = format!(
+        "weights: {:.0} % of the resident bytes mapped with 2 MiB pages; bw eff is against the probes mixed so",
+        h * 100.0
+    );
+    if h < ALL_HUGE {
+        line += &format!(
+            " (the rest is in 4 KiB pages of the page cache: `dd if={} iflag=nocache count=0` drops them when no process \
+             maps the file, and the next run reads it into 2 MiB pages)",
+            shell_word(path)
+        );
     }
+    line + "\n"
 }
+
+/// A 2 MiB share at least this large counts as all of the weights in 2 MiB pages.
+const ALL_HUGE: f64 = 0.99;
 
 /// `s` as one shell word: itself when it needs no quoting, else single-quoted.
 fn shell_word(s: &str) -> String {
@@ -187,7 +191,7 @@ fn huge_probe_line(f: &Footprint, huge_share: Option<f64>, rows: &[Row]) -> Opti
             Some(format!("{} at {t} thread{} {e:.1} %", r.test.name(), if t == 1 { "" } else { "s" }))
         })
         .collect();
-    (huge_share.is_none_or(|h| h < 0.99) && !huge.is_empty()).then(|| {
+    (huge_share.is_none_or(|h| h < ALL_HUGE) && !huge.is_empty()).then(|| {
         format!(
             "\nbw eff against the 2 MiB-page probe alone (the weights are not all in 2 MiB pages): {}\n",
             huge.join(", ")
