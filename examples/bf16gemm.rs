@@ -63,14 +63,16 @@ fn main() {
     };
     let copies =
         std::env::var("COPIES").ok().and_then(|v| v.parse().ok()).unwrap_or((256 << 20) / (rows * cols * 2) + 1);
-    let stored: Vec<&[u8]> = (0..copies).map(|_| huge_copy(&DType::BF16.encode(&values(rows * cols), cols))).collect();
+    // DTYPE=bf16r32 stores the matrix in the AMX tiles' order (`format::tiles`).
+    let dtype = std::env::var("DTYPE").ok().and_then(|d| DType::from_name(&d)).unwrap_or(DType::BF16);
+    let stored: Vec<&[u8]> = (0..copies).map(|_| huge_copy(&dtype.encode(&values(rows * cols), cols))).collect();
     let k = Kernels::default();
     for &n in &args[3..] {
         let x = values(n * cols);
         let mut y = vec![0f32; n * rows];
         let mut best = f64::MAX;
         for r in 0..reps {
-            let w = Mat::new(DType::BF16, rows, cols, stored[r % copies]).expect("a bf16 matrix");
+            let w = Mat::new(dtype, rows, cols, stored[r % copies]).expect("a bf16 matrix");
             let t0 = cpu_secs();
             k.matmul(w, &x, n, &mut y);
             best = best.min(cpu_secs() - t0);

@@ -1674,3 +1674,34 @@ fn q08_routers_embeddings_and_the_shared_expert_gate_are_never_quantised() {
         expect_open_err(&format!("{dtype} {name}"), &b, "tensor_mismatch", &[name, &stored, what]);
     }
 }
+
+#[test]
+fn q10_bf16r32_goes_only_to_whole_matrices_the_products_read() {
+    // Every quantisable matrix of the quantised spec (32 × 32 groups throughout) tile-ordered,
+    // the rest bf16: a valid file.
+    let config = quant_config();
+    let mut spec = quant_spec();
+    let mut tiled = 0;
+    for (t, s) in spec.plan.iter_mut().zip(tensor_specs(&config)) {
+        let whole = matches!(s.shape[..], [.., r, c] if r % 32 == 0 && c % 32 == 0);
+        t.dtype = if s.quant.is_some() && whole { DType::Bf16R32 } else { DType::BF16 };
+        tiled += usize::from(t.dtype == DType::Bf16R32);
+    }
+    assert!(tiled >= 8, "{tiled} tiled tensors");
+    let good = build(&spec);
+    let s = Scratch::new();
+    let path = s.write("tiled.colibri", &good);
+    for (mode, mmap) in MODES {
+        let m = open(&path, mmap).unwrap_or_else(|e| panic!("({mode}) a bf16r32 file rejected: {e}"));
+        m.verify().unwrap_or_else(|e| panic!("({mode}) a bf16r32 file fails verify: {e}"));
+    }
+    // The same bytes with the embedding (rows looked up one by one) or a 1-D norm labelled
+    // bf16r32: refused, naming the tensor.
+    let l = Layout::of(&good);
+    let mut b = good.clone();
+    put_u32(&mut b, l.rec("tok_embeddings") + R_DTYPE, DType::Bf16R32.id());
+    expect_open_err("bf16r32 embedding", &b, "tensor_mismatch", &["tok_embeddings", "bf16r32", "must stay"]);
+    let mut b = good.clone();
+    put_u32(&mut b, l.rec("norm") + R_DTYPE, DType::Bf16R32.id());
+    expect_open_err("1-D bf16r32 norm", &b, "bad_shape", &["'norm'", "2-D matrix or a 3-D expert stack", "1-D"]);
+}

@@ -12,6 +12,7 @@ use super::finite::{self, NonFinite};
 use super::ggml::{self, Block};
 use super::kr8;
 use super::mxfp4;
+use super::tiles;
 
 /// Elements per quantisation block of the block-quantised dtypes (the table's `group_size`).
 pub const GROUP: u32 = QK as u32;
@@ -59,6 +60,9 @@ pub enum DType {
     /// iq4_xs / iq4_nl blocks in 8-row interleaved units (`kr8`); rows a multiple of 8.
     Iq4XsR8,
     Iq4NlR8,
+    /// bf16 in the AMX tiles' order: 32-row groups, each 32-column step of a group one 2 KiB
+    /// unit (`tiles`); rows and columns multiples of 32.
+    Bf16R32,
 }
 
 /// How a dtype lays out the bytes of one matrix.
@@ -87,9 +91,12 @@ pub struct DTypeInfo {
     pub block: u32,
     /// Bytes per block (for block types: quants and scale together).
     pub block_bytes: u32,
-    /// Rows stored together (8 for the interleaved layouts, else 1): a matrix's rows must be a
-    /// multiple of it.
+    /// Rows stored together (8 for the interleaved layouts, 32 for bf16r32, else 1): a matrix's
+    /// rows must be a multiple of it.
     pub row_group: u32,
+    /// Columns stored together beyond the block (32 for bf16r32's steps, else 1): a matrix's
+    /// row length must be a multiple of it.
+    pub col_group: u32,
     pub packing: Packing,
     /// Alignment the storage needs (floats: their size; block types: their u16 scales; 1 for
     /// mxfp4's bytes).
@@ -125,6 +132,7 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         block: GROUP,
         block_bytes: 34,
         row_group: 1,
+        col_group: 1,
         packing: Packing::Blocks,
         align: 2,
         row_major: DType::Q8_0,
@@ -141,6 +149,7 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         block: GROUP,
         block_bytes: mxfp4::BLOCK_BYTES as u32,
         row_group: 1,
+        col_group: 1,
         packing: Packing::Blocks,
         align: 1,
         row_major: DType::Mxfp4,
@@ -168,6 +177,7 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
         block: GROUP,
         block_bytes: mxfp4::BLOCK_BYTES as u32,
         row_group: blocks::GROUP_ROWS as u32,
+        col_group: 1,
         packing: Packing::Blocks,
         align: 1,
         row_major: DType::Mxfp4,
@@ -184,6 +194,13 @@ static ROWS: [DTypeInfo; DType::COUNT] = [
     kr8_row::<ggml::BlockQ6K>(DType::Q6KR8, DType::Q6K, 26, "q6_kr8"),
     kr8_row::<ggml::BlockIq4Xs>(DType::Iq4XsR8, DType::Iq4Xs, 27, "iq4_xsr8"),
     kr8_row::<ggml::BlockIq4Nl>(DType::Iq4NlR8, DType::Iq4Nl, 28, "iq4_nlr8"),
+    // bf16's tile-ordered twin: a free float id two bits from f16 (1) and bf16 (2).
+    DTypeInfo {
+        row_group: tiles::TILE as u32,
+        col_group: tiles::TILE as u32,
+        row_major: DType::BF16,
+        ..float_row(DType::Bf16R32, 7, "bf16r32", &[], 2, tiles::dequantize, tiles::find_nonfinite, tiles::encode)
+    },
 ];
 
 const Q8_TWINS: [DType; 2] = [DType::Q8, DType::Q8R8];
@@ -212,6 +229,7 @@ const fn float_row(
         block: 1,
         block_bytes: size,
         row_group: 1,
+        col_group: 1,
         packing: Packing::Elements,
         align: size,
         row_major: dtype,
@@ -243,6 +261,7 @@ const fn block_row(
         block: GROUP,
         block_bytes,
         row_group: if grouped { blocks::GROUP_ROWS as u32 } else { 1 },
+        col_group: 1,
         packing: Packing::Split { quant_bytes: block_bytes - 2 },
         align: 2,
         row_major: twins[0],
@@ -264,6 +283,7 @@ const fn ggml_row<B: Block>(dtype: DType, id: u32, name: &'static str) -> DTypeI
         block: B::QK as u32,
         block_bytes: ggml::block_bytes::<B>() as u32,
         row_group: 1,
+        col_group: 1,
         packing: Packing::Blocks,
         align: 2,
         row_major: dtype,
@@ -278,6 +298,7 @@ const fn ggml_row<B: Block>(dtype: DType, id: u32, name: &'static str) -> DTypeI
 const fn kr8_row<B: kr8::Interleave>(dtype: DType, row_major: DType, id: u32, name: &'static str) -> DTypeInfo {
     DTypeInfo {
         row_group: kr8::ROWS as u32,
+        col_group: 1,
         row_major,
         interleaved: dtype,
         dequantize: kr8::dequantize::<B>,
@@ -327,6 +348,7 @@ impl DType {
         DType::Q6KR8,
         DType::Iq4XsR8,
         DType::Iq4NlR8,
+        DType::Bf16R32,
     ];
     /// Number of dtypes (rows of the table).
     pub const COUNT: usize = DType::ALL.len();
@@ -359,8 +381,8 @@ impl DType {
         self.info().block > 1
     }
 
-    /// True for the block types stored in row groups (their rows must be a multiple of
-    /// `row_group()`).
+    /// True for the types stored in row groups (the 8-row block layouts, bf16r32): their rows
+    /// must be a multiple of `row_group()`, and rows cannot be sliced out one by one.
     pub fn is_interleaved(self) -> bool {
         self.info().row_group > 1
     }
@@ -369,6 +391,12 @@ impl DType {
     /// types stored as whole blocks row after row): any run of rows can be sliced out.
     pub fn rows_self_contained(self) -> bool {
         !self.is_interleaved() && (!self.is_quantized() || matches!(self.info().packing, Packing::Blocks))
+    }
+
+    /// Columns stored together beyond the block (32 for bf16r32, else 1): a row length must be
+    /// a multiple of it.
+    pub fn col_group(self) -> usize {
+        self.info().col_group as usize
     }
 
     /// Rows stored together (1 unless interleaved).
@@ -520,80 +548,5 @@ fn enc_q4<const GROUPED: bool>(x: &[f32], cols: usize) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_types_size_whole_groups_only() {
-        assert_eq!(DType::Q8.bytes_for(64), Some(64 + 4));
-        assert_eq!(DType::Q4.bytes_for(64), Some(32 + 4));
-        assert_eq!(DType::Q8.bytes_for(48), None);
-        assert_eq!(DType::Q4.bytes_for(u64::MAX - 31), None);
-        assert_eq!(DType::F16.bytes_for(3), Some(6));
-        assert_eq!(DType::Q8.bits_per_weight(), 8.5);
-        assert_eq!(DType::Q4.bits_per_weight(), 4.5);
-        assert_eq!(DType::Q4R8.bytes_for(64), Some(32 + 4));
-        assert_eq!(DType::Q8R8.bits_per_weight(), 8.5);
-    }
-
-    #[test]
-    fn ids_round_trip() {
-        for &d in DType::ALL {
-            assert_eq!(DType::from_id(d.id()), Some(d));
-            assert_eq!(DType::from_name(d.name()), Some(d));
-            assert_eq!(d.interleaved().encoding(), d.encoding());
-        }
-        assert_eq!(DType::from_id(20), None);
-        for (id, _) in super::super::table::RETIRED {
-            assert!(DType::from_id(id).is_none() && (DType::Q6KR8.id() ^ id).count_ones() >= 2, "id {id}");
-        }
-        // Any two dtypes whose tensors take the same bytes (f16/bf16, q8/q8r8/q8_0, q4/q4r8).
-        for &a in DType::ALL {
-            for b in DType::ALL.iter().copied().filter(|&b| b != a && b.bits_per_weight() == a.bits_per_weight()) {
-                assert!((a.id() ^ b.id()).count_ones() >= 2, "{a} and {b} are one bit flip apart");
-            }
-        }
-        assert_eq!(DType::from_id(3), None);
-    }
-
-    #[test]
-    fn the_table_is_in_dtype_order_with_unique_ids_and_names() {
-        for (i, &d) in DType::ALL.iter().enumerate() {
-            assert_eq!((d.index(), d.info().dtype), (i, d), "row {i}");
-        }
-        for &a in DType::ALL {
-            for b in DType::ALL.iter().copied().filter(|&b| b != a) {
-                assert!(a.id() != b.id() && a.name() != b.name(), "{a} and {b} share an id or name");
-            }
-            assert_eq!(a.bytes_for(a.block() as u64), Some(u64::from(a.info().block_bytes)));
-        }
-    }
-
-    #[test]
-    fn every_dtype_encodes_and_dequantises_back() {
-        let (rows, cols) = (16, 256);
-        let x: Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
-        for &d in DType::ALL {
-            let bytes = d.encode(&x, cols);
-            assert_eq!(bytes.len() as u64, d.bytes_for((rows * cols) as u64).unwrap(), "{d}");
-            let mut y = vec![0f32; rows * cols];
-            d.dequantize(&bytes, cols, 0, &mut y);
-            // About half a step of the grid the dtype's bits allow (q2_k: 2 bits, q3_k: 3; q4's
-            // d/2 = max/16; FP4's widest gap: 2 · 2^(e−128) ≤ max/4).
-            let step = match d.bits_per_weight() {
-                _ if d.encoding() == DType::Mxfp4 => 50.0 / 64.0 / 4.0,
-                b if b < 3.0 => 0.3,
-                b if b < 4.0 => 0.25,
-                b if b < 16.0 => 50.0 / 64.0 / 7.0,
-                _ => 1e-2,
-            };
-            for (i, (a, b)) in x.iter().zip(&y).enumerate() {
-                assert!((a - b).abs() <= step, "{d} element {i}: {a} vs {b}");
-            }
-            // The interleaved twin holds the same values.
-            let mut z = vec![0f32; rows * cols];
-            d.interleaved().dequantize(&d.interleaved().encode(&x, cols), cols, 0, &mut z);
-            assert_eq!(y, z, "{d} and {}", d.interleaved());
-        }
-    }
-}
+#[path = "dtype_tests.rs"]
+mod tests;

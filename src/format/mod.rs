@@ -49,7 +49,8 @@
 //!
 //! tensor table (at table_offset): tensor_count records of 96 bytes, in data order:
 //!   0   u32      name_offset   into the string table      4  u32  name_len (1..=256)
-//!   8   u32      dtype         0 F32, 1 F16, 2 BF16 (3..=15 reserved for float types),
+//!   8   u32      dtype         0 F32, 1 F16, 2 BF16, 7 BF16R32 (bf16 in 32-row groups of
+//!                              2 KiB units, `tiles`; 3..=15 otherwise reserved for float types),
 //!                              16 Q8, 17 Q4, 18 Q4R8, 19 Q8R8 (block-quantised; other ids
 //!                              from 20 reserved), GGUF's block types at 32 + ggml type:
 //!                              34 Q4_0, 35 Q4_1, 38 Q5_0, 39 Q5_1, 40 Q8_0, 42 Q2_K,
@@ -110,6 +111,7 @@ mod metadata;
 pub mod mxfp4;
 mod parse;
 mod table;
+pub mod tiles;
 mod writer;
 
 pub use aligned::{direct_io_wanted, AlignedBuf, ALIGN as IO_ALIGN};

@@ -168,7 +168,7 @@ impl TensorRecord {
     /// stack, whose rows are whole groups (each matrix is then a self-contained block matrix).
     /// Float dtypes pass. The error is the reason, for the caller to attach to a tensor name.
     pub fn check_block_shape(dtype: DType, shape: &[u64], kind: TensorKind) -> std::result::Result<(), String> {
-        if !dtype.is_quantized() {
+        if !dtype.is_quantized() && !dtype.is_interleaved() {
             return Ok(());
         }
         let ndim_ok = match kind {
@@ -184,6 +184,10 @@ impl TensorRecord {
         let (cols, block) = (shape.last().copied().unwrap_or(0), dtype.block() as u64);
         if cols % block != 0 {
             return Err(format!("row length {cols} is not a multiple of the {dtype} group size {block}"));
+        }
+        let group_cols = dtype.col_group() as u64;
+        if !cols.is_multiple_of(group_cols) {
+            return Err(format!("row length {cols} is not a multiple of the {dtype} column group {group_cols}"));
         }
         let rows = shape[shape.len() - 2];
         let group_rows = dtype.row_group() as u64;

@@ -67,7 +67,7 @@ impl Kernels {
             // bf16 weights meeting bf16 activations all: rounded (and packed) once.
             let t = self.table();
             let reduced = self.act() == QuantActivations::Reduced;
-            let bf16 = |w: &Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0;
+            let bf16 = |w: &Mat<'_>| is_bf16(*w) && w.rows() > 0 && gemm_bf16::kernels_for(t, *w).is_some();
             if let (true, Some(k)) =
                 (reduced && products.iter().all(|(w, _)| bf16(w)), gemm_bf16::kernels_for(t, products[0].0))
             {
@@ -138,7 +138,7 @@ impl Kernels {
     pub fn fused_mlp(&self, x: XRows<'_>, n: usize, [gate, up, down]: [Mat<'_>; 3], act: Gate, y: &mut [f32]) -> bool {
         let Some(whole) = self.joined_gate_up(gate, up, n) else { return false };
         let ffn = gate.rows();
-        if !(down.dtype() == DType::BF16 && down.cols() == ffn && ffn.is_multiple_of(2) && down.rows() > 0) {
+        if !(is_bf16(down) && down.cols() == ffn && ffn.is_multiple_of(2) && down.rows() > 0) {
             return false;
         }
         if let XRows::Dense(x) = x {
@@ -152,11 +152,11 @@ impl Kernels {
     /// The path's whole bf16 product when gate and up (bf16, one even-width shape) can be joined
     /// on it for n rows in this mode.
     fn joined_gate_up(&self, gate: Mat<'_>, up: Mat<'_>, n: usize) -> Option<Bf16GemmFn> {
-        let bf16 = |w: Mat<'_>| w.dtype() == DType::BF16 && w.rows() > 0 && w.cols().is_multiple_of(2);
+        let bf16 = |w: Mat<'_>| is_bf16(w) && w.rows() > 0 && w.cols().is_multiple_of(2);
         self.table().bf16.and_then(|k| k.gemm).filter(|_| {
             self.act() == QuantActivations::Reduced
                 && bf16(gate)
-                && bf16(up)
+                && up.dtype() == gate.dtype()
                 && (gate.rows(), gate.cols()) == (up.rows(), up.cols())
                 && n > 0
         })
@@ -175,7 +175,7 @@ impl Kernels {
         if w.rows() == 0 {
             return;
         }
-        if w.dtype() == DType::BF16 && self.act() == QuantActivations::Reduced {
+        if is_bf16(w) && self.act() == QuantActivations::Reduced {
             return match gemm_bf16::kernels_for(t, w) {
                 Some(k) => gemm_bf16::product(t, k, w, x, n, y),
                 None => gemm_bf16::with_rounded(x, n, cols, |xr| float_product(t, w, xr, n, y)),
@@ -197,7 +197,7 @@ impl Kernels {
         let reduced = self.act() == QuantActivations::Reduced;
         let ops = t.mat(w.dtype());
         match ops.gemv_i8 {
-            _ if reduced && w.dtype() == DType::BF16 => gemm_bf16::rows(t, w, rows, x, n, y),
+            _ if reduced && is_bf16(w) => gemm_bf16::rows(t, w, rows, x, n, y),
             Some(kernel) if reduced => with_buffer(&ACTS, |xa| {
                 xa.quantize_with(t.quantize, x, n, cols);
                 kernel(w, rows, xa, n, y)
@@ -224,6 +224,12 @@ pub(super) fn float_product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut 
     } else {
         gemv_by(rows, cols, n, y, |r, out| (ops.gemv)(w, r, x, n, out))
     }
+}
+
+/// bf16 values, row-major or in bf16r32's tile order: what meets bf16-rounded activations in
+/// `Reduced` mode.
+fn is_bf16(w: Mat<'_>) -> bool {
+    w.dtype().encoding() == DType::BF16
 }
 
 /// Panic unless x holds n rows of w.cols() and y n·w.rows() outputs (the matrix itself was

@@ -20,6 +20,7 @@ use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, MC};
 use super::table::{Bf16GemmFn, Bf16Kernels, Bf16Out, Gate, GatedUp, Table, TransposeFn, BF16_MR, NR};
 use super::XRows;
+use crate::format::DType;
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -60,9 +61,10 @@ thread_local! {
 }
 
 /// The bf16 kernels of this path for `w`, when it has them and they apply (they pair columns:
-/// an odd row length takes the float kernels).
+/// an odd row length takes the float kernels; bf16r32's tile order is read by a whole product —
+/// AMX — only, elsewhere by the float kernels).
 pub(super) fn kernels_for(t: &Table, w: Mat<'_>) -> Option<Bf16Kernels> {
-    t.bf16.filter(|_| w.cols().is_multiple_of(2))
+    t.bf16.filter(|k| w.cols().is_multiple_of(2) && (w.dtype() == DType::BF16 || k.gemm.is_some()))
 }
 
 /// Run `f` on x ([n, cols]) rounded to bf16 and widened back to f32 (exact): what paths without

@@ -28,6 +28,12 @@ impl<'a> Mat<'a> {
         if !cols.is_multiple_of(dtype.block()) {
             return Err(format!("row length {cols} is not a multiple of the {dtype} block {}", dtype.block()));
         }
+        if !cols.is_multiple_of(dtype.col_group()) {
+            return Err(format!(
+                "row length {cols} is not a multiple of the {dtype} column group {}",
+                dtype.col_group()
+            ));
+        }
         if !rows.is_multiple_of(dtype.row_group()) {
             return Err(format!("{rows} rows are not a multiple of the {dtype} row group {}", dtype.row_group()));
         }
@@ -93,7 +99,8 @@ impl<'a> Mat<'a> {
         unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<f32>(), self.len()) }
     }
 
-    /// The element bits of an f16 or bf16 matrix.
+    /// The element bits of an f16 or bf16 matrix, or of a bf16r32 one in its tile order
+    /// (`format::tiles`).
     pub fn as_u16(&self) -> &'a [u16] {
         assert_eq!(self.float_size(), 2, "as_u16 on a {} matrix", self.dtype);
         // SAFETY: `new` checked 2-byte alignment and the length; any bits are a valid u16.
@@ -167,6 +174,8 @@ impl<'a> Mat<'a> {
             Packing::Split { quant_bytes } => (quant_bytes as usize, self.dtype.row_group()),
             // Whole blocks in interleaved units (`format::kr8`).
             Packing::Blocks if self.dtype.is_interleaved() => (block_bytes, self.dtype.row_group()),
+            // A bf16r32 row is spread over its group's units: no one range to hint.
+            Packing::Elements if self.dtype.is_interleaved() => return (base, 0),
             Packing::Elements | Packing::Blocks => {
                 return (base.wrapping_add(first * block_bytes), (k1 - k0) / block * block_bytes)
             }

@@ -7,6 +7,7 @@ use super::mat::Mat;
 use crate::format::blocks::{q8_0_block, QK};
 use crate::format::ggml::{self, Block, QK_K};
 use crate::format::mxfp4;
+use crate::format::tiles;
 use crate::format::DType;
 
 /// bfloat16 bits → f32 (exact).
@@ -209,6 +210,13 @@ fn dot_row_bf16(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
     dot_bf16(&w.as_u16()[r * c..(r + 1) * c], x)
 }
 
+/// Row `r` of a bf16r32 matrix · x: `dot_bf16`'s sum over the row's elements where its group's
+/// units hold them (`format::tiles`).
+fn dot_row_bf16r32(w: Mat<'_>, r: usize, x: &[f32]) -> f32 {
+    let (c, bits) = (w.cols(), w.as_u16());
+    dot_by(c, x, |i| bf16_to_f32(bits[tiles::at(r, i, c)]))
+}
+
 /// Row r of w · x (f32 activations).
 pub(crate) type RowDot = fn(w: Mat<'_>, r: usize, x: &[f32]) -> f32;
 /// Row r of w · activation row t of int8 blocks.
@@ -251,6 +259,7 @@ pub(crate) const ROWS: [RefKernels; DType::COUNT] = [
     RefKernels { dtype: DType::Q6KR8, dot: kr8ref::dot::<ggml::BlockQ6K>, dot_i8: Some(kr8ref::dot_i8_q6k) },
     RefKernels { dtype: DType::Iq4XsR8, dot: kr8ref::dot::<ggml::BlockIq4Xs>, dot_i8: Some(kr8ref::dot_i8_iq4xs) },
     RefKernels { dtype: DType::Iq4NlR8, dot: kr8ref::dot::<ggml::BlockIq4Nl>, dot_i8: Some(kr8ref::dot_i8_iq4nl) },
+    RefKernels { dtype: DType::Bf16R32, dot: dot_row_bf16r32, dot_i8: None },
 ];
 
 /// The reference row of GGUF block type `B`.

@@ -37,7 +37,7 @@ fn kernels(path: CpuPath, mode: QuantActivations) -> Kernels {
 /// Kernels in `mode` on every available path, named; with the AVX-512 BF16 table beside them
 /// where this CPU has it but its AVX-512 path runs without it (`tune::dpbf16_full_rate`), so
 /// that its bf16 kernels are tested wherever they can run.
-fn every_table(mode: QuantActivations) -> Vec<(String, Kernels)> {
+pub(super) fn every_table(mode: QuantActivations) -> Vec<(String, Kernels)> {
     let mut all: Vec<(String, Kernels)> =
         available_paths().into_iter().map(|p| (format!("{p:?}"), kernels(p, mode))).collect();
     #[cfg(target_arch = "x86_64")]

@@ -91,13 +91,13 @@ pub fn check_tensors(config: &Config, parsed: &ParsedFile) -> Result<()> {
         // MLA's per-head matrices are sliced by rows; the embedding's looked-up rows are
         // dequantised (a GGUF's token_embd keeps its block type).
         let row_blocks = (names::is_per_head(s) || s.role == Role::Embedding) && t.dtype.rows_self_contained();
-        if t.dtype.is_quantized() && s.quant.is_none() && !row_blocks {
+        if (t.dtype.is_quantized() || t.dtype.is_interleaved()) && s.quant.is_none() && !row_blocks {
             return Err(Error::TensorMismatch {
                 name: s.name.clone(),
                 reason: format!(
                     "stored as {}, but {} must stay f32/f16/bf16 (only attention q/k/v/o, MLA's per-head \
                      W_UK/W_UV and the embedding in whole-row blocks, routed and shared expert, dense MLP and \
-                     lm_head matrices may be block-quantised)",
+                     lm_head matrices may be block-quantised or tile-ordered)",
                     t.dtype,
                     float_only_what(s.role)
                 ),

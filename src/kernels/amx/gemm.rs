@@ -23,6 +23,7 @@
 //! (`groups`, `block3`: 16 weight rows against three panels; C tmm0 … tmm2, A tmm4, B tmm5 …
 //! tmm7), which reads the weights once for the last three panels.
 
+use super::operand::{a_tile, b_tile, TileBuf, Weights, TQ};
 use super::sink::{CBlock, Dest, Done, Sink, BLOCK};
 use super::split::{chunk_width, task_rows};
 use super::{TileConfig, Tiles, TILE_COLSB, TILE_ROWS, TK};
@@ -32,20 +33,6 @@ use crate::kernels::par::{for_tasks, with_buffer};
 use crate::kernels::table::{Bf16Out, GatedUp, TransposeFn, NR};
 use std::cell::RefCell;
 use std::ops::Range;
-
-/// Column pairs per B tile (its rows).
-const TQ: usize = TK / 2;
-const _: () = assert!(NR == TILE_ROWS && TQ == TILE_ROWS, "a panel is a B tile's width");
-
-/// A tile's bytes: 16 rows × 64.
-#[repr(C, align(64))]
-pub(super) struct TileBuf([u8; TILE_ROWS * TILE_COLSB]);
-
-impl Default for TileBuf {
-    fn default() -> TileBuf {
-        TileBuf([0; TILE_ROWS * TILE_COLSB])
-    }
-}
 
 thread_local! {
     /// The calling thread's blocks for a task (`split_blocks`), reused: a decode step's many
@@ -71,56 +58,6 @@ fn split_blocks(bufs: &mut Vec<CBlock>, kept: usize, up: bool) -> (&mut [CBlock]
 /// `kernels::prepare_thread`).
 pub(crate) fn prepare_thread() {
     BLOCKS.with(|_| ());
-}
-
-/// Where the A tile of weight rows r .. r + 16, columns k0 .. k0 + 32 is: (pointer, stride). In
-/// the stored rows when whole; otherwise copied into `buf`, zero past the matrix.
-pub(super) fn a_tile(
-    w: &[u16],
-    rows: usize,
-    cols: usize,
-    r: usize,
-    k0: usize,
-    buf: &mut TileBuf,
-) -> (*const u8, usize) {
-    if r + TILE_ROWS <= rows && k0 + TK <= cols {
-        return (w[r * cols + k0..].as_ptr().cast(), cols * 2);
-    }
-    buf.0.fill(0);
-    let kc = TK.min(cols - k0);
-    for i in 0..TILE_ROWS.min(rows.saturating_sub(r)) {
-        for (c, &v) in w[(r + i) * cols + k0..][..kc].iter().enumerate() {
-            buf.0[i * TILE_COLSB + 2 * c..][..2].copy_from_slice(&v.to_le_bytes());
-        }
-    }
-    (buf.0.as_ptr(), TILE_COLSB)
-}
-
-/// Where the B tile of panel p, pairs q0 .. q0 + 16 is (panels [n_panels, pairs, lanes], see
-/// `Bf16Acts::pack_tiles`): (pointer, stride). In the panels when whole; otherwise copied into
-/// `buf` (rows 64 bytes apart), zero past the last panel or pair.
-pub(super) fn b_tile(
-    panels: &[u32],
-    pairs: usize,
-    lanes: usize,
-    p: usize,
-    q0: usize,
-    buf: &mut TileBuf,
-) -> (*const u8, usize) {
-    let n_panels = panels.len() / (pairs * lanes).max(1);
-    if p < n_panels && q0 + TQ <= pairs {
-        return (panels[(p * pairs + q0) * lanes..].as_ptr().cast(), lanes * 4);
-    }
-    buf.0.fill(0);
-    if p < n_panels {
-        let q = TQ.min(pairs - q0);
-        for (i, row) in panels[(p * pairs + q0) * lanes..][..q * lanes].chunks_exact(lanes).enumerate() {
-            for (j, &v) in row.iter().enumerate() {
-                buf.0[i * TILE_COLSB + 4 * j..][..4].copy_from_slice(&v.to_le_bytes());
-            }
-        }
-    }
-    (buf.0.as_ptr(), TILE_COLSB)
 }
 
 /// The B operand's lanes (activation rows per panel) for n activation rows: a whole panel's 16,
@@ -174,10 +111,10 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
 ) {
     let cols = w.cols();
     if let Some(g) = &up {
-        assert!(g.up.dtype() == DType::BF16 && (g.up.rows(), g.up.cols()) == (w.rows(), cols), "amx gemm: up's shape");
+        assert!(g.up.dtype() == w.dtype() && (g.up.rows(), g.up.cols()) == (w.rows(), cols), "amx gemm: up's shape");
     }
     assert!(kc > 0 && kc.is_multiple_of(TK), "amx gemm: chunks of {kc} columns");
-    assert_eq!(w.dtype(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
+    assert_eq!(w.dtype().encoding(), DType::BF16, "amx gemm on a {} matrix", w.dtype());
     let lanes = lanes(n);
     assert!(cols.is_multiple_of(2) && panels.len() == n.div_ceil(NR) * cols / 2 * lanes, "amx gemm: panels");
     assert!(rows.end <= w.rows(), "amx gemm: rows {rows:?} of {}", w.rows());
@@ -185,57 +122,113 @@ pub(super) fn gemm_in_chunks<T: Tiles>(
     if rows.is_empty() || n == 0 {
         return;
     }
-    let (n_panels, chunks) = (n.div_ceil(NR), cols.div_ceil(kc));
-    let task_rows = task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n, panels.len() * 4);
+    let n_panels = n.div_ceil(NR);
+    // A decode step over bf16r32 weights reads them as streams: bigger tasks, and a gate's
+    // blocks before up's (`Product::phased`).
+    let stream = w.dtype() == DType::Bf16R32 && n_panels == 1;
+    let task_rows = match stream {
+        true => STREAM_TASK_ROWS,
+        false => task_rows(cols.min(kc) * if up.is_some() { 2 } else { 1 }, n, panels.len() * 4),
+    };
+    let product = Product { w, up, panels, lanes, n_panels, kc, phased: stream && up.is_some() };
     let sink = Sink { transpose, dest, n, up };
     let task = |task: usize| {
         let r0 = rows.start + task * task_rows;
-        let mine = r0..(r0 + task_rows).min(rows.end);
+        product.task::<T>(&sink, r0..(r0 + task_rows).min(rows.end));
+    };
+    let tasks = rows.len().div_ceil(task_rows);
+    match pool {
+        true => for_tasks(tasks, rows.len() * cols * n, task),
+        false => (0..tasks).for_each(task),
+    }
+}
+
+/// Weight rows per task of a decode step over bf16r32 weights (`STREAM_TASK_ROWS` rows of gate
+/// and of up in turn). One thread, olmoe-4l bf16r32 tg64 (`PHASE=…` a local switch), the fused
+/// gate / up products' GB/s, two rounds: 32-row tasks alternating gate and up blocks 15.0–15.3;
+/// phases of 128 rows 15.1–15.5, 256 15.5–16.2, 512 15.7–16.0, 1024 15.3–15.9; tg64 20.7–21.0 →
+/// 21.0–21.5 t/s with 256. Row-major weights gained nothing from it (14.0–14.2 either way).
+const STREAM_TASK_ROWS: usize = 256;
+
+/// One product's operands and how its tasks walk them (`gemm_in_chunks`).
+struct Product<'a> {
+    w: Mat<'a>,
+    up: Option<GatedUp<'a>>,
+    panels: &'a [u32],
+    lanes: usize,
+    n_panels: usize,
+    /// Columns per chunk.
+    kc: usize,
+    /// Each task's gate blocks, then its up blocks, then their results (instead of gate and up
+    /// block by block): a decode step over bf16r32 weights, two long streams instead of
+    /// alternating 64 KiB runs of each.
+    phased: bool,
+}
+
+impl Product<'_> {
+    /// The weight rows `mine`: every panel group meets them chunk by chunk, then `sink` writes
+    /// the results.
+    fn task<T: Tiles>(&self, sink: &Sink<'_>, mine: Range<usize>) {
+        let (cols, kc) = (self.w.cols(), self.kc);
+        let chunks = cols.div_ceil(kc);
         let mut t = T::default();
-        t.configure(&config(n));
-        // One block's results at a time over one chunk; over several, every (panel group,
-        // block) of the task keeps its partial sums between chunks.
+        t.configure(&config(sink.n));
+        // One block's results at a time over one chunk; over several (or phased), every (panel
+        // group, block) of the task keeps its partial sums until its results are written.
         let blocks = mine.len().div_ceil(TILE_ROWS);
-        let kept = if chunks == 1 { 1 } else { groups(n_panels).count() * blocks };
+        let keep_all = chunks > 1 || self.phased;
+        let kept = if keep_all { groups(self.n_panels).count() * blocks } else { 1 };
         with_buffer(&BLOCKS, |bufs| {
-            let (part, part_up, [runs, runs_up]) = split_blocks(bufs, kept, up.is_some());
+            let (part, part_up, [runs, runs_up]) = split_blocks(bufs, kept, self.up.is_some());
             for (chunk, k0) in (0..cols).step_by(kc).enumerate() {
                 let k = k0..(k0 + kc).min(cols);
-                for (gi, (p0, group)) in groups(n_panels).enumerate() {
+                for (gi, (p0, group)) in groups(self.n_panels).enumerate() {
                     // Weight rows per block, and activation rows (C's row length).
                     let (mr_block, width) = match group {
                         Group::Triple => (TILE_ROWS, 3 * NR),
                         _ => (BLOCK, BLOCK),
                     };
-                    for (b, r0) in mine.clone().step_by(mr_block).enumerate() {
-                        let i = if chunks == 1 { 0 } else { gi * blocks + b };
-                        // c [mr_block weight rows][width activation rows] → runs [k activation
-                        // rows][mr weight rows].
-                        let at = At { r0, p0, resume: chunk > 0 };
-                        let mut block_of = |w: Mat<'_>, c: &mut CBlock| match group {
-                            Group::Pair => block::<T, 2>(&mut t, w, panels, lanes, at, k.clone(), c),
-                            Group::Single => block::<T, 1>(&mut t, w, panels, lanes, at, k.clone(), c),
-                            Group::Triple => block3(&mut t, w, panels, at, k.clone(), c),
-                        };
-                        block_of(w, &mut part[i]);
-                        if let Some(g) = &up {
-                            block_of(g.up, &mut part_up[i]);
+                    // c [mr_block weight rows][width activation rows] → runs [k activation
+                    // rows][mr weight rows].
+                    let at = |r0| At { r0, p0, resume: chunk > 0 };
+                    let mut block_of = |w: Mat<'_>, r0, c: &mut CBlock| match group {
+                        Group::Pair => block::<T, 2>(&mut t, w, self.panels, self.lanes, at(r0), k.clone(), c),
+                        Group::Single => block::<T, 1>(&mut t, w, self.panels, self.lanes, at(r0), k.clone(), c),
+                        Group::Triple => block3(&mut t, w, self.panels, at(r0), k.clone(), c),
+                    };
+                    let slot = |b: usize| if keep_all { gi * blocks + b } else { 0 };
+                    let write = |r0: usize, c: [&CBlock; 2], runs: [&mut CBlock; 2]| {
+                        let mr = mr_block.min(mine.end - r0);
+                        sink.write(Done { c, width, mr, r0, tok0: p0 * NR }, runs)
+                    };
+                    let last = chunk + 1 == chunks;
+                    let starts = || mine.clone().step_by(mr_block).enumerate();
+                    if self.phased {
+                        let up = self.up.as_ref().expect("a phased product has up");
+                        starts().for_each(|(b, r0)| block_of(self.w, r0, &mut part[slot(b)]));
+                        starts().for_each(|(b, r0)| block_of(up.up, r0, &mut part_up[slot(b)]));
+                        if last {
+                            for (b, r0) in starts() {
+                                let c = [&part[slot(b)], &part_up[slot(b)]];
+                                write(r0, c, [&mut *runs, &mut *runs_up]);
+                            }
                         }
-                        if chunk + 1 == chunks {
-                            let mr = mr_block.min(mine.end - r0);
-                            let block = [&part[i], part_up.get(i).unwrap_or(&part[i])];
-                            sink.write(Done { c: block, width, mr, r0, tok0: p0 * NR }, [&mut *runs, &mut *runs_up]);
+                        continue;
+                    }
+                    for (b, r0) in starts() {
+                        block_of(self.w, r0, &mut part[slot(b)]);
+                        if let Some(g) = &self.up {
+                            block_of(g.up, r0, &mut part_up[slot(b)]);
+                        }
+                        if last {
+                            let i = slot(b);
+                            write(r0, [&part[i], part_up.get(i).unwrap_or(&part[i])], [&mut *runs, &mut *runs_up]);
                         }
                     }
                 }
             }
         });
         t.release();
-    };
-    let tasks = rows.len().div_ceil(task_rows);
-    match pool {
-        true => for_tasks(tasks, rows.len() * cols * n, task),
-        false => (0..tasks).for_each(task),
     }
 }
 
@@ -283,50 +276,63 @@ struct At {
 /// 0.436–0.439 / 0.433–0.448, 3 steps 0.452–0.463 / 0.456–0.464, 4 0.478–0.482, 8 0.475–0.490.
 const AHEAD: usize = 2;
 
-/// The weight lines of a block's column steps `s`, brought into L1 `AHEAD` steps before their
-/// tile loads, when the block is the first to read its weights (the first panel group's: they
-/// come from memory, 16 or 32 row streams of 64 bytes per step that the hardware prefetchers
-/// start late on each row); the last steps reach into the next block's rows. Only a hint, and
-/// only for two or three panels: a single panel's block (decode, under 17 activation rows)
-/// gained nothing (1408 × 2048 at n = 8, 16: 0.41–0.44 ms either way) and decode lost 3–10 %
-/// with it (olmoe-4l / qwen2moe-4l bf16 tg32, two threads).
+/// The weight lines of a block's column steps `s`, brought into L1 ahead of their tile loads,
+/// when the block is the first to read its weights (the first panel group's: they come from
+/// memory). Row-major weights: for two or three panels only, each step's 16 or 32 row lines
+/// `AHEAD` steps before their loads (the hardware prefetchers start late on each of those row
+/// streams); the last steps reach into the next block's rows. A single panel's block (decode,
+/// under 17 activation rows) gained nothing (1408 × 2048 at n = 8, 16: 0.41–0.44 ms either way)
+/// and decode lost 3–10 % with it (olmoe-4l / qwen2moe-4l bf16 tg32, two threads). bf16r32
+/// weights: a block reads one contiguous stream, each step's lines `TILED_AHEAD` bytes before
+/// their loads, at every panel count; the last steps reach into what follows the block's units
+/// (the next group of rows).
 #[derive(Clone, Copy)]
 struct Ahead<'a> {
-    w: &'a [u16],
-    rows: usize,
-    cols: usize,
+    w: Weights<'a>,
     r0: usize,
     mr: usize,
     s: (usize, usize),
 }
 
+/// Bytes between a bf16r32 weight line's prefetch and its tile load (`Ahead`).
+const TILED_AHEAD: usize = 512;
+
 impl Ahead<'_> {
     /// For a block of mr weight rows from r0 against `panels` panels over the whole steps s0 ..
-    /// s1, if it is the first panel group's and has two or three panels.
-    fn of(w: Mat<'_>, at: At, mr: usize, panels: usize, (s0, s1): (usize, usize)) -> Option<Ahead<'_>> {
-        let (rows, cols, r0) = (w.rows(), w.cols(), at.r0);
-        (at.p0 == 0 && panels >= 2).then_some(Ahead { w: w.as_u16(), rows, cols, r0, mr, s: (s0, s1) })
+    /// s1, if it is the first panel group's (and, row-major, has two or three panels).
+    fn of(w: Weights<'_>, at: At, mr: usize, panels: usize, (s0, s1): (usize, usize)) -> Option<Ahead<'_>> {
+        (at.p0 == 0 && (panels >= 2 || w.tiled)).then_some(Ahead { w, r0: at.r0, mr, s: (s0, s1) })
     }
 
-    /// The lines step s + AHEAD will load.
+    /// The lines step s + AHEAD will load (row-major), or those TILED_AHEAD bytes past step s's.
     #[inline(always)]
     fn step(&self, s: usize) {
         let (s0, s1) = self.s;
+        let w = &self.w;
+        if w.tiled {
+            let line = w.tile(self.r0, s).wrapping_add(TILED_AHEAD);
+            (0..self.mr).for_each(|i| prefetch(line.wrapping_add(i * TILE_COLSB)));
+            return;
+        }
         let (r, c) = if s + AHEAD < s1 { (self.r0, s + AHEAD) } else { (self.r0 + self.mr, s + AHEAD + s0 - s1) };
-        if r + self.mr <= self.rows && c < s1 {
-            let line = self.w.as_ptr().wrapping_add(r * self.cols + c * TK);
-            for i in 0..self.mr {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: a prefetch never faults and reads nothing architecturally.
-                unsafe {
-                    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                    _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(i * self.cols).cast())
-                };
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = (line, i);
-            }
+        if r + self.mr <= w.rows && c < s1 {
+            let line = w.tile(r, c);
+            (0..self.mr).for_each(|i| prefetch(line.wrapping_add(i * w.stride())));
         }
     }
+}
+
+/// Hint the cache to load the line at `p` (never faults).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing architecturally.
+    unsafe {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// One 2 × P block over the columns `k` (k.start a multiple of 32; k.end one, or cols): the C
@@ -344,7 +350,7 @@ fn block<T: Tiles, const P: usize>(
     k: Range<usize>,
     c: &mut CBlock,
 ) {
-    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (rows, cols, wt) = (w.rows(), w.cols(), Weights::of(w));
     let (r0, p0) = (at.r0, at.p0);
     let pairs = cols / 2;
     let n_panels = panels.len() / (pairs * lanes).max(1);
@@ -370,25 +376,18 @@ fn block<T: Tiles, const P: usize>(
     }
     // Whole steps s0 .. s1: every tile of them in place.
     let s0 = k.start / TK;
-    let s1 = if r0 + BLOCK <= rows && p0 + P <= n_panels { k.end / TK } else { s0 };
+    let in_place = wt.tile_in_place(r0) && wt.tile_in_place(r0 + TILE_ROWS);
+    let s1 = if r0 + BLOCK <= rows && p0 + P <= n_panels && in_place { k.end / TK } else { s0 };
     if s1 > s0 {
-        let a = [&wb[r0 * cols + s0 * TK..], &wb[(r0 + TILE_ROWS) * cols + s0 * TK..]];
+        let a = [wt.tile(r0, s0), wt.tile(r0 + TILE_ROWS, s0)];
         let q0 = s0 * TQ;
         let b = [&panels[(p0 * pairs + q0) * lanes..], &panels[((p0 + P - 1) * pairs + q0) * lanes..]];
-        let ahead = Ahead::of(w, at, BLOCK, P, (s0, s1));
-        // SAFETY: step s < s1 − s0 reads, of each weight half, 16 rows of 64 bytes from column
-        // 32 (s0 + s) (inside rows r0 .. r0 + 32, s0 + s < cols / 32), and of each of the P
+        let ahead = Ahead::of(wt, at, BLOCK, P, (s0, s1));
+        // SAFETY: step s < s1 − s0 reads, of each weight half, the tile of its 16 rows at column
+        // step s0 + s (inside rows r0 .. r0 + 32, s0 + s < cols / 32), and of each of the P
         // panels 16 pairs from pair 16 (s0 + s) (inside it).
         unsafe {
-            steps::<T, P>(
-                t,
-                a.map(|a| a.as_ptr().cast()),
-                cols * 2,
-                b.map(|b| b.as_ptr().cast()),
-                lanes * 4,
-                (s0, s1),
-                ahead,
-            )
+            steps::<T, P>(t, (a, wt.stride(), wt.advance()), b.map(|b| b.as_ptr().cast()), lanes * 4, (s0, s1), ahead)
         };
     }
     if s1 * TK < k.end {
@@ -411,13 +410,13 @@ fn block<T: Tiles, const P: usize>(
 /// matrix and the panels: each tile through `a_tile` / `b_tile` (the zero-padded copies are made
 /// only here: a block of whole steps touches no copy).
 fn edge_steps<T: Tiles, const P: usize>(t: &mut T, w: Mat<'_>, panels: &[u32], lanes: usize, at: At, k: Range<usize>) {
-    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (cols, wt) = (w.cols(), Weights::of(w));
     let (r0, p0, pairs) = (at.r0, at.p0, cols / 2);
     let mut bufs: [TileBuf; 4] = Default::default();
     for k0 in k.step_by(TK) {
         let [b0, b1, b2, b3] = &mut bufs;
-        let a0 = a_tile(wb, rows, cols, r0, k0, b0);
-        let a1 = a_tile(wb, rows, cols, r0 + TILE_ROWS, k0, b1);
+        let a0 = a_tile(&wt, r0, k0, b0);
+        let a1 = a_tile(&wt, r0 + TILE_ROWS, k0, b1);
         let p0b = b_tile(panels, pairs, lanes, p0, k0 / 2, b2);
         // SAFETY: each source is 16 rows of 64 readable bytes `stride` apart (a_tile / b_tile).
         unsafe {
@@ -434,17 +433,16 @@ fn edge_steps<T: Tiles, const P: usize>(t: &mut T, w: Mat<'_>, panels: &[u32], l
 }
 
 /// Column steps s0 .. s1 of a block read in place: A tiles from the weight halves `a` (rows
-/// `stride` bytes apart, step s0 + s at byte 64s), B tiles from the P panels `b` (rows
+/// `stride` bytes apart, step s0 + s at byte `advance` · s), B tiles from the P panels `b` (rows
 /// `b_stride` bytes apart, step s0 + s at byte 16 · b_stride · s); the weight lines `ahead`.
 ///
 /// # Safety
-/// Every step's tiles must be readable: 16 rows of 64 bytes from a[h] + 64s, `stride` apart, and
-/// 16 rows of `b_stride` bytes from b[j] + 16 · b_stride · s, for s < s1 − s0.
+/// Every step's tiles must be readable: 16 rows of 64 bytes from a[h] + advance · s, `stride`
+/// apart, and 16 rows of `b_stride` bytes from b[j] + 16 · b_stride · s, for s < s1 − s0.
 #[inline(always)]
 unsafe fn steps<T: Tiles, const P: usize>(
     t: &mut T,
-    a: [*const u8; 2],
-    stride: usize,
+    (a, stride, advance): ([*const u8; 2], usize, usize),
     b: [*const u8; 2],
     b_stride: usize,
     (s0, s1): (usize, usize),
@@ -456,8 +454,8 @@ unsafe fn steps<T: Tiles, const P: usize>(
         }
         // SAFETY: the caller's bounds.
         unsafe {
-            t.load::<4>(a[0].add(s * TILE_COLSB), stride);
-            t.load::<5>(a[1].add(s * TILE_COLSB), stride);
+            t.load::<4>(a[0].add(s * advance), stride);
+            t.load::<5>(a[1].add(s * advance), stride);
             t.load::<6>(b[0].add(s * TILE_ROWS * b_stride), b_stride);
             if P == 2 {
                 t.load::<7>(b[1].add(s * TILE_ROWS * b_stride), b_stride);
@@ -472,7 +470,7 @@ unsafe fn steps<T: Tiles, const P: usize>(
 /// tiles), into c as [16 weight rows][48 activation rows] f32. Registers: C tmm0 … tmm2, A
 /// tmm4, B tmm5 … tmm7.
 fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usize>, c: &mut CBlock) {
-    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (rows, cols, wt) = (w.rows(), w.cols(), Weights::of(w));
     let (r0, p0, pairs, ldc) = (at.r0, at.p0, cols / 2, 3 * NR * 4);
     let n_panels = panels.len() / (pairs * NR).max(1);
     if at.resume {
@@ -489,18 +487,18 @@ fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usiz
         t.zero::<2>();
     }
     let s0 = k.start / TK;
-    let s1 = if r0 + TILE_ROWS <= rows && p0 + 3 <= n_panels { k.end / TK } else { s0 };
+    let s1 = if r0 + TILE_ROWS <= rows && p0 + 3 <= n_panels && wt.tile_in_place(r0) { k.end / TK } else { s0 };
     let b_at = |j: usize, q0: usize| panels[((p0 + j) * pairs + q0) * NR..].as_ptr().cast::<u8>();
-    let ahead = Ahead::of(w, at, TILE_ROWS, 3, (s0, s1));
+    let ahead = Ahead::of(wt, at, TILE_ROWS, 3, (s0, s1));
     for s in s0..s1 {
         if let Some(ahead) = &ahead {
             ahead.step(s);
         }
         let q0 = s * TQ;
-        // SAFETY: s < cols / 32: 16 weight rows of 64 bytes from column 32s inside rows r0 ..
-        // r0 + 16, and of each of the 3 panels 16 pairs from pair 16s (inside it).
+        // SAFETY: s < cols / 32: the tile of weight rows r0 .. r0 + 16 at column step s (inside
+        // the matrix), and of each of the 3 panels 16 pairs from pair 16s (inside it).
         unsafe {
-            t.load::<4>(wb[r0 * cols + s * TK..].as_ptr().cast(), cols * 2);
+            t.load::<4>(wt.tile(r0, s), wt.stride());
             t.load::<5>(b_at(0, q0), NR * 4);
             t.dpbf16ps::<0, 4, 5>();
             t.load::<6>(b_at(1, q0), NR * 4);
@@ -525,12 +523,12 @@ fn block3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usiz
 /// The column steps `k` of a 1 × 3 block (as `block3`) whose tiles are not all inside the matrix
 /// and the panels, through `a_tile` / `b_tile` (as `edge_steps`).
 fn edge_steps3<T: Tiles>(t: &mut T, w: Mat<'_>, panels: &[u32], at: At, k: Range<usize>) {
-    let (rows, cols, wb) = (w.rows(), w.cols(), w.as_u16());
+    let (cols, wt) = (w.cols(), Weights::of(w));
     let (r0, p0, pairs) = (at.r0, at.p0, cols / 2);
     let mut bufs: [TileBuf; 4] = Default::default();
     for k0 in k.step_by(TK) {
         let [ab, b0, b1, b2] = &mut bufs;
-        let a = a_tile(wb, rows, cols, r0, k0, ab);
+        let a = a_tile(&wt, r0, k0, ab);
         let bs = [b_tile(panels, pairs, NR, p0, k0 / 2, b0), b_tile(panels, pairs, NR, p0 + 1, k0 / 2, b1)];
         let b2 = b_tile(panels, pairs, NR, p0 + 2, k0 / 2, b2);
         // SAFETY: each source is 16 rows of 64 readable bytes `stride` apart (a_tile / b_tile).

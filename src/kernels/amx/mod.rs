@@ -23,10 +23,13 @@ mod int8;
 mod int8_tests;
 #[cfg(test)]
 mod model;
+mod operand;
 mod sink;
 mod split;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tiled_tests;
 
 pub(crate) use gemm::gemm;
 

@@ -3,8 +3,9 @@
 //! computation and its faults; the run-time choice's fallback. The hardware kernel runs only
 //! where the CPU has AMX (`amx_hardware_kernel_matches_the_model`, ignored elsewhere).
 
-use super::gemm::{a_tile, b_tile, gemm, gemm_in_chunks, groups, lanes, Group, TileBuf};
+use super::gemm::{gemm, gemm_in_chunks, groups, lanes, Group};
 use super::model::Model;
+use super::operand::{a_tile, b_tile, TileBuf, Weights};
 use super::sink::BLOCK;
 use super::split::{chunk_width, task_rows, KC, PANELS_NEAR};
 use super::TK;
@@ -114,7 +115,7 @@ fn the_model_faults_on_a_repeated_register() {
 }
 
 /// A model with tmm0 16 rows × `colsb` bytes loaded from `src`.
-fn loaded(src: (*const u8, usize), colsb: usize) -> Model {
+pub(super) fn loaded(src: (*const u8, usize), colsb: usize) -> Model {
     let mut t = Model::default();
     t.configure(&TileConfig::shaped(&[(TILE_ROWS, colsb)]));
     // SAFETY: a_tile / b_tile hand out 16 rows of `colsb` readable bytes.
@@ -129,7 +130,8 @@ fn weight_tiles_are_the_stored_rows_zero_past_the_matrix() {
         for r in (0..rows + TILE_ROWS).step_by(TILE_ROWS) {
             for k0 in (0..cols).step_by(TK) {
                 let mut buf = TileBuf::default();
-                let t = loaded(a_tile(&w, rows, cols, r, k0, &mut buf), TILE_COLSB);
+                let t =
+                    loaded(a_tile(&Weights::of(Mat::halves(DType::BF16, &w, rows, cols)), r, k0, &mut buf), TILE_COLSB);
                 for (i, c) in (0..TILE_ROWS).flat_map(|i| (0..TK).map(move |c| (i, c))) {
                     let want = if r + i < rows && k0 + c < cols { w[(r + i) * cols + k0 + c] } else { 0 };
                     assert_eq!(t.bf16(0, i, c), want, "{rows}x{cols} tile ({r}, {k0}) element ({i}, {c})");
@@ -168,7 +170,7 @@ fn activation_tiles_pair_columns_zero_past_the_panels() {
 }
 
 /// y [n, rows] by the AMX GEMM on tiles `T`, on a pool of `threads`.
-fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
+pub(super) fn run<T: Tiles>(w: Mat<'_>, x: &[f32], n: usize, threads: usize) -> Vec<f32> {
     let mut acts = Bf16Acts::default();
     acts.round(x, n, w.cols());
     acts.pack_tiles(generic::transpose);
@@ -186,7 +188,7 @@ fn shapes() -> impl Iterator<Item = (usize, usize, usize)> {
 
 /// y against the exact products of the rounded activations (f64) within FLOAT_TOL, and against
 /// the scalar reference within twice that.
-fn check_against_reference(w: Mat<'_>, x: &[f32], n: usize, y: &[f32], what: &str) {
+pub(super) fn check_against_reference(w: Mat<'_>, x: &[f32], n: usize, y: &[f32], what: &str) {
     let rounded: Vec<f32> = x.iter().map(|&v| f32::from_bits(u32::from(round_bf16(v)) << 16)).collect();
     let (want, mag) = exact(w, &rounded, n);
     let mut reference = vec![0f32; y.len()];
@@ -313,7 +315,7 @@ static FUSED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 /// The AMX GEMM on the tile model, as a path's `Bf16Kernels::gemm` (counting the calls that join
 /// a gate and an up projection).
 #[allow(clippy::too_many_arguments)]
-fn model_gemm(
+pub(super) fn model_gemm(
     transpose: TransposeFn,
     w: Mat<'_>,
     rows: std::ops::Range<usize>,
@@ -330,7 +332,7 @@ fn model_gemm(
 }
 
 /// bf16 kernels whose only product is `gemm` at every row count: the other kernels fail the test.
-fn whole_only(gemm: crate::kernels::table::Bf16GemmFn) -> crate::kernels::table::Bf16Kernels {
+pub(super) fn whole_only(gemm: crate::kernels::table::Bf16GemmFn) -> crate::kernels::table::Bf16Kernels {
     crate::kernels::table::Bf16Kernels {
         gemv: |_, _, _, _, _| panic!("the matrix-vector kernel ran on a path with a whole product"),
         tile: |_, _, _, _, _, _, _| panic!("the blocked GEMM ran instead of the path's own"),
@@ -428,7 +430,7 @@ fn gate_and_up_in_one_pass_are_the_two_products_then_the_activation() {
 
 /// act(x·gateᵀ, x·upᵀ)·downᵀ by `fused_mlp` on kernels `kern`, against `gated_matmuls` then
 /// `matmul` on the same kernels: the same bits (checked by the caller), for a dense x.
-fn mlp_both_ways(kern: Kernels, x: &[f32], m: usize, mats: [Mat<'_>; 3], act: Gate) -> (Vec<f32>, Vec<f32>) {
+pub(super) fn mlp_both_ways(kern: Kernels, x: &[f32], m: usize, mats: [Mat<'_>; 3], act: Gate) -> (Vec<f32>, Vec<f32>) {
     let [gate, up, down] = mats;
     let (ffn, hidden) = (gate.rows(), down.rows());
     let mut fused = vec![f32::NAN; m * hidden];
@@ -441,7 +443,7 @@ fn mlp_both_ways(kern: Kernels, x: &[f32], m: usize, mats: [Mat<'_>; 3], act: Ga
 }
 
 /// bf16 matrices gate, up [ffn, hidden] and down [hidden, ffn] from seeds 11, 12, 13.
-fn mlp_mats(ffn: usize, hidden: usize) -> [Vec<u16>; 3] {
+pub(super) fn mlp_mats(ffn: usize, hidden: usize) -> [Vec<u16>; 3] {
     let mat = |len: usize, seed: u64| -> Vec<u16> { sample(len, seed).iter().map(|&v| round_bf16(v)).collect() };
     [mat(ffn * hidden, 11), mat(ffn * hidden, 12), mat(hidden * ffn, 13)]
 }

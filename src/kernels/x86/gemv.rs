@@ -8,6 +8,7 @@ use super::super::mat::Mat;
 use super::super::reference;
 use super::qrows::BlockRows;
 use crate::format::blocks::QK;
+use crate::format::{tiles, DType};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -58,10 +59,12 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
 }
 
 /// out[r][t] = row r of `w` (rows `row_bytes` apart, `cols` elements of dtype K) · x row t
-/// (rows `cols` apart), for R rows and T activation rows.
+/// (rows `cols` apart), for R rows and T activation rows. `TILED`: bf16r32 rows of one group
+/// (`format::tiles`: a row's 32-column steps `UNIT_BYTES` apart, rows 64 bytes apart within a
+/// step) — the same sums, read where that layout keeps them.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block<const K: u8, const R: usize, const T: usize>(
+unsafe fn block<const K: u8, const R: usize, const T: usize, const TILED: bool>(
     w: *const u8,
     row_bytes: usize,
     cols: usize,
@@ -77,7 +80,12 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
         let esize = if K == F32 { 4 } else { 2 };
         let prefetch = super::tune::software_prefetch();
         while i < full {
-            if prefetch && i % (64 / esize) == 0 {
+            if TILED && prefetch && i % TILE == 0 {
+                // These rows' lines two steps on: one stream, read a quarter of a step at a time.
+                for r in 0..R {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(r * row_bytes + (i / TILE + 2) * UNIT_BYTES).cast());
+                }
+            } else if !TILED && prefetch && i % (64 / esize) == 0 {
                 // The next row group's line at this column (see qdot.rs: short rows restart
                 // the hardware streams every group).
                 for r in 0..R {
@@ -88,8 +96,10 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
             for (t, v) in xv.iter_mut().enumerate() {
                 *v = _mm256_loadu_ps(x.add(t * cols + i));
             }
+            // Row r's elements i .. i + 8: in its row, or in its line of step i / 32.
+            let (wr, wi) = if TILED { (w.add((i / TILE) * UNIT_BYTES), i % TILE) } else { (w, i) };
             for (r, accr) in acc.iter_mut().enumerate() {
-                let wv = load8::<K>(w.add(r * row_bytes), i);
+                let wv = load8::<K>(wr.add(r * row_bytes), wi);
                 for (a, &xt) in accr.iter_mut().zip(&xv) {
                     *a = _mm256_fmadd_ps(wv, xt, *a);
                 }
@@ -110,17 +120,15 @@ unsafe fn block<const K: u8, const R: usize, const T: usize>(
 
 /// The matrix-vector product for float dtype K over `rows` (see `table::GemvFn`).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemv_float<const K: u8>(
+unsafe fn gemv_float<const K: u8, const TILED: bool>(
     w: *const u8,
-    esize: usize,
+    rb: usize,
     cols: usize,
     rows: Range<usize>,
     x: &[f32],
     n: usize,
-    out: &mut [f32],
+    (out, len): (&mut [f32], usize),
 ) {
-    let len = rows.len();
-    let rb = cols * esize;
     let mut r = rows.start;
     // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
     // caller passes pointers valid for the ranges this function's comment names.
@@ -131,7 +139,7 @@ unsafe fn gemv_float<const K: u8>(
             if n == 1 && rows.end - r >= 8 {
                 // One activation row: eight weight rows in flight per pass.
                 let mut o = [[0f32; 1]; 8];
-                block::<K, 8, 1>(base, rb, cols, x.as_ptr(), &mut o);
+                block::<K, 8, 1, TILED>(base, rb, cols, x.as_ptr(), &mut o);
                 for (dr, or) in o.iter().enumerate() {
                     out[i + dr] = or[0];
                 }
@@ -140,7 +148,7 @@ unsafe fn gemv_float<const K: u8>(
                 let mut t = 0;
                 while t + 2 <= n {
                     let mut o = [[0f32; 2]; 4];
-                    block::<K, 4, 2>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
+                    block::<K, 4, 2, TILED>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
                     for (dr, or) in o.iter().enumerate() {
                         out[t * len + i + dr] = or[0];
                         out[(t + 1) * len + i + dr] = or[1];
@@ -149,7 +157,7 @@ unsafe fn gemv_float<const K: u8>(
                 }
                 if t < n {
                     let mut o = [[0f32; 1]; 4];
-                    block::<K, 4, 1>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
+                    block::<K, 4, 1, TILED>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
                     for (dr, or) in o.iter().enumerate() {
                         out[t * len + i + dr] = or[0];
                     }
@@ -158,7 +166,7 @@ unsafe fn gemv_float<const K: u8>(
             } else {
                 for t in 0..n {
                     let mut o = [[0f32; 1]; 1];
-                    block::<K, 1, 1>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
+                    block::<K, 1, 1, TILED>(base, rb, cols, x.as_ptr().add(t * cols), &mut o);
                     out[t * len + i] = o[0][0];
                 }
                 r += 1;
@@ -286,16 +294,81 @@ pub fn gemv<const K: u8>(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, ou
     assert!(rows.end <= w.rows() && x.len() >= n * cols && out.len() >= n * rows.len());
     let esize = if K == F32 { 4 } else { 2 };
     assert_eq!(w.dtype().float_size(), Some(esize as u64), "gemv::<{K}> given a {} matrix", w.dtype());
+    let len = rows.len();
     // SAFETY: the AVX2 table is only reachable when the CPU has AVX2, FMA and F16C; the bounds
     // of every row read are asserted above, the element size matches the matrix's.
-    unsafe { gemv_float::<K>(w.bytes().as_ptr(), esize, cols, rows, x, n, out) }
+    unsafe { gemv_float::<K, false>(w.bytes().as_ptr(), cols * esize, cols, rows, x, n, (out, len)) }
+}
+
+/// Columns per step and bytes per unit of bf16r32 (`format::tiles`).
+const TILE: usize = tiles::TILE;
+const UNIT_BYTES: usize = tiles::UNIT * 2;
+
+/// `gemv::<BF16>` for a bf16r32 matrix (`format::tiles`): each group's rows in the range read
+/// where the tile order keeps them — the same sums, so the same bits as the row-major matrix.
+pub fn gemv_bf16r32(w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    let (cols, len) = (w.cols(), rows.len());
+    assert!(rows.end <= w.rows() && x.len() >= n * cols && out.len() >= n * len);
+    assert_eq!(w.dtype(), DType::Bf16R32, "gemv_bf16r32 given a {} matrix", w.dtype());
+    let mut r = rows.start;
+    while r < rows.end {
+        // The rows r .. end of r's group: row j of them 64 bytes after row j − 1 in every step.
+        let end = rows.end.min((r / TILE + 1) * TILE);
+        let base = w.bytes()[2 * tiles::at(r, 0, cols)..].as_ptr();
+        let at = r - rows.start;
+        // SAFETY: the AVX2 table is only reachable when the CPU has AVX2, FMA and F16C; rows r ..
+        // end lie in one group of the bound matrix (whole groups, cols a multiple of 32), whose
+        // units hold each of them at base + 64 j + 2 KiB · step.
+        unsafe {
+            match n {
+                1 => group_n1(base, cols, end - r, x.as_ptr(), &mut out[at..end - rows.start]),
+                _ => gemv_float::<BF16, true>(base, 64, cols, 0..end - r, x, n, (&mut out[at..], len)),
+            }
+        };
+        r = end;
+    }
+}
+
+/// out[j] = row j of `rows` (≤ 32) bf16r32 rows of one group from `g` (row j's step s at g +
+/// 64 j + 2 KiB · s) · x: `block`'s sums for one activation row, the group's units read once in
+/// order (one stream; `block` over 8 rows at a time would read each unit in four strided passes)
+/// with every row's 8-lane accumulator kept across the steps.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_n1(g: *const u8, cols: usize, rows: usize, x: *const f32, out: &mut [f32]) {
+    // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the caller
+    // passes a group's `rows` rows of `cols` columns at `g` and x of `cols` values.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); TILE];
+        for s in 0..cols / TILE {
+            let unit = g.add(s * UNIT_BYTES);
+            for l in 0..rows {
+                _mm_prefetch::<_MM_HINT_T0>(unit.wrapping_add(512 + l * 64).cast());
+            }
+            let xs = x.add(s * TILE);
+            let xv = [
+                _mm256_loadu_ps(xs),
+                _mm256_loadu_ps(xs.add(8)),
+                _mm256_loadu_ps(xs.add(16)),
+                _mm256_loadu_ps(xs.add(24)),
+            ];
+            for (j, a) in acc.iter_mut().enumerate().take(rows) {
+                let line = unit.add(j * 64);
+                for (q, &xq) in xv.iter().enumerate() {
+                    *a = _mm256_fmadd_ps(load8::<BF16>(line, 8 * q), xq, *a);
+                }
+            }
+        }
+        for (o, a) in out.iter_mut().zip(&acc[..rows]) {
+            *o = hsum(*a);
+        }
+    }
 }
 
 fn dot_one<const K: u8>(w: *const u8, cols: usize, x: &[f32]) -> f32 {
     assert!(x.len() >= cols);
     let mut o = [[0f32; 1]; 1];
     // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; the callers' slices hold `cols` elements.
-    unsafe { block::<K, 1, 1>(w, 0, cols, x.as_ptr(), &mut o) };
+    unsafe { block::<K, 1, 1, false>(w, 0, cols, x.as_ptr(), &mut o) };
     o[0][0]
 }
 

@@ -52,6 +52,7 @@ const MATS: [MatKernels; DType::COUNT] = {
     m[DType::F32.index()] = float(gemv::gemv::<{ gemv::F32 }>, tile::widen_float::<{ gemv::F32 }>);
     m[DType::F16.index()] = float(gemv::gemv::<{ gemv::F16 }>, tile::widen_float::<{ gemv::F16 }>);
     m[DType::BF16.index()] = float(gemv::gemv::<{ gemv::BF16 }>, tile::widen_float::<{ gemv::BF16 }>);
+    m[DType::Bf16R32.index()] = float(gemv::gemv_bf16r32, tile::widen_bf16r32);
     m[DType::Q8.index()] = MatKernels {
         gemv: gemv::gemv_quant::<false>,
         gemv_i8: Some(qdot::gemv_i8::<false>),

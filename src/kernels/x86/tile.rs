@@ -7,6 +7,7 @@ use super::super::table::{MR, NR};
 use super::gemv::{F16, F32};
 use super::qrows::BlockRows;
 use crate::format::blocks::QK;
+use crate::format::{tiles, DType};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
@@ -143,6 +144,22 @@ pub fn widen_float<const K: u8>(w: Mat<'_>, rows: Range<usize>, k0: usize, out: 
             F16 => unsafe { widen_half::<false>(&w.as_u16()[s..s + kc], o) },
             // SAFETY: as above.
             _ => unsafe { widen_half::<true>(&w.as_u16()[s..s + kc], o) },
+        }
+    }
+}
+
+/// The same for a bf16r32 matrix (`format::tiles`): each row's pieces from its steps' units.
+pub fn widen_bf16r32(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]) {
+    let (cols, kc, bits) = (w.cols(), out.len() / rows.len().max(1), w.as_u16());
+    assert!(k0 + kc <= cols && rows.end <= w.rows() && w.dtype() == DType::Bf16R32);
+    for (r, o) in rows.zip(out.chunks_exact_mut(kc.max(1))) {
+        let mut c = k0;
+        while c < k0 + kc {
+            let end = (k0 + kc).min((c / tiles::TILE + 1) * tiles::TILE);
+            let at = tiles::at(r, c, cols);
+            // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; the piece lies in the row's unit.
+            unsafe { widen_half::<true>(&bits[at..at + end - c], &mut o[c - k0..end - k0]) };
+            c = end;
         }
     }
 }
