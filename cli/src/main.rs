@@ -43,8 +43,10 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
         /// Dtype of the tensors left unquantised: f32, f16 or bf16 (default: keep each tensor's
-        /// source dtype).
-        #[arg(long, value_parser = parse_dtype)]
+        /// source dtype); or bf16r32 — bf16 with the matrices the products read whole (attention,
+        /// experts, MLP, lm_head; rows and columns multiples of 32) in the AMX tiles' order,
+        /// which CPUs with AMX decode faster (the same values and results on every CPU).
+        #[arg(long, value_parser = parse_convert_dtype)]
         dtype: Option<colibri::format::DType>,
         /// Block-quantise the attention, expert, shared-expert, dense MLP and lm_head matrices:
         /// q8 (8-bit) or w4a16 (4-bit weights, stored as q4). Matrices whose rows are not a
@@ -144,8 +146,17 @@ enum Command {
 /// A float dtype name (block types are chosen with --quantize).
 fn parse_dtype(s: &str) -> Result<colibri::format::DType, String> {
     colibri::format::DType::from_name(s)
-        .filter(|d| !d.is_quantized())
+        .filter(|d| !d.is_quantized() && !d.is_interleaved())
         .ok_or_else(|| format!("unknown dtype '{s}' (use f32, f16 or bf16)"))
+}
+
+/// `convert --dtype`: a float type, or bf16r32.
+fn parse_convert_dtype(s: &str) -> Result<colibri::format::DType, String> {
+    use colibri::format::DType;
+    parse_dtype(s).or_else(|_| match DType::from_name(s) {
+        Some(DType::Bf16R32) => Ok(DType::Bf16R32),
+        _ => Err(format!("unknown dtype '{s}' (use f32, f16, bf16 or bf16r32)")),
+    })
 }
 
 /// Run one command; its error (the library's or the converter's) is printed by `main`.

@@ -80,6 +80,26 @@ pub fn mxfp4_dtype(shape: &[u64], interleave: bool) -> DType {
     }
 }
 
+/// The float dtype a tensor of `spec` is stored in when `float` is asked for: bf16r32 (bf16 in
+/// the AMX tiles' order) only for the matrices the products read whole — the quantisable
+/// classes — whose rows and columns are multiples of 32; bf16 for every other tensor.
+pub fn float_for(float: DType, spec: &colibri::model::TensorSpec) -> DType {
+    if float != DType::Bf16R32 {
+        return float;
+    }
+    let [rows, cols] = match spec.shape[..] {
+        [.., r, c] => [r, c],
+        _ => [0, 0],
+    };
+    let tiles = colibri::format::tiles::TILE as u64;
+    let whole = cols > 0 && rows.is_multiple_of(tiles) && cols.is_multiple_of(tiles);
+    if spec.quant.is_some() && whole {
+        DType::Bf16R32
+    } else {
+        DType::BF16
+    }
+}
+
 /// Plan every resolved tensor; `warnings` gets the kept-float matrices and selected classes the
 /// model does not have.
 pub fn plan(
@@ -118,7 +138,7 @@ pub fn plan(
             }
             Some(_) => {
                 out.kept_float.push(r.spec.name.clone());
-                dtype.unwrap_or(DType::F16)
+                float_for(dtype.unwrap_or(DType::F16), &r.spec)
             }
             // Sigmoid routers (and their choice bias) stay f32 whatever --dtype says, as
             // transformers keeps them: bf16 routers change which experts win.
@@ -134,7 +154,7 @@ pub fn plan(
                         r.spec.name, r.pieces[0].source
                     )));
                 };
-                dtype.unwrap_or(float)
+                float_for(dtype.unwrap_or(float), &r.spec)
             }
         };
         out.tensors.push(PlannedTensor {

@@ -9,7 +9,7 @@ use super::quantize::MatrixQuantizer;
 use super::safetensors::Checkpoint;
 use super::sources::Resolved;
 use crate::error::{fail, Result};
-use colibri::format::{mxfp4, DType, FileWriter, PlannedTensor, TensorKind};
+use colibri::format::{mxfp4, tiles, DType, FileWriter, PlannedTensor, TensorKind};
 
 /// Source bytes read per step: bounds the converter's buffers (a multiple of every block's
 /// source bytes, 32 × 4).
@@ -21,6 +21,8 @@ pub struct Streamer {
     src: Vec<u8>,
     wide: Vec<f32>,
     out: Vec<u8>,
+    /// A bf16r32 tensor's rows until they make a whole group of 32 (`grouped`).
+    rows: Vec<u8>,
 }
 
 impl Streamer {
@@ -44,6 +46,7 @@ impl Streamer {
                 self.quantised_matrix(ck, writer, pieces, p, progress)?;
             }
         } else {
+            self.rows.clear();
             for piece in &r.pieces {
                 if piece.is_mxfp4() {
                     self.mxfp4_piece(ck, writer, piece, p, progress)?;
@@ -52,6 +55,9 @@ impl Streamer {
                 } else {
                     self.float_piece(ck, writer, piece, p, progress)?;
                 }
+            }
+            if !self.rows.is_empty() {
+                return Err(fail(format!("internal: {} ends inside a group of 32 rows", p.name)));
             }
         }
         Ok(writer.end()?)
@@ -167,12 +173,14 @@ impl Streamer {
         p: &PlannedTensor,
         progress: &dyn Fn(u64),
     ) -> Result<()> {
+        // bf16r32 is bf16's values, written a group of 32 rows at a time in tile order.
+        let values = p.dtype.encoding();
         self.chunks(ck, piece, |s, first| {
             let converted = if piece.scale.is_some() {
                 s.widen(piece, first);
-                cast::from_f32(p.dtype, &s.wide, &mut s.out)
+                cast::from_f32(values, &s.wide, &mut s.out)
             } else {
-                cast::convert(piece.tensor.dtype, p.dtype, &s.src, &mut s.out)
+                cast::convert(piece.tensor.dtype, values, &s.src, &mut s.out)
             };
             converted.map_err(|o| {
                 fail(format!(
@@ -184,10 +192,34 @@ impl Streamer {
                     p.dtype
                 ))
             })?;
+            if p.dtype.is_interleaved() {
+                return s.grouped(writer, p, progress);
+            }
             writer.write(&s.out)?;
             progress(s.out.len() as u64);
             Ok(())
         })
+    }
+
+    /// `self.out` (bf16 rows of a bf16r32 tensor, in order) added to the rows held; every whole
+    /// group of 32 rows written in tile order (`format::tiles`).
+    fn grouped(&mut self, writer: &mut FileWriter, p: &PlannedTensor, progress: &dyn Fn(u64)) -> Result<()> {
+        let cols = p.shape.last().copied().unwrap_or(0) as usize;
+        let group = tiles::TILE * cols * 2;
+        if p.dtype != DType::Bf16R32 || group == 0 {
+            return Err(fail(format!("internal: {} planned as {} from float values", p.name, p.dtype)));
+        }
+        self.rows.extend_from_slice(&self.out);
+        let whole = self.rows.len() / group * group;
+        let bits: Vec<u16> = self.rows[..whole].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        let mut tiled = vec![0u16; bits.len()];
+        tiles::from_rows(&bits, cols, &mut tiled);
+        self.out.clear();
+        self.out.extend(tiled.iter().flat_map(|b| b.to_le_bytes()));
+        self.rows.drain(..whole);
+        writer.write(&self.out)?;
+        progress(self.out.len() as u64);
+        Ok(())
     }
 
     /// A piece written transposed (small: one head's W_UK), as a float type.
