@@ -1,14 +1,17 @@
-// One-thread read rates of a bf16 matrix-vector product on AMX tiles against plain streaming
-// reads of the same bytes: what bounds bf16 decode on an AMX Xeon (docs/performance.md, "AMX
-// Xeon, 2026-12-06 (eighth session)" and "(ninth session)").
+// Read rates of a bf16 matrix-vector product on AMX tiles against plain streaming reads of the
+// same bytes, on one thread or several: what bounds bf16 decode on an AMX Xeon
+// (docs/performance.md, "AMX Xeon, 2026-12-06 (eighth session)", "(ninth session)" and
+// "AMX Xeon, 2026-12-07: bf16r32").
 //
-//   gcc -O2 -march=sapphirerapids -o /tmp/bf16_gemv_amx bench/probes/bf16_gemv_amx.c
-//   /tmp/bf16_gemv_amx [COLS=2048] [PASSES=9] [MIB=512]
+//   gcc -O2 -march=sapphirerapids -pthread -o /tmp/bf16_gemv_amx bench/probes/bf16_gemv_amx.c
+//   /tmp/bf16_gemv_amx [COLS=2048] [PASSES=9] [MIB=512] [THREADS=1]
+//   MATMIB=4 /tmp/bf16_gemv_amx ...   (the buffer as MATMIB-MiB matrices read in random order)
 //
 // A MIB-MiB matrix of COLS-column bf16 rows in 2 MiB pages (MADV_HUGEPAGE), read once per
-// variant per pass; printed are the median and best GB/s of thread CPU time, and the median's
-// ratio to the first variant (the bench probe's kind of loop: 16-byte loads, four per line).
-// The products compute nothing useful (timing only); each reads every byte once:
+// variant per pass, each thread a contiguous share of the rows (with MATMIB, every THREADS-th
+// matrix of a shuffled order); printed are the median and best GB/s of wall time, and the
+// median's ratio to the first variant (the bench probe's kind of loop: 16-byte loads, four per
+// line). The products compute nothing useful (timing only); each reads every byte once:
 //   sum xmm        four 16-byte loads per 64-byte line, one sequential stream
 //   sum zmm        one 64-byte load per line
 //   sum zmm+pf     the same with a prefetch 512 bytes ahead
@@ -32,13 +35,14 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 typedef struct { uint8_t palette, start, res[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
 
 static int rows, cols;
-static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static __thread int r0, r1; /* the calling thread's rows */
 
 static uint64_t sum_xmm(const char *p, size_t n) {
   __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
@@ -61,7 +65,7 @@ static uint64_t sum_zmm(const char *p, size_t n, int pf) {
   return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a, b));
 }
 static void amx_rows(const char *w, const uint16_t *x, float *y) {
-  for (int r = 0; r < rows; r += 32) {
+  for (int r = r0; r < r1; r += 32) {
     _tile_zero(0); _tile_zero(1);
     const char *a0 = w + (size_t)r * cols * 2, *a1 = a0 + (size_t)16 * cols * 2;
     for (int s = 0; s < cols / 32; s++) {
@@ -73,7 +77,7 @@ static void amx_rows(const char *w, const uint16_t *x, float *y) {
   }
 }
 static void amx_rows16(const char *w, const uint16_t *x, float *y) {
-  for (int r = 0; r < rows; r += 16) {
+  for (int r = r0; r < r1; r += 16) {
     _tile_zero(0);
     const char *a = w + (size_t)r * cols * 2;
     for (int s = 0; s < cols / 32; s++) {
@@ -87,7 +91,7 @@ static void amx_rows16(const char *w, const uint16_t *x, float *y) {
   }
 }
 static void amx_tiles(const char *w, const uint16_t *x, float *y, int pf) {
-  for (int r = 0; r < rows; r += 32) {
+  for (int r = r0; r < r1; r += 32) {
     _tile_zero(0); _tile_zero(1);
     const char *g = w + (size_t)r * cols * 2;
     for (int s = 0; s < cols / 32; s++) {
@@ -114,7 +118,7 @@ static void pack_diag(const uint16_t *x) {
 }
 static void amx_diag(const char *w, float *y) {
   float c[256] __attribute__((aligned(64)));
-  for (int r = 0; r < rows; r++) {
+  for (int r = r0; r < r1; r++) {
     const char *a = w + (size_t)r * cols * 2;
     float s = 0;
     for (int t = 0; t < cols / 512; t++) {
@@ -136,20 +140,57 @@ static const char *names[VARIANTS] = {"sum xmm", "sum zmm", "sum zmm+pf", "amx r
 
 static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
+
+static int nthreads; static char *W; static uint16_t *X; static float *Y;
+static pthread_barrier_t bar; static volatile int variant; static uint64_t sinks[64];
+static tilecfg cfg;
+static int mat_rows, n_mats, *order;
+static void one(int v, int id, const char *base, int rr0, int rr1) {
+  r0 = rr0; r1 = rr1;
+  const char *p = base + (size_t)r0 * cols * 2; size_t n = (size_t)(r1 - r0) * cols * 2;
+  switch (v) {
+  case 0: sinks[id] += sum_xmm(p, n); break;
+  case 1: sinks[id] += sum_zmm(p, n, 0); break;
+  case 2: sinks[id] += sum_zmm(p, n, 1); break;
+  case 3: amx_rows(base, X, Y); break;
+  case 4: amx_rows16(base, X, Y); break;
+  case 5: amx_tiles(base, X, Y, 0); break;
+  case 6: amx_tiles(base, X, Y, 1); break;
+  case 7: amx_diag(base, Y); break;
+  }
+}
+static void run_variant(int v, int id) {
+  if (mat_rows) {
+    for (int i = id; i < n_mats; i += nthreads) one(v, id, W + (size_t)order[i] * mat_rows * cols * 2, 0, mat_rows);
+    return;
+  }
+  int per = rows / 32 / nthreads * 32;
+  one(v, id, W, id * per, id == nthreads - 1 ? rows : (id + 1) * per);
+}
+static void *worker(void *arg) {
+  int id = (int)(long)arg;
+  _tile_loadconfig(&cfg);
+  for (;;) { pthread_barrier_wait(&bar); int v = variant; if (v < 0) break; run_variant(v, id); pthread_barrier_wait(&bar); }
+  return 0;
+}
+static double wall(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(int argc, char **argv) {
   if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) { perror("AMX permission"); return 1; }
   cols = argc > 1 ? atoi(argv[1]) : 2048;
   int passes = argc > 2 ? atoi(argv[2]) : 9;
   size_t bytes = (size_t)(argc > 3 ? atol(argv[3]) : 512) << 20;
+  nthreads = argc > 4 ? atoi(argv[4]) : 1;
   if (cols <= 0 || cols % 512 || passes < 1 || passes > MAXPASS) { fprintf(stderr, "COLS a multiple of 512, 1 <= PASSES <= %d\n", MAXPASS); return 2; }
-  rows = (int)(bytes / 2 / cols) / 32 * 32;
+  if (nthreads < 1 || nthreads > 64) { fprintf(stderr, "1 <= THREADS <= 64\n"); return 2; }
+  rows = (int)(bytes / 2 / cols) / 32 * 32 / nthreads * nthreads;
+  rows = rows / (32 * nthreads) * 32 * nthreads;
   bytes = (size_t)rows * cols * 2;
   tilecfg c; memset(&c, 0, sizeof c); c.palette = 1;
   for (int t = 0; t < 2; t++) { c.colsb[t] = 4; c.rows[t] = 16; }
   for (int t = 4; t < 6; t++) { c.colsb[t] = 64; c.rows[t] = 16; }
   c.colsb[6] = 4; c.rows[6] = 16;
-  c.colsb[2] = 64; c.rows[2] = 16; c.colsb[3] = 64; c.rows[3] = 16; /* amx diag's C and B */
-  _tile_loadconfig(&c);
+  c.colsb[2] = 64; c.rows[2] = 16; c.colsb[3] = 64; c.rows[3] = 16;
+  cfg = c;
   char *w = aligned_alloc(2 << 20, (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20));
   madvise(w, bytes, MADV_HUGEPAGE);
   for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)w)[i] = (uint16_t)(0x3c00 + ((i * 2654435761u) >> 25 & 0x7f));
@@ -158,25 +199,28 @@ int main(int argc, char **argv) {
   float *y = aligned_alloc(64, (size_t)rows * 4);
   xdiag = aligned_alloc(64, (size_t)cols * 2);
   pack_diag(x);
+  W = w; X = x; Y = y;
+  if (getenv("MATMIB")) {
+    mat_rows = (int)(((size_t)atoi(getenv("MATMIB")) << 20) / 2 / cols) / 32 * 32;
+    n_mats = rows / mat_rows; order = malloc(n_mats * sizeof(int));
+    for (int i = 0; i < n_mats; i++) order[i] = i;
+    srand(7); for (int i = n_mats - 1; i > 0; i--) { int j = rand() % (i + 1), t = order[i]; order[i] = order[j]; order[j] = t; }
+    bytes = (size_t)n_mats * mat_rows * cols * 2;
+    printf("%d matrices of %d rows, random order\n", n_mats, mat_rows);
+  }
+  pthread_barrier_init(&bar, 0, nthreads + 1);
+  pthread_t th[64];
+  for (int i = 0; i < nthreads; i++) pthread_create(&th[i], 0, worker, (void *)(long)i);
   static double rate[VARIANTS][MAXPASS];
-  uint64_t sink = 0;
   for (int p = 0; p < passes; p++)
     for (int v = 0; v < VARIANTS; v++) {
-      double t0 = cpu();
-      switch (v) {
-      case 0: sink += sum_xmm(w, bytes); break;
-      case 1: sink += sum_zmm(w, bytes, 0); break;
-      case 2: sink += sum_zmm(w, bytes, 1); break;
-      case 3: amx_rows(w, x, y); break;
-      case 4: amx_rows16(w, x, y); break;
-      case 5: amx_tiles(w, x, y, 0); break;
-      case 6: amx_tiles(w, x, y, 1); break;
-      case 7: amx_diag(w, y); break;
-      }
-      rate[v][p] = bytes / (cpu() - t0) / 1e9;
-      sink += (uint64_t)y[7];
+      variant = v;
+      double t0 = wall();
+      pthread_barrier_wait(&bar); pthread_barrier_wait(&bar);
+      rate[v][p] = bytes / (wall() - t0) / 1e9;
     }
-  printf("%d x %d bf16 (%zu MiB), %d passes, GB/s of thread CPU time\n", rows, cols, bytes >> 20, passes);
+  variant = -1; pthread_barrier_wait(&bar);
+  printf("%d x %d bf16 (%zu MiB), %d passes, %d threads, GB/s wall\n", rows, cols, bytes >> 20, passes, nthreads);
   double base = 0;
   for (int v = 0; v < VARIANTS; v++) {
     qsort(rate[v], passes, sizeof(double), by_value);
@@ -184,5 +228,5 @@ int main(int argc, char **argv) {
     if (v == 0) base = med;
     printf("%-14s median %6.2f  best %6.2f  median / sum xmm %.2f\n", names[v], med, rate[v][passes - 1], med / base);
   }
-  return sink == 42;
+  return 0;
 }
