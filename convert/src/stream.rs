@@ -233,8 +233,8 @@ impl Streamer {
         progress: &dyn Fn(u64),
     ) -> Result<()> {
         let (rows, cols) = (rows as usize, cols as usize);
-        if p.dtype.is_quantized() {
-            return Err(fail(format!("internal: {} is transposed and cannot be block-quantised", p.name)));
+        if p.dtype.is_quantized() || p.dtype.is_interleaved() {
+            return Err(fail(format!("internal: {} is transposed and cannot be stored as {}", p.name, p.dtype)));
         }
         self.src.resize(piece.elements as usize * piece.tensor.dtype.size(), 0);
         ck.read(&piece.tensor, piece.byte_offset, &mut self.src)?;
