@@ -97,7 +97,7 @@ mod q5r8_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tiled_tests;
+pub(crate) mod tiled_tests;
 
 /// Register this thread's kernel buffers with the C library now (part of
 /// `threads::prepare_thread`, which says why).

@@ -8,10 +8,10 @@ use super::tests::{every_table, exact, sample, FLOAT_TOL};
 use super::{Kernels, Mat, QuantActivations};
 use crate::format::DType;
 
-/// The same values as bf16 and as bf16r32.
-fn both(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+/// The same values ([rows, cols], from `seed`) as bf16 and as bf16r32 bytes.
+pub(super) fn both(rows: usize, cols: usize, seed: u64) -> [Vec<u8>; 2] {
     let x = sample(rows * cols, seed);
-    (DType::BF16.encode(&x, cols), DType::Bf16R32.encode(&x, cols))
+    [DType::BF16.encode(&x, cols), DType::Bf16R32.encode(&x, cols)]
 }
 
 /// Whether `k` computes bf16 and bf16r32 weights with the same kernels (see the module comment).
@@ -37,7 +37,7 @@ fn bf16r32_products_give_bf16_results_on_every_path_and_mode() {
         for (path, k) in every_table(mode) {
             let same = same_kernels(&k);
             for (rows, cols) in [(32, 32), (64, 96), (96, 2048), (32, 4096 + 64)] {
-                let (b, t) = both(rows, cols, (rows + cols) as u64);
+                let [b, t] = both(rows, cols, (rows + cols) as u64);
                 let (wb, wt) =
                     (Mat::new(DType::BF16, rows, cols, &b).unwrap(), Mat::new(DType::Bf16R32, rows, cols, &t).unwrap());
                 for n in [1, 2, 5, 16, 17, 33, 64] {
@@ -71,7 +71,7 @@ fn bf16r32_products_give_bf16_results_on_every_path_and_mode() {
 #[test]
 fn bf16r32_widens_to_the_row_major_values_on_every_path() {
     let (rows, cols) = (64, 320);
-    let (b, t) = both(rows, cols, 3);
+    let [b, t] = both(rows, cols, 3);
     let (wb, wt) = (Mat::new(DType::BF16, rows, cols, &b).unwrap(), Mat::new(DType::Bf16R32, rows, cols, &t).unwrap());
     for (path, k) in every_table(QuantActivations::Float) {
         let widen = |w: Mat<'_>| k.table().mat(w.dtype()).widen;

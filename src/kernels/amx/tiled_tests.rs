@@ -15,14 +15,9 @@ use crate::kernels::dispatch::kernels_on;
 use crate::kernels::generic;
 use crate::kernels::table::{Bf16GemmFn, Bf16Out, Gate, GatedUp, Table};
 use crate::kernels::tests::sample;
+use crate::kernels::tiled_tests::both;
 use crate::kernels::{Mat, QuantActivations, XRows};
 use std::ops::Range;
-
-/// The same values as bf16 and bf16r32 bytes ([rows, cols], from `seed`).
-fn both(rows: usize, cols: usize, seed: u64) -> [Vec<u8>; 2] {
-    let x = sample(rows * cols, seed);
-    [DType::BF16.encode(&x, cols), DType::Bf16R32.encode(&x, cols)]
-}
 
 /// `both`'s bytes bound: [bf16, bf16r32].
 fn bind<'a>(bytes: &'a [Vec<u8>; 2], rows: usize, cols: usize) -> [Mat<'a>; 2] {
