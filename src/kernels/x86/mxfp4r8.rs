@@ -44,16 +44,13 @@ static TABLE: [u8; 32] = {
     t
 };
 
-/// How far ahead of the unit being read the kernels ask for weight bytes (as `qgroup`), where
-/// they do (`tune::mxfp4r8_prefetch`).
-const PREFETCH: usize = 1024;
-
-/// Ask for the three lines PREFETCH bytes past the unit at u (a hint: any address is fine).
+/// Ask for the three lines `tune::stream_ahead` past the unit at u (as `qgroup`), where the
+/// kernels do (`tune::mxfp4r8_prefetch`; a hint: any address is fine).
 #[inline(always)]
 unsafe fn ahead(u: *const u8) {
+    let ahead = super::tune::stream_ahead();
     for line in [0, 64, 128] {
-        // SAFETY: a prefetch reads nothing architecturally.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(u.wrapping_add(PREFETCH + line).cast()) };
+        super::tune::prefetch_line(u.wrapping_add(ahead.bytes + line), ahead);
     }
 }
 

@@ -225,23 +225,19 @@ pub(super) fn gemv_i8_with<K: GroupI8>(w: Mat<'_>, rows: Range<usize>, xa: &Quan
     );
 }
 
-/// How far ahead of the unit being read the matrix-vector kernels ask for weight bytes. The
-/// units of a matrix are one linear stream, but a task's stream is short (64 rows: 64–128 KiB
-/// of a small expert) and the hardware prefetcher ramps up too late for it: the weight loads
-/// took half the kernel's samples without this. 1 KiB measured best for q4 decode on
-/// qwen2moe-4l among 512 / 1024 / 2048 / 4096 (+15–25 % over none).
-const PREFETCH: usize = 1024;
-
-/// Ask for the unit `PREFETCH` bytes after `u` (a hint: never faults, any address is fine).
+/// Ask for the unit `tune::stream_ahead` after `u` (a hint: never faults, any address is fine).
+/// The units of a matrix are one linear stream, but a task's stream is short (64 rows: 64–128
+/// KiB of a small expert) and the hardware prefetcher ramps up too late for it: the weight loads
+/// took half the kernel's samples without this.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_unit(g: Grouped, u: *const u8) {
     if !super::tune::software_prefetch() {
         return;
     }
-    let ahead = u.wrapping_add(PREFETCH);
+    let ahead = super::tune::stream_ahead();
     for line in (0..GROUP_ROWS * g.bb).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+        super::tune::prefetch_line(u.wrapping_add(ahead.bytes + line), ahead);
     }
 }
 

@@ -14,6 +14,10 @@
 //! with → without: Q4_K_M 19.8–20.4 → 14.5–15.3, q8r8 15.4–16.2 → 14.9–15.2; prefill equal).
 //! `COLIBRI_PREFETCH=on|off` overrides the choice (read once per process).
 //!
+//! How far ahead the interleaved int8 kernels ask for their stream (`stream_ahead`) is the
+//! third: one stream per task reads at what one core's hardware prefetcher keeps in flight,
+//! which on the Emerald Rapids VM is a quarter below what several streams read.
+//!
 //! One choice is about an instruction's rate rather than memory: whether the AVX-512 path takes
 //! its bf16 products on AVX-512 BF16 (`dpbf16_full_rate`).
 
@@ -50,6 +54,10 @@ pub(super) fn software_prefetch() -> bool {
 /// -p 0 -n 64 -r 3`, t/s, two rounds alternating: 0 units 39.5–40.7 (one thread), 1 unit
 /// 54.9–55.3 / 94.5–97.5 (two threads), 2 units 48.1–50.8 / 89.9–91.2, 3 units 36.7–36.8 /
 /// 72.0–86.1, 4 units 33.2; pp512 at two threads 741–760 with 1 unit against 745–756 with 2.
+/// The Emerald Rapids VM (family 6 model 207; see `stream_ahead`): 4 — olmoe-4l Q4_K_M, tg32
+/// against 1 unit, `bench/ab.py`, six rounds alternating, geometric mean of the t/s ratios: 2
+/// units 1.04 / 1.03 (one / two threads), 4 units 1.10–1.11 / 1.11, 6 units 1.08 / 1.15, 8
+/// units 1.12 / 1.11 (the same into L2 only or into L1).
 /// `COLIBRI_PREFETCH=off` turns it off everywhere.
 pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
     static UNITS: OnceLock<(usize, usize)> = OnceLock::new();
@@ -58,6 +66,7 @@ pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
         (Some(false), _) => (0, 0),
         (_, AmdCore::Zen4) => (8, 8),
         (_, AmdCore::Zen5OrLater) => (8, 0),
+        _ if emerald_rapids() => (4, 0),
         _ if intel() => (1, 0),
         _ => (2, 0),
     });
@@ -68,7 +77,55 @@ pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
     }
 }
 
-/// Whether the mxfp4r8 kernels ask for the lines 1 KiB ahead of the unit they read. Where it was
+/// How far ahead of the unit being read the q8r8 / q4r8 kernels (`qgroup`, `vnni`) and the
+/// mxfp4r8 ones ask for their stream, where they do (`software_prefetch`, `mxfp4r8_prefetch`),
+/// and into which cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Ahead {
+    /// Bytes past the start of the unit being read.
+    pub bytes: usize,
+    /// Into L2 only (`prefetcht1`), not L1: a line asked for this far ahead would wait in L1
+    /// while the lines before it are read, and takes one of its few miss buffers.
+    pub l2: bool,
+}
+
+/// The stream prefetch of the interleaved int8 kernels (`Ahead`). Everywhere but one: 1 KiB
+/// into L1 (the best of 512 / 1024 / 2048 / 4096 for q4 decode on Zen 3, +15–25 % over none:
+/// a task's stream is 64–128 KiB of a small expert, too short for the hardware prefetcher to
+/// ramp up). On the Emerald Rapids VM (Intel family 6 model 207; AVX-512, no AMX granted) one
+/// core reads one stream at ~10.5 GB/s and several at ~14 (a bf16 matrix-vector product over 8
+/// rows in lockstep, one 4 KiB page each): 4 KiB ahead into L2 lifts the one stream toward that —
+/// olmoe-4l tg32, `bench/ab.py`, six rounds alternating, geometric mean of the t/s ratios against
+/// 1 KiB into L1, one / two threads: q8r8 (Q8_0 imported) 2 KiB 1.09 / 1.10, 2 KiB into L2 1.08 /
+/// 1.07, 4 KiB 1.19 / 1.17 (into L1 1.10–1.16 in single runs), 8 KiB 1.15 / 1.20, all into L2;
+/// q4r8 (`--quantize w4a16`) 4 KiB into L2 1.18 / 1.15. (Reading 4 groups in lockstep instead:
+/// q8r8 1.18 / 1.12.)
+pub(super) fn stream_ahead() -> Ahead {
+    static AHEAD: OnceLock<Ahead> = OnceLock::new();
+    *AHEAD.get_or_init(|| {
+        if emerald_rapids() {
+            Ahead { bytes: 4096, l2: true }
+        } else {
+            Ahead { bytes: 1024, l2: false }
+        }
+    })
+}
+
+/// Ask for the line at `p` as `ahead` says (a hint: never faults, any address is fine).
+#[inline(always)]
+pub(super) fn prefetch_line(p: *const u8, ahead: Ahead) {
+    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+    // SAFETY: a prefetch reads nothing architecturally; SSE is part of x86-64.
+    unsafe {
+        if ahead.l2 {
+            _mm_prefetch::<_MM_HINT_T1>(p.cast());
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast());
+        }
+    }
+}
+
+/// Whether the mxfp4r8 kernels ask for the lines ahead of the unit they read (`stream_ahead`). Where it was
 /// added no difference was measured; on Zen 4 it costs: gpt-oss-20b-4l
 /// (MXFP4 experts), one thread, decode, `perf record` samples of the VNNI kernel over the same
 /// 64 tokens, four rounds alternating, load 3.8–5.3: with 2857 / 2856 / 2872 / 3027, without
@@ -132,6 +189,12 @@ fn intel() -> bool {
     vendor() == INTEL
 }
 
+/// Intel family 6 model 207 (CFh, Emerald Rapids), as the VM the `stream_ahead` figures come
+/// from reports it.
+fn emerald_rapids() -> bool {
+    intel() && family_model(core::arch::x86_64::__cpuid(1).eax) == (6, 0xCF)
+}
+
 /// cpuid leaf 1's display family and model.
 fn family_model(sig: u32) -> (u32, u32) {
     let family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
@@ -162,10 +225,18 @@ mod tests {
                 assert_eq!(super::kr8_prefetch_units(8), if super::forced() == Some(false) { 0 } else { 8 });
             }
             (26, 2) => assert_eq!(amd_core(), AmdCore::Zen5OrLater),
+            (6, 207) => {
+                // The Emerald Rapids VM: its streams are asked for 4 KiB ahead, into L2.
+                assert!(super::emerald_rapids());
+                assert_eq!(super::stream_ahead(), super::Ahead { bytes: 4096, l2: true });
+                assert_eq!(super::kr8_prefetch_units(1), if super::forced() == Some(false) { 0 } else { 4 });
+            }
             (6, 167) => {
                 // The AMX Xeon's VM: an Intel core, whose kr8 kernels prefetch one unit ahead.
                 assert!(super::intel());
                 assert_eq!(amd_core(), AmdCore::Other);
+                assert!(!super::emerald_rapids());
+                assert_eq!(super::stream_ahead(), super::Ahead { bytes: 1024, l2: false });
                 assert_eq!(super::kr8_prefetch_units(1), if super::forced() == Some(false) { 0 } else { 1 });
             }
             _ => {}
