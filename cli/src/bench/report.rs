@@ -83,12 +83,14 @@ pub fn markdown(cx: &Context, probes: &[Probe], huge_share: Option<f64>, rows: &
     let mut out = format!("cpu path: {}\n", cx.cpu_path);
     for p in probes {
         out += &format!(
-            "memory bandwidth: {:.2} GB/s through 4 KiB pages, {:.2} through 2 MiB pages, with {} threads (best of 5 \
-             passes over {} MiB)\n",
+            "memory bandwidth: {:.2} GB/s through 4 KiB pages, {:.2} through 2 MiB pages, with {} threads (best of {} \
+             passes over {} MiB, as one stream and as {} per thread)\n",
             p.gbs,
             p.gbs_huge,
             p.threads,
-            p.bytes >> 20
+            super::probe::PASSES,
+            p.bytes >> 20,
+            super::probe::STREAMS
         );
     }
     if probes.is_empty() {
@@ -298,7 +300,10 @@ mod tests {
             md.contains("209.7 % *") && md.contains("\n* above 100 %: the active weights per token (1.00 MiB)"),
             "{md}"
         );
-        assert!(md.contains("over 64 MiB)") && md.contains("6.00 through 2 MiB pages"), "{md}");
+        assert!(
+            md.contains("over 64 MiB, as one stream and as 8 per thread)") && md.contains("6.00 through 2 MiB pages"),
+            "{md}"
+        );
         assert!(md.contains("weights: 25 % of the resident bytes mapped with 2 MiB pages"), "{md}");
         // 2.5 ms of CPU over 10 tokens.
         assert!(md.contains("| cpu ms/tok |") && md.contains("|      0.250 |"), "{md}");
