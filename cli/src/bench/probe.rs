@@ -4,8 +4,9 @@
 //! faster than one where the hardware prefetcher keeps few lines of a stream in flight: 10.5
 //! against 14–15 GB/s on one Emerald Rapids VM core, as the decode kernels that read 8 rows in
 //! lockstep do); the best pass, in GB/s (1e9 bytes), is the machine's practical read bandwidth
-//! that decode speed is measured against. Memory is read through 4 KiB or 2 MiB pages at different speeds (TLB
-//! reach: one Zen 4 thread streams ~25 GB/s through 4 KiB pages, ~33 through 2 MiB ones), and
+//! that decode speed is measured against. Memory is read through 4 KiB or 2 MiB pages at
+//! different speeds (TLB reach: one Zen 4 thread streams ~25 GB/s through 4 KiB pages, ~33
+//! through 2 MiB ones), and
 //! the weights' mapping may use either (2 MiB where the page cache holds the file in
 //! PMD-sized folios), so the probe reads a buffer of each kind and decode is measured against
 //! the mix its own mapping has (`huge_share`, `mixed`).

@@ -96,9 +96,10 @@ pub(super) struct Ahead {
 /// core reads one stream at ~10.5 GB/s and several at ~14 (a bf16 matrix-vector product over 8
 /// rows in lockstep, one 4 KiB page each): 4 KiB ahead into L2 lifts the one stream toward that —
 /// olmoe-4l tg32, `bench/ab.py`, six rounds alternating, geometric mean of the t/s ratios against
-/// 1 KiB into L1, one / two threads: q8r8 (Q8_0 imported) 2 KiB 1.09 / 1.10, 2 KiB into L2 1.08 /
-/// 1.07, 4 KiB 1.19 / 1.17 (into L1 1.10–1.16 in single runs), 8 KiB 1.15 / 1.20, all into L2;
-/// q4r8 (`--quantize w4a16`) 4 KiB into L2 1.18 / 1.15. (Reading 4 groups in lockstep instead:
+/// 1 KiB into L1, one / two threads: q8r8 (Q8_0 imported) 2 KiB into L1 1.09 / 1.10, 2 KiB
+/// `prefetcht2` 1.08 / 1.07, 4 KiB `prefetcht1` (kept) 1.19 / 1.17, 4 KiB `prefetcht2` 1.22 /
+/// 1.16, 8 KiB `prefetcht2` 1.15 / 1.20 (both hints fill L2, not L1, on Intel cores); q4r8
+/// (`--quantize w4a16`) 4 KiB `prefetcht1` 1.18 / 1.15. (Reading 4 groups in lockstep instead:
 /// q8r8 1.18 / 1.12.)
 pub(super) fn stream_ahead() -> Ahead {
     static AHEAD: OnceLock<Ahead> = OnceLock::new();
