@@ -47,7 +47,7 @@ static TABLE: [u8; 32] = {
 /// Ask for the three lines `tune::stream_ahead` past the unit at u (as `qgroup`), where the
 /// kernels do (`tune::mxfp4r8_prefetch`; a hint: any address is fine).
 #[inline(always)]
-unsafe fn ahead(u: *const u8) {
+fn ahead(u: *const u8) {
     let ahead = super::tune::stream_ahead();
     for line in [0, 64, 128] {
         super::tune::prefetch_line(u.wrapping_add(ahead.bytes + line), ahead);
