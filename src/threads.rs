@@ -6,6 +6,8 @@
 //! the pools' size and placement, and how a caller joins its pool's work (`run_parts`); the
 //! kernels decide how work is split.
 
+mod awake;
+
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -138,6 +140,8 @@ fn keep_forked(b: *mut Built) {
 /// child.
 pub struct Pool {
     opts: ThreadOptions,
+    /// Its steps (`step`) now.
+    steps: Arc<awake::Steps>,
     /// NULL until built; then a `Box<Built>` freed only by `Drop` (which has `&mut self`).
     built: AtomicPtr<Built>,
 }
@@ -156,7 +160,7 @@ impl Pool {
                 reason: format!("thread count {} outside 1..={MAX_THREADS} (0 = the physical cores)", opts.n_threads),
             });
         }
-        Ok(Pool { opts, built: AtomicPtr::new(std::ptr::null_mut()) })
+        Ok(Pool { opts, steps: Arc::default(), built: AtomicPtr::new(std::ptr::null_mut()) })
     }
 
     /// The options it was made with.
@@ -176,6 +180,13 @@ impl Pool {
     /// Fails, running nothing, when the workers cannot be started.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
         Ok(self.get()?.pool.install(f))
+    }
+
+    /// `install` for a step of many short parallel regions (a forward pass): the other workers
+    /// wait for the step's next region on the CPU instead of sleeping between regions
+    /// (`awake`; `COLIBRI_SPIN=off` lets them sleep).
+    pub fn step<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
+        self.install(|| awake::while_awake(&self.steps, f))
     }
 
     /// Run `f` on every part and return when all have run: the first part on the calling

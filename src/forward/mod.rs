@@ -114,9 +114,10 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// every session as it was. The sessions must have been made for `model` (the KV shape is
 /// checked; the caller guarantees it is the same model, not merely a same-shaped one) and share
 /// one activation mode (`SessionOptions::quant_act`). The step runs on the model's worker pool
-/// (`Model::pool`); the caller's thread waits.
+/// (`Model::pool`, its other workers held awake through the step: `Pool::step`); the caller's
+/// thread waits.
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
-    model.pool().install(|| {
+    model.pool().step(|| {
         check_batch(model, batch)?;
         // Each session keeps its recurrent state of the call's start, to undo the call.
         batch.iter_mut().for_each(|q| q.session.begin_call());
