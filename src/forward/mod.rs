@@ -114,25 +114,37 @@ pub fn forward(model: &Model, s: &mut Session, input: Input<'_>, opts: &ForwardO
 /// every session as it was. The sessions must have been made for `model` (the KV shape is
 /// checked; the caller guarantees it is the same model, not merely a same-shaped one) and share
 /// one activation mode (`SessionOptions::quant_act`). The step runs on the model's worker pool
-/// (`Model::pool`, its other workers held awake through the step: `Pool::step`); the caller's
-/// thread waits.
+/// (`Model::pool`; for fewer than `HOLD_MAX_ROWS` rows its other workers are held awake through
+/// the step, `Pool::step`); the caller's thread waits.
 pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
-    model.pool().step(|| {
+    let h = model.config().hidden_size;
+    let rows = batch.iter().map(|q| q.input.len(h)).sum::<usize>();
+    let run = || {
         check_batch(model, batch)?;
         // Each session keeps its recurrent state of the call's start, to undo the call.
         batch.iter_mut().for_each(|q| q.session.begin_call());
-        let h = model.config().hidden_size;
-        let result = if batch.iter().map(|q| q.input.len(h)).sum::<usize>() > MAX_STEP_ROWS {
-            chunked::forward_in_steps(model, batch)
-        } else {
-            one_step(model, batch, None)
-        };
+        let result =
+            if rows > MAX_STEP_ROWS { chunked::forward_in_steps(model, batch) } else { one_step(model, batch, None) };
         if result.is_err() {
             batch.iter_mut().for_each(|q| q.session.abandon_call());
         }
         result
-    })?
+    };
+    if rows < HOLD_MAX_ROWS {
+        model.pool().step(run)?
+    } else {
+        model.pool().install(run)?
+    }
 }
+
+/// Steps of fewer rows than this (decode, batched decode: the matrix-vector products'
+/// range, `kernels::GEMM_MIN_ROWS`) hold the pool's workers awake between their parallel
+/// regions. Such a step forks and joins a few dozen times in 10–40 ms, and a sleeping worker's
+/// wake-up at each region cost olmoe-4l's 8- and 4-bit decode 2–11 % at two threads on an
+/// Emerald Rapids VM (bf16: 1–7 %; DeepSeek-V2-Lite bf16's longer steps: none); a prefill
+/// step's regions are long enough for the wake-ups not to show, and there holding measured from
+/// −14 % to +18 % round to round (docs/performance.md, "Holding the workers").
+const HOLD_MAX_ROWS: usize = kernels::GEMM_MIN_ROWS;
 
 /// Most rows one step computes: a longer call runs as consecutive steps (`chunked`), so what a
 /// step allocates (activations, expert groups, kernel scratch) is bounded whatever a caller
