@@ -87,6 +87,8 @@ pub fn current() -> usize {
 struct Built {
     pid: u32,
     pool: rayon::ThreadPool,
+    /// Its steps (`Pool::step`), counted in this process only.
+    steps: Arc<awake::Steps>,
     #[allow(dead_code)] // held for its Drop
     workers: Workers,
     /// The next pool in `FORKED`.
@@ -140,8 +142,8 @@ fn keep_forked(b: *mut Built) {
 /// child.
 pub struct Pool {
     opts: ThreadOptions,
-    /// Its steps (`step`) now.
-    steps: Arc<awake::Steps>,
+    /// How long a held worker waits without work (`step`; tests lengthen it).
+    hold_idle: Duration,
     /// NULL until built; then a `Box<Built>` freed only by `Drop` (which has `&mut self`).
     built: AtomicPtr<Built>,
 }
@@ -160,7 +162,7 @@ impl Pool {
                 reason: format!("thread count {} outside 1..={MAX_THREADS} (0 = the physical cores)", opts.n_threads),
             });
         }
-        Ok(Pool { opts, steps: Arc::default(), built: AtomicPtr::new(std::ptr::null_mut()) })
+        Ok(Pool { opts, hold_idle: awake::IDLE_LIMIT, built: AtomicPtr::new(std::ptr::null_mut()) })
     }
 
     /// The options it was made with.
@@ -186,7 +188,8 @@ impl Pool {
     /// wait for the step's next region on the CPU instead of sleeping between regions
     /// (`awake`; `COLIBRI_SPIN=off` lets them sleep).
     pub fn step<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
-        self.install(|| awake::while_awake(&self.steps, f))
+        let built = self.get()?;
+        Ok(built.pool.install(|| awake::while_awake(&built.steps, f)))
     }
 
     /// Run `f` on every part and return when all have run: the first part on the calling
@@ -228,7 +231,8 @@ impl Pool {
                 }
             }
             let (pool, workers) = self.build()?;
-            let built = Built { pid, pool, workers, next: AtomicPtr::new(std::ptr::null_mut()) };
+            let steps = Arc::new(awake::Steps::new(self.hold_idle));
+            let built = Built { pid, pool, steps, workers, next: AtomicPtr::new(std::ptr::null_mut()) };
             let fresh = Box::into_raw(Box::new(built));
             match self.built.compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {

@@ -87,6 +87,22 @@ fn logits_are_bit_identical_for_any_thread_count() {
     assert!(err.to_string().contains("1025"), "{err}");
 }
 
+/// Decode steps of several sessions at once on one model's pool (each step then finds another
+/// running, and its held workers let go) give every session what it gets alone.
+#[test]
+fn sessions_stepping_at_once_get_what_each_gets_alone() {
+    let m = open(2);
+    let alone = logits(&m);
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..3).map(|_| s.spawn(|| logits(&m))).collect();
+        for (i, r) in runs.into_iter().enumerate() {
+            let got = r.join().unwrap();
+            let same = alone.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same && alone.len() == got.len(), "session {i} of 3 at once changed its logits");
+        }
+    });
+}
+
 /// Wait for `pid` up to `limit`; kill it past that. Its exit status, or None on a timeout.
 fn wait_for(pid: libc::pid_t, limit: Duration) -> Option<i32> {
     let t0 = Instant::now();

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 /// How long a held worker waits without work before it leaves the hold (and sleeps as rayon
 /// does), and how much of that on the CPU alone.
-const IDLE_LIMIT: Duration = Duration::from_millis(1);
+pub(super) const IDLE_LIMIT: Duration = Duration::from_millis(1);
 const SPIN_ALONE: Duration = Duration::from_micros(20);
 
 thread_local! {
@@ -37,8 +37,9 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("COLIBRI_SPIN").map_or(true, |v| v.trim() != "off"))
 }
 
-/// A pool's steps: how many run now, how long a held worker waits for work, and counts of
-/// holds entered and of the jobs held workers took.
+/// A pool's steps in this process: how many run now, how long a held worker waits for work, and
+/// counts of holds entered and of the jobs held workers took. (A forked child builds its pool
+/// anew, with fresh counts: a step the parent was running at the fork never ends there.)
 #[derive(Debug)]
 pub(super) struct Steps {
     running: AtomicUsize,
@@ -47,14 +48,10 @@ pub(super) struct Steps {
     held_jobs: AtomicUsize,
 }
 
-impl Default for Steps {
-    fn default() -> Steps {
-        Steps {
-            running: AtomicUsize::new(0),
-            idle_limit: IDLE_LIMIT,
-            holds: AtomicUsize::new(0),
-            held_jobs: AtomicUsize::new(0),
-        }
+impl Steps {
+    /// No step yet; a held worker waits `idle_limit` for work.
+    pub(super) fn new(idle_limit: Duration) -> Steps {
+        Steps { running: AtomicUsize::new(0), idle_limit, holds: AtomicUsize::new(0), held_jobs: AtomicUsize::new(0) }
     }
 }
 
@@ -135,11 +132,9 @@ impl Hold {
 
 #[cfg(test)]
 mod tests {
-    use super::Steps;
     use crate::threads::{Pool, ThreadOptions};
     use rayon::prelude::*;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     /// Wait (yielding the CPU) until `ready()`; false after 10 s.
@@ -162,13 +157,14 @@ mod tests {
         let mut pool = Pool::new(ThreadOptions { n_threads: 2, pin: false }).unwrap();
         // A hold that waits for work as long as the test may take (the default gives up after
         // 1 ms without work, which a loaded test machine can exceed between any two lines).
-        pool.steps = Arc::new(Steps { idle_limit: Duration::from_secs(60), ..Steps::default() });
+        pool.hold_idle = Duration::from_secs(60);
         let sum = |n: u64| pool.step(|| (0..n).into_par_iter().map(|i| i * i).sum::<u64>()).unwrap();
         for n in [0, 1, 1000, 100_000] {
             assert_eq!(sum(n), (0..n).map(|i| i * i).sum::<u64>());
         }
         if super::enabled() {
-            let (steps, before) = (&pool.steps, pool.steps.held_jobs.load(Ordering::Acquire));
+            let steps = &pool.get().unwrap().steps;
+            let before = steps.held_jobs.load(Ordering::Acquire);
             let holds = steps.holds.load(Ordering::Acquire);
             pool.step(|| {
                 assert!(wait_for(|| steps.holds.load(Ordering::Acquire) > holds), "no worker was held");
@@ -190,6 +186,6 @@ mod tests {
             assert_eq!(a.join().unwrap(), (0..200_000u64).map(|i| i * i).sum::<u64>());
             assert_eq!(b.join().unwrap(), (0..300_000u64).map(|i| i * i).sum::<u64>());
         });
-        assert_eq!(pool.steps.running.load(Ordering::Acquire), 0, "every step ended");
+        assert_eq!(pool.get().unwrap().steps.running.load(Ordering::Acquire), 0, "every step ended");
     }
 }
