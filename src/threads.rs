@@ -181,14 +181,18 @@ impl Pool {
     /// Run `f` on this pool's workers (the caller waits); parallel regions inside it use them.
     /// Fails, running nothing, when the workers cannot be started.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
-        Ok(self.get()?.pool.install(f))
+        let built = self.get()?;
+        let _active = built.steps.enter();
+        Ok(built.pool.install(f))
     }
 
-    /// `install` for a step of many short parallel regions (a forward pass): the other workers
-    /// wait for the step's next region on the CPU instead of sleeping between regions
-    /// (`awake`; `COLIBRI_SPIN=off` lets them sleep).
+    /// `install` for a step of many short parallel regions (a decode step): while it is the only
+    /// work on the pool, the other workers wait for its next region on the CPU instead of
+    /// sleeping between regions, each until the step ends or 1 ms passes without work (`awake`;
+    /// not when the pool has more workers than CPUs, nor with `COLIBRI_SPIN=off`).
     pub fn step<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
         let built = self.get()?;
+        let _active = built.steps.enter();
         Ok(built.pool.install(|| awake::while_awake(&built.steps, f)))
     }
 
@@ -200,6 +204,7 @@ impl Pool {
     /// all have run. Fails, running nothing, when the workers cannot be started.
     pub fn run_parts<T: Send>(&self, parts: impl IntoIterator<Item = T>, f: impl Fn(T) + Sync) -> Result<()> {
         let built = self.get()?;
+        let _active = built.steps.enter();
         let mut parts = parts.into_iter();
         let Some(first) = parts.next() else { return Ok(()) };
         let (f, done) = (&f, &AtomicUsize::new(0));
@@ -231,7 +236,7 @@ impl Pool {
                 }
             }
             let (pool, workers) = self.build()?;
-            let steps = Arc::new(awake::Steps::new(self.hold_idle));
+            let steps = Arc::new(awake::Steps::new(self.hold_idle, self.threads() <= allowed_cpus().len()));
             let built = Built { pid, pool, steps, workers, next: AtomicPtr::new(std::ptr::null_mut()) };
             let fresh = Box::into_raw(Box::new(built));
             match self.built.compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire) {

@@ -137,9 +137,9 @@ pub fn forward_batch(model: &Model, batch: &mut [Sequence<'_>]) -> Result<()> {
     }
 }
 
-/// Steps of fewer rows than this (decode, batched decode: the matrix-vector products'
-/// range, `kernels::GEMM_MIN_ROWS`) hold the pool's workers awake between their parallel
-/// regions. Such a step forks and joins a few dozen times in 10–40 ms, and a sleeping worker's
+/// Steps of fewer rows than this (decode, batched decode; where most products are
+/// matrix-vector ones, `kernels::GEMM_MIN_ROWS`) hold the pool's workers awake between their
+/// parallel regions. Such a step forks and joins a few dozen times in 10–40 ms, and a sleeping worker's
 /// wake-up at each region cost olmoe-4l's 8- and 4-bit decode 2–11 % at two threads on an
 /// Emerald Rapids VM (bf16: 1–7 %; DeepSeek-V2-Lite bf16's longer steps: none); a prefill
 /// step's regions are long enough for the wake-ups not to show, and there holding measured from

@@ -7,14 +7,20 @@
 //! `while_awake` runs a step with the pool's other workers held in a loop that takes the step's
 //! work as soon as it is queued (`rayon::yield_now`) and waits between regions on the CPU —
 //! spinning for `SPIN_ALONE`, then yielding the CPU between looks — until the step ends or no
-//! work has come for `IDLE_LIMIT`. llama.cpp's workers poll the same way between a graph's
-//! nodes. `COLIBRI_SPIN=off` lets them sleep (rayon's own waiting).
+//! work has come for the idle limit (`IDLE_LIMIT`, 1 ms). llama.cpp's workers poll the same way
+//! between a graph's nodes. `COLIBRI_SPIN=off` lets them sleep (rayon's own waiting), and a
+//! pool with more workers than CPUs never holds (a spinning worker would take a CPU from one
+//! with work).
 //!
 //! A hold can run above other frames on a worker's stack (rayon runs a queued broadcast
-//! wherever the worker next looks for work), where it delays what is below it until it returns.
-//! So a hold returns at once on the step's own thread and on a thread already in a hold, holds
-//! only while its step is the only one running on its pool (two steps keep the workers busy
-//! without it), and never outlasts `IDLE_LIMIT` without work: a delay is bounded, never a deadlock.
+//! wherever the worker next looks for work, also while it waits inside a job), where it delays
+//! what is below it until it returns. So a hold returns at once on the step's own thread and on
+//! a thread already in a hold, and holds only while its step is the only work on the pool
+//! (`Steps::active` counts every `Pool::install`, `step` and `run_parts` under way): the
+//! frames below a hold are then its own step's, which waits for nothing but work the hold
+//! takes, or for the hold itself — a worker preempted between looking for its broadcast and
+//! stealing a job of the step can hold above that job, and the step then waits until the hold
+//! has seen no work for the idle limit. A delay is bounded by the idle limit, never a deadlock.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,21 +43,40 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("COLIBRI_SPIN").map_or(true, |v| v.trim() != "off"))
 }
 
-/// A pool's steps in this process: how many run now, how long a held worker waits for work, and
-/// counts of holds entered and of the jobs held workers took. (A forked child builds its pool
-/// anew, with fresh counts: a step the parent was running at the fork never ends there.)
+/// A pool's work in this process: how many calls run on it now, whether its steps hold workers
+/// and how long a held worker waits for work, and counts of holds entered and of the jobs held
+/// workers took. (A forked child builds its pool anew, with fresh counts: a call the parent was
+/// running at the fork never ends there.)
 #[derive(Debug)]
 pub(super) struct Steps {
-    running: AtomicUsize,
+    active: AtomicUsize,
+    hold: bool,
     idle_limit: Duration,
     holds: AtomicUsize,
     held_jobs: AtomicUsize,
 }
 
 impl Steps {
-    /// No step yet; a held worker waits `idle_limit` for work.
-    pub(super) fn new(idle_limit: Duration) -> Steps {
-        Steps { running: AtomicUsize::new(0), idle_limit, holds: AtomicUsize::new(0), held_jobs: AtomicUsize::new(0) }
+    /// Nothing under way; steps hold workers if `hold` (and holds are on), each waiting
+    /// `idle_limit` for work.
+    pub(super) fn new(idle_limit: Duration, hold: bool) -> Steps {
+        let zero = || AtomicUsize::new(0);
+        Steps { active: zero(), hold: hold && enabled(), idle_limit, holds: zero(), held_jobs: zero() }
+    }
+
+    /// Count a call on the pool as under way until the guard drops.
+    pub(super) fn enter(&self) -> Active<'_> {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        Active(self)
+    }
+}
+
+/// A call under way on a pool (`Steps::enter`).
+pub(super) struct Active<'a>(&'a Steps);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -64,15 +89,15 @@ struct Hold {
     steps: Arc<Steps>,
 }
 
-/// Run `f` (a step, on a worker of the pool whose steps are `steps`) with the pool's other
-/// workers held awake for it. In a pool of one, or with holds off: just `f()`.
+/// Run `f` (a step, on a worker of the pool whose work `steps` counts, the step itself
+/// included) with the pool's other workers held awake for it. In a pool of one, or where the
+/// pool does not hold: just `f()`.
 pub(super) fn while_awake<R>(steps: &Arc<Steps>, f: impl FnOnce() -> R) -> R {
     let Some(owner) = rayon::current_thread_index() else { return f() };
-    if rayon::current_num_threads() < 2 || !enabled() {
+    if rayon::current_num_threads() < 2 || !steps.hold {
         return f();
     }
     let hold = Arc::new(Hold { done: AtomicBool::new(false), owner, steps: Arc::clone(steps) });
-    steps.running.fetch_add(1, Ordering::AcqRel);
     let _end = StepEnd(&hold);
     let held = Arc::clone(&hold);
     rayon::spawn_broadcast(move |ctx| held.keep(ctx.index()));
@@ -85,7 +110,6 @@ struct StepEnd<'a>(&'a Hold);
 impl Drop for StepEnd<'_> {
     fn drop(&mut self) {
         self.0.done.store(true, Ordering::Release);
-        self.0.steps.running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -106,16 +130,21 @@ impl Drop for Holding {
 }
 
 impl Hold {
-    /// Worker `me`'s part: run queued work until the step ends, another step starts, or no work
-    /// has come for the idle limit.
+    /// Whether the step is under way and the only work on its pool.
+    fn wanted(&self) -> bool {
+        !self.done.load(Ordering::Acquire) && self.steps.active.load(Ordering::Acquire) == 1
+    }
+
+    /// Worker `me`'s part: run queued work until the step ends, other work comes to the pool,
+    /// or no work has come for the idle limit.
     fn keep(&self, me: usize) {
-        if me == self.owner {
+        if me == self.owner || !self.wanted() {
             return;
         }
         let Some(_holding) = Holding::enter() else { return };
         self.steps.holds.fetch_add(1, Ordering::AcqRel);
         let mut last = Instant::now();
-        while !self.done.load(Ordering::Acquire) && self.steps.running.load(Ordering::Acquire) == 1 {
+        while self.wanted() {
             if let Some(rayon::Yield::Executed) = rayon::yield_now() {
                 self.steps.held_jobs.fetch_add(1, Ordering::Relaxed);
                 last = Instant::now();
@@ -155,15 +184,15 @@ mod tests {
     #[test]
     fn held_workers_take_the_steps_work_and_steps_finish() {
         let mut pool = Pool::new(ThreadOptions { n_threads: 2, pin: false }).unwrap();
-        // A hold that waits for work as long as the test may take (the default gives up after
-        // 1 ms without work, which a loaded test machine can exceed between any two lines).
-        pool.hold_idle = Duration::from_secs(60);
+        // A hold that waits for work longer than a loaded test machine may pause between two
+        // lines (the default gives up after 1 ms without work).
+        pool.hold_idle = Duration::from_secs(3);
         let sum = |n: u64| pool.step(|| (0..n).into_par_iter().map(|i| i * i).sum::<u64>()).unwrap();
         for n in [0, 1, 1000, 100_000] {
             assert_eq!(sum(n), (0..n).map(|i| i * i).sum::<u64>());
         }
-        if super::enabled() {
-            let steps = &pool.get().unwrap().steps;
+        let steps = &pool.get().unwrap().steps;
+        if steps.hold {
             let before = steps.held_jobs.load(Ordering::Acquire);
             let holds = steps.holds.load(Ordering::Acquire);
             pool.step(|| {
@@ -177,7 +206,11 @@ mod tests {
                 )
             })
             .unwrap();
-            assert!(steps.held_jobs.load(Ordering::Acquire) > before, "the held worker did not take the work");
+            // Counted once the job has run (and released the join): wait for the count.
+            assert!(
+                wait_for(|| steps.held_jobs.load(Ordering::Acquire) > before),
+                "the held worker did not take the work"
+            );
         }
         assert_eq!(pool.step(|| pool.step(|| rayon::join(|| 1, || 2))).unwrap().unwrap(), (1, 2));
         std::thread::scope(|s| {
@@ -186,6 +219,6 @@ mod tests {
             assert_eq!(a.join().unwrap(), (0..200_000u64).map(|i| i * i).sum::<u64>());
             assert_eq!(b.join().unwrap(), (0..300_000u64).map(|i| i * i).sum::<u64>());
         });
-        assert_eq!(pool.get().unwrap().steps.running.load(Ordering::Acquire), 0, "every step ended");
+        assert_eq!(steps.active.load(Ordering::Acquire), 0, "every call ended");
     }
 }
