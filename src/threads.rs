@@ -87,7 +87,7 @@ pub fn current() -> usize {
 struct Built {
     pid: u32,
     pool: rayon::ThreadPool,
-    /// Its steps (`Pool::step`), counted in this process only.
+    /// The calls under way on it and its steps' holds (`awake::Steps`), in this process only.
     steps: Arc<awake::Steps>,
     #[allow(dead_code)] // held for its Drop
     workers: Workers,
