@@ -28,11 +28,13 @@
 //!   d·(ls − 32) of the 8 sub-blocks come out of the unit's scale words once per block.
 //!   iq4_nlr8 (one 32-column block and its 8 f16 d per unit) is one such sub-block, scaled by d.
 //!
-//! From 16 activation rows on (prefill) the VNNI kernels take two adjacent row groups
-//! per pass in the two halves of a zmm (`lanes::Zmm`): each activation broadcast and float
-//! scaling step then meets 16 rows, and on a core with 512-bit datapaths (the development VM
-//! reports AMD family 1Ah, Zen 5) each `vpdpbusd` does twice the multiply-adds; where a zmm
-//! runs as two halves (Zen 4) only the instruction count halves.
+//! From 16 activation rows on (prefill; on the Emerald Rapids VM from one, `tune::kr8_two_groups_from`)
+//! the VNNI kernels take two adjacent row groups per pass in the two halves of a zmm
+//! (`lanes::Zmm`): each activation broadcast and float scaling step then meets 16 rows, and on a
+//! core with 512-bit datapaths (the development VM reports AMD family 1Ah, Zen 5) each
+//! `vpdpbusd` does twice the multiply-adds; where a zmm runs as two halves (Zen 4) only the
+//! instruction count halves. Such a pass reads two streams, one per group, and its prefetch
+//! past the groups' end goes to the next pass's groups (`units`).
 //!
 //! The integer sums are the reference's (`kernels::kr8ref`) and every float operation is the
 //! reference's in the same order on each lane: the results are its bits, on every set and width.
@@ -55,13 +57,6 @@ const Q4K_UNIT: usize = 1152;
 const Q6K_UNIT: usize = 1680;
 const IQ4XS_UNIT: usize = 1088;
 const IQ4NL_UNIT: usize = 144;
-
-/// Activation rows from which the VNNI kernels take two row groups per pass. Below it the
-/// one-group kernels are faster on weights streamed from memory (an expert's few tokens:
-/// `cargo bench --bench kernels -- gemv_kr8_expert`, q4_kr8 1024 × 2048 at 8 rows 99 against
-/// 115 µs, at 16 rows 200 against 168 µs); on weights in cache the zmm form is faster from 2
-/// rows on (`gemm_expert_ragged`).
-const TWO_GROUPS_FROM: usize = 16;
 
 /// One int8 activation row: quants, block scales and dx·Σqx (per 32; q4_k), integer sums
 /// (`Sums`: 32 · half sums per 16, q6_k; Σqx per 32, iq4_xs).
@@ -98,14 +93,18 @@ unsafe fn prefetch(p: *const u8, bytes: usize) {
     }
 }
 
-/// The units of block b of each group of the width, and the unit `ahead` units on prefetched.
+/// The units of block b (of nb) of each group of the width, and the unit `ahead` units on
+/// prefetched: past a group's end, the unit as far into the group the next pass reads in its
+/// place (the groups of a pass are adjacent: with two, the first one's overflow is the second's
+/// own stream).
 #[inline(always)]
-unsafe fn units<L: Lanes>(g: [*const u8; 2], b: usize, unit: usize, ahead: usize) -> [*const u8; 2] {
+unsafe fn units<L: Lanes>(g: [*const u8; 2], b: usize, nb: usize, unit: usize, ahead: usize) -> [*const u8; 2] {
     let u = g.map(|p| p.wrapping_add(b * unit));
     if ahead > 0 {
+        let skip = if b + ahead >= nb { (L::GROUPS - 1) * nb * unit } else { 0 };
         for p in &u[..L::GROUPS] {
             // SAFETY: a prefetch hint.
-            unsafe { prefetch(p.wrapping_add(ahead * unit), unit) };
+            unsafe { prefetch(p.wrapping_add(ahead * unit + skip), unit) };
         }
     }
     u
@@ -129,7 +128,7 @@ unsafe fn q4k<L: Lanes, D: Dot<L>, const T: usize>(
         let (m1, m2, m3) = (L::splat32(0x3f3f_3f3f), L::splat32(0x0f0f_0f0f), L::splat32(0x0303_0303));
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
-            let u = units::<L>(g, b, Q4K_UNIT, ahead);
+            let u = units::<L>(g, b, nb, Q4K_UNIT, ahead);
             let d = L::load_f16(u, 0);
             let dmin = L::load_f16(u, 16);
             let (u0, u1, u2) = (L::load(u, 32), L::load(u, 64), L::load(u, 96));
@@ -187,7 +186,7 @@ unsafe fn q6k<L: Lanes, D: Dot<L>, const T: usize>(
         let ahead = super::tune::kr8_prefetch_units(T);
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
-            let u = units::<L>(g, b, Q6K_UNIT, ahead);
+            let u = units::<L>(g, b, nb, Q6K_UNIT, ahead);
             let d = L::load_f16(u, Q6_D);
             // The sums S of sub-blocks s = 4n + 2J + P (see `kr8ref::dot_i8_q6k`), each scaled and
             // accumulated in the reference's order.
@@ -338,7 +337,7 @@ unsafe fn iq4xs<L: Lanes, D: Dot<L>, const T: usize>(
         let table = L::table16(D::LEVELS.as_ptr());
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
-            let u = units::<L>(g, b, IQ4XS_UNIT, ahead);
+            let u = units::<L>(g, b, nb, IQ4XS_UNIT, ahead);
             let d = L::load_f16(u, 0);
             let (sh, sl) = (L::load_u16(u, IQ4_SCALES_H), L::load(u, IQ4_SCALES_L));
             for j in 0..8 {
@@ -372,7 +371,7 @@ unsafe fn iq4nl<L: Lanes, D: Dot<L>, const T: usize>(
         let table = L::table16(D::LEVELS.as_ptr());
         let mut acc = [L::zero_f(); T];
         for b in 0..nb {
-            let u = units::<L>(g, b, IQ4NL_UNIT, ahead);
+            let u = units::<L>(g, b, nb, IQ4NL_UNIT, ahead);
             let s = iq4_block::<L, D, T>(u, IQ4NL_QUANTS, table, &x, b);
             let d = L::load_f16(u, 0);
             scale_add::<L, T>(&mut acc, d, &x, b, s);
@@ -457,7 +456,7 @@ struct Kerns<'a> {
 }
 
 /// out[t·rows.len() + i] = w[rows.start + i] · activation row t by `kerns` (two groups per pass
-/// from `TWO_GROUPS_FROM` activation rows on, where there are two; the ragged ends of `rows`:
+/// from `tune::kr8_two_groups_from` activation rows on, where there are two; the ragged ends of `rows`:
 /// the reference).
 fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut [f32], kerns: Kerns<'_>, sums: Sums) {
     let cols = w.cols();
@@ -480,7 +479,7 @@ fn drive(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs, n: usize, out: &mut
         })
         .collect();
     let len = rows.len();
-    let step = if n >= TWO_GROUPS_FROM && !kerns.two.is_empty() { 2 } else { 1 };
+    let step = if n >= super::tune::kr8_two_groups_from() && !kerns.two.is_empty() { 2 } else { 1 };
     by_groups(
         rows,
         n,

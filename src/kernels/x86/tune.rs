@@ -16,7 +16,9 @@
 //!
 //! How far ahead the interleaved int8 kernels ask for their stream (`stream_ahead`) is the
 //! third: one stream per task reads at what one core's hardware prefetcher keeps in flight,
-//! which on the Emerald Rapids VM is a quarter below what several streams read.
+//! which on the Emerald Rapids VM is a quarter below what several streams read — and, for the
+//! same reason, from how many activation rows the `kr8` kernels read two row groups (two
+//! streams) per pass (`kr8_two_groups_from`).
 //!
 //! One choice is about an instruction's rate rather than memory: whether the AVX-512 path takes
 //! its bf16 products on AVX-512 BF16 (`dpbf16_full_rate`).
@@ -75,6 +77,24 @@ pub(super) fn kr8_prefetch_units(rows: usize) -> usize {
     } else {
         0
     }
+}
+
+/// Activation rows from which the VNNI kr8 kernels take two adjacent row groups per pass (two
+/// streams, half the instructions per weight byte; `x86::kr8`). 16 where it was set (Zen 5):
+/// below it the one-group kernels were faster on weights streamed from memory (an expert's few
+/// tokens: `cargo bench --bench kernels -- gemv_kr8_expert`, q4_kr8 1024 × 2048 at 8 rows 99
+/// against 115 µs, at 16 rows 200 against 168 µs); on weights in cache the zmm form is faster
+/// from 2 rows on (`gemm_expert_ragged`). The Emerald Rapids VM: 1 — one stream per core reads a
+/// quarter below several there (see `stream_ahead`), and two streams per pass read its decode
+/// products faster: the DeepSeek-V2-Lite-3l Q4_K_M lm_head (q6_kr8, 172 MB, one thread, three
+/// processes of four products each) 10.3 / 11.2 / 11.8 GB/s against 10.1 / 9.7 / 10.4; decode
+/// tg32 (`bench/ab.py`, six rounds alternating, geometric mean of the t/s ratios, one / two
+/// threads) DeepSeek-V2-Lite-3l Q4_K_M 1.081 / 1.065, olmoe-4l Q4_K_M 1.080 / 1.021; batched
+/// decode of olmoe-4l Q4_K_M on two threads (`examples/batch_decode`, three runs) 2 sequences
+/// 108–111 against 105–110 t/s, 4: 144–151 against 130–140, 8: 165–197 against 139–161.
+pub(super) fn kr8_two_groups_from() -> usize {
+    static FROM: OnceLock<usize> = OnceLock::new();
+    *FROM.get_or_init(|| if emerald_rapids() { 1 } else { 16 })
 }
 
 /// How far ahead of the unit being read the q8r8 / q4r8 kernels (`qgroup`, `vnni`) and the
@@ -231,6 +251,8 @@ mod tests {
                 assert!(super::emerald_rapids());
                 assert_eq!(super::stream_ahead(), super::Ahead { bytes: 4096, l2: true });
                 assert_eq!(super::kr8_prefetch_units(1), if super::forced() == Some(false) { 0 } else { 4 });
+                // … and its kr8 kernels read two row groups per pass at any row count.
+                assert_eq!(super::kr8_two_groups_from(), 1);
             }
             (6, 167) => {
                 // The AMX Xeon's VM: an Intel core, whose kr8 kernels prefetch one unit ahead.
@@ -239,6 +261,7 @@ mod tests {
                 assert!(!super::emerald_rapids());
                 assert_eq!(super::stream_ahead(), super::Ahead { bytes: 1024, l2: false });
                 assert_eq!(super::kr8_prefetch_units(1), if super::forced() == Some(false) { 0 } else { 1 });
+                assert_eq!(super::kr8_two_groups_from(), 16);
             }
             _ => {}
         }
