@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """GGUF fixtures for the GGUF reader's tests: llama.cpp's own convert_hf_to_gguf.py run on the HF
 fixture checkpoints in tests/fixtures/models/, as f32 and (for some) --outtype q8_0; and (QUANTIZE)
-the f32 file quantised by llama-quantize (a mix of types: Q4_0 where the rows allow it).
+the f32 file quantised by llama-quantize (a mix of types: Q4_0 where the rows allow it; Q4_K_M,
+whose fallbacks for rows under 256 mix Q8_0 / Q5_0 / Q5_1, and a copy of it with the DeltaNet
+input projections in F32, float_in_proj).
 
     /work/venv/bin/python tools/make_gguf_fixtures.py [--llama DIR] [--llama-bin DIR] [--only NAME,...]
 
@@ -41,7 +43,7 @@ FIXTURES = [
     ("deepseek_v3_mtp", ["f32"]),
     ("gpt_oss_mxfp4", ["f32", "bf16"]),
     ("phimoe_hub", ["f32"]),
-    ("qwen3_next_hybrid", ["f32", "q8_0", "q8_0-gate_up"]),
+    ("qwen3_next_hybrid", ["f32", "q8_0", "q8_0-gate_up", "q4_k_m"]),
     ("dots1_plain_bias", ["f32", "bf16"]),
     ("dots1_groups_swa", ["f32"]),
     ("ernie4_5_moe_hub", ["f32", "bf16"]),
@@ -71,7 +73,7 @@ PER_EXPERT = {"hunyuan_v1_moe"}
 PRE = {"GPTNeoXTokenizer": "olmo"}
 
 # outtype -> llama-quantize type (its fallbacks included: Q4_0 falls back for rows of 16).
-QUANTIZE = {"q4_0": "Q4_0"}
+QUANTIZE = {"q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}
 
 
 def main():
@@ -121,7 +123,10 @@ def main():
             out = out_dir / f"{name}.{outtype}.gguf"
             if outtype in QUANTIZE:
                 quantize(args.llama_bin, out_dir / f"{name}.f32.gguf", out, QUANTIZE[outtype])
-                print(f"{out.relative_to(ROOT)}: {os.path.getsize(out)} bytes")
+                if name == "qwen3_next_hybrid" and outtype == "q4_k_m":
+                    float_in_proj(out, out_dir / f"{name}.q4_k_m-f32_in.gguf")
+                for f in sorted(out_dir.glob(f"{name}.{outtype}*.gguf")):
+                    print(f"{f.relative_to(ROOT)}: {os.path.getsize(f)} bytes")
                 continue
             split = outtype.endswith("-split")
             src = checkpoint(name, tmp)
@@ -228,6 +233,23 @@ def legacy_ssm_in(src, dst):
                 groups = [np.concatenate([q[g * dk:(g + 1) * dk], k[g * dk:(g + 1) * dk],
                                           v[g * rv:(g + 1) * rv], z[g * rv:(g + 1) * rv]]) for g in range(nk)]
                 yield t.name.replace("attn_qkv", "ssm_in"), np.concatenate(groups), t.tensor_type
+            else:
+                yield t.name, t.data, t.tensor_type
+    rewrite(src, dst, tensors)
+
+
+def float_in_proj(src, dst):
+    """A copy of Qwen3-Next GGUF `src` whose `attn_qkv` and `attn_gate` (of different types in a
+    Q4_K_M file: the DeltaNet input projection colibri keeps as two matrices) are F32, ggml's
+    dequantisation of them: the same weights, in one type (one matrix in colibri)."""
+    import gguf
+    import numpy as np
+
+    def tensors(r, by_name):
+        for t in r.tensors:
+            if ".attn_qkv." in t.name or ".attn_gate." in t.name:
+                yield t.name, np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32), \
+                    gguf.GGMLQuantizationType.F32
             else:
                 yield t.name, t.data, t.tensor_type
     rewrite(src, dst, tensors)

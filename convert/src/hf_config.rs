@@ -386,6 +386,7 @@ fn delta_net(hf: &Value, fam: Family) -> Result<Option<DeltaNetConfig>> {
         k_head_dim: opt_usize(hf, "linear_key_head_dim")?.unwrap_or(128),
         v_head_dim: opt_usize(hf, "linear_value_head_dim")?.unwrap_or(128),
         conv_kernel: opt_usize(hf, "linear_conv_kernel_dim")?.unwrap_or(4),
+        split_z: false,
     }))
 }
 

@@ -220,6 +220,73 @@ fn qwen3next_fused_gate_up_and_legacy_ssm_in_layouts_give_the_same_model() {
     assert!(rel <= 2e-2 && same, "{name} q8_0: {rel:e} of max|logit|, argmax equal: {same}");
 }
 
+/// Qwen3-Next Q4_K_M (llama-quantize's type mix; in this small model each DeltaNet layer's
+/// `attn_qkv` is Q8_0 and its `attn_gate` Q5_0 — Q6_K and Q4_K at full size): it converts, each
+/// part keeping its own type as its own matrix (`split_z`: `delta.in_qkv`, `delta.in_z`), with
+/// the values of the same weights dequantised into one F32 matrix (make_gguf_fixtures.py
+/// float_in_proj, which the converter fuses into `delta.in_qkvz`), every other tensor the same
+/// bytes, and — float activations, in prefill and token by token — those weights' logits up to
+/// summation order.
+#[test]
+fn qwen3next_q4_k_m_keeps_attn_qkv_and_attn_gate_apart_in_their_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "qwen3_next_hybrid";
+    let dir = models_root().join(name);
+    let open = |outtype: &str| {
+        let out = tmp.path().join(format!("{name}.{outtype}.colibri"));
+        convert_gguf(&gguf_root().join(format!("{name}.{outtype}.gguf")), &dir, &out);
+        let m = Model::open(&out, &LoadOptions::default()).unwrap();
+        m.verify().unwrap();
+        m
+    };
+    let (split, fused) = (open("q4_k_m"), open("q4_k_m-f32_in"));
+    let (ds, df) = (split.config().delta_net.unwrap(), fused.config().delta_net.unwrap());
+    assert!(ds.split_z && !df.split_z, "split_z: {} / {}", ds.split_z, df.split_z);
+    let stored = |m: &Model, n: &str| {
+        let t = m.tensor(n).unwrap_or_else(|| panic!("{n} missing"));
+        (t.dtype, values(t.dtype, t.bytes, t.cols()))
+    };
+    let mut layers = 0;
+    for (l, spec) in split.config().layers.iter().enumerate() {
+        if spec.kind != colibri::model::LayerKind::DeltaNet {
+            continue;
+        }
+        let (tq, qkv) = stored(&split, &format!("layers.{l}.delta.in_qkv"));
+        let (tz, z) = stored(&split, &format!("layers.{l}.delta.in_z"));
+        let (tf, qkvz) = stored(&fused, &format!("layers.{l}.delta.in_qkvz"));
+        assert!(tq != tz && tf == DType::F32, "layer {l}: {tq} / {tz} / {tf}");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&qkvz), bits(&[qkv, z].concat()), "layer {l}: in_qkvz is not [in_qkv; in_z]");
+        layers += 1;
+    }
+    assert_eq!(layers, 3, "DeltaNet layers seen");
+    for t in split.parsed().tensors.iter().filter(|t| !t.name.contains("delta.in_")) {
+        assert_eq!(split.tensor(&t.name).unwrap().bytes, fused.tensor(&t.name).unwrap().bytes, "{}", t.name);
+    }
+    let input = ids(&meta(&dir)["input_ids"]);
+    let step_by_step = |m: &Model| {
+        let opts = SessionOptions { n_ctx: 256, quant_act: QuantActivations::Float, ..Default::default() };
+        let mut s = Session::new(m.config(), &opts).unwrap();
+        let mut all = Vec::new();
+        for t in &input {
+            forward(m, &mut s, Input::Tokens(std::slice::from_ref(t)), &ForwardOptions::default()).unwrap();
+            all.extend_from_slice(s.logits());
+        }
+        all
+    };
+    let prefill = |m: &Model| logits_with(m, &input, QuantActivations::Float);
+    for (how, a, b) in
+        [("prefill", prefill(&split), prefill(&fused)), ("token by token", step_by_step(&split), step_by_step(&fused))]
+    {
+        let max_abs = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        let vocab = split.config().vocab_size;
+        let same = a.chunks(vocab).zip(b.chunks(vocab)).all(|(x, y)| argmax(x) == argmax(y));
+        eprintln!("{name} q4_k_m {how}: max |Δlogit| {diff} = {:.2e} of max |logit|", diff / max_abs);
+        assert!(diff <= 1e-5 * max_abs && same, "{how}: {diff} of {max_abs}, argmax equal: {same}");
+    }
+}
+
 /// A copy of a fixture GGUF with `from` replaced by `to` (same length) at its first occurrence.
 fn patched(name: &str, from: &[u8], to: &[u8], tmp: &Path) -> PathBuf {
     let mut b = std::fs::read(gguf_root().join(name)).unwrap();

@@ -11,7 +11,7 @@ use super::delta_rule::{self, HeadRun};
 use super::lanes::{Lane, Scratch};
 use crate::kernels::reference::silu;
 use crate::kernels::{Kernels, Mat};
-use crate::model::{Config, DeltaNetConfig, DeltaNetWeights};
+use crate::model::{Config, DeltaInProj, DeltaNetConfig, DeltaNetWeights};
 use rayon::prelude::*;
 
 /// out = delta_net(xn) of layer `layer` for the n rows of every lane, advancing each lane's state.
@@ -26,10 +26,20 @@ pub fn delta_net(
 ) {
     let Some(d) = c.delta_net else { unreachable!("the loader builds DeltaNet layers only with `c.delta_net`") };
     let n = lanes.last().map_or(0, |s| s.rows.end);
-    let (qkvz_w, vd) = (2 * d.key_dim() + 2 * d.value_dim(), d.value_dim());
-    // [q k v z] and [b a] of every row.
+    let (conv_w, vd) = (d.conv_dim(), d.value_dim());
+    // [q k v z] and [b a] of every row: q k v of row t at t·qkv_stride, z at z_at + t·z_stride.
     let xn = &b.xn[..n * c.hidden_size];
-    kern.matmuls(xn, n, &mut [(w.in_qkvz, &mut b.dn_qkvz[..]), (w.in_ba, &mut b.dn_ba[..])]);
+    let (qkv_stride, z_at, z_stride) = match w.in_proj {
+        DeltaInProj::Fused(qkvz) => {
+            kern.matmuls(xn, n, &mut [(qkvz, &mut b.dn_qkvz[..]), (w.in_ba, &mut b.dn_ba[..])]);
+            (conv_w + vd, conv_w, conv_w + vd)
+        }
+        DeltaInProj::Split { qkv, z } => {
+            let (qkv_out, z_out) = b.dn_qkvz[..n * (conv_w + vd)].split_at_mut(n * conv_w);
+            kern.matmuls(xn, n, &mut [(qkv, qkv_out), (z, z_out), (w.in_ba, &mut b.dn_ba[..])]);
+            (conv_w, n * conv_w, vd)
+        }
+    };
     for lane in lanes.iter_mut() {
         let Some(state) = lane.rec.layer_write(layer) else {
             unreachable!("a session holds a recurrent state for every DeltaNet layer of its model")
@@ -38,8 +48,8 @@ pub fn delta_net(
         let mixed = &mut b.dn_mixed[rows.start * d.conv_dim()..rows.end * d.conv_dim()];
         // mixed = silu(conv(q k v)), continuing from the conv state (from `state.from` on the
         // call's first write) and leaving the new one in `state.to`.
-        let x = &b.dn_qkvz[rows.start * qkvz_w..rows.end * qkvz_w];
-        conv(&d, &w.conv, x, qkvz_w, state.from.map(|f| &f.conv[..]), &mut state.to.conv, mixed);
+        let x = &b.dn_qkvz[rows.start * qkv_stride..rows.end * qkv_stride];
+        conv(&d, &w.conv, x, qkv_stride, state.from.map(|f| &f.conv[..]), &mut state.to.conv, mixed);
         let ba = &b.dn_ba[rows.start * 2 * d.n_v_heads..rows.end * 2 * d.n_v_heads];
         let core = &mut b.dn_core[rows.start * vd..rows.end * vd];
         let run = Heads { d: &d, w, kern, mixed, ba };
@@ -48,7 +58,7 @@ pub fn delta_net(
     // o = w ⊙ rmsnorm(o) ⊙ silu(z) per value head, then out = o·W_outᵀ.
     let eps = c.rms_norm_eps as f32;
     for t in 0..n {
-        let z = &b.dn_qkvz[t * qkvz_w + 2 * d.key_dim() + vd..(t + 1) * qkvz_w];
+        let z = &b.dn_qkvz[z_at + t * z_stride..][..vd];
         let o = &mut b.dn_core[t * vd..(t + 1) * vd];
         for (oh, zh) in o.chunks_exact_mut(d.v_head_dim).zip(z.chunks_exact(d.v_head_dim)) {
             gated_norm(oh, zh, &w.norm, eps);

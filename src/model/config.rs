@@ -428,6 +428,11 @@ pub struct DeltaNetConfig {
     pub k_head_dim: usize,
     pub v_head_dim: usize,
     pub conv_kernel: usize,
+    /// The input projection as two matrices, q k v (`delta.in_qkv`) and the output gate z
+    /// (`delta.in_z`), instead of one (`delta.in_qkvz`): a GGUF whose `attn_qkv` and
+    /// `attn_gate` differ in type (llama-quantize's K-quant mixes) keeps each in its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub split_z: bool,
 }
 
 impl DeltaNetConfig {

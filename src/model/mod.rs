@@ -17,8 +17,8 @@ pub use names::{
     FINAL_NORM, FINAL_NORM_BIAS, LM_HEAD, LM_HEAD_BIAS,
 };
 pub use weights::{
-    AttnWeights, DeltaNetWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpBias, MlpWeights, MoeWeights,
-    NormWeights, Weights,
+    AttnWeights, DeltaInProj, DeltaNetWeights, FfnWeights, GqaWeights, LayerWeights, MlaWeights, MlpBias, MlpWeights,
+    MoeWeights, NormWeights, Weights,
 };
 
 use crate::error::{Error, Result};

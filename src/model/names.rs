@@ -135,6 +135,9 @@ pub mod suffix {
     pub const GATE: &str = "attn.gate";
     /// Gated DeltaNet: in_proj_qkvz de-grouped to rows [q; k; v; z].
     pub const DN_QKVZ: &str = "delta.in_qkvz";
+    /// The same projection in two (`DeltaNetConfig::split_z`): rows [q; k; v], and rows z.
+    pub const DN_QKV: &str = "delta.in_qkv";
+    pub const DN_Z: &str = "delta.in_z";
     /// in_proj_ba de-grouped to rows [b; a] (one of each per v head).
     pub const DN_BA: &str = "delta.in_ba";
     /// The depthwise conv [conv_dim, kernel].
@@ -273,8 +276,13 @@ fn delta_net_specs(c: &Config, l: usize, v: &mut Vec<TensorSpec>) {
     let Some(d) = c.delta_net else { return };
     let n = |s: &str| layer_name(l, s);
     let h = c.hidden_size;
-    let qkvz = 2 * d.key_dim() + 2 * d.value_dim();
-    v.push(quantisable(spec(n(DN_QKVZ), &[qkvz, h], Plain, Attention), QuantClass::Attn));
+    if d.split_z {
+        v.push(quantisable(spec(n(DN_QKV), &[d.conv_dim(), h], Plain, Attention), QuantClass::Attn));
+        v.push(quantisable(spec(n(DN_Z), &[d.value_dim(), h], Plain, Attention), QuantClass::Attn));
+    } else {
+        let qkvz = 2 * d.key_dim() + 2 * d.value_dim();
+        v.push(quantisable(spec(n(DN_QKVZ), &[qkvz, h], Plain, Attention), QuantClass::Attn));
+    }
     v.push(spec(n(DN_BA), &[2 * d.n_v_heads, h], Plain, Attention));
     v.push(spec(n(DN_CONV), &[d.conv_dim(), d.conv_kernel], Plain, Attention));
     v.push(spec(n(DN_DT_BIAS), &[d.n_v_heads], Plain, Attention));

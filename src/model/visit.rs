@@ -2,7 +2,7 @@
 //! needing all operands use (the fuzz harness reads every row; byte accounting can sum them),
 //! so that a new weights field is added in one place and not in each of them.
 
-use super::weights::{AttnWeights, FfnWeights, LayerWeights, MlpWeights, NormWeights, Weights};
+use super::weights::{AttnWeights, DeltaInProj, FfnWeights, LayerWeights, MlpWeights, NormWeights, Weights};
 use crate::kernels::Mat;
 
 impl<'a> Weights<'a> {
@@ -48,7 +48,13 @@ impl<'a> LayerWeights<'a> {
                 }
             }
             AttnWeights::DeltaNet(a) => {
-                f(&a.in_qkvz);
+                match &a.in_proj {
+                    DeltaInProj::Fused(m) => f(m),
+                    DeltaInProj::Split { qkv, z } => {
+                        f(qkv);
+                        f(z);
+                    }
+                }
                 f(&a.in_ba);
             }
         }

@@ -85,13 +85,22 @@ pub struct GqaWeights<'a> {
     pub gate: Option<Mat<'a>>,
 }
 
+/// A Gated DeltaNet input projection, in one matrix or two (`DeltaNetConfig::split_z`).
+#[derive(Clone, Copy, Debug)]
+pub enum DeltaInProj<'a> {
+    /// [2·kd + 2·vd, hidden]: rows q, k, v, z.
+    Fused(Mat<'a>),
+    /// [2·kd + vd, hidden] rows q, k, v, and [vd, hidden] rows z.
+    Split { qkv: Mat<'a>, z: Mat<'a> },
+}
+
 /// Gated DeltaNet linear attention before its output projection (shapes from
 /// `DeltaNetConfig`: kd = key_dim, vd = value_dim, nv = n_v_heads; the output projection
 /// [hidden, vd] is the layer's `wo`).
 #[derive(Clone, Debug)]
 pub struct DeltaNetWeights<'a> {
-    /// [2·kd + 2·vd, hidden]: rows q, k, v, z
-    pub in_qkvz: Mat<'a>,
+    /// The input projection: rows q, k, v, z.
+    pub in_proj: DeltaInProj<'a>,
     /// [2·nv, hidden]: rows b (β logits), a (decay input)
     pub in_ba: Mat<'a>,
     /// [conv_dim, kernel] depthwise causal conv over the q, k, v channels
@@ -185,11 +194,15 @@ impl<'a> Binder<'a> {
         Ok(v)
     }
 
-    fn delta_net(&self, l: usize) -> Result<DeltaNetWeights<'a>> {
+    /// DeltaNet layer l's weights; `split`: its input projection in two (`DeltaNetConfig::split_z`).
+    fn delta_net(&self, l: usize, split: bool) -> Result<DeltaNetWeights<'a>> {
         use suffix::*;
         let n = |s: &str| layer_name(l, s);
         Ok(DeltaNetWeights {
-            in_qkvz: self.get(&n(DN_QKVZ))?,
+            in_proj: match split {
+                true => DeltaInProj::Split { qkv: self.get(&n(DN_QKV))?, z: self.get(&n(DN_Z))? },
+                false => DeltaInProj::Fused(self.get(&n(DN_QKVZ))?),
+            },
             in_ba: self.get(&n(DN_BA))?,
             conv: self.floats(&n(DN_CONV))?,
             dt_bias: self.floats(&n(DN_DT_BIAS))?,
@@ -310,7 +323,9 @@ impl<'a> Weights<'a> {
                 FfnWeights::Dense(b.mlp(l, MLP_GATE, MLP_UP, MLP_DOWN)?)
             };
             let attn = match (spec.kind, &c.mla) {
-                (LayerKind::DeltaNet, _) => AttnWeights::DeltaNet(b.delta_net(l)?),
+                (LayerKind::DeltaNet, _) => {
+                    AttnWeights::DeltaNet(b.delta_net(l, c.delta_net.is_some_and(|d| d.split_z))?)
+                }
                 (LayerKind::Attention, Some(m)) => AttnWeights::Mla(b.mla(l, c.n_heads, m)?),
                 (LayerKind::Attention, None) => AttnWeights::Gqa(GqaWeights {
                     wq: b.get(&n(Q))?,

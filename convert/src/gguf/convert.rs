@@ -27,7 +27,7 @@ fn plan(resolved: &[Resolved], warnings: &mut Vec<String>) -> Result<(Vec<Planne
         let ggml = r.pieces[0].tensor.info.ggml;
         if let Some(p) = r.pieces.iter().find(|p| p.tensor.info.ggml != ggml) {
             return Err(fail(format!(
-                "{}: its experts mix GGUF types ({} and {})",
+                "{}: its pieces (experts, or the GGUF tensors it joins) mix GGUF types ({} and {})",
                 r.spec.name, ggml.name, p.tensor.info.ggml.name
             )));
         }

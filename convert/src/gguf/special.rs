@@ -1,7 +1,8 @@
 //! The GGUF sources of the tensors only some architectures have, undoing what llama.cpp's
 //! converter did to each: MLA's projections (`attn_k_b` [heads, rank, nope] and `attn_v_b`
 //! [heads, v, rank] as colibri's W_UK / W_UV stacks, unchanged), Qwen3-Next's Gated DeltaNet
-//! (`attn_qkv` + `attn_gate` are in_proj_qkvz already de-grouped, older files' `ssm_in` is it
+//! (`attn_qkv` + `attn_gate` are in_proj_qkvz already de-grouped — or its two parts where their
+//! types differ, `DeltaNetConfig::split_z` —, older files' `ssm_in` is it
 //! still grouped per key head; `ssm_ba` keeps its per-key-head groups [b_g, a_g]; `ssm_a` is
 //! −exp(A_log); `ssm_conv1d` squeezed) and its gated attention (`attn_q` rows per head: [query,
 //! gate]), and the biases, sinks and LayerNorm biases of GPT-OSS and Phi-MoE. Every piece is
@@ -49,6 +50,8 @@ pub fn layer(f: &GgufFile, c: &Config, l: usize, sfx: &str, spec: &TensorSpec) -
         KV_A_NORM => one(&["attn_kv_a_norm.weight"]),
         K_B | V_B => mla_up(f, l, sfx == V_B, spec).map(Some),
         DN_QKVZ | DN_BA | DN_A_LOG => delta_net(f, c, l, sfx, spec).map(Some),
+        DN_QKV => one(&["attn_qkv.weight"]),
+        DN_Z => one(&["attn_gate.weight"]),
         DN_CONV => one(&["ssm_conv1d.weight"]),
         DN_DT_BIAS => one(&["ssm_dt.bias"]),
         DN_NORM => one(&["ssm_norm.weight"]),

@@ -5,7 +5,9 @@
 //! norms; Qwen2-MoE's sigmoid-gated shared expert; top-k always renormalised (llama.cpp's
 //! rule, and the released models'). llama.cpp's converter adds 1 to every zero-centred norm
 //! (layer, q/k, final; not the DeltaNet's gated norm): those weights are the gains themselves
-//! here (`norm_offset` 0), the same f32 sums transformers forms.
+//! here (`norm_offset` 0), the same f32 sums transformers forms. A file whose `attn_qkv` and
+//! `attn_gate` differ in type in some layer (llama-quantize's K-quant mixes: Q4_K_M gives the
+//! former more bits) keeps the two as their own matrices (`DeltaNetConfig::split_z`).
 
 use super::common::{base, Defaults, Hparams};
 use super::Mapping;
@@ -31,6 +33,13 @@ fn recurrent(h: &Hparams, n_layers: usize) -> Result<Vec<bool>> {
     Ok((0..n_layers).map(|l| !(l + 1).is_multiple_of(interval)).collect())
 }
 
+/// Whether layer l's `attn_qkv` and `attn_gate` are both present and of different types (older
+/// files' one `ssm_in` has one type).
+fn qkv_and_gate_differ(h: &Hparams, l: usize) -> bool {
+    let ty = |leaf: &str| h.file.tensor(&format!("blk.{l}.{leaf}.weight")).map(|t| t.info.ggml.name);
+    matches!((ty("attn_qkv"), ty("attn_gate")), (Some(a), Some(b)) if a != b)
+}
+
 fn config(h: &Hparams) -> Result<Config> {
     let d = Defaults { family: Family::Qwen3Next, norm_topk: true, qk_norm: QkNorm::PerHead, ffn_is_expert: false };
     let mut c = base(h, &d)?;
@@ -44,9 +53,14 @@ fn config(h: &Hparams) -> Result<Config> {
         k_head_dim: h.need("ssm.state_size")?,
         v_head_dim: h.need("ssm.inner_size")? / n_v_heads,
         conv_kernel: h.need("ssm.conv_kernel")?,
+        split_z: false,
     });
-    for (l, rec) in c.layers.iter_mut().zip(recurrent(h, c.n_layers)?) {
+    let rec = recurrent(h, c.n_layers)?;
+    for (l, &rec) in c.layers.iter_mut().zip(&rec) {
         l.kind = if rec { LayerKind::DeltaNet } else { LayerKind::Attention };
+    }
+    if let Some(d) = &mut c.delta_net {
+        d.split_z = (0..c.n_layers).filter(|&l| rec[l]).any(|l| qkv_and_gate_differ(h, l));
     }
     c.attn_output_gate = true;
     c.norm_offset = 0.0;
