@@ -3,6 +3,7 @@
 //! the file; it reads the header, metadata, table and the norm weights — never the big matrices.
 
 mod config;
+mod delta_config;
 mod names;
 mod validate;
 mod visit;
