@@ -13,6 +13,7 @@ rounds=$1; g=$2; cs=$3; shift 3; [ "$1" = "--" ] && shift
 cells='{for(i=1;i<=NF;i++) if ($i ~ /^ *(pp|tg)[0-9]/) {s=""; for(j=i;j<NF;j++) s=s "|" $j; print n s; break}}'
 # Evict the named files from the page cache (POSIX_FADV_DONTNEED), then read each back in full.
 replace() {
+  [ $# -gt 0 ] || return 0
   python3 -c 'import os, sys
 for f in sys.argv[1:]:
     fd = os.open(f, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$@"
