@@ -124,7 +124,11 @@ fn bench_explains_an_efficiency_above_100_percent() {
     let o = colibri(&["bench", "-m", m.to_str().unwrap(), "-p", "0", "-n", "8", "-r", "1", "-t", "1"]);
     assert!(o.status.success(), "{}", err(&o));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(out.contains("MiB)"), "the probe names its (scaled) buffer: {out}");
+    let probe = out.lines().find(|l| l.starts_with("memory bandwidth:")).unwrap_or_default();
+    assert!(
+        probe.contains(" MiB, as one stream and as 8 per thread)"),
+        "the probe names its (scaled) buffer and streams: {out}"
+    );
     let over = out.lines().any(|l| l.contains(" % *"));
     assert_eq!(over, out.contains("* above 100 %: the active weights per token"), "{out}");
     for l in out.lines().filter(|l| l.starts_with('|') && l.contains(" %")) {
