@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! for each block of KC cached positions (at multiples of KC):
-//!   K  = their keys, widened to f32      [KC, kw]   (MLA: latent + rope key; GQA: K of the head)
+//!   K  = their keys as f32               [KC, kw]   (MLA: latent + rope key; GQA: K of the head)
 //!   V  = their values                    [KC, vw]   (MLA: each key row's leading rank values)
 //!   S  = Q·Kᵀ · scale                    [M, KC]
 //!   live columns: per query row, its own positions (causal limit, sliding window) in the range
@@ -13,10 +13,12 @@
 //!   P  = e^(S − m') where live, else 0;  sum += rowsum P;  acc += P·V           [M, vw]
 //! ```
 //!
-//! Both products run on the path's GEMM micro-tile (`Table::tile`, MR queries × NR columns) over
-//! panels packed from the block, so a cached block is widened and packed once per block of query
-//! rows and each of its values meets MR queries from registers (`Floats`) — or, for a bf16 cache
-//! in `Reduced` mode on a path with bf16 tiles (AMX), on those tiles over the stored bits, the
+//! Both products run on the path's GEMM micro-tile (`Table::tile`, MR rows × NR columns) with
+//! the cached rows as they lie: the scores as Sᵀ = K·Qᵀ (MR cached rows against the queries,
+//! transposed into panels once per call), the values as acc += P·V (V's rows as the tile's B
+//! operand) — an f32 cache read in place, a half one widened once per block; nothing of the
+//! block is transposed or packed (`Floats`). Or, for a bf16 cache in `Reduced` mode on a path
+//! with bf16 tiles (AMX), both run on those tiles over the stored bits, the
 //! queries and the weights P rounded to bf16 (`bf16_attention`). Several ranges of one row's
 //! positions (spread over threads) give partial results (`Partial`) merged with their maxima, as
 //! in split-softmax attention; a sink logit (GPT-OSS) joins the merged denominator. Blocks sit at
@@ -27,7 +29,8 @@ use super::bf16_attention::BfTiles;
 use super::block_products::{round_up, Products};
 pub(super) use super::block_products::{Cached, Queries};
 use super::buffers::Buffers as Pool;
-use crate::kernels::{Kernels, MR, NR};
+use super::f32_attention::Floats;
+use crate::kernels::{Kernels, NR};
 use crate::session::KvCache;
 use std::ops::Range;
 
@@ -40,61 +43,10 @@ pub(super) struct Partial {
     acc: Vec<f32>,
 }
 
-/// Scratch of one `partial` call, sized for its queries.
-struct Buffers {
-    /// Queries padded to a multiple of MR, the key width, the value width and it padded to NR.
-    mp: usize,
-    kw: usize,
-    vw: usize,
-    vp: usize,
-    /// The queries, padded with zero rows to a multiple of MR: [mp, kw].
-    q: Vec<f32>,
-    /// A block of cached keys widened to f32: [KC, kw] (rows no query attends to stay zero).
-    rows: Vec<f32>,
-    /// Its values [KC, vstride] (GQA; MLA's values are the key rows' leading vw values).
-    vrows: Vec<f32>,
-    /// Two packed panels: [2][kw, NR] (scores) or [2][KC, NR] (values).
-    panel: Vec<f32>,
-    /// Scores, then weights, of the block's first ks columns: [mp, ks] (ks ≤ KC).
-    s: Vec<f32>,
-}
-
 impl Partial {
     /// Its buffers back to `pool`.
     pub(super) fn give_back(self, pool: &Pool) {
         [self.max, self.sum, self.acc].into_iter().for_each(|v| pool.give(v));
-    }
-}
-
-impl Cached {
-    /// keys[j − j0, ..kw] (and, for a GQA head, values[j − j0, ..vw]) = position j of `layer`
-    /// as f32 for j in `js` (`KvCache::head_rows`: f32 caches copied, halves widened); the block's
-    /// other rows are zero.
-    #[allow(clippy::too_many_arguments)]
-    fn widen(
-        self,
-        kern: &Kernels,
-        kv: &KvCache,
-        layer: usize,
-        j0: usize,
-        js: Range<usize>,
-        keys: &mut [f32],
-        kw: usize,
-        values: &mut [f32],
-        vw: usize,
-    ) {
-        let (a, b) = (js.start - j0, js.end - j0);
-        keys[..a * kw].fill(0.0);
-        keys[b * kw..].fill(0.0);
-        match self {
-            Cached::Latent => kv.head_rows(kern, layer, false, js, 0, &mut keys[a * kw..b * kw]),
-            Cached::Head { kv_head } => {
-                values[..a * vw].fill(0.0);
-                values[b * vw..].fill(0.0);
-                kv.head_rows(kern, layer, false, js.clone(), kv_head, &mut keys[a * kw..b * kw]);
-                kv.head_rows(kern, layer, true, js, kv_head, &mut values[a * vw..b * vw]);
-            }
-        }
     }
 }
 
@@ -139,105 +91,6 @@ fn blocks<P: Products>(mut p: P, kern: &Kernels, pool: &Pool, qs: &Queries<'_>, 
     Partial { max, sum, acc: p.finish(pool) }
 }
 
-/// The f32 products: a block's rows widened to f32, the keys transposed into panels, each
-/// product on the path's micro-tile (`Table::tile`, MR queries × NR columns).
-struct Floats<'a> {
-    kern: &'a Kernels,
-    kv: &'a KvCache,
-    layer: usize,
-    from: Cached,
-    b: Buffers,
-    /// [mp, vp].
-    acc: Vec<f32>,
-}
-
-impl<'a> Floats<'a> {
-    fn new(kern: &'a Kernels, pool: &Pool, kv: &'a KvCache, layer: usize, qs: &Queries<'_>) -> Floats<'a> {
-        let Queries { heads, kw, vw, .. } = *qs;
-        let m = qs.live.len() * heads;
-        let (mp, vp) = (round_up(m, MR), round_up(vw, NR));
-        let gqa = matches!(qs.from, Cached::Head { .. });
-        // rows, vrows, panel and s are written before they are read (`widen`, `scores`, `values`).
-        let mut b = Buffers {
-            mp,
-            kw,
-            vw,
-            vp,
-            q: pool.take(mp * kw),
-            rows: pool.take(KC * kw),
-            vrows: pool.take(if gqa { KC * vw } else { 0 }),
-            panel: pool.take(2 * kw.max(KC) * NR),
-            s: pool.take(mp * KC),
-        };
-        b.q[..m * kw].copy_from_slice(&qs.q[..m * kw]);
-        b.q[m * kw..].fill(0.0);
-        let mut acc = pool.take(mp * vp);
-        acc.fill(0.0);
-        Floats { kern, kv, layer, from: qs.from, b, acc }
-    }
-}
-
-/// Cached rows per block of the f32 products (the k extent of the value product).
-const KC: usize = 64;
-
-impl Products for Floats<'_> {
-    const KC: usize = KC;
-
-    fn load(&mut self, j0: usize, js: Range<usize>, ks: usize) {
-        let (b, gqa) = (&mut self.b, matches!(self.from, Cached::Head { .. }));
-        let vlen = if gqa { ks * b.vw } else { 0 };
-        self.from.widen(
-            self.kern,
-            self.kv,
-            self.layer,
-            j0,
-            js,
-            &mut b.rows[..ks * b.kw],
-            b.kw,
-            &mut b.vrows[..vlen],
-            b.vw,
-        );
-    }
-
-    fn scores(&mut self, ks: usize) -> (&mut [f32], &mut [f32]) {
-        scores(self.kern, &mut self.b, ks);
-        (&mut self.b.s[..self.b.mp * ks], &mut self.acc)
-    }
-
-    fn values(&mut self, ks: usize) {
-        values(self.kern, &mut self.b, ks, &mut self.acc, matches!(self.from, Cached::Head { .. }));
-    }
-
-    fn finish(self, pool: &Pool) -> Vec<f32> {
-        let b = self.b;
-        [b.q, b.rows, b.vrows, b.panel, b.s].into_iter().for_each(|v| pool.give(v));
-        self.acc
-    }
-}
-
-/// b.s = b.q·b.rows[..ks]ᵀ ([mp, ks]): per panel of NR cached rows, the rows transposed into
-/// panel[d·NR + jj], then the tile for every MR queries.
-fn scores(kern: &Kernels, b: &mut Buffers, ks: usize) {
-    let (t, mp, kw) = (kern.table(), b.mp, b.kw);
-    b.s[..mp * ks].fill(0.0);
-    // Two panels at a time (`Table::tile2`), the last alone when ks / NR is odd.
-    for p0 in (0..ks).step_by(2 * NR) {
-        let count = ((ks - p0) / NR).min(2);
-        for j in 0..count {
-            let at = p0 + j * NR;
-            (t.transpose)(&b.rows[at * kw..(at + NR) * kw], kw, NR, kw, &mut b.panel[j * kw * NR..(j + 1) * kw * NR]);
-        }
-        let (first, second) = b.panel[..2 * kw * NR].split_at(kw * NR);
-        for i0 in (0..mp).step_by(MR) {
-            let (q, s) = (&b.q[i0 * kw..(i0 + MR) * kw], &mut b.s[i0 * ks + p0..]);
-            match count {
-                2 => t.tile2(q, [first, second], kw, s, ks),
-                _ => (t.tile)(q, first, kw, s, ks, NR),
-            }
-        }
-    }
-}
-
 /// For each query, scale the block's live scores (its own positions within `pos`) and fold them
 /// into its running maximum (the path's `scale_max`), rescaling `sum` and `acc`, then turn them
 /// into weights e^(s − max) (its `exp_sum`; both vectorised, the same bits on every path); the
@@ -276,39 +129,6 @@ fn weigh(
             max[i] = m;
         }
         sum[i] += (t.exp_sum)(cols, m);
-    }
-}
-
-/// acc += b.s·V[..ks] ([mp, vp]; V: the GQA value rows, or MLA's key rows' leading vw values):
-/// per panel of NR value columns, the block's columns packed into panel[k·NR + jj] (zero past
-/// vw), then the tile for every MR queries.
-fn values(kern: &Kernels, b: &mut Buffers, ks: usize, acc: &mut [f32], gqa: bool) {
-    let (t, mp, vw, rp) = (kern.table(), b.mp, b.vw, b.vp);
-    let (src, stride) = if gqa { (&b.vrows, vw) } else { (&b.rows, b.kw) };
-    // Two panels of value columns at a time (`Table::tile2`), a last odd one alone.
-    for d0 in (0..vw).step_by(2 * NR) {
-        let count = (vw - d0).div_ceil(NR).min(2);
-        for j in 0..count {
-            let (d, panel) = (d0 + j * NR, &mut b.panel[j * ks * NR..(j + 1) * ks * NR]);
-            let w = NR.min(vw - d);
-            for (row, dst) in src[..ks * stride].chunks_exact(stride).zip(panel.chunks_exact_mut(NR)) {
-                if w == NR {
-                    // A whole panel row: a copy of known length (no library call per row).
-                    dst.copy_from_slice(&row[d..d + NR]);
-                } else {
-                    dst[..w].copy_from_slice(&row[d..d + w]);
-                    dst[w..].fill(0.0);
-                }
-            }
-        }
-        let (first, second) = b.panel[..2 * ks * NR].split_at(ks * NR);
-        for i0 in (0..mp).step_by(MR) {
-            let (s, a) = (&b.s[i0 * ks..(i0 + MR) * ks], &mut acc[i0 * rp + d0..]);
-            match count {
-                2 => t.tile2(s, [first, second], ks, a, rp),
-                _ => (t.tile)(s, first, ks, a, rp, NR),
-            }
-        }
     }
 }
 
@@ -451,6 +271,44 @@ pub(super) mod tests {
                     merge(&parts, HEADS, RANK, &mut got, |_| f32::NEG_INFINITY);
                     let want = plain(&kern, &s.kv, &as_multiplied(&q, round), all);
                     assert_close(&got, &want, tol, &format!("{how} {dtype:?} {ranges:?}"));
+                }
+            }
+        }
+    }
+
+    /// A cache holding fewer positions than the tile has rows: the f32 products read its rows in
+    /// place only up to what is allocated (the rest through a padded copy).
+    #[test]
+    fn a_cache_shorter_than_a_tile_equals_the_plain_form() {
+        let c: Config = serde_json::from_str(CONFIG).unwrap();
+        for (how, kern, dtypes, round, tol) in products() {
+            for &dtype in dtypes {
+                for n in 1..crate::kernels::MR {
+                    let s = cached(&c, n, dtype);
+                    assert_eq!(s.kv.reserved(), n, "the cache holds exactly its positions");
+                    let q = values(HEADS * LAT, 4);
+                    for from in [0, n - 1] {
+                        let live = from..n;
+                        let qs = Queries {
+                            q: &q,
+                            live: std::slice::from_ref(&live),
+                            heads: HEADS,
+                            kw: LAT,
+                            vw: RANK,
+                            scale: 0.3,
+                            from: Cached::Latent,
+                        };
+                        let mut got = vec![0f32; HEADS * RANK];
+                        merge(
+                            &[partial(&kern, &Pool::default(), &s.kv, 0, &qs, from..n)],
+                            HEADS,
+                            RANK,
+                            &mut got,
+                            |_| f32::NEG_INFINITY,
+                        );
+                        let want = plain(&kern, &s.kv, &as_multiplied(&q, round), from..n);
+                        assert_close(&got, &want, tol, &format!("{how} {dtype:?} {from}..{n}"));
+                    }
                 }
             }
         }

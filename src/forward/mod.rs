@@ -25,6 +25,7 @@ mod chunked;
 mod delta_net;
 mod delta_rule;
 mod experts;
+mod f32_attention;
 mod ffn;
 mod gqa_attend;
 mod lanes;

@@ -18,7 +18,7 @@ use super::dispatch::Kernels;
 use super::gemm_bf16;
 use super::mat::Mat;
 use super::par::{for_tasks, gemv_by, with_buffer, write_back, OutPtr, KC, MC};
-use super::table::{Bf16GemmFn, Bf16Out, Gate, GemvI8Fn, MatKernels, Table, MR, NR};
+use super::table::{Bf16GemmFn, Bf16Out, Gate, GemvI8Fn, MatKernels, Operand, Table, MR, NR};
 use super::XRows;
 use crate::format::DType;
 use std::cell::RefCell;
@@ -323,7 +323,7 @@ fn gemm_packed(t: &Table, ops: &MatKernels, w: Mat<'_>, xp: &[f32], n: usize, y:
                 for i in 0..mr {
                     w.prefetch(r0 + i, next.start, next.end);
                 }
-                let panel = |p: usize| &xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR];
+                let panel = |p: usize| Operand::new(&xp[p * cols * NR + k0 * NR..p * cols * NR + (k0 + kc) * NR], NR);
                 // A last panel with at most NR / 2 real rows takes the half-width tile; whole
                 // panels go two at a time (`Table::tile2`).
                 let whole = |p: usize| n - p * NR > NR / 2;
@@ -333,8 +333,10 @@ fn gemm_packed(t: &Table, ops: &MatKernels, w: Mat<'_>, xp: &[f32], n: usize, y:
                     for blk in 0..blocks {
                         let (a, c) = (&wb[blk * MR * kc..(blk + 1) * MR * kc], &mut c[blk * MR * ldc + p * NR..]);
                         match pair {
-                            true => t.tile2(a, [panel(p), panel(p + 1)], kc, c, ldc),
-                            false => (t.tile)(a, panel(p), kc, c, ldc, if whole(p) { NR } else { NR / 2 }),
+                            true => t.tile2(Operand::new(a, kc), [panel(p), panel(p + 1)], kc, c, ldc),
+                            false => {
+                                (t.tile)(Operand::new(a, kc), panel(p), kc, c, ldc, if whole(p) { NR } else { NR / 2 })
+                            }
                         }
                     }
                     p += if pair { 2 } else { 1 };

@@ -5,7 +5,7 @@
 use super::actq::{quantize_blocks, QuantizedActs};
 use super::mat::Mat;
 use super::reference;
-use super::table::{CpuPath, MatKernels, Table, MR, NR};
+use super::table::{CpuPath, MatKernels, Operand, Table, MR, NR};
 use crate::format::DType;
 use std::ops::Range;
 
@@ -106,16 +106,16 @@ pub fn axpy_bf16(a: f32, x: &[u16], y: &mut [f32]) {
     axpy_by(a, x.len(), |i| reference::bf16_to_f32(x[i]), y)
 }
 
-/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr (≤ NR), k ascending.
-pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
+/// c[i·ldc + j] += Σ_k a[i·a.ld + k] · b[k·b.ld + j] for i < MR, j < nr (≤ NR), k ascending.
+pub fn tile(a: Operand<'_>, b: Operand<'_>, kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
     assert!(nr <= NR);
     for i in 0..MR {
         let mut acc = [0f32; NR];
         acc[..nr].copy_from_slice(&c[i * ldc..i * ldc + nr]);
         for k in 0..kc {
-            let av = a[i * kc + k];
+            let av = a.v[i * a.ld + k];
             for (j, cj) in acc[..nr].iter_mut().enumerate() {
-                *cj += av * b[k * NR + j];
+                *cj += av * b.v[k * b.ld + j];
             }
         }
         c[i * ldc..i * ldc + nr].copy_from_slice(&acc[..nr]);

@@ -15,7 +15,7 @@ use super::dispatch::Kernels;
 use super::gemm::{float_product, GEMM_MIN_ROWS};
 use super::mat::Mat;
 use super::par::with_buffer;
-use super::table::{Table, MR, NR};
+use super::table::{Operand, Table, MR, NR};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -139,11 +139,11 @@ impl Block<'_> {
                 for (p, panel) in panels.chunks_exact(in_w * NR).enumerate() {
                     let nr = NR.min(out_w - p * NR);
                     if mr == MR && nr == NR {
-                        (t.tile)(&a, panel, in_w, &mut ys[at + p * NR..], ld, NR);
+                        (t.tile)(Operand::new(&a, in_w), Operand::new(panel, NR), in_w, &mut ys[at + p * NR..], ld, NR);
                         continue;
                     }
                     c.fill(0.0);
-                    (t.tile)(&a, panel, in_w, &mut c, NR, NR);
+                    (t.tile)(Operand::new(&a, in_w), Operand::new(panel, NR), in_w, &mut c, NR, NR);
                     for i in 0..mr {
                         ys[at + i * ld + p * NR..][..nr].copy_from_slice(&c[i * NR..i * NR + nr]);
                     }

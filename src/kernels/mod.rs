@@ -74,7 +74,7 @@ impl XRows<'_> {
 pub(crate) use amx::attend as attend_tiles;
 #[cfg(test)]
 pub(crate) use amx::attend_tests::model_kernels as attend_model_kernels;
-pub(crate) use table::{AttendTiles, CachedRows, TransposeFn, MR, NR};
+pub(crate) use table::{AttendTiles, CachedRows, Operand, TransposeFn, MR, NR};
 
 pub use rowwise::{
     add_bias, add_bias_row, layernorm, rmsnorm, rmsnorm_inplace, rmsnorm_inplace_shifted, rmsnorm_shifted,

@@ -48,13 +48,39 @@ pub(crate) type GemvI8Fn = fn(w: Mat<'_>, rows: Range<usize>, xa: &QuantizedActs
 /// Elements [k0, k0 + kc) of rows `rows` of `w` widened to f32 into out ([rows.len(), kc],
 /// kc = out.len() / rows.len()).
 pub(crate) type WidenFn = fn(w: Mat<'_>, rows: Range<usize>, k0: usize, out: &mut [f32]);
-/// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < MR, j < nr, k ascending;
-/// nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
-pub(crate) type TileFn = fn(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize);
+/// One operand of the micro-tile: row r's element k at `v[r·ld + k]` (A: the tile's MR rows, k
+/// along each; B: kc rows of the tile's columns). Packed operands have ld = kc (A) and NR (B);
+/// attention reads cached rows in place, ld apart.
+#[derive(Clone, Copy)]
+pub(crate) struct Operand<'a> {
+    pub v: &'a [f32],
+    pub ld: usize,
+}
+
+impl<'a> Operand<'a> {
+    pub fn new(v: &'a [f32], ld: usize) -> Operand<'a> {
+        Operand { v, ld }
+    }
+
+    /// The operand from row r's element `col` on (empty past the end).
+    pub fn at(self, r: usize, col: usize) -> Operand<'a> {
+        let from = r.checked_mul(self.ld).and_then(|x| x.checked_add(col));
+        Operand { v: from.and_then(|x| self.v.get(x..)).unwrap_or(&[]), ld: self.ld }
+    }
+
+    /// Whether `rows` rows of `w` values, `ld` apart, lie within `v`.
+    pub fn holds(&self, rows: usize, w: usize) -> bool {
+        rows == 0 || (rows - 1).checked_mul(self.ld).and_then(|x| x.checked_add(w)).is_some_and(|x| x <= self.v.len())
+    }
+}
+
+/// GEMM micro-tile: c[i·ldc + j] += Σ_k a[i·a.ld + k] · b[k·b.ld + j] for i < MR, j < nr, k
+/// ascending; nr is NR, or NR / 2 for a last panel holding at most that many activation rows.
+pub(crate) type TileFn = fn(a: Operand<'_>, b: Operand<'_>, kc: usize, c: &mut [f32], ldc: usize, nr: usize);
 /// `TileFn` over two whole panels b[0], b[1] whose outputs sit side by side in c:
-/// c[i·ldc + p·NR + j] += Σ_k a[i·kc + k] · b[p][k·NR + j] for p < 2 — the same chains as two
-/// `TileFn` calls (see `Table::tile_pair`).
-pub(crate) type TilePairFn = fn(a: &[f32], b: [&[f32]; 2], kc: usize, c: &mut [f32], ldc: usize);
+/// c[i·ldc + p·NR + j] += Σ_k a[i·a.ld + k] · b[p][k·b[p].ld + j] for p < 2 — the same chains as
+/// two `TileFn` calls (see `Table::tile_pair`).
+pub(crate) type TilePairFn = fn(a: Operand<'_>, b: [Operand<'_>; 2], kc: usize, c: &mut [f32], ldc: usize);
 /// dst[j·rows + i] = src[i·lds + j] for i < rows, j < cols: a block of GEMM results (outputs ×
 /// tokens, rows lds apart) turned token-major, as the product's y stores them; attention's
 /// cached key rows turned into the tile's panels.
@@ -230,7 +256,7 @@ pub(crate) struct Table {
 impl Table {
     /// `tile` over two whole panels whose outputs sit side by side in c (`TilePairFn`): the
     /// path's pair tile, or two `tile` calls — every output the same chain either way.
-    pub fn tile2(&self, a: &[f32], b: [&[f32]; 2], kc: usize, c: &mut [f32], ldc: usize) {
+    pub fn tile2(&self, a: Operand<'_>, b: [Operand<'_>; 2], kc: usize, c: &mut [f32], ldc: usize) {
         match self.tile_pair {
             Some(pair) => pair(a, b, kc, c, ldc),
             None => {

@@ -6,7 +6,7 @@ use super::actq::{QuantActivations, QuantizedActs};
 use super::dispatch::{available_paths, table_for, Kernels};
 use super::gemm::GEMM_MIN_ROWS;
 use super::par::MC;
-use super::table::{CpuPath, Gate, Table, MR, NR};
+use super::table::{CpuPath, Gate, Operand, Table, MR, NR};
 use super::Mat;
 use crate::format::DType;
 
@@ -947,8 +947,9 @@ fn the_micro_tile_is_the_same_bits_on_every_simd_path() {
         .map(|path| {
             let t = kernels(path, QuantActivations::Float).table().tile;
             let mut c = c0.clone();
-            t(&a, &b, kc, &mut c, 2 * NR, NR);
-            t(&a, &b, kc, &mut c[NR..], 2 * NR, NR / 2);
+            let (a, b) = (Operand::new(&a, kc), Operand::new(&b, NR));
+            t(a, b, kc, &mut c, 2 * NR, NR);
+            t(a, b, kc, &mut c[NR..], 2 * NR, NR / 2);
             (path, c)
         })
         .collect();
@@ -1117,6 +1118,36 @@ fn rmsnorm_rows_match_the_definition_and_do_not_depend_on_the_pool() {
     }
 }
 
+/// Operands read in place — rows further apart than the tile reads, as attention reads cached
+/// rows — give the bits of the same values packed, single and pair tiles, on every path.
+#[test]
+fn the_micro_tile_reads_rows_in_place_as_it_reads_them_packed() {
+    let (kc, lda, ldb, ldc) = (29, 29 + 11, 2 * NR + 5, 2 * NR + 1);
+    let (a, b, c0) = (sample(MR * lda, 31), sample(kc * ldb, 32), sample(MR * ldc, 33));
+    let packed_a: Vec<f32> = a.chunks_exact(lda).flat_map(|r| r[..kc].to_vec()).collect();
+    let packed_b =
+        |p: usize| -> Vec<f32> { b.chunks_exact(ldb).flat_map(|r| r[p * NR..(p + 1) * NR].to_vec()).collect() };
+    let (b0, b1) = (packed_b(0), packed_b(1));
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for path in available_paths() {
+        let t = table_for(path).expect("available");
+        let (mut packed, mut strided, mut pair) = (c0.clone(), c0.clone(), c0.clone());
+        let pa = Operand::new(&packed_a, kc);
+        (t.tile)(pa, Operand::new(&b0, NR), kc, &mut packed, ldc, NR);
+        (t.tile)(pa, Operand::new(&b1, NR), kc, &mut packed[NR..], ldc, NR / 2);
+        let (sa, sb) = (Operand::new(&a, lda), Operand::new(&b, ldb));
+        (t.tile)(sa, sb, kc, &mut strided, ldc, NR);
+        (t.tile)(sa, sb.at(0, NR), kc, &mut strided[NR..], ldc, NR / 2);
+        assert_eq!(bits(&packed), bits(&strided), "{path:?}: single tiles");
+        let mut want = c0.clone();
+        (t.tile)(pa, Operand::new(&b0, NR), kc, &mut want, ldc, NR);
+        (t.tile)(pa, Operand::new(&b1, NR), kc, &mut want[NR..], ldc, NR);
+        t.tile2(sa, [sb, sb.at(0, NR)], kc, &mut pair, ldc);
+        assert_eq!(bits(&want), bits(&pair), "{path:?}: pair tile");
+        assert_ne!(bits(&pair), bits(&c0), "{path:?}: the tile wrote its outputs");
+    }
+}
+
 #[test]
 fn a_pair_tile_gives_the_bits_of_two_single_tiles_on_every_path() {
     for kc in [1, 7, 64, 257] {
@@ -1127,9 +1158,10 @@ fn a_pair_tile_gives_the_bits_of_two_single_tiles_on_every_path() {
         for path in available_paths() {
             let t = table_for(path).expect("available");
             let (mut pair, mut single) = (c0.clone(), c0.clone());
-            t.tile2(&a, [&b[0], &b[1]], kc, &mut pair, ldc);
-            (t.tile)(&a, &b[0], kc, &mut single, ldc, NR);
-            (t.tile)(&a, &b[1], kc, &mut single[NR..], ldc, NR);
+            let (ap, bp) = (Operand::new(&a, kc), [Operand::new(&b[0], NR), Operand::new(&b[1], NR)]);
+            t.tile2(ap, bp, kc, &mut pair, ldc);
+            (t.tile)(ap, bp[0], kc, &mut single, ldc, NR);
+            (t.tile)(ap, bp[1], kc, &mut single[NR..], ldc, NR);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&pair), bits(&single), "{path:?} kc {kc}");
             let exact = (0..MR * 2 * NR).all(|o| {

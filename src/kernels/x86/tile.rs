@@ -3,7 +3,7 @@
 
 use super::super::mat::Mat;
 use super::super::reference;
-use super::super::table::{MR, NR};
+use super::super::table::{Operand, MR, NR};
 use super::gemv::{F16, F32};
 use super::qrows::BlockRows;
 use crate::format::blocks::QK;
@@ -11,25 +11,47 @@ use crate::format::{tiles, DType};
 use core::arch::x86_64::*;
 use std::ops::Range;
 
-/// c[i·ldc + j] += Σ_k a[i·kc + k] · b[k·NR + j] for i < 6, j < nr (16, or 8 for a short last
-/// panel): one fused multiply-add chain per output in ascending k, so a column's result does
-/// not depend on the tile width.
-pub fn tile(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
+/// Asserts that a tile of MR rows over kc steps stays within its operands (each B panel nr
+/// columns wide) and c (cw columns).
+fn check(a: &Operand<'_>, b: &[Operand<'_>], kc: usize, nr: usize, c: &[f32], ldc: usize, cw: usize) {
+    assert!(
+        a.holds(MR, kc) && b.iter().all(|b| b.holds(kc, nr)) && c.len() >= (MR - 1) * ldc + cw,
+        "tile: A of {} (ld {}), {} B panel(s), kc {kc}, nr {nr}; c of {} (ldc {ldc}, {cw} columns)",
+        a.v.len(),
+        a.ld,
+        b.len(),
+        c.len()
+    );
+}
+
+/// c[i·ldc + j] += Σ_k a[i·a.ld + k] · b[k·b.ld + j] for i < 6, j < nr (16, or 8 for a short
+/// last panel): one fused multiply-add chain per output in ascending k, so a column's result
+/// does not depend on the tile width, nor on where the operands' rows lie.
+pub fn tile(a: Operand<'_>, b: Operand<'_>, kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
     assert!(nr == NR || nr == NR / 2);
-    assert!(a.len() >= MR * kc && b.len() >= kc * NR && c.len() >= (MR - 1) * ldc + nr);
+    check(&a, &[b], kc, nr, c, ldc, nr);
+    let (pa, pb, pc) = (a.v.as_ptr(), b.v.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; bounds asserted above.
     unsafe {
         if nr == NR {
-            tile_6xv::<2>(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc)
+            tile_6xv::<2>(pa, a.ld, pb, b.ld, kc, pc, ldc)
         } else {
-            tile_6xv::<1>(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc)
+            tile_6xv::<1>(pa, a.ld, pb, b.ld, kc, pc, ldc)
         }
     }
 }
 
 /// The 6 × 8V tile: 6·V accumulators of 8 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
+unsafe fn tile_6xv<const V: usize>(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    kc: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
     // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
     // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
@@ -42,10 +64,10 @@ unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *
         for k in 0..kc {
             let mut bv = [_mm256_setzero_ps(); V];
             for (v, r) in bv.iter_mut().enumerate() {
-                *r = _mm256_loadu_ps(b.add(k * NR + 8 * v));
+                *r = _mm256_loadu_ps(b.add(k * ldb + 8 * v));
             }
             for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*a.add(i * kc + k));
+                let av = _mm256_broadcast_ss(&*a.add(i * lda + k));
                 for (r, &bj) in row.iter_mut().zip(&bv) {
                     *r = _mm256_fmadd_ps(av, bj, *r);
                 }
@@ -63,18 +85,18 @@ unsafe fn tile_6xv<const V: usize>(a: *const f32, b: *const f32, kc: usize, c: *
 /// same fused multiply-add chain per output in ascending k, so the same bits as `tile`; on a
 /// core with 512-bit datapaths each instruction does twice a ymm's multiply-adds. A short last
 /// panel (8 columns) takes `tile`'s half-width form.
-pub fn tile_512(a: &[f32], b: &[f32], kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
+pub fn tile_512(a: Operand<'_>, b: Operand<'_>, kc: usize, c: &mut [f32], ldc: usize, nr: usize) {
     if nr != NR {
         return tile(a, b, kc, c, ldc, nr);
     }
-    assert!(a.len() >= MR * kc && b.len() >= kc * NR && c.len() >= (MR - 1) * ldc + NR);
+    check(&a, &[b], kc, NR, c, ldc, NR);
     // SAFETY: the AVX-512 table is chosen only on CPUs with AVX-512 F; bounds asserted above.
-    unsafe { tile_6x16_zmm(a.as_ptr(), b.as_ptr(), kc, c.as_mut_ptr(), ldc) }
+    unsafe { tile_6x16_zmm(a.v.as_ptr(), a.ld, b.v.as_ptr(), b.ld, kc, c.as_mut_ptr(), ldc) }
 }
 
 /// The 6 × 16 tile: 6 accumulators of 16 lanes.
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_6x16_zmm(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize) {
+unsafe fn tile_6x16_zmm(a: *const f32, lda: usize, b: *const f32, ldb: usize, kc: usize, c: *mut f32, ldc: usize) {
     // SAFETY: reached only through the AVX-512 table (the CPU has AVX-512 F); the caller passes
     // pointers valid for the ranges `tile_512` asserts.
     unsafe {
@@ -83,9 +105,9 @@ unsafe fn tile_6x16_zmm(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ld
             *r = _mm512_loadu_ps(c.add(i * ldc));
         }
         for k in 0..kc {
-            let bv = _mm512_loadu_ps(b.add(k * NR));
+            let bv = _mm512_loadu_ps(b.add(k * ldb));
             for (i, r) in acc.iter_mut().enumerate() {
-                *r = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(i * kc + k)), bv, *r);
+                *r = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(i * lda + k)), bv, *r);
             }
         }
         for (i, r) in acc.iter().enumerate() {
@@ -96,15 +118,16 @@ unsafe fn tile_6x16_zmm(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ld
 
 /// `Table::tile_pair` for the AVX-512 table: two whole panels, 6 × 32 outputs in 12 zmm
 /// accumulators — each output the same fused multiply-add chain in ascending k as `tile_512`.
-pub fn tile_pair_512(a: &[f32], b: [&[f32]; 2], kc: usize, c: &mut [f32], ldc: usize) {
-    assert!(a.len() >= MR * kc && b.iter().all(|b| b.len() >= kc * NR) && c.len() >= (MR - 1) * ldc + 2 * NR);
+pub fn tile_pair_512(a: Operand<'_>, b: [Operand<'_>; 2], kc: usize, c: &mut [f32], ldc: usize) {
+    check(&a, &b, kc, NR, c, ldc, 2 * NR);
+    let pb = b.map(|b| (b.v.as_ptr(), b.ld));
     // SAFETY: the AVX-512 table is chosen only on CPUs with AVX-512 F; bounds asserted above.
-    unsafe { tile_6x32_zmm(a.as_ptr(), [b[0].as_ptr(), b[1].as_ptr()], kc, c.as_mut_ptr(), ldc) }
+    unsafe { tile_6x32_zmm(a.v.as_ptr(), a.ld, pb, kc, c.as_mut_ptr(), ldc) }
 }
 
 /// The 6 × 32 tile: 6 · 2 accumulators of 16 lanes.
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_6x32_zmm(a: *const f32, b: [*const f32; 2], kc: usize, c: *mut f32, ldc: usize) {
+unsafe fn tile_6x32_zmm(a: *const f32, lda: usize, b: [(*const f32, usize); 2], kc: usize, c: *mut f32, ldc: usize) {
     // SAFETY: reached only through the AVX-512 table (the CPU has AVX-512 F); the caller passes
     // pointers valid for the ranges `tile_pair_512` asserts.
     unsafe {
@@ -115,9 +138,9 @@ unsafe fn tile_6x32_zmm(a: *const f32, b: [*const f32; 2], kc: usize, c: *mut f3
             }
         }
         for k in 0..kc {
-            let bv = b.map(|b| _mm512_loadu_ps(b.add(k * NR)));
+            let bv = b.map(|(b, ldb)| _mm512_loadu_ps(b.add(k * ldb)));
             for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*a.add(i * kc + k));
+                let av = _mm512_set1_ps(*a.add(i * lda + k));
                 for (r, &bp) in row.iter_mut().zip(&bv) {
                     *r = _mm512_fmadd_ps(av, bp, *r);
                 }
