@@ -95,11 +95,12 @@ impl<'a> Floats<'a> {
         let m = qs.live.len() * heads;
         let (mp, mq, vp) = (round_up(m, MR), round_up(m, NR), round_up(vw, NR));
         let in_place = kv.f32_rows(layer, false).and_then(|(k, kld)| {
-            let at = |(v, ld): (&'a [f32], usize), offset: usize| Operand::new(v.get(offset..).unwrap_or(&[]), ld);
+            let keys = Operand::new(k, kld);
             match qs.from {
-                Cached::Latent => Some([at((k, kld), 0), at((k, kld), 0)]),
+                Cached::Latent => Some([keys, keys]),
                 Cached::Head { kv_head } => {
-                    Some([at((k, kld), kv_head * kw), at(kv.f32_rows(layer, true)?, kv_head * vw)])
+                    let (v, vld) = kv.f32_rows(layer, true)?;
+                    Some([keys.at(0, kv_head * kw), Operand::new(v, vld).at(0, kv_head * vw)])
                 }
             }
         });
