@@ -123,13 +123,20 @@ impl<'a> Floats<'a> {
             panel: pool.take(KC * NR),
             s: pool.take(mp * KC),
         };
-        let mut q = pool.take(mq * kw);
-        q[..m * kw].copy_from_slice(&qs.q[..m * kw]);
-        q[m * kw..].fill(0.0);
-        for (rows, panel) in q.chunks_exact(NR * kw).zip(b.qt.chunks_exact_mut(kw * NR)) {
-            (kern.table().transpose)(rows, kw, NR, kw, panel);
+        // Whole panels straight from the queries; a last one with fewer than NR through a copy
+        // padded with zero rows.
+        for (p, panel) in b.qt.chunks_exact_mut(kw * NR).enumerate() {
+            let rows = &qs.q[p * NR * kw..m.min((p + 1) * NR) * kw];
+            if rows.len() == NR * kw {
+                (kern.table().transpose)(rows, kw, NR, kw, panel);
+            } else {
+                let mut q = pool.take(NR * kw);
+                q[..rows.len()].copy_from_slice(rows);
+                q[rows.len()..].fill(0.0);
+                (kern.table().transpose)(&q, kw, NR, kw, panel);
+                pool.give(q);
+            }
         }
-        pool.give(q);
         let mut acc = pool.take(mp * vp);
         acc.fill(0.0);
         Floats { kern, kv, layer, from: qs.from, in_place, j0: 0, span: 0..0, b, acc }
