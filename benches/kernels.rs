@@ -221,7 +221,7 @@ fn gemv_kr8_lm_head(b: Bencher, dtype: &'static str) {
 /// One DeepSeek-V2-Lite layer's absorbed MLA products at decode (`forward::mla`): per head (16),
 /// W_UK,hᵀ (512 × 128) times its query and W_UV,h (128 × 512) times its attention latent, with
 /// float activations whatever the session's mode. GGUF files store both as q8_0.
-#[divan::bench(args = ["q8_0", "q8", "q4_0", "q4", "bf16", "f16"], sample_count = 50)]
+#[divan::bench(args = ["q8_0", "q8", "q5_0", "q4_0", "q4", "bf16", "f16"], sample_count = 50)]
 fn mla_heads_float(b: Bencher, dtype: &'static str) {
     let k_b: Vec<Weights> = (0..16).map(|_| Weights::new(dtype, 512, 128)).collect();
     let v_b: Vec<Weights> = (0..16).map(|_| Weights::new(dtype, 128, 512)).collect();

@@ -226,6 +226,13 @@ pub(super) fn float_product(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut 
     }
 }
 
+/// The matrix-vector strategy of `float_product` (n < GEMM_MIN_ROWS rows of x) on the calling
+/// thread: the same results (a row's sums do not depend on the chunk it comes in, `gemv_by`).
+pub(super) fn float_gemv_here(t: &Table, w: Mat<'_>, x: &[f32], n: usize, y: &mut [f32]) {
+    debug_assert!(n < GEMM_MIN_ROWS);
+    (t.mat(w.dtype()).gemv)(w, 0..w.rows(), x, n, &mut y[..n * w.rows()])
+}
+
 /// bf16 values, row-major or in bf16r32's tile order: what meets bf16-rounded activations in
 /// `Reduced` mode.
 fn is_bf16(w: Mat<'_>) -> bool {

@@ -377,6 +377,34 @@ pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
     dot_one::<F32>(w.as_ptr().cast(), w.len(), x)
 }
 
+/// out[i] += row i of w ([out.len(), kc] f32) · x (kc values): `dot_f32`'s sums, eight rows per
+/// pass where there are eight (`block` sums each row alike whatever its company).
+pub fn add_dots_f32(w: &[f32], kc: usize, x: &[f32], out: &mut [f32]) {
+    let rows = out.len();
+    assert!(w.len() >= rows * kc && x.len() >= kc);
+    let mut i = 0;
+    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; rows i .. i + 8 (or i) of w hold kc
+    // values each (asserted), x holds kc.
+    unsafe {
+        while i < rows {
+            let wi = w[i * kc..].as_ptr().cast();
+            if rows - i >= 8 {
+                let mut o = [[0f32; 1]; 8];
+                block::<F32, 8, 1, false>(wi, kc * 4, kc, x.as_ptr(), &mut o);
+                for (y, v) in out[i..i + 8].iter_mut().zip(o) {
+                    *y += v[0];
+                }
+                i += 8;
+            } else {
+                let mut o = [[0f32; 1]; 1];
+                block::<F32, 1, 1, false>(wi, kc * 4, kc, x.as_ptr(), &mut o);
+                out[i] += o[0][0];
+                i += 1;
+            }
+        }
+    }
+}
+
 /// Σ f16(w[i])·x[i].
 pub fn dot_f16(w: &[u16], x: &[f32]) -> f32 {
     dot_one::<F16>(w.as_ptr().cast(), w.len(), x)

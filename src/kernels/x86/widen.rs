@@ -12,7 +12,7 @@
 
 use super::super::mat::Mat;
 use super::super::table::WidenFn;
-use super::gemv::dot_f32;
+use super::gemv::add_dots_f32;
 use super::kquant::scales_mins_k4;
 use super::legacy::{fifth_bits, iq4_levels, nibbles};
 use crate::format::ggml::{
@@ -77,20 +77,24 @@ pub fn gemv_kr8<B: Widen + Interleave>(w: Mat<'_>, rows: Range<usize>, x: &[f32]
     by_widening(widen_kr8::<B>, B::QK, w, rows, x, n, out)
 }
 
-/// The float-activation matrix-vector product by widening (blocks of `qk` columns): each row
-/// widened CHUNK columns at a time, each chunk's FMA dot with every activation row added in.
+/// The float-activation matrix-vector product by widening (blocks of `qk` columns): ROWS rows at
+/// a time widened CHUNK columns at a time (one widening call per ROWS rows: short rows, such as
+/// MLA's per-head W_UK with 128 columns, spent most of their time in per-row calls), each
+/// chunk's FMA dots with every activation row added in, in column order.
 #[inline(always)]
 fn by_widening(widen: WidenFn, qk: usize, w: Mat<'_>, rows: Range<usize>, x: &[f32], n: usize, out: &mut [f32]) {
+    const ROWS: usize = 8;
     let (len, cols) = (rows.len(), w.cols());
     assert!(x.len() >= n * cols && out.len() >= n * len && cols.is_multiple_of(qk));
-    let mut buf = [0f32; CHUNK];
-    for (i, r) in rows.enumerate() {
-        (0..n).for_each(|t| out[t * len + i] = 0.0);
+    let mut buf = [0f32; ROWS * CHUNK];
+    out[..n * len].fill(0.0);
+    for r0 in rows.clone().step_by(ROWS) {
+        let (rr, i) = (ROWS.min(rows.end - r0), r0 - rows.start);
         for k0 in (0..cols).step_by(CHUNK) {
             let kc = CHUNK.min(cols - k0);
-            widen(w, r..r + 1, k0, &mut buf[..kc]);
+            widen(w, r0..r0 + rr, k0, &mut buf[..rr * kc]);
             for t in 0..n {
-                out[t * len + i] += dot_f32(&buf[..kc], &x[t * cols + k0..t * cols + k0 + kc]);
+                add_dots_f32(&buf[..rr * kc], kc, &x[t * cols + k0..][..kc], &mut out[t * len + i..][..rr]);
             }
         }
     }
