@@ -1,8 +1,8 @@
 //! AVX2 widening (dequantisation to f32) of GGUF's block types — q4_k, q6_k, q5_k, q3_k, q2_k,
 //! iq4_xs, iq4_nl, q5_0, q5_1, q4_0, q4_1, and the interleaved q4_kr8 / q6_kr8 / iq4_xsr8 / iq4_nlr8 — for
 //! the float-activation products: the prefill GEMM widens weight panels with these, and the
-//! float-activation matrix-vector kernel (`gemv`, `COLIBRI_QUANT_ACT=float`) widens 256 columns
-//! of a row at a time, then takes FMA dots.
+//! float-activation matrix-vector kernel (`gemv`: `COLIBRI_QUANT_ACT=float`, MLA's per-head
+//! products) widens up to 256 columns of eight rows at a time, then takes their FMA dots.
 //!
 //! Reference: `Block::dequantize` (ggml's `dequantize_row_*`), bit for bit. Each 32-element
 //! sub-block is brought to the reference's integer form (`Unpacked`: 32 signed, offset-free
