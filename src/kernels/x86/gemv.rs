@@ -136,8 +136,9 @@ unsafe fn gemv_float<const K: u8, const TILED: bool>(
         while r < rows.end {
             let base = w.add(r * rb);
             let i = r - rows.start;
-            if n == 1 && rows.end - r >= 8 {
-                // One activation row: eight weight rows in flight per pass.
+            if n == 1 && rows.end - r >= 8 && super::tune::float_gemv_rows() == 8 {
+                // One activation row: eight weight rows in flight per pass (four where
+                // `tune::float_gemv_rows` says so: the branch below).
                 let mut o = [[0f32; 1]; 8];
                 block::<K, 8, 1, TILED>(base, rb, cols, x.as_ptr(), &mut o);
                 for (dr, or) in o.iter().enumerate() {

@@ -173,6 +173,18 @@ pub(super) fn dpbf16_full_rate() -> bool {
     zen4_or_later()
 }
 
+/// How many rows of a row-major float matrix (f32 / f16 / bf16) the one-activation-row product
+/// reads in lockstep (`gemv::gemv_float`): 8, or 4 on AMD cores before Zen 4 (Zen 3), where eight
+/// streams per core read slower — DeepSeek-V2-Lite-3l bf16, tg32, `bench/ab.py`, same binary with
+/// the count switched, 4 against 8 rows: two threads 1.220 / 1.114 / 1.322 / 1.128 (geometric
+/// mean 1.193), one thread 1.463 / 0.941 / 1.029 (1.123); 1 row against 8 at two threads 1.120;
+/// 2 rows against 4 at two threads 1.049 (within noise). Each row's sums do not depend on how
+/// many rows share a pass, so the results are the same bits either way.
+pub(super) fn float_gemv_rows() -> usize {
+    static ROWS: OnceLock<usize> = OnceLock::new();
+    *ROWS.get_or_init(|| if vendor() == AMD && amd_core() == AmdCore::Other { 4 } else { 8 })
+}
+
 /// The AMD core generations whose memory-access choices differ here.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum AmdCore {
