@@ -133,10 +133,11 @@ unsafe fn gemv_float<const K: u8, const TILED: bool>(
     // SAFETY: reached only through the AVX2 table (the CPU has AVX2, FMA and F16C); the
     // caller passes pointers valid for the ranges this function's comment names.
     unsafe {
+        let eight = super::tune::float_gemv_rows() == 8;
         while r < rows.end {
             let base = w.add(r * rb);
             let i = r - rows.start;
-            if n == 1 && rows.end - r >= 8 && super::tune::float_gemv_rows() == 8 {
+            if n == 1 && rows.end - r >= 8 && eight {
                 // One activation row: eight weight rows in flight per pass (four where
                 // `tune::float_gemv_rows` says so: the branch below).
                 let mut o = [[0f32; 1]; 8];
@@ -378,31 +379,17 @@ pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
     dot_one::<F32>(w.as_ptr().cast(), w.len(), x)
 }
 
-/// out[i] += row i of w ([out.len(), kc] f32) · x (kc values): `dot_f32`'s sums, eight rows per
-/// pass where there are eight (`block` sums each row alike whatever its company).
+/// out[i] += row i of w ([out.len(), kc] f32) · x (kc values): `gemv_float`'s sums for one
+/// activation row (`dot_f32`'s for each row, whatever its company), added in.
 pub fn add_dots_f32(w: &[f32], kc: usize, x: &[f32], out: &mut [f32]) {
     let rows = out.len();
-    assert!(w.len() >= rows * kc && x.len() >= kc);
-    let mut i = 0;
-    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; rows i .. i + 8 (or i) of w hold kc
-    // values each (asserted), x holds kc.
-    unsafe {
-        while i < rows {
-            let wi = w[i * kc..].as_ptr().cast();
-            if rows - i >= 8 {
-                let mut o = [[0f32; 1]; 8];
-                block::<F32, 8, 1, false>(wi, kc * 4, kc, x.as_ptr(), &mut o);
-                for (y, v) in out[i..i + 8].iter_mut().zip(o) {
-                    *y += v[0];
-                }
-                i += 8;
-            } else {
-                let mut o = [[0f32; 1]; 1];
-                block::<F32, 1, 1, false>(wi, kc * 4, kc, x.as_ptr(), &mut o);
-                out[i] += o[0][0];
-                i += 1;
-            }
-        }
+    assert!(w.len() >= rows * kc && x.len() >= kc && rows <= 8);
+    let mut o = [0f32; 8];
+    // SAFETY: AVX2 table only on AVX2+FMA+F16C CPUs; w holds `rows` rows of kc values (asserted),
+    // x one row of kc, o `rows` outputs.
+    unsafe { gemv_float::<F32, false>(w.as_ptr().cast(), kc * 4, kc, 0..rows, x, 1, (&mut o[..rows], rows)) };
+    for (y, v) in out.iter_mut().zip(o) {
+        *y += v;
     }
 }
 
