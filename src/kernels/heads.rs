@@ -155,22 +155,32 @@ impl Block<'_> {
 }
 
 /// Few rows: per head, its inputs gathered, the float product on one thread
-/// (`gemm::float_gemv_here`), its outputs scattered; the heads split over the pool's threads
+/// (`gemm::float_gemv_here`), its outputs scattered (one row: read and written in place); the heads split over the pool's threads
 /// when the call is big enough: one fork and join per call, where a parallel product per head
 /// forked and joined per head and per 64 output rows (32 times per DeepSeek-V2-Lite layer at
 /// decode, for 1.3 MB of weights).
 fn gathered(t: &Table, mats: &[Mat<'_>], x: &[f32], n: usize, y: &mut [f32], shape: Shape) {
     let Shape { heads, in_w, out_w, x_step, y_step } = shape;
+    let parallel = crate::threads::current() > 1 && n * heads * in_w * out_w >= PAR_MIN_WORK;
+    if n == 1 {
+        // One row (decode): each head's input and output lie contiguous in x and y already.
+        let one = |(h, yh): (usize, &mut [f32])| float_gemv_here(t, mats[h], &x[h * x_step..][..in_w], 1, yh);
+        let y = &mut y[..heads * y_step];
+        match parallel {
+            true => y.par_chunks_mut(y_step).enumerate().for_each(one),
+            false => y.chunks_mut(y_step).enumerate().for_each(one),
+        }
+        return;
+    }
     // Every head's outputs, [heads, n, out_w].
     let mut ys = vec![0f32; heads * n * out_w];
     let one = |(h, yh): (usize, &mut [f32])| {
         let xin: Vec<f32> = (0..n).flat_map(|tk| &x[(tk * heads + h) * x_step..][..in_w]).copied().collect();
         float_gemv_here(t, mats[h], &xin, n, yh);
     };
-    if crate::threads::current() > 1 && n * heads * in_w * out_w >= PAR_MIN_WORK {
-        ys.par_chunks_mut(n * out_w).enumerate().for_each(one);
-    } else {
-        ys.chunks_mut(n * out_w).enumerate().for_each(one);
+    match parallel {
+        true => ys.par_chunks_mut(n * out_w).enumerate().for_each(one),
+        false => ys.chunks_mut(n * out_w).enumerate().for_each(one),
     }
     for (h, yh) in ys.chunks_exact(n * out_w).enumerate() {
         for (tk, out) in yh.chunks_exact(out_w).enumerate() {
