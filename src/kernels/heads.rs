@@ -155,10 +155,10 @@ impl Block<'_> {
 }
 
 /// Few rows: per head, its inputs gathered, the float product on one thread
-/// (`gemm::float_gemv_here`), its outputs scattered (one row: read and written in place); the heads split over the pool's threads
-/// when the call is big enough: one fork and join per call, where a parallel product per head
-/// forked and joined per head and per 64 output rows (32 times per DeepSeek-V2-Lite layer at
-/// decode, for 1.3 MB of weights).
+/// (`gemm::float_gemv_here`), its outputs scattered (at one row read and written in place); the
+/// heads split over the pool's threads when the call is big enough: one fork and join per call,
+/// where a parallel product per head forked and joined per head and per 64 output rows (32 times
+/// per DeepSeek-V2-Lite layer at decode, for 1.3 MB of weights).
 fn gathered(t: &Table, mats: &[Mat<'_>], x: &[f32], n: usize, y: &mut [f32], shape: Shape) {
     let Shape { heads, in_w, out_w, x_step, y_step } = shape;
     let parallel = crate::threads::current() > 1 && n * heads * in_w * out_w >= PAR_MIN_WORK;
